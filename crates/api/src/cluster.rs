@@ -1,0 +1,267 @@
+//! `EtcdCluster`: the declared state of one etcd cluster.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{
+    Affinity, EnvVar, PersistentVolumeClaimSpec, PodSecurityContext, ResourceRequirements,
+    Toleration,
+};
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::condition::Condition;
+
+/// Image repository used when `spec.repository` is empty (as in CoreOS).
+pub const DEFAULT_REPOSITORY: &str = "quay.io/coreos/etcd";
+/// etcd version used when `spec.version` is empty. CoreOS defaulted to 3.2.13, which this
+/// operator refuses (below 3.4); 3.5.x is the oldest line etcd still patches.
+pub const DEFAULT_VERSION: &str = "3.5.17";
+
+/// Desired state of an etcd cluster.
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "etcd.database.coreos.com",
+    version = "v1beta2",
+    kind = "EtcdCluster",
+    plural = "etcdclusters",
+    shortname = "etcd",
+    namespaced,
+    doc = "An etcd cluster managed by the operator (CoreOS-compatible).",
+    status = "EtcdClusterStatus",
+    printcolumn = r#"{"name":"Size","type":"integer","jsonPath":".spec.size","description":"Desired number of members"}"#,
+    printcolumn = r#"{"name":"Ready","type":"integer","jsonPath":".status.readyMembers","description":"Members that are healthy voters"}"#,
+    printcolumn = r#"{"name":"Version","type":"string","jsonPath":".status.currentVersion","description":"Version every member runs"}"#,
+    printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct EtcdClusterSpec {
+    /// Number of members (1 to 7; odd sizes tolerate the most failures per member).
+    #[serde(default)]
+    pub size: i32,
+    /// Image repository with the same tags as etcd's releases; default `quay.io/coreos/etcd`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub repository: String,
+    /// etcd version, semver with or without a leading `v`; default [`DEFAULT_VERSION`].
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub version: String,
+    /// When true the operator makes no change to this cluster (status still updates).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub paused: bool,
+    /// How member pods are made. Changes apply to members created afterwards.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<PodPolicy>,
+    /// TLS for peers and clients (accepted; see the README for what is wired).
+    #[serde(default, rename = "TLS", skip_serializing_if = "Option::is_none")]
+    pub tls: Option<TlsPolicy>,
+}
+
+/// How member pods are built. Field names are CoreOS' (including `ClusterDomain`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PodPolicy {
+    /// Extra pod labels. `app` and `etcd_*` are reserved.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_selector: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub affinity: Option<Affinity>,
+    /// Deprecated in CoreOS: becomes a required pod anti-affinity on `etcd_cluster`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub anti_affinity: bool,
+    /// Resources of the etcd container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tolerations: Vec<Toleration>,
+    /// Environment of the etcd container (`ETCD_*` variables configure etcd). Must not
+    /// repeat the bootstrap flags the operator sets.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub etcd_env: Vec<EnvVar>,
+    /// When set, each member keeps its data on a PVC made from this spec instead of emptyDir.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub persistent_volume_claim_spec: Option<PersistentVolumeClaimSpec>,
+    /// Extra pod annotations. `etcd.version` is reserved.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+    /// Accepted for CoreOS compatibility and ignored: the DNS wait runs in the operator's image.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub busybox_image: String,
+    /// Pod-level security context.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub security_context: Option<PodSecurityContext>,
+    /// How long a new member waits for its own DNS name before failing; 0 means forever.
+    #[serde(
+        default,
+        rename = "DNSTimeoutInSecond",
+        skip_serializing_if = "is_zero"
+    )]
+    pub dns_timeout_in_second: i64,
+    /// Cluster domain for member URLs, e.g. `cluster.local`. Empty: names end at `.svc`.
+    #[serde(
+        default,
+        rename = "ClusterDomain",
+        skip_serializing_if = "String::is_empty"
+    )]
+    pub cluster_domain: String,
+}
+
+fn is_zero(v: &i64) -> bool {
+    *v == 0
+}
+
+/// TLS policy in the CoreOS shape.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TlsPolicy {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub r#static: Option<StaticTls>,
+}
+
+/// Certificates the user made and stored in Secrets.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StaticTls {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub member: Option<MemberSecret>,
+    /// Secret with the client certificate the operator uses.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub operator_secret: String,
+}
+
+/// Secrets each member pod mounts.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MemberSecret {
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub peer_secret: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub server_secret: String,
+}
+
+/// Observed state, in the CoreOS shape plus additive fields.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EtcdClusterStatus {
+    /// `Creating`, `Running` or `Failed` (CoreOS values).
+    #[serde(default)]
+    pub phase: String,
+    /// Why the phase is what it is, when that is not obvious.
+    #[serde(default)]
+    pub reason: String,
+    /// True while `spec.paused` is honoured.
+    #[serde(default)]
+    pub control_paused: bool,
+    #[serde(default)]
+    pub conditions: Vec<Condition>,
+    /// Current number of etcd members (voters and learners).
+    #[serde(default)]
+    pub size: i32,
+    /// Name of the client Service.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub service_name: String,
+    /// Port of the client Service.
+    #[serde(default, skip_serializing_if = "is_zero_i32")]
+    pub client_port: i32,
+    #[serde(default)]
+    pub members: MembersStatus,
+    /// Version every member runs (empty while they differ).
+    #[serde(default)]
+    pub current_version: String,
+    /// Version being rolled out; empty when not upgrading.
+    #[serde(default)]
+    pub target_version: String,
+    /// Additive: number of ready voting members (printer column).
+    #[serde(default)]
+    pub ready_members: i32,
+    /// Additive: the member that leads, by name.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub leader: String,
+    /// Additive: etcd cluster ID in hex.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub cluster_id: String,
+    /// Additive: `metadata.generation` this status was computed for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+fn is_zero_i32(v: &i32) -> bool {
+    *v == 0
+}
+
+/// Member names by state. Names are the member pod names.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MembersStatus {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ready: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unready: Vec<String>,
+    /// Additive: members that are learners (not yet voting).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub learners: Vec<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seeds_manifest_parses_verbatim() {
+        let yaml = r#"
+apiVersion: "etcd.database.coreos.com/v1beta2"
+kind: "EtcdCluster"
+metadata:
+  name: "example-etcd-cluster"
+spec:
+  size: 3
+  version: "3.5.1"
+"#;
+        let c: EtcdCluster = serde_yaml::from_str(yaml).unwrap();
+        assert_eq!(c.spec.size, 3);
+        assert_eq!(c.spec.version, "3.5.1");
+        assert!(c.status.is_none());
+    }
+
+    #[test]
+    fn coreos_pod_policy_fields_keep_their_names() {
+        let yaml = r#"
+size: 3
+TLS:
+  static:
+    member: {peerSecret: p, serverSecret: s}
+    operatorSecret: o
+pod:
+  busyboxImage: busybox:1.28.0-glibc
+  ClusterDomain: cluster.local
+  DNSTimeoutInSecond: 60
+  antiAffinity: true
+  etcdEnv: [{name: ETCD_QUOTA_BACKEND_BYTES, value: "4294967296"}]
+  persistentVolumeClaimSpec:
+    accessModes: [ReadWriteOnce]
+    resources: {requests: {storage: 1Gi}}
+"#;
+        let spec: EtcdClusterSpec = serde_yaml::from_str(yaml).unwrap();
+        let pod = spec.pod.clone().unwrap();
+        assert_eq!(pod.cluster_domain, "cluster.local");
+        assert_eq!(pod.dns_timeout_in_second, 60);
+        assert!(pod.anti_affinity);
+        assert_eq!(
+            spec.tls
+                .as_ref()
+                .unwrap()
+                .r#static
+                .as_ref()
+                .unwrap()
+                .operator_secret,
+            "o"
+        );
+        // Round trip keeps the CoreOS spelling.
+        let back = serde_json::to_value(&spec).unwrap();
+        assert!(back["pod"].get("ClusterDomain").is_some());
+        assert!(back["pod"].get("DNSTimeoutInSecond").is_some());
+        assert!(back.get("TLS").is_some());
+    }
+}

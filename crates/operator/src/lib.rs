@@ -1,0 +1,20 @@
+//! etcd-operator: a Kubernetes operator for etcd, compatible with the CoreOS
+//! `etcd.database.coreos.com/v1beta2` API. See ARCHITECTURE.md for the map.
+
+pub mod controller;
+pub mod crds;
+pub mod manifests;
+pub mod rbac;
+pub mod telemetry;
+
+/// The name this operator writes as field manager, Event reporter and Lease holder prefix.
+pub const OPERATOR_NAME: &str = "etcd-operator";
+
+/// Image of this operator, used for its Deployment and for the member pods' DNS-wait init
+/// container. Overridable with `--image`.
+pub fn default_image() -> String {
+    format!(
+        "quay.io/etcd-operator-rs/etcd-operator:v{}",
+        env!("CARGO_PKG_VERSION")
+    )
+}

@@ -1,0 +1,206 @@
+//! `etcd-operator`: the operator binary. With no subcommand it runs the controller, as the
+//! CoreOS Deployment (`command: etcd-operator`) expects.
+
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use etcd_operator::{controller, crds, default_image, manifests, telemetry};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "etcd-operator",
+    version,
+    about = "Kubernetes operator for etcd (etcd.database.coreos.com/v1beta2)"
+)]
+#[command(args_conflicts_with_subcommands = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run the controller (the default).
+    Run(RunArgs),
+    /// Print the CustomResourceDefinitions as YAML.
+    Crds,
+    /// Print everything to apply to install the operator (CRDs, ServiceAccount, RBAC, Deployment).
+    Manifests(ManifestArgs),
+}
+
+#[derive(Args, Debug, Clone)]
+struct RunArgs {
+    /// Manage EtcdClusters in every namespace that carry the annotation
+    /// `etcd.database.coreos.com/scope: clusterwide`.
+    #[arg(long)]
+    cluster_wide: bool,
+    /// Namespace to manage when not cluster-wide; default: $MY_POD_NAMESPACE, else the
+    /// kubeconfig's namespace.
+    #[arg(long, env = "MY_POD_NAMESPACE")]
+    namespace: Option<String>,
+    /// Install or update the CRDs at start-up and wait until they are established.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    create_crd: bool,
+    /// Log format.
+    #[arg(long, value_enum, default_value_t)]
+    log_format: telemetry::LogFormat,
+}
+
+#[derive(Args, Debug)]
+struct ManifestArgs {
+    /// Namespace to install into.
+    #[arg(long, default_value = "default")]
+    namespace: String,
+    /// Install in cluster-wide mode (ClusterRole, `-cluster-wide`).
+    #[arg(long)]
+    cluster_wide: bool,
+    /// Operator image.
+    #[arg(long, default_value_t = default_image())]
+    image: String,
+    /// Deployment replicas (leader election keeps one active).
+    #[arg(long, default_value_t = 1)]
+    replicas: i32,
+    /// Leave the CRDs out (the operator installs them itself unless `--create-crd=false`).
+    #[arg(long)]
+    no_crds: bool,
+}
+
+/// Go's flag package accepts `-cluster-wide`; CoreOS manifests use that spelling. Turn
+/// single-dash long options into double-dash ones before clap sees them.
+fn normalize_go_flags(args: impl Iterator<Item = String>) -> Vec<String> {
+    args.enumerate()
+        .map(|(i, a)| {
+            let b = a.as_bytes();
+            if i > 0 && b.len() > 2 && b[0] == b'-' && b[1] != b'-' && b[1].is_ascii_alphabetic() {
+                format!("-{a}")
+            } else {
+                a
+            }
+        })
+        .collect()
+}
+
+fn main() {
+    let cli = Cli::parse_from(normalize_go_flags(std::env::args()));
+    let result = match cli.command {
+        Some(Command::Crds) => crds::render_yaml().and_then(print_out),
+        Some(Command::Manifests(m)) => manifests::render(&manifests::Options {
+            namespace: m.namespace,
+            image: m.image,
+            cluster_wide: m.cluster_wide,
+            replicas: m.replicas,
+            with_crds: !m.no_crds,
+        })
+        .and_then(print_out),
+        Some(Command::Run(args)) => run(args),
+        None => run(cli.run),
+    };
+    if let Err(e) = result {
+        // One line, no backtrace: the chain joined with ": ".
+        eprintln!("error: {}", format!("{e:#}").replace('\n', " "));
+        std::process::exit(1);
+    }
+}
+
+/// Print to stdout; a closed pipe (`| head`) is not an error.
+fn print_out(s: String) -> anyhow::Result<()> {
+    use std::io::Write;
+    match std::io::stdout().lock().write_all(s.as_bytes()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
+        _ => Ok(()),
+    }
+}
+
+fn run(args: RunArgs) -> anyhow::Result<()> {
+    telemetry::init(args.log_format);
+    rustls::crypto::ring::default_provider()
+        .install_default()
+        .map_err(|_| anyhow::anyhow!("a rustls crypto provider was already installed"))?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    rt.block_on(async move {
+        let client = connect().await?;
+        if args.create_crd {
+            crds::install(client.clone(), Duration::from_secs(60)).await?;
+        }
+        let namespace = if args.cluster_wide {
+            None
+        } else {
+            Some(
+                args.namespace
+                    .clone()
+                    .unwrap_or_else(|| client.default_namespace().to_string()),
+            )
+        };
+        tracing::info!(
+            version = env!("CARGO_PKG_VERSION"),
+            scope = namespace.as_deref().unwrap_or("cluster-wide"),
+            "etcd-operator started"
+        );
+        controller::run(client, controller::Scope { namespace }, shutdown_signal()).await;
+        tracing::info!("etcd-operator stopped");
+        Ok(())
+    })
+}
+
+/// Build a client from in-cluster config or KUBECONFIG and prove the apiserver answers, so that
+/// a bad kubeconfig is one clear line rather than a retry loop.
+async fn connect() -> anyhow::Result<kube::Client> {
+    let where_ = std::env::var("KUBECONFIG")
+        .map(|k| format!("KUBECONFIG={k}"))
+        .unwrap_or_else(|_| "in-cluster or ~/.kube/config".into());
+    let config = kube::Config::infer()
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot load a Kubernetes client config ({where_}): {e}"))?;
+    let url = config.cluster_url.clone();
+    let client = kube::Client::try_from(config)
+        .map_err(|e| anyhow::anyhow!("cannot build a Kubernetes client for {url}: {e}"))?;
+    match tokio::time::timeout(Duration::from_secs(15), client.apiserver_version()).await {
+        Ok(Ok(v)) => {
+            tracing::info!(server = %url, version = %v.git_version, "connected to Kubernetes")
+        }
+        Ok(Err(e)) => anyhow::bail!("cannot reach the Kubernetes API at {url} ({where_}): {e}"),
+        Err(_) => anyhow::bail!("the Kubernetes API at {url} ({where_}) did not answer within 15s"),
+    }
+    Ok(client)
+}
+
+/// Resolves on SIGTERM or Ctrl-C.
+async fn shutdown_signal() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("SIGTERM handler");
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
+        _ = tokio::signal::ctrl_c() => tracing::info!("interrupt: shutting down"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn go_style_flags_are_accepted() {
+        let v = normalize_go_flags(
+            ["etcd-operator", "-cluster-wide", "-create-crd=false", "-h"]
+                .map(String::from)
+                .into_iter(),
+        );
+        assert_eq!(
+            v,
+            [
+                "etcd-operator",
+                "--cluster-wide",
+                "--create-crd=false",
+                "-h"
+            ]
+        );
+        let cli = Cli::parse_from(v.into_iter().take(3));
+        assert!(cli.run.cluster_wide);
+        assert!(!cli.run.create_crd);
+    }
+}

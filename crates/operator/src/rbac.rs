@@ -1,0 +1,137 @@
+//! The permissions this operator's code uses, in one table. The shipped Role/ClusterRole are
+//! generated from it and the start-up permission check reads it, so that what is granted,
+//! what is checked and what is used cannot drift apart silently.
+//!
+//! When code starts to call a new verb on a resource, add it here; `manifests` and the
+//! start-up check follow.
+
+/// Where a permission applies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scope {
+    /// In the namespace(s) the operator manages: a Role (or the ClusterRole in cluster-wide mode).
+    Namespaced,
+    /// Cluster-scoped objects: always a ClusterRole.
+    Cluster,
+}
+
+/// One rule: verbs on one resource of one API group.
+#[derive(Clone, Copy, Debug)]
+pub struct Permission {
+    pub group: &'static str,
+    pub resource: &'static str,
+    pub verbs: &'static [&'static str],
+    pub scope: Scope,
+    /// What the verbs are used for, printed with a missing-permission error.
+    pub why: &'static str,
+}
+
+const ETCD: &str = etcd_operator_api::GROUP;
+
+/// Every permission the operator needs.
+pub const PERMISSIONS: &[Permission] = &[
+    Permission {
+        group: ETCD,
+        resource: "etcdclusters",
+        verbs: &["get", "list", "watch", "create"],
+        scope: Scope::Namespaced,
+        why: "watch clusters; EtcdRestore creates one",
+    },
+    Permission {
+        group: ETCD,
+        resource: "etcdclusters/status",
+        verbs: &["patch"],
+        scope: Scope::Namespaced,
+        why: "report cluster status",
+    },
+    Permission {
+        group: ETCD,
+        resource: "etcdbackups",
+        verbs: &["get", "list", "watch"],
+        scope: Scope::Namespaced,
+        why: "watch backups",
+    },
+    Permission {
+        group: ETCD,
+        resource: "etcdbackups/status",
+        verbs: &["patch"],
+        scope: Scope::Namespaced,
+        why: "report backup status",
+    },
+    Permission {
+        group: ETCD,
+        resource: "etcdrestores",
+        verbs: &["get", "list", "watch"],
+        scope: Scope::Namespaced,
+        why: "watch restores",
+    },
+    Permission {
+        group: ETCD,
+        resource: "etcdrestores/status",
+        verbs: &["patch"],
+        scope: Scope::Namespaced,
+        why: "report restore status",
+    },
+    Permission {
+        group: "",
+        resource: "pods",
+        verbs: &["get", "list", "watch", "create", "delete", "patch"],
+        scope: Scope::Namespaced,
+        why: "run etcd members",
+    },
+    Permission {
+        group: "",
+        resource: "services",
+        verbs: &["get", "list", "watch", "create", "patch"],
+        scope: Scope::Namespaced,
+        why: "peer and client Services",
+    },
+    Permission {
+        group: "",
+        resource: "persistentvolumeclaims",
+        verbs: &["get", "list", "watch", "create", "delete"],
+        scope: Scope::Namespaced,
+        why: "member data volumes",
+    },
+    Permission {
+        group: "",
+        resource: "secrets",
+        verbs: &["get"],
+        scope: Scope::Namespaced,
+        why: "backup credentials and TLS",
+    },
+    Permission {
+        group: "events.k8s.io",
+        resource: "events",
+        verbs: &["create", "patch"],
+        scope: Scope::Namespaced,
+        why: "report every action as an Event",
+    },
+    Permission {
+        group: "coordination.k8s.io",
+        resource: "leases",
+        verbs: &["get", "create", "update"],
+        scope: Scope::Namespaced,
+        why: "leader election",
+    },
+    Permission {
+        group: "apiextensions.k8s.io",
+        resource: "customresourcedefinitions",
+        verbs: &["get", "list", "watch", "create", "patch"],
+        scope: Scope::Cluster,
+        why: "install the CRDs at start-up (--create-crd)",
+    },
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_wildcards_and_no_duplicates() {
+        let mut seen = std::collections::BTreeSet::new();
+        for p in PERMISSIONS {
+            assert!(!p.verbs.contains(&"*") && p.resource != "*", "{p:?}");
+            assert!(seen.insert((p.group, p.resource)), "duplicate {p:?}");
+        }
+    }
+}

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs the Debian/PyPI packages the local cluster and the build need.
+# Idempotent: does nothing when everything is present.
+set -euo pipefail
+source "$(dirname "$0")/common.sh"
+
+DEB_PKGS=(
+  golang-go rsync jq dpkg-dev            # building Kubernetes from Debian's source package
+  golang-github-modern-go-reflect2-dev   # reflect2 1.0.2: the vendored one crashes with Go >= 1.18
+  etcd-server etcd-client                # backing etcd for the apiserver; etcd 3.4.23 image
+  containerd runc containernetworking-plugins
+  iptables conntrack dnsmasq-base iproute2 procps psmisc
+  protobuf-compiler                      # etcd-client crate build
+  openssl curl ca-certificates
+  python3-venv unzip
+)
+
+missing=()
+for p in "${DEB_PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  log "installing Debian packages: ${missing[*]}"
+  ensure_deb_src
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  # Debian starts containerd/etcd services on install; the local cluster runs its own instances.
+  for svc in containerd etcd; do
+    systemctl disable --now "$svc" >/dev/null 2>&1 || true
+    pkill -x "$svc" 2>/dev/null || true
+  done
+fi
