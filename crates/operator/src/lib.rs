@@ -4,8 +4,13 @@
 pub mod controller;
 pub mod crds;
 pub mod manifests;
+pub mod naming;
+pub mod observed;
+pub mod planner;
 pub mod rbac;
 pub mod telemetry;
+pub mod validation;
+pub mod version;
 
 /// The name this operator writes as field manager, Event reporter and Lease holder prefix.
 pub const OPERATOR_NAME: &str = "etcd-operator";

@@ -1,0 +1,92 @@
+//! Names and URLs of the objects that make up one etcd cluster. Everything that must agree
+//! between the planner, the pod builder and the observer is derived here, from the names alone.
+
+pub const CLIENT_PORT: i32 = 2379;
+pub const PEER_PORT: i32 = 2380;
+/// Label every etcd pod carries (CoreOS: `app=etcd`).
+pub const APP_LABEL: (&str, &str) = ("app", "etcd");
+/// Label naming the owning cluster (CoreOS: `etcd_cluster=<name>`).
+pub const CLUSTER_LABEL: &str = "etcd_cluster";
+/// Pod annotation with the etcd version the pod runs (CoreOS: `etcd.version`).
+pub const VERSION_ANNOTATION: &str = "etcd.version";
+/// Pod annotation set on pods created by the initial bootstrap.
+pub const BOOTSTRAP_ANNOTATION: &str = "etcd.database.coreos.com/bootstrap";
+/// Longest EtcdCluster name: `<name>-client` must be a 63-character DNS label.
+pub const MAX_CLUSTER_NAME: usize = 63 - "-client".len();
+/// Length of the random member suffix.
+pub const SUFFIX_LEN: usize = 5;
+
+/// Name of the client Service.
+pub fn client_service(cluster: &str) -> String {
+    format!("{cluster}-client")
+}
+
+/// Name of a new member (and its pod): `<cluster>-<suffix>`.
+pub fn member_name(cluster: &str, suffix: &str) -> String {
+    format!("{cluster}-{suffix}")
+}
+
+/// Name of a member's PersistentVolumeClaim.
+pub fn pvc_name(member: &str) -> String {
+    format!("{member}-data")
+}
+
+/// DNS name of a member through the headless peer Service (which is named after the cluster):
+/// `<member>.<cluster>.<ns>.svc[.<domain>]`.
+pub fn member_host(member: &str, cluster: &str, namespace: &str, cluster_domain: &str) -> String {
+    let d = cluster_domain.trim_matches('.');
+    if d.is_empty() {
+        format!("{member}.{cluster}.{namespace}.svc")
+    } else {
+        format!("{member}.{cluster}.{namespace}.svc.{d}")
+    }
+}
+
+pub fn peer_url(host: &str) -> String {
+    format!("http://{host}:{PEER_PORT}")
+}
+
+pub fn client_url(host: &str) -> String {
+    format!("http://{host}:{CLIENT_PORT}")
+}
+
+/// The member (pod) name a peer URL points at: the first label of its host. This is how the
+/// planner matches etcd members, even unstarted ones that have no name yet, to pods.
+pub fn member_of_peer_url(url: &str) -> Option<String> {
+    let rest = url.split_once("://")?.1;
+    let host = rest.split([':', '/']).next()?;
+    if host.is_empty() || host.starts_with('[') || host.parse::<std::net::IpAddr>().is_ok() {
+        return None;
+    }
+    host.split('.').next().map(str::to_string)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_round_trip_to_member_names() {
+        let h = member_host("ex-abcde", "ex", "ns", "");
+        assert_eq!(h, "ex-abcde.ex.ns.svc");
+        assert_eq!(
+            member_of_peer_url(&peer_url(&h)).as_deref(),
+            Some("ex-abcde")
+        );
+        let h = member_host("ex-abcde", "ex", "ns", ".cluster.local");
+        assert_eq!(h, "ex-abcde.ex.ns.svc.cluster.local");
+        assert_eq!(
+            member_of_peer_url("https://m1.c.ns.svc:2380").as_deref(),
+            Some("m1")
+        );
+        assert_eq!(member_of_peer_url("http://10.0.0.1:2380"), None);
+        assert_eq!(member_of_peer_url("garbage"), None);
+    }
+
+    #[test]
+    fn longest_name_fits_a_dns_label() {
+        let name = "a".repeat(MAX_CLUSTER_NAME);
+        assert_eq!(client_service(&name).len(), 63);
+        assert!(member_name(&name, "abcde").len() <= 63);
+    }
+}

@@ -1,0 +1,158 @@
+//! The plain snapshot the planner decides from: what Kubernetes and etcd said during one
+//! reconcile. Built by `observe`, read by `planner` and `status`; nothing here does I/O.
+
+use std::collections::BTreeMap;
+
+use crate::validation::Desired;
+
+/// Everything known about one EtcdCluster at one moment.
+#[derive(Clone, Debug)]
+pub struct Observed {
+    pub name: String,
+    pub namespace: String,
+    /// The validated spec, or why it was refused.
+    pub desired: Result<Desired, Vec<String>>,
+    pub paused: bool,
+    /// Both the peer (headless) and the client Service exist.
+    pub services_ready: bool,
+    /// Member pods of this cluster, by pod name.
+    pub pods: BTreeMap<String, PodState>,
+    /// Names of this cluster's PersistentVolumeClaims.
+    pub pvcs: Vec<String>,
+    /// What etcd said; `None` when no member answered.
+    pub etcd: Option<EtcdState>,
+    /// Why etcd could not be reached, when it could not.
+    pub etcd_error: Option<String>,
+    /// The cluster once ran (status has a cluster ID): an empty pod list then means data loss,
+    /// not a new cluster.
+    pub ever_bootstrapped: bool,
+    /// Version recorded in status (what the whole cluster ran last time it agreed).
+    pub recorded_version: Option<String>,
+    /// A fresh random suffix the planner may use to name a new member (keeps planning pure).
+    pub new_member_suffix: String,
+}
+
+impl Default for Observed {
+    fn default() -> Self {
+        Observed {
+            name: String::new(),
+            namespace: String::new(),
+            desired: Err(vec!["not observed".into()]),
+            paused: false,
+            services_ready: false,
+            pods: BTreeMap::new(),
+            pvcs: vec![],
+            etcd: None,
+            etcd_error: None,
+            ever_bootstrapped: false,
+            recorded_version: None,
+            new_member_suffix: String::new(),
+        }
+    }
+}
+
+/// Kubernetes' view of one member pod.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PodState {
+    pub name: String,
+    pub ip: Option<String>,
+    /// Pod phase: Pending, Running, Succeeded, Failed, Unknown.
+    pub phase: String,
+    /// The Ready condition is True.
+    pub ready: bool,
+    /// deletionTimestamp is set.
+    pub deleting: bool,
+    /// Version from the `etcd.version` annotation.
+    pub version: String,
+    /// Image of the etcd container as specified.
+    pub image: String,
+    /// Why the etcd container (or the init container) is not running, when Kubernetes says:
+    /// e.g. `ImagePullBackOff`, `CrashLoopBackOff`, with its message.
+    pub problem: Option<(String, String)>,
+    pub restarts: i32,
+    /// Seconds since the pod was created.
+    pub age_secs: i64,
+    /// Created by the initial bootstrap (all members at once).
+    pub bootstrap: bool,
+    /// Data lives on a PVC (survives the pod).
+    pub uses_pvc: bool,
+}
+
+impl PodState {
+    /// The pod is gone for good as far as etcd is concerned (its process cannot come back).
+    pub fn is_dead(&self) -> bool {
+        self.phase == "Failed" || self.phase == "Succeeded"
+    }
+}
+
+/// etcd's view of the cluster.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct EtcdState {
+    pub cluster_id: u64,
+    /// Member ID of the leader, if a healthy member reported one.
+    pub leader: Option<u64>,
+    pub members: Vec<MemberState>,
+}
+
+/// One etcd member as the member list and its own status call describe it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct MemberState {
+    pub id: u64,
+    /// etcd's member name; empty until the member has started once.
+    pub name: String,
+    /// The pod this member belongs to, derived from its peer URL.
+    pub pod: String,
+    pub peer_urls: Vec<String>,
+    pub is_learner: bool,
+    /// The member's own Status answer; `None` if it did not answer.
+    pub status: Option<MemberStatus>,
+}
+
+/// What a member said about itself.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct MemberStatus {
+    pub version: String,
+    pub raft_index: u64,
+    pub raft_applied_index: u64,
+    pub raft_term: u64,
+    pub leader: u64,
+    pub db_size: i64,
+    pub errors: Vec<String>,
+}
+
+impl MemberState {
+    /// Answered its status call, sees a leader and reports no errors.
+    pub fn is_healthy(&self) -> bool {
+        self.status
+            .as_ref()
+            .is_some_and(|s| s.leader != 0 && s.errors.is_empty())
+    }
+
+    pub fn started(&self) -> bool {
+        !self.name.is_empty()
+    }
+}
+
+impl EtcdState {
+    pub fn voters(&self) -> impl Iterator<Item = &MemberState> {
+        self.members.iter().filter(|m| !m.is_learner)
+    }
+
+    pub fn learners(&self) -> impl Iterator<Item = &MemberState> {
+        self.members.iter().filter(|m| m.is_learner)
+    }
+
+    pub fn member_for_pod(&self, pod: &str) -> Option<&MemberState> {
+        self.members.iter().find(|m| m.pod == pod)
+    }
+
+    pub fn leader_member(&self) -> Option<&MemberState> {
+        self.leader
+            .and_then(|id| self.members.iter().find(|m| m.id == id))
+    }
+
+    /// Votes needed for a decision with `voters` voting members.
+    pub fn quorum_of(voters: usize) -> usize {
+        voters / 2 + 1
+    }
+}

@@ -1,0 +1,177 @@
+//! The planner: a pure function from what was observed to the next single safe step.
+//!
+//! It holds the domain rules of running etcd:
+//! - never act without a quorum of healthy voting members (nothing here recovers from quorum
+//!   loss on its own; that takes the user's explicit EtcdRestore);
+//! - one membership change at a time, and only once the previous one is healthy;
+//! - scale up by adding a *learner* and promoting it when it has caught up;
+//! - scale down one member at a time, never the leader while another member can go;
+//! - never remove the last copy of data: an empty pod list for a cluster that once ran is
+//!   reported, not re-bootstrapped;
+//! - a failing member (image pull, crash loop) is surfaced and nothing else is touched.
+//!
+//! Steps that need a quorum check compute it against the membership *after* the step.
+
+mod membership;
+#[cfg(test)]
+mod tests;
+
+use crate::observed::{EtcdState, Observed};
+use crate::validation::Desired;
+use crate::version::Version;
+
+/// The one thing to do next.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Step {
+    /// Nothing to change now; the reason says what the cluster is waiting for.
+    Wait(Wait),
+    /// Create (or fix) the headless peer Service and the client Service.
+    CreateServices,
+    /// Start a brand-new cluster: every member at once with one static `--initial-cluster`.
+    Bootstrap(Vec<NewMember>),
+    /// Register a learner with etcd, then create its pod.
+    AddLearner(NewMember),
+    /// Create the pod of a member etcd already knows (a learner that never started, or a
+    /// PVC-backed member restarting on its volume).
+    CreatePod(NewMember),
+    /// Make a caught-up learner a voting member.
+    Promote { id: u64, pod: String },
+    /// Remove a member from etcd, then delete its pod and volume.
+    RemoveMember { id: u64, pod: String, why: String },
+    /// Delete a pod that belongs to no member (or whose member must restart on its PVC).
+    DeletePod { pod: String, why: String },
+}
+
+/// A member to create.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NewMember {
+    /// Member and pod name.
+    pub name: String,
+    /// `name=peerURL` pairs for `--initial-cluster`, this member included.
+    pub initial_cluster: Vec<(String, String)>,
+    /// `--initial-cluster-state existing` (joining) rather than `new` (bootstrap).
+    pub existing: bool,
+    pub version: Version,
+    /// Keep data on a PersistentVolumeClaim.
+    pub pvc: bool,
+    /// Part of the initial bootstrap.
+    pub bootstrap: bool,
+}
+
+/// Why nothing is done now.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Wait {
+    pub reason: WaitReason,
+    pub message: String,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WaitReason {
+    /// Everything matches the spec.
+    Stable,
+    InvalidSpec,
+    Paused,
+    /// The bootstrap pods are starting.
+    Bootstrapping,
+    /// Fewer healthy voters than a quorum: nothing destructive is done.
+    NoQuorum,
+    /// Every member is gone after the cluster ran: data would be lost by re-creating it.
+    DataLost,
+    /// A member is starting or restarting; the next change waits for it.
+    MemberStarting,
+    /// A member pod cannot run (image pull, crash loop, ...).
+    MemberFailing,
+    LearnerCatchingUp,
+    PodTerminating,
+    /// The change would leave fewer healthy voters than a quorum.
+    WouldLoseQuorum,
+}
+
+impl WaitReason {
+    /// CamelCase reason for conditions and Events.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WaitReason::Stable => "Stable",
+            WaitReason::InvalidSpec => "InvalidSpec",
+            WaitReason::Paused => "Paused",
+            WaitReason::Bootstrapping => "Bootstrapping",
+            WaitReason::NoQuorum => "NoQuorum",
+            WaitReason::DataLost => "DataLost",
+            WaitReason::MemberStarting => "MemberStarting",
+            WaitReason::MemberFailing => "MemberFailing",
+            WaitReason::LearnerCatchingUp => "LearnerCatchingUp",
+            WaitReason::PodTerminating => "PodTerminating",
+            WaitReason::WouldLoseQuorum => "WouldLoseQuorum",
+        }
+    }
+
+    /// A state the user must act on (reported as a warning Event when it starts).
+    pub fn needs_attention(self) -> bool {
+        matches!(
+            self,
+            WaitReason::InvalidSpec
+                | WaitReason::NoQuorum
+                | WaitReason::DataLost
+                | WaitReason::MemberFailing
+                | WaitReason::WouldLoseQuorum
+        )
+    }
+}
+
+pub(crate) fn wait(reason: WaitReason, message: impl Into<String>) -> Step {
+    Step::Wait(Wait {
+        reason,
+        message: message.into(),
+    })
+}
+
+/// Decide the next step for one cluster.
+pub fn plan(o: &Observed) -> Step {
+    let d = match &o.desired {
+        Err(errs) => {
+            return wait(
+                WaitReason::InvalidSpec,
+                format!("spec refused, nothing was changed: {}", errs.join("; ")),
+            );
+        }
+        Ok(d) => d,
+    };
+    if o.paused {
+        return wait(
+            WaitReason::Paused,
+            "spec.paused is true: the operator makes no change to this cluster",
+        );
+    }
+    if !o.services_ready {
+        return Step::CreateServices;
+    }
+    match &o.etcd {
+        None => membership::without_etcd(o, d),
+        Some(etcd) => membership::with_etcd(o, d, etcd),
+    }
+}
+
+/// Version for members created now. Scaling never changes versions: a new member runs the
+/// lowest version any pod runs (etcd refuses a member older than the cluster version, and the
+/// lowest pod version is never older). A brand-new cluster starts at the desired version.
+pub(crate) fn version_for_new_member(o: &Observed, d: &Desired) -> Version {
+    o.pods
+        .values()
+        .filter_map(|p| Version::parse(&p.version).ok())
+        .min()
+        .unwrap_or_else(|| d.version.clone())
+}
+
+/// `name=peerURL` pairs of the current membership, named after their pods.
+pub(crate) fn initial_cluster_of(etcd: &EtcdState) -> Vec<(String, String)> {
+    etcd.members
+        .iter()
+        .flat_map(|m| m.peer_urls.iter().map(|u| (m.pod.clone(), u.clone())))
+        .collect()
+}
+
+/// `name=peerURL` for a member about to be created.
+pub(crate) fn peer_of(o: &Observed, d: &Desired, member: &str) -> (String, String) {
+    let host = crate::naming::member_host(member, &o.name, &o.namespace, &d.pod.cluster_domain);
+    (member.to_string(), crate::naming::peer_url(&host))
+}

@@ -1,0 +1,493 @@
+//! One table row per situation an etcd operator meets. Each builds an `Observed` with the
+//! fixture helpers below and names the one step the planner must choose.
+
+use super::*;
+use crate::observed::{MemberState, MemberStatus, PodState};
+use crate::validation::validate;
+use etcd_operator_api::EtcdClusterSpec;
+
+const NS: &str = "ns";
+const NAME: &str = "ex";
+
+fn desired(size: i32) -> Result<Desired, Vec<String>> {
+    validate(
+        NAME,
+        &EtcdClusterSpec {
+            size,
+            version: "3.5.1".into(),
+            ..Default::default()
+        },
+    )
+}
+
+fn pod(name: &str) -> PodState {
+    PodState {
+        name: name.into(),
+        ip: Some("10.244.0.9".into()),
+        phase: "Running".into(),
+        ready: true,
+        version: "3.5.1".into(),
+        image: "quay.io/coreos/etcd:v3.5.1".into(),
+        age_secs: 600,
+        ..Default::default()
+    }
+}
+
+fn member(id: u64, name: &str, leader: u64, raft_index: u64) -> MemberState {
+    MemberState {
+        id,
+        name: name.into(),
+        pod: name.into(),
+        peer_urls: vec![format!("http://{name}.{NAME}.{NS}.svc:2380")],
+        is_learner: false,
+        status: Some(MemberStatus {
+            version: "3.5.1".into(),
+            leader,
+            raft_index,
+            ..Default::default()
+        }),
+    }
+}
+
+/// A cluster of `n` healthy voters `ex-m1..`, `ex-m1` (id 1) leading, spec size `size`.
+fn running(n: u64, size: i32) -> Observed {
+    let mut o = Observed {
+        name: NAME.into(),
+        namespace: NS.into(),
+        desired: desired(size),
+        services_ready: true,
+        ever_bootstrapped: true,
+        new_member_suffix: "zzzzz".into(),
+        ..Default::default()
+    };
+    let mut etcd = EtcdState {
+        cluster_id: 42,
+        leader: Some(1),
+        members: vec![],
+    };
+    for i in 1..=n {
+        let name = format!("ex-m{i}");
+        o.pods.insert(name.clone(), pod(&name));
+        etcd.members.push(member(i, &name, 1, 1000));
+    }
+    o.etcd = Some(etcd);
+    o
+}
+
+fn etcd(o: &mut Observed) -> &mut EtcdState {
+    o.etcd.as_mut().unwrap()
+}
+
+fn m(o: &mut Observed, id: u64) -> &mut MemberState {
+    etcd(o).members.iter_mut().find(|m| m.id == id).unwrap()
+}
+
+fn unhealthy(o: &mut Observed, id: u64) {
+    m(o, id).status = None;
+}
+
+fn add_learner(o: &mut Observed, id: u64, name: &str, raft_index: u64) {
+    let mut l = member(id, name, 1, raft_index);
+    l.is_learner = true;
+    etcd(o).members.push(l);
+    o.pods.insert(name.into(), pod(name));
+}
+
+fn wait_reason(s: &Step) -> WaitReason {
+    match s {
+        Step::Wait(w) => w.reason,
+        other => panic!("expected a Wait, got {other:?}"),
+    }
+}
+
+// ---- spec, pause, services -------------------------------------------------------------
+
+#[test]
+fn invalid_spec_changes_nothing_and_says_why() {
+    let mut o = running(3, 3);
+    o.desired = validate(
+        NAME,
+        &EtcdClusterSpec {
+            size: 3,
+            version: "3.2.13".into(),
+            ..Default::default()
+        },
+    );
+    o.pods.clear(); // even a dead cluster is left alone while the spec is invalid
+    let s = plan(&o);
+    assert_eq!(wait_reason(&s), WaitReason::InvalidSpec);
+    let Step::Wait(w) = s else { unreachable!() };
+    assert!(
+        w.message.contains("3.2.13") && w.message.contains("3.4.x"),
+        "{}",
+        w.message
+    );
+}
+
+#[test]
+fn paused_cluster_is_not_healed() {
+    let mut o = running(3, 3);
+    o.pods.remove("ex-m2");
+    o.paused = true;
+    assert_eq!(wait_reason(&plan(&o)), WaitReason::Paused);
+}
+
+#[test]
+fn missing_services_are_created_first() {
+    let mut o = running(3, 3);
+    o.services_ready = false;
+    assert_eq!(plan(&o), Step::CreateServices);
+}
+
+// ---- bootstrap ---------------------------------------------------------------------------
+
+fn fresh(size: i32) -> Observed {
+    Observed {
+        name: NAME.into(),
+        namespace: NS.into(),
+        desired: desired(size),
+        services_ready: true,
+        new_member_suffix: "abcde".into(),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn new_cluster_bootstraps_all_members_with_one_static_initial_cluster() {
+    let Step::Bootstrap(ms) = plan(&fresh(3)) else {
+        panic!("expected Bootstrap")
+    };
+    let names: Vec<_> = ms.iter().map(|m| m.name.as_str()).collect();
+    assert_eq!(names, ["ex-abcd0", "ex-abcd1", "ex-abcd2"]);
+    for m in &ms {
+        assert!(!m.existing && m.bootstrap && !m.pvc);
+        assert_eq!(m.initial_cluster.len(), 3);
+        assert_eq!(
+            m.initial_cluster[0],
+            (
+                "ex-abcd0".to_string(),
+                "http://ex-abcd0.ex.ns.svc:2380".to_string()
+            )
+        );
+        assert_eq!(m.version.to_string(), "3.5.1");
+    }
+}
+
+#[test]
+fn bootstrap_pods_starting_are_waited_for() {
+    let mut o = fresh(3);
+    for n in ["ex-abcd0", "ex-abcd1", "ex-abcd2"] {
+        o.pods.insert(
+            n.into(),
+            PodState {
+                bootstrap: true,
+                age_secs: 2,
+                ..pod(n)
+            },
+        );
+    }
+    assert_eq!(wait_reason(&plan(&o)), WaitReason::Bootstrapping);
+}
+
+#[test]
+fn a_dead_bootstrap_pod_of_a_cluster_that_never_formed_is_cleared() {
+    let mut o = fresh(1);
+    o.pods.insert(
+        "ex-abcd0".into(),
+        PodState {
+            bootstrap: true,
+            phase: "Failed".into(),
+            ..pod("ex-abcd0")
+        },
+    );
+    assert!(matches!(plan(&o), Step::DeletePod { pod, .. } if pod == "ex-abcd0"));
+}
+
+#[test]
+fn all_pods_gone_after_the_cluster_ran_is_data_loss_not_a_new_cluster() {
+    let mut o = running(3, 3);
+    o.pods.clear();
+    o.etcd = None;
+    assert_eq!(wait_reason(&plan(&o)), WaitReason::DataLost);
+}
+
+#[test]
+fn unreachable_etcd_with_pods_is_reported_without_action() {
+    let mut o = running(3, 3);
+    o.etcd = None;
+    o.etcd_error = Some("connection refused".into());
+    assert_eq!(wait_reason(&plan(&o)), WaitReason::NoQuorum);
+}
+
+// ---- steady state and quorum ---------------------------------------------------------------
+
+#[test]
+fn healthy_cluster_of_the_right_size_is_stable() {
+    assert_eq!(wait_reason(&plan(&running(3, 3))), WaitReason::Stable);
+}
+
+#[test]
+fn no_quorum_means_no_action_even_with_dead_members() {
+    let mut o = running(3, 3);
+    unhealthy(&mut o, 2);
+    unhealthy(&mut o, 3);
+    o.pods.remove("ex-m3");
+    assert_eq!(wait_reason(&plan(&o)), WaitReason::NoQuorum);
+}
+
+#[test]
+fn a_voter_on_a_terminating_pod_does_not_count_as_healthy() {
+    let mut o = running(3, 3);
+    o.pods.get_mut("ex-m2").unwrap().deleting = true;
+    o.pods.get_mut("ex-m3").unwrap().deleting = true;
+    assert_eq!(wait_reason(&plan(&o)), WaitReason::NoQuorum);
+}
+
+// ---- scale up with learners -------------------------------------------------------------------
+
+#[test]
+fn scale_up_adds_one_learner_that_joins_the_existing_cluster() {
+    let Step::AddLearner(n) = plan(&running(3, 5)) else {
+        panic!("expected AddLearner")
+    };
+    assert_eq!(n.name, "ex-zzzzz");
+    assert!(n.existing && !n.bootstrap);
+    assert_eq!(n.initial_cluster.len(), 4);
+    assert_eq!(n.initial_cluster[3].1, "http://ex-zzzzz.ex.ns.svc:2380");
+}
+
+#[test]
+fn new_members_run_the_version_the_pods_run_not_the_spec() {
+    let mut o = running(3, 4);
+    o.desired = validate(
+        NAME,
+        &EtcdClusterSpec {
+            size: 4,
+            version: "3.5.1".into(),
+            ..Default::default()
+        },
+    );
+    o.pods.get_mut("ex-m1").unwrap().version = "3.5.0".into();
+    let Step::AddLearner(n) = plan(&o) else {
+        panic!()
+    };
+    assert_eq!(n.version.to_string(), "3.5.0");
+}
+
+#[test]
+fn a_lagging_learner_is_waited_for() {
+    let mut o = running(3, 4);
+    add_learner(&mut o, 9, "ex-l", 10);
+    assert_eq!(wait_reason(&plan(&o)), WaitReason::LearnerCatchingUp);
+}
+
+#[test]
+fn a_caught_up_learner_is_promoted() {
+    let mut o = running(3, 4);
+    add_learner(&mut o, 9, "ex-l", 995);
+    assert_eq!(
+        plan(&o),
+        Step::Promote {
+            id: 9,
+            pod: "ex-l".into()
+        }
+    );
+}
+
+#[test]
+fn only_one_learner_at_a_time() {
+    let mut o = running(3, 5);
+    add_learner(&mut o, 9, "ex-l", 10);
+    assert!(!matches!(plan(&o), Step::AddLearner(_)));
+}
+
+#[test]
+fn a_learner_registered_before_a_crash_gets_its_pod() {
+    let mut o = running(3, 4);
+    add_learner(&mut o, 9, "ex-l", 0);
+    o.pods.remove("ex-l");
+    m(&mut o, 9).name.clear(); // never started
+    m(&mut o, 9).status = None;
+    let Step::CreatePod(n) = plan(&o) else {
+        panic!("expected CreatePod")
+    };
+    assert_eq!(n.name, "ex-l");
+    assert!(n.existing);
+}
+
+#[test]
+fn scale_down_removes_a_pending_learner_first() {
+    let mut o = running(3, 3);
+    add_learner(&mut o, 9, "ex-l", 10);
+    assert!(matches!(plan(&o), Step::RemoveMember { id: 9, .. }));
+}
+
+#[test]
+fn a_learner_that_cannot_pull_its_image_is_dropped_once_the_spec_changed() {
+    let mut o = running(3, 4);
+    add_learner(&mut o, 9, "ex-l", 0);
+    let p = o.pods.get_mut("ex-l").unwrap();
+    p.image = "quay.io/coreos/etcd:v3.5.99".into();
+    p.problem = Some(("ImagePullBackOff".into(), "not found".into()));
+    assert!(matches!(plan(&o), Step::RemoveMember { id: 9, .. }));
+}
+
+#[test]
+fn the_next_member_waits_for_the_previous_one_to_be_healthy() {
+    let mut o = running(4, 5);
+    unhealthy(&mut o, 4);
+    assert_eq!(wait_reason(&plan(&o)), WaitReason::MemberStarting);
+}
+
+// ---- scale down -----------------------------------------------------------------------------------
+
+#[test]
+fn scale_down_removes_one_non_leader() {
+    assert_eq!(
+        plan(&running(5, 3)),
+        Step::RemoveMember {
+            id: 5,
+            pod: "ex-m5".into(),
+            why: "scaling down to 4 members".into()
+        }
+    );
+}
+
+#[test]
+fn scale_down_never_picks_the_leader() {
+    let mut o = running(5, 3);
+    etcd(&mut o).leader = Some(5);
+    assert!(matches!(plan(&o), Step::RemoveMember { id: 4, .. }));
+}
+
+#[test]
+fn scale_down_to_one() {
+    assert!(matches!(
+        plan(&running(2, 1)),
+        Step::RemoveMember { id: 2, .. }
+    ));
+}
+
+// ---- healing ----------------------------------------------------------------------------------------
+
+#[test]
+fn a_member_whose_pod_is_gone_is_removed_then_replaced() {
+    let mut o = running(3, 3);
+    o.pods.remove("ex-m2");
+    assert!(matches!(plan(&o), Step::RemoveMember { id: 2, .. }));
+    etcd(&mut o).members.retain(|m| m.id != 2);
+    assert!(matches!(plan(&o), Step::AddLearner(_)));
+}
+
+#[test]
+fn a_failed_pod_is_replaced_like_a_missing_one() {
+    let mut o = running(3, 3);
+    o.pods.get_mut("ex-m3").unwrap().phase = "Failed".into();
+    assert!(matches!(plan(&o), Step::RemoveMember { id: 3, .. }));
+}
+
+#[test]
+fn a_pvc_member_restarts_on_its_volume_keeping_its_identity() {
+    let mut o = running(3, 3);
+    o.pods.remove("ex-m2");
+    o.pvcs.push("ex-m2-data".into());
+    let Step::CreatePod(n) = plan(&o) else {
+        panic!("expected CreatePod")
+    };
+    assert_eq!(n.name, "ex-m2");
+    assert!(n.existing && n.pvc);
+}
+
+#[test]
+fn a_terminating_member_pod_is_waited_for() {
+    let mut o = running(3, 3);
+    o.pods.get_mut("ex-m2").unwrap().deleting = true;
+    assert_eq!(wait_reason(&plan(&o)), WaitReason::PodTerminating);
+}
+
+#[test]
+fn a_crash_looping_member_is_surfaced_and_nothing_else_is_touched() {
+    let mut o = running(3, 5);
+    o.pods.get_mut("ex-m3").unwrap().problem =
+        Some(("CrashLoopBackOff".into(), "back-off 40s".into()));
+    o.pods.remove("ex-m2");
+    let s = plan(&o);
+    assert_eq!(wait_reason(&s), WaitReason::MemberFailing);
+    let Step::Wait(w) = s else { unreachable!() };
+    assert!(w.message.contains("ex-m3") && w.message.contains("CrashLoopBackOff"));
+}
+
+#[test]
+fn an_old_pod_of_no_member_is_deleted_a_young_one_is_not() {
+    let mut o = running(3, 3);
+    o.pods.insert(
+        "ex-stray".into(),
+        PodState {
+            age_secs: 5,
+            ..pod("ex-stray")
+        },
+    );
+    assert_eq!(wait_reason(&plan(&o)), WaitReason::Stable);
+    o.pods.get_mut("ex-stray").unwrap().age_secs = 120;
+    assert!(matches!(plan(&o), Step::DeletePod { pod, .. } if pod == "ex-stray"));
+}
+
+// ---- invariants over many states ----------------------------------------------------------------------
+
+/// Every combination of up to 5 voters, each healthy / unhealthy / pod gone / pod failed, any
+/// leader, sizes 1..=5: the planner never removes a member when that leaves less than a quorum
+/// of healthy voters, never removes the leader, and never acts at all without a quorum.
+#[test]
+fn quorum_and_leader_invariants_hold_in_every_state() {
+    let mut checked = 0;
+    for n in 1..=5u64 {
+        for states in 0..4u32.pow(n as u32) {
+            for leader in 1..=n {
+                for size in 1..=5 {
+                    let mut o = running(n, size);
+                    etcd(&mut o).leader = Some(leader);
+                    let mut s = states;
+                    for id in 1..=n {
+                        match s % 4 {
+                            1 => unhealthy(&mut o, id),
+                            2 => {
+                                unhealthy(&mut o, id);
+                                o.pods.remove(&format!("ex-m{id}"));
+                            }
+                            3 => {
+                                unhealthy(&mut o, id);
+                                o.pods.get_mut(&format!("ex-m{id}")).unwrap().phase =
+                                    "Failed".into();
+                            }
+                            _ => {}
+                        }
+                        s /= 4;
+                    }
+                    let e = o.etcd.clone().unwrap();
+                    let healthy = e.members.iter().filter(|m| m.is_healthy()).count();
+                    let step = plan(&o);
+                    if healthy < EtcdState::quorum_of(n as usize) {
+                        assert!(
+                            matches!(step, Step::Wait(_)),
+                            "acted without quorum: {step:?}"
+                        );
+                    }
+                    if let Step::RemoveMember { id, .. } = step {
+                        let victim = e.members.iter().find(|m| m.id == id).unwrap();
+                        let after = healthy - usize::from(victim.is_healthy());
+                        assert!(
+                            after >= EtcdState::quorum_of(n as usize - 1),
+                            "removal {id} loses quorum"
+                        );
+                        assert!(
+                            !(id == leader && victim.is_healthy()),
+                            "removed the healthy leader"
+                        );
+                    }
+                    checked += 1;
+                }
+            }
+        }
+    }
+    assert!(checked > 10_000);
+}
