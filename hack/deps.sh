@@ -10,7 +10,7 @@ DEB_PKGS=(
   etcd-server etcd-client                # backing etcd for the apiserver; etcd 3.4.23 image
   containerd runc containernetworking-plugins
   iptables conntrack dnsmasq-base iproute2 procps psmisc
-  protobuf-compiler                      # etcd-client crate build
+  protobuf-compiler libprotobuf-dev      # etcd-client crate build (protoc + well-known .proto files)
   openssl curl ca-certificates
   python3-venv unzip
 )
@@ -25,8 +25,10 @@ if ((${#missing[@]})); then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
   # Debian starts containerd/etcd services on install; the local cluster runs its own instances.
+  # Stop only the packaged service instances: a broad `pkill -x etcd/containerd` also killed the
+  # running local cluster's backing etcd and containerd (and would kill every etcd pod).
   for svc in containerd etcd; do
     systemctl disable --now "$svc" >/dev/null 2>&1 || true
-    pkill -x "$svc" 2>/dev/null || true
+    if [ -x "/etc/init.d/$svc" ]; then "/etc/init.d/$svc" stop >/dev/null 2>&1 || true; fi
   done
 fi

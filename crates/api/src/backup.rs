@@ -43,11 +43,7 @@ pub struct EtcdBackupSpec {
     #[serde(flatten)]
     pub source: BackupSource,
     /// Secret with `etcd-client.crt`, `etcd-client.key`, `etcd-client-ca.crt`.
-    #[serde(
-        default,
-        rename = "clientTLSSecret",
-        skip_serializing_if = "String::is_empty"
-    )]
+    #[serde(default, rename = "clientTLSSecret", skip_serializing_if = "String::is_empty")]
     pub client_tls_secret: String,
 }
 

@@ -3,8 +3,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    Affinity, EnvVar, PersistentVolumeClaimSpec, PodSecurityContext, ResourceRequirements,
-    Toleration,
+    Affinity, EnvVar, PersistentVolumeClaimSpec, PodSecurityContext, ResourceRequirements, Toleration,
 };
 use kube::CustomResource;
 use schemars::JsonSchema;
@@ -93,18 +92,10 @@ pub struct PodPolicy {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub security_context: Option<PodSecurityContext>,
     /// How long a new member waits for its own DNS name before failing; 0 means forever.
-    #[serde(
-        default,
-        rename = "DNSTimeoutInSecond",
-        skip_serializing_if = "is_zero"
-    )]
+    #[serde(default, rename = "DNSTimeoutInSecond", skip_serializing_if = "is_zero")]
     pub dns_timeout_in_second: i64,
     /// Cluster domain for member URLs, e.g. `cluster.local`. Empty: names end at `.svc`.
-    #[serde(
-        default,
-        rename = "ClusterDomain",
-        skip_serializing_if = "String::is_empty"
-    )]
+    #[serde(default, rename = "ClusterDomain", skip_serializing_if = "String::is_empty")]
     pub cluster_domain: String,
 }
 
@@ -248,16 +239,7 @@ pod:
         assert_eq!(pod.cluster_domain, "cluster.local");
         assert_eq!(pod.dns_timeout_in_second, 60);
         assert!(pod.anti_affinity);
-        assert_eq!(
-            spec.tls
-                .as_ref()
-                .unwrap()
-                .r#static
-                .as_ref()
-                .unwrap()
-                .operator_secret,
-            "o"
-        );
+        assert_eq!(spec.tls.as_ref().unwrap().r#static.as_ref().unwrap().operator_secret, "o");
         // Round trip keeps the CoreOS spelling.
         let back = serde_json::to_value(&spec).unwrap();
         assert!(back["pod"].get("ClusterDomain").is_some());

@@ -41,11 +41,8 @@ pub fn upsert(conditions: &mut Vec<Condition>, mut new: Condition, now: &str) {
             if old.status == new.status && old.reason == new.reason && old.message == new.message {
                 return;
             }
-            new.last_transition_time = if old.status == new.status {
-                old.last_transition_time.clone()
-            } else {
-                now.to_string()
-            };
+            new.last_transition_time =
+                if old.status == new.status { old.last_transition_time.clone() } else { now.to_string() };
             new.last_update_time = now.to_string();
             *old = new;
         }
@@ -67,12 +64,7 @@ mod tests {
     use super::*;
 
     fn cond(t: &str, s: &str, r: &str) -> Condition {
-        Condition {
-            type_: t.into(),
-            status: s.into(),
-            reason: r.into(),
-            ..Default::default()
-        }
+        Condition { type_: t.into(), status: s.into(), reason: r.into(), ..Default::default() }
     }
 
     #[test]

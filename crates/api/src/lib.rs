@@ -24,9 +24,7 @@ pub const SCOPE_ANNOTATION: &str = "etcd.database.coreos.com/scope";
 pub const SCOPE_CLUSTERWIDE: &str = "clusterwide";
 
 /// Every CustomResourceDefinition this API defines, in installation order.
-pub fn crds()
--> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>
-{
+pub fn crds() -> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> {
     use kube::CustomResourceExt;
     vec![EtcdCluster::crd(), EtcdBackup::crd(), EtcdRestore::crd()]
 }

@@ -1,14 +1,33 @@
-//! Wiring of the EtcdCluster controller: watches, the reconcile entry point, error policy.
+//! Wiring of the EtcdCluster controller: watches and caches, the reconcile loop
+//! (observe → plan → act → status), Events, requeue policy.
 
-use std::sync::Arc;
-use std::time::Duration;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
-use etcd_operator_api::{EtcdCluster, SCOPE_ANNOTATION, SCOPE_CLUSTERWIDE};
+use etcd_operator_api::{EtcdCluster, EtcdClusterStatus, SCOPE_ANNOTATION, SCOPE_CLUSTERWIDE};
 use futures::StreamExt;
-use kube::api::Api;
+use k8s_openapi::api::core::v1::{ObjectReference, PersistentVolumeClaim, Pod, Service};
+use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::watcher;
-use kube::{Client, ResourceExt};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector;
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, CustomResourceExt, Resource, ResourceExt};
+
+use crate::act::{self, Target};
+use crate::observe::{self, Caches};
+use crate::planner::{self, Step, WaitReason};
+use crate::status;
+
+/// How often a settled cluster's etcd health is checked. Pod failures reach the operator as
+/// watch events at once (readiness flips within 15 s); this period catches what only etcd
+/// knows (leader changes, alarms, db size) for about four gRPC calls per cluster.
+pub const HEALTH_CHECK_PERIOD: Duration = Duration::from_secs(15);
+/// Requeue while a step is in progress (learner catching up, member starting).
+const PROGRESS_PERIOD: Duration = Duration::from_secs(2);
+/// How long to wait for the watch cache to show a pod this operator created or deleted.
+const EXPECTATION_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Which EtcdClusters this operator instance manages.
 #[derive(Clone, Debug)]
@@ -20,10 +39,54 @@ pub struct Scope {
 impl Scope {
     /// CoreOS semantics: a cluster-wide operator manages only objects annotated
     /// `etcd.database.coreos.com/scope: clusterwide`; a namespaced one manages the others.
-    pub fn manages(&self, obj: &EtcdCluster) -> bool {
-        let annotated =
-            obj.annotations().get(SCOPE_ANNOTATION).map(String::as_str) == Some(SCOPE_CLUSTERWIDE);
+    pub fn manages<K: Resource>(&self, obj: &K) -> bool {
+        let annotated = obj.annotations().get(SCOPE_ANNOTATION).map(String::as_str) == Some(SCOPE_CLUSTERWIDE);
         annotated == self.namespace.is_none()
+    }
+
+    fn api<K>(&self, client: &Client) -> Api<K>
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+    {
+        match &self.namespace {
+            Some(ns) => Api::namespaced(client.clone(), ns),
+            None => Api::all(client.clone()),
+        }
+    }
+}
+
+/// Pods this operator created or deleted and has not yet seen so in its cache. Planning waits
+/// for them: a plan made from a cache that lags our own writes would repeat them.
+#[derive(Default)]
+pub struct Expectations {
+    pending: Mutex<HashMap<String, (BTreeSet<String>, BTreeSet<String>, Instant)>>,
+}
+
+impl Expectations {
+    fn expect(&self, key: &str, created: &[String], deleted: &[String]) {
+        if created.is_empty() && deleted.is_empty() {
+            return;
+        }
+        self.pending.lock().unwrap().insert(
+            key.to_string(),
+            (created.iter().cloned().collect(), deleted.iter().cloned().collect(), Instant::now()),
+        );
+    }
+
+    /// True when the cache shows every expected create and delete (or they timed out).
+    fn satisfied(&self, key: &str, pods: &[Arc<Pod>]) -> bool {
+        let mut pending = self.pending.lock().unwrap();
+        let Some((created, deleted, since)) = pending.get(key) else { return true };
+        let present = |n: &String| pods.iter().any(|p| p.name_any() == *n && p.metadata.deletion_timestamp.is_none());
+        let done = created.iter().all(present) && !deleted.iter().any(present);
+        if done || since.elapsed() > EXPECTATION_TIMEOUT {
+            if !done {
+                tracing::warn!(cluster = key, "watch cache did not show our pod changes in time; planning anyway");
+            }
+            pending.remove(key);
+            return true;
+        }
+        false
     }
 }
 
@@ -31,49 +94,243 @@ impl Scope {
 pub struct Context {
     pub client: Client,
     pub scope: Scope,
+    pub caches: Caches,
+    pub recorder: Recorder,
+    pub init_image: String,
+    pub expectations: Expectations,
+    /// Set once every watch cache holds its first full list.
+    pub caches_synced: std::sync::atomic::AtomicBool,
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("kubernetes API: {0}")]
     Kube(#[from] kube::Error),
+    #[error("{0}")]
+    Act(#[from] act::Error),
+    #[error("serialization: {0}")]
+    Json(#[from] serde_json::Error),
 }
 
-async fn reconcile(obj: Arc<EtcdCluster>, ctx: Arc<Context>) -> Result<Action, Error> {
-    if !ctx.scope.manages(&obj) {
-        return Ok(Action::await_change());
+fn key_of<K: Resource>(obj: &K) -> String {
+    format!("{}/{}", obj.namespace().unwrap_or_default(), obj.name_any())
+}
+
+async fn publish(
+    ctx: &Context,
+    reference: &ObjectReference,
+    type_: EventType,
+    reason: &str,
+    note: String,
+    action: &str,
+) {
+    let ev = Event { type_, reason: reason.into(), note: Some(note), action: action.into(), secondary: None };
+    if let Err(e) = ctx.recorder.publish(&ev, reference).await {
+        tracing::warn!(error = %e, reason, "could not publish Event");
     }
-    tracing::info!(
-        cluster = %format!("{}/{}", obj.namespace().unwrap_or_default(), obj.name_any()),
-        generation = obj.metadata.generation.unwrap_or_default(),
-        size = obj.spec.size,
-        version = %obj.spec.version,
-        "observed EtcdCluster"
-    );
+}
+
+async fn patch_status(ctx: &Context, obj: &DynamicObject, status: &EtcdClusterStatus) -> Result<(), Error> {
+    let ar = ApiResource::erase::<EtcdCluster>(&());
+    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &obj.namespace().unwrap_or_default(), &ar);
+    let body = serde_json::json!({ "status": status });
+    api.patch_status(&obj.name_any(), &PatchParams::default(), &Patch::Merge(&body)).await?;
+    Ok(())
+}
+
+fn now_rfc3339() -> String {
+    k8s_openapi::jiff::Timestamp::now()
+        .round(k8s_openapi::jiff::Unit::Second)
+        .unwrap_or_else(|_| k8s_openapi::jiff::Timestamp::now())
+        .to_string()
+}
+
+/// An object whose spec cannot even be read as an EtcdCluster (stored before the schema, or
+/// edited around it): say why on the object itself and leave its cluster alone.
+async fn report_unreadable(obj: &DynamicObject, err: &serde_json::Error, ctx: &Context) -> Result<Action, Error> {
+    let reference = obj.object_ref(&ApiResource::erase::<EtcdCluster>(&()));
+    let prev: EtcdClusterStatus =
+        obj.data.get("status").cloned().and_then(|s| serde_json::from_value(s).ok()).unwrap_or_default();
+    let mut st = prev.clone();
+    let msg = format!("spec cannot be read, nothing was changed: {err}");
+    let c = etcd_operator_api::Condition {
+        type_: status::SPEC_VALID.into(),
+        status: "False".into(),
+        reason: "InvalidSpec".into(),
+        message: msg.clone(),
+        ..Default::default()
+    };
+    etcd_operator_api::condition::upsert(&mut st.conditions, c, &now_rfc3339());
+    if st != prev {
+        publish(ctx, &reference, EventType::Warning, "InvalidSpec", msg, "Validate").await;
+        patch_status(ctx, obj, &st).await?;
+    }
     Ok(Action::await_change())
 }
 
-fn error_policy(_obj: Arc<EtcdCluster>, err: &Error, _ctx: Arc<Context>) -> Action {
-    tracing::warn!(error = %err, "reconcile failed");
+async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, Error> {
+    if !ctx.scope.manages(obj.as_ref()) || obj.metadata.deletion_timestamp.is_some() {
+        // Deletion: owner references let the garbage collector remove pods, Services, PVCs.
+        return Ok(Action::await_change());
+    }
+    let cluster: EtcdCluster = match serde_json::from_value(serde_json::to_value(obj.as_ref())?) {
+        Ok(c) => c,
+        Err(e) => return report_unreadable(&obj, &e, &ctx).await,
+    };
+    let key = key_of(&cluster);
+    // Plans read the caches: none may run before every cache holds its first full list, or an
+    // empty pod cache would look like a cluster with no members.
+    if !ctx.caches_synced.load(std::sync::atomic::Ordering::Acquire) {
+        return Ok(Action::requeue(Duration::from_millis(500)));
+    }
+    if !ctx.expectations.satisfied(&key, &ctx.caches.pods.state()) {
+        return Ok(Action::requeue(Duration::from_millis(500)));
+    }
+    let started = Instant::now();
+    let (observed, endpoints) = observe::observe(&cluster, &ctx.caches).await;
+    let step = planner::plan(&observed);
+    let reference = cluster.object_ref(&());
+    tracing::debug!(cluster = %key, ?step, "planned");
+
+    let target = Target {
+        client: &ctx.client,
+        cluster: &cluster,
+        observed: &observed,
+        endpoints: &endpoints,
+        init_image: &ctx.init_image,
+    };
+    let outcome = act::execute(&target, &step).await;
+    match &outcome {
+        Ok(Some(done)) => {
+            tracing::info!(cluster = %key, reason = done.reason, "{}", done.note);
+            ctx.expectations.expect(&key, &done.created, &done.deleted);
+            publish(&ctx, &reference, EventType::Normal, done.reason, done.note.clone(), done.reason).await;
+        }
+        Ok(None) => {}
+        Err(e) => {
+            tracing::warn!(cluster = %key, error = %e, ?step, "step failed");
+            publish(
+                &ctx,
+                &reference,
+                EventType::Warning,
+                "StepFailed",
+                format!("{}: {e}", step_name(&step)),
+                step_name(&step),
+            )
+            .await;
+        }
+    }
+
+    let prev = cluster.status.clone().unwrap_or_default();
+    let new = status::compute(&observed, &step, &prev, cluster.metadata.generation, &now_rfc3339());
+    for c in status::changed(&prev.conditions, &new.conditions) {
+        let bad = (c.type_ == status::DEGRADED && c.status == "True")
+            || (c.type_ != status::DEGRADED
+                && c.status == "False"
+                && !(c.type_ == status::AVAILABLE && prev.conditions.is_empty()));
+        let type_ = if bad { EventType::Warning } else { EventType::Normal };
+        let note = if c.message.is_empty() { format!("{} is {}", c.type_, c.status) } else { c.message.clone() };
+        publish(&ctx, &reference, type_, &c.reason, note, &c.type_).await;
+    }
+    if new != prev {
+        patch_status(&ctx, &obj, &new).await?;
+    }
+    tracing::debug!(cluster = %key, elapsed_ms = started.elapsed().as_millis() as u64, "reconciled");
+    outcome?;
+    Ok(match &step {
+        Step::Wait(w) => match w.reason {
+            WaitReason::Stable => Action::requeue(HEALTH_CHECK_PERIOD),
+            WaitReason::InvalidSpec | WaitReason::Paused | WaitReason::DataLost => {
+                Action::requeue(Duration::from_secs(60))
+            }
+            WaitReason::NoQuorum | WaitReason::MemberFailing | WaitReason::WouldLoseQuorum => {
+                Action::requeue(Duration::from_secs(5))
+            }
+            _ => Action::requeue(PROGRESS_PERIOD),
+        },
+        _ => Action::requeue(Duration::from_millis(500)),
+    })
+}
+
+fn step_name(s: &Step) -> &'static str {
+    match s {
+        Step::Wait(_) => "Wait",
+        Step::CreateServices => "CreateServices",
+        Step::Bootstrap(_) => "Bootstrap",
+        Step::AddLearner(_) => "AddLearner",
+        Step::CreatePod(_) => "CreatePod",
+        Step::Promote { .. } => "Promote",
+        Step::RemoveMember { .. } => "RemoveMember",
+        Step::DeletePod { .. } => "DeletePod",
+    }
+}
+
+fn error_policy(obj: Arc<DynamicObject>, err: &Error, _ctx: Arc<Context>) -> Action {
+    tracing::warn!(cluster = %key_of(obj.as_ref()), error = %err, "reconcile failed; retrying in 5s");
     Action::requeue(Duration::from_secs(5))
+}
+
+/// Options of the controller that come from flags.
+pub struct Options {
+    pub scope: Scope,
+    pub init_image: String,
+    pub reporter_instance: Option<String>,
 }
 
 /// Run the controller until `shutdown` resolves.
 pub async fn run(
     client: Client,
-    scope: Scope,
+    opts: Options,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
-    let clusters: Api<EtcdCluster> = match &scope.namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
+    let scope = opts.scope.clone();
+    // Everything the operator creates carries app=etcd and etcd_cluster=<name>.
+    let children = watcher::Config::default().labels("app=etcd,etcd_cluster");
+    let (pods, pods_w) = reflector::store::<Pod>();
+    let (services, services_w) = reflector::store::<Service>();
+    let (pvcs, pvcs_w) = reflector::store::<PersistentVolumeClaim>();
+    let pod_events =
+        watcher(scope.api::<Pod>(&client), children.clone()).default_backoff().reflect(pods_w).touched_objects();
+    let svc_events = watcher(scope.api::<Service>(&client), children.clone())
+        .default_backoff()
+        .reflect(services_w)
+        .touched_objects();
+    let pvc_events = watcher(scope.api::<PersistentVolumeClaim>(&client), children)
+        .default_backoff()
+        .reflect(pvcs_w)
+        .touched_objects();
+
+    let ar = ApiResource::erase::<EtcdCluster>(&());
+    let clusters: Api<DynamicObject> = match &scope.namespace {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
+        None => Api::all_with(client.clone(), &ar),
     };
-    let ctx = Arc::new(Context { client, scope });
-    Controller::new(clusters, watcher::Config::default())
-        .graceful_shutdown_on(shutdown)
+    let reporter = Reporter { controller: crate::OPERATOR_NAME.into(), instance: opts.reporter_instance.clone() };
+    let ctx = Arc::new(Context {
+        recorder: Recorder::new(client.clone(), reporter),
+        client,
+        scope,
+        caches: Caches { pods: pods.clone(), services: services.clone(), pvcs: pvcs.clone() },
+        init_image: opts.init_image,
+        expectations: Expectations::default(),
+        caches_synced: Default::default(),
+    });
+    tracing::info!(crd = EtcdCluster::crd_name(), "watching EtcdClusters");
+    let controller = Controller::new_with(clusters, watcher::Config::default(), ar.clone())
+        .owns_stream_with(pod_events, ())
+        .owns_stream_with(svc_events, ())
+        .owns_stream_with(pvc_events, ())
+        .graceful_shutdown_on(shutdown);
+    let synced_ctx = ctx.clone();
+    tokio::spawn(async move {
+        let _ = tokio::join!(pods.wait_until_ready(), services.wait_until_ready(), pvcs.wait_until_ready());
+        synced_ctx.caches_synced.store(true, std::sync::atomic::Ordering::Release);
+        tracing::info!("watch caches synced");
+    });
+    controller
         .run(reconcile, error_policy, ctx)
-        .for_each(|res| async move {
-            if let Err(e) = res {
+        .for_each(|item| async move {
+            if let Err(e) = item {
                 tracing::debug!(error = %e, "controller event");
             }
         })
@@ -88,17 +345,14 @@ mod tests {
     fn cluster(annotated: bool) -> EtcdCluster {
         let mut c = EtcdCluster::new("a", EtcdClusterSpec::default());
         if annotated {
-            c.annotations_mut()
-                .insert(SCOPE_ANNOTATION.into(), SCOPE_CLUSTERWIDE.into());
+            c.annotations_mut().insert(SCOPE_ANNOTATION.into(), SCOPE_CLUSTERWIDE.into());
         }
         c
     }
 
     #[test]
     fn namespaced_operator_skips_clusterwide_objects() {
-        let s = Scope {
-            namespace: Some("ns".into()),
-        };
+        let s = Scope { namespace: Some("ns".into()) };
         assert!(s.manages(&cluster(false)));
         assert!(!s.manages(&cluster(true)));
     }
@@ -108,5 +362,16 @@ mod tests {
         let s = Scope { namespace: None };
         assert!(!s.manages(&cluster(false)));
         assert!(s.manages(&cluster(true)));
+    }
+
+    #[test]
+    fn expectations_hold_planning_until_the_cache_shows_our_writes() {
+        let e = Expectations::default();
+        e.expect("ns/a", &["a-1".into()], &[]);
+        assert!(!e.satisfied("ns/a", &[]));
+        let mut p = Pod::default();
+        p.metadata.name = Some("a-1".into());
+        assert!(e.satisfied("ns/a", &[Arc::new(p)]));
+        assert!(e.satisfied("ns/a", &[]), "cleared once satisfied");
     }
 }

@@ -30,9 +30,7 @@ pub async fn install(client: kube::Client, timeout: Duration) -> anyhow::Result<
         let established = await_condition(api.clone(), &name, conditions::is_crd_established());
         tokio::time::timeout(timeout, established)
             .await
-            .map_err(|_| {
-                anyhow::anyhow!("CustomResourceDefinition {name} not Established after {timeout:?}")
-            })??;
+            .map_err(|_| anyhow::anyhow!("CustomResourceDefinition {name} not Established after {timeout:?}"))??;
         tracing::info!(crd = %name, "CustomResourceDefinition established");
     }
     Ok(())
@@ -45,10 +43,7 @@ mod tests {
     #[test]
     fn crds_have_the_coreos_names_and_a_status_subresource() {
         let crds = etcd_operator_api::crds();
-        let names: Vec<_> = crds
-            .iter()
-            .map(|c| c.metadata.name.clone().unwrap())
-            .collect();
+        let names: Vec<_> = crds.iter().map(|c| c.metadata.name.clone().unwrap()).collect();
         assert_eq!(
             names,
             [
@@ -61,16 +56,9 @@ mod tests {
             assert_eq!(crd.spec.scope, "Namespaced");
             let v = &crd.spec.versions[0];
             assert_eq!(v.name, "v1beta2");
-            assert!(
-                v.subresources.as_ref().unwrap().status.is_some(),
-                "{:?} lacks /status",
-                crd.metadata.name
-            );
+            assert!(v.subresources.as_ref().unwrap().status.is_some(), "{:?} lacks /status", crd.metadata.name);
         }
-        assert_eq!(
-            crds[0].spec.names.short_names.as_deref(),
-            Some(&["etcd".to_string()][..])
-        );
+        assert_eq!(crds[0].spec.names.short_names.as_deref(), Some(&["etcd".to_string()][..]));
     }
 
     #[test]
@@ -91,11 +79,7 @@ mod tests {
             let typed = o.contains_key("type")
                 || o.contains_key("x-kubernetes-int-or-string")
                 || o.contains_key("x-kubernetes-preserve-unknown-fields");
-            if !typed
-                && !o.contains_key("anyOf")
-                && !o.contains_key("allOf")
-                && !o.contains_key("oneOf")
-            {
+            if !typed && !o.contains_key("anyOf") && !o.contains_key("allOf") && !o.contains_key("oneOf") {
                 errs.push(format!("{path}: no type"));
             }
             if let Some(p) = o.get("properties").and_then(|p| p.as_object()) {

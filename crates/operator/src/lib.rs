@@ -1,13 +1,18 @@
 //! etcd-operator: a Kubernetes operator for etcd, compatible with the CoreOS
 //! `etcd.database.coreos.com/v1beta2` API. See ARCHITECTURE.md for the map.
 
+pub mod act;
 pub mod controller;
 pub mod crds;
+pub mod etcd;
 pub mod manifests;
 pub mod naming;
+pub mod observe;
 pub mod observed;
 pub mod planner;
+pub mod pod_spec;
 pub mod rbac;
+pub mod status;
 pub mod telemetry;
 pub mod validation;
 pub mod version;
@@ -18,8 +23,5 @@ pub const OPERATOR_NAME: &str = "etcd-operator";
 /// Image of this operator, used for its Deployment and for the member pods' DNS-wait init
 /// container. Overridable with `--image`.
 pub fn default_image() -> String {
-    format!(
-        "quay.io/etcd-operator-rs/etcd-operator:v{}",
-        env!("CARGO_PKG_VERSION")
-    )
+    format!("quay.io/etcd-operator-rs/etcd-operator:v{}", env!("CARGO_PKG_VERSION"))
 }

@@ -7,11 +7,7 @@ use clap::{Args, Parser, Subcommand};
 use etcd_operator::{controller, crds, default_image, manifests, telemetry};
 
 #[derive(Parser, Debug)]
-#[command(
-    name = "etcd-operator",
-    version,
-    about = "Kubernetes operator for etcd (etcd.database.coreos.com/v1beta2)"
-)]
+#[command(name = "etcd-operator", version, about = "Kubernetes operator for etcd (etcd.database.coreos.com/v1beta2)")]
 #[command(args_conflicts_with_subcommands = true)]
 struct Cli {
     #[command(subcommand)]
@@ -28,6 +24,18 @@ enum Command {
     Crds,
     /// Print everything to apply to install the operator (CRDs, ServiceAccount, RBAC, Deployment).
     Manifests(ManifestArgs),
+    /// Wait until a host name resolves (the init container of every etcd member pod).
+    WaitDns(WaitDnsArgs),
+}
+
+#[derive(Args, Debug)]
+struct WaitDnsArgs {
+    /// The name to resolve.
+    #[arg(long)]
+    host: String,
+    /// Give up after this many seconds; 0 waits forever.
+    #[arg(long, default_value_t = 0)]
+    timeout_secs: u64,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -46,6 +54,13 @@ struct RunArgs {
     /// Log format.
     #[arg(long, value_enum, default_value_t)]
     log_format: telemetry::LogFormat,
+    /// Image of the init container that waits for a new member's DNS name (this operator's
+    /// own image, which every node can already pull).
+    #[arg(long, env = "ETCD_OPERATOR_INIT_IMAGE", default_value_t = default_image())]
+    init_image: String,
+    /// This replica's name, for Events and leader election.
+    #[arg(long, env = "MY_POD_NAME")]
+    pod_name: Option<String>,
 }
 
 #[derive(Args, Debug)]
@@ -95,6 +110,7 @@ fn main() {
         })
         .and_then(print_out),
         Some(Command::Run(args)) => run(args),
+        Some(Command::WaitDns(a)) => wait_dns(&a.host, a.timeout_secs),
         None => run(cli.run),
     };
     if let Err(e) = result {
@@ -118,10 +134,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
     rustls::crypto::ring::default_provider()
         .install_default()
         .map_err(|_| anyhow::anyhow!("a rustls crypto provider was already installed"))?;
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     rt.block_on(async move {
         let client = connect().await?;
         if args.create_crd {
@@ -130,18 +143,19 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         let namespace = if args.cluster_wide {
             None
         } else {
-            Some(
-                args.namespace
-                    .clone()
-                    .unwrap_or_else(|| client.default_namespace().to_string()),
-            )
+            Some(args.namespace.clone().unwrap_or_else(|| client.default_namespace().to_string()))
         };
         tracing::info!(
             version = env!("CARGO_PKG_VERSION"),
             scope = namespace.as_deref().unwrap_or("cluster-wide"),
             "etcd-operator started"
         );
-        controller::run(client, controller::Scope { namespace }, shutdown_signal()).await;
+        let opts = controller::Options {
+            scope: controller::Scope { namespace },
+            init_image: args.init_image.clone(),
+            reporter_instance: args.pod_name.clone(),
+        };
+        controller::run(client, opts, shutdown_signal()).await;
         tracing::info!("etcd-operator stopped");
         Ok(())
     })
@@ -169,10 +183,34 @@ async fn connect() -> anyhow::Result<kube::Client> {
     Ok(client)
 }
 
+/// Resolve `host` until it has an address: etcd exits at start when its own peer name does not
+/// resolve yet, and cluster DNS publishes a pod's name only after the pod has an IP.
+fn wait_dns(host: &str, timeout_secs: u64) -> anyhow::Result<()> {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    rt.block_on(async {
+        let start = std::time::Instant::now();
+        let mut last_err = String::new();
+        loop {
+            match tokio::net::lookup_host((host, 0)).await {
+                Ok(mut addrs) => {
+                    if let Some(a) = addrs.next() {
+                        println!("{host} resolves to {} after {:?}", a.ip(), start.elapsed());
+                        return Ok(());
+                    }
+                }
+                Err(e) => last_err = e.to_string(),
+            }
+            if timeout_secs > 0 && start.elapsed() > Duration::from_secs(timeout_secs) {
+                anyhow::bail!("{host} did not resolve within {timeout_secs}s: {last_err}");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+}
+
 /// Resolves on SIGTERM or Ctrl-C.
 async fn shutdown_signal() {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .expect("SIGTERM handler");
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
     tokio::select! {
         _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
         _ = tokio::signal::ctrl_c() => tracing::info!("interrupt: shutting down"),
@@ -186,19 +224,9 @@ mod tests {
     #[test]
     fn go_style_flags_are_accepted() {
         let v = normalize_go_flags(
-            ["etcd-operator", "-cluster-wide", "-create-crd=false", "-h"]
-                .map(String::from)
-                .into_iter(),
+            ["etcd-operator", "-cluster-wide", "-create-crd=false", "-h"].map(String::from).into_iter(),
         );
-        assert_eq!(
-            v,
-            [
-                "etcd-operator",
-                "--cluster-wide",
-                "--create-crd=false",
-                "-h"
-            ]
-        );
+        assert_eq!(v, ["etcd-operator", "--cluster-wide", "--create-crd=false", "-h"]);
         let cli = Cli::parse_from(v.into_iter().take(3));
         assert!(cli.run.cluster_wide);
         assert!(!cli.run.create_crd);

@@ -5,13 +5,11 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStrategy};
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction, Namespace,
-    ObjectFieldSelector, PodSecurityContext, PodSpec, PodTemplateSpec, Probe, ResourceRequirements,
-    SeccompProfile, SecurityContext, ServiceAccount,
+    Capabilities, Container, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction, Namespace, ObjectFieldSelector,
+    PodSecurityContext, PodSpec, PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile, SecurityContext,
+    ServiceAccount,
 };
-use k8s_openapi::api::rbac::v1::{
-    ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject,
-};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -35,10 +33,7 @@ pub struct Options {
 }
 
 fn labels() -> BTreeMap<String, String> {
-    BTreeMap::from([(
-        "app.kubernetes.io/name".to_string(),
-        OPERATOR_NAME.to_string(),
-    )])
+    BTreeMap::from([("app.kubernetes.io/name".to_string(), OPERATOR_NAME.to_string())])
 }
 
 fn meta(name: &str, namespace: Option<&str>) -> ObjectMeta {
@@ -74,11 +69,7 @@ fn subject(o: &Options) -> Subject {
 }
 
 fn role_ref(kind: &str, name: &str) -> RoleRef {
-    RoleRef {
-        api_group: "rbac.authorization.k8s.io".into(),
-        kind: kind.into(),
-        name: name.into(),
-    }
+    RoleRef { api_group: "rbac.authorization.k8s.io".into(), kind: kind.into(), name: name.into() }
 }
 
 /// Name of the cluster-scoped RBAC objects; namespaced so two installs do not collide.
@@ -92,10 +83,7 @@ pub fn deployment(o: &Options) -> Deployment {
     let field_env = |name: &str, path: &str| EnvVar {
         name: name.into(),
         value_from: Some(EnvVarSource {
-            field_ref: Some(ObjectFieldSelector {
-                field_path: path.into(),
-                ..Default::default()
-            }),
+            field_ref: Some(ObjectFieldSelector { field_path: path.into(), ..Default::default() }),
             ..Default::default()
         }),
         ..Default::default()
@@ -119,39 +107,23 @@ pub fn deployment(o: &Options) -> Deployment {
         image_pull_policy: Some("IfNotPresent".into()),
         command: Some(vec![OPERATOR_NAME.into()]),
         args: (!args.is_empty()).then_some(args),
-        env: Some(vec![
-            field_env("MY_POD_NAMESPACE", "metadata.namespace"),
-            field_env("MY_POD_NAME", "metadata.name"),
-        ]),
-        ports: Some(vec![ContainerPort {
-            name: Some("http".into()),
-            container_port: HTTP_PORT,
-            ..Default::default()
-        }]),
+        env: Some(vec![field_env("MY_POD_NAMESPACE", "metadata.namespace"), field_env("MY_POD_NAME", "metadata.name")]),
+        ports: Some(vec![ContainerPort { name: Some("http".into()), container_port: HTTP_PORT, ..Default::default() }]),
         readiness_probe: Some(probe("/readyz")),
-        liveness_probe: Some(Probe {
-            initial_delay_seconds: Some(10),
-            ..probe("/healthz")
-        }),
+        liveness_probe: Some(Probe { initial_delay_seconds: Some(10), ..probe("/healthz") }),
         resources: Some(ResourceRequirements {
             requests: Some(BTreeMap::from([
                 ("cpu".into(), Quantity("20m".into())),
                 ("memory".into(), Quantity("32Mi".into())),
             ])),
-            limits: Some(BTreeMap::from([(
-                "memory".into(),
-                Quantity("256Mi".into()),
-            )])),
+            limits: Some(BTreeMap::from([("memory".into(), Quantity("256Mi".into()))])),
             ..Default::default()
         }),
         security_context: Some(SecurityContext {
             allow_privilege_escalation: Some(false),
             read_only_root_filesystem: Some(true),
             run_as_non_root: Some(true),
-            capabilities: Some(Capabilities {
-                drop: Some(vec!["ALL".into()]),
-                ..Default::default()
-            }),
+            capabilities: Some(Capabilities { drop: Some(vec!["ALL".into()]), ..Default::default() }),
             ..Default::default()
         }),
         ..Default::default()
@@ -160,30 +132,18 @@ pub fn deployment(o: &Options) -> Deployment {
         metadata: meta(OPERATOR_NAME, Some(&o.namespace)),
         spec: Some(DeploymentSpec {
             replicas: Some(o.replicas),
-            selector: LabelSelector {
-                match_labels: Some(labels()),
-                ..Default::default()
-            },
+            selector: LabelSelector { match_labels: Some(labels()), ..Default::default() },
             // Recreate: never two operator versions side by side; leader election covers replicas.
-            strategy: Some(DeploymentStrategy {
-                type_: Some("Recreate".into()),
-                ..Default::default()
-            }),
+            strategy: Some(DeploymentStrategy { type_: Some("Recreate".into()), ..Default::default() }),
             template: PodTemplateSpec {
-                metadata: Some(ObjectMeta {
-                    labels: Some(labels()),
-                    ..Default::default()
-                }),
+                metadata: Some(ObjectMeta { labels: Some(labels()), ..Default::default() }),
                 spec: Some(PodSpec {
                     service_account_name: Some(OPERATOR_NAME.into()),
                     security_context: Some(PodSecurityContext {
                         run_as_non_root: Some(true),
                         run_as_user: Some(65532),
                         run_as_group: Some(65532),
-                        seccomp_profile: Some(SeccompProfile {
-                            type_: "RuntimeDefault".into(),
-                            ..Default::default()
-                        }),
+                        seccomp_profile: Some(SeccompProfile { type_: "RuntimeDefault".into(), ..Default::default() }),
                         ..Default::default()
                     }),
                     termination_grace_period_seconds: Some(30),
@@ -223,31 +183,18 @@ pub fn objects(o: &Options) -> anyhow::Result<Vec<serde_json::Value>> {
         }
     }
     if o.namespace != "default" {
-        out.push(v(
-            ("Namespace", "v1"),
-            Namespace {
-                metadata: meta(&o.namespace, None),
-                ..Default::default()
-            },
-        )?);
+        out.push(v(("Namespace", "v1"), Namespace { metadata: meta(&o.namespace, None), ..Default::default() })?);
     }
     out.push(v(
         ("ServiceAccount", "v1"),
-        ServiceAccount {
-            metadata: meta(OPERATOR_NAME, Some(&o.namespace)),
-            ..Default::default()
-        },
+        ServiceAccount { metadata: meta(OPERATOR_NAME, Some(&o.namespace)), ..Default::default() },
     )?);
     let rbac = "rbac.authorization.k8s.io/v1";
     let cluster_name = cluster_rbac_name(o);
     if o.cluster_wide {
         out.push(v(
             ("ClusterRole", rbac),
-            ClusterRole {
-                metadata: meta(&cluster_name, None),
-                rules: Some(rules(|_| true)),
-                ..Default::default()
-            },
+            ClusterRole { metadata: meta(&cluster_name, None), rules: Some(rules(|_| true)), ..Default::default() },
         )?);
         out.push(v(
             ("ClusterRoleBinding", rbac),
@@ -309,21 +256,11 @@ mod tests {
     use super::*;
 
     fn opts(cluster_wide: bool) -> Options {
-        Options {
-            namespace: "etcd".into(),
-            image: "img:1".into(),
-            cluster_wide,
-            replicas: 1,
-            with_crds: true,
-        }
+        Options { namespace: "etcd".into(), image: "img:1".into(), cluster_wide, replicas: 1, with_crds: true }
     }
 
     fn kinds(o: &Options) -> Vec<String> {
-        objects(o)
-            .unwrap()
-            .iter()
-            .map(|v| v["kind"].as_str().unwrap().to_string())
-            .collect()
+        objects(o).unwrap().iter().map(|v| v["kind"].as_str().unwrap().to_string()).collect()
     }
 
     #[test]
@@ -345,12 +282,7 @@ mod tests {
         );
         let objs = objects(&opts(false)).unwrap();
         let cr = objs.iter().find(|v| v["kind"] == "ClusterRole").unwrap();
-        let groups: Vec<_> = cr["rules"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|r| r["apiGroups"][0].clone())
-            .collect();
+        let groups: Vec<_> = cr["rules"].as_array().unwrap().iter().map(|r| r["apiGroups"][0].clone()).collect();
         assert_eq!(groups, [serde_json::json!("apiextensions.k8s.io")]);
     }
 
@@ -360,10 +292,7 @@ mod tests {
         let d = deployment(&opts(true));
         let c = &d.spec.unwrap().template.spec.unwrap().containers[0];
         assert_eq!(c.args.as_deref(), Some(&["-cluster-wide".to_string()][..]));
-        assert_eq!(
-            c.command.as_deref(),
-            Some(&["etcd-operator".to_string()][..])
-        );
+        assert_eq!(c.command.as_deref(), Some(&["etcd-operator".to_string()][..]));
     }
 
     #[test]
@@ -377,13 +306,7 @@ mod tests {
         let psc = pod.security_context.unwrap();
         assert_eq!(psc.run_as_non_root, Some(true));
         assert_eq!(psc.seccomp_profile.unwrap().type_, "RuntimeDefault");
-        let env: Vec<_> = pod.containers[0]
-            .env
-            .clone()
-            .unwrap()
-            .into_iter()
-            .map(|e| e.name)
-            .collect();
+        let env: Vec<_> = pod.containers[0].env.clone().unwrap().into_iter().map(|e| e.name).collect();
         assert_eq!(env, ["MY_POD_NAMESPACE", "MY_POD_NAME"]);
     }
 }

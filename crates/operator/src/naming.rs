@@ -69,16 +69,10 @@ mod tests {
     fn urls_round_trip_to_member_names() {
         let h = member_host("ex-abcde", "ex", "ns", "");
         assert_eq!(h, "ex-abcde.ex.ns.svc");
-        assert_eq!(
-            member_of_peer_url(&peer_url(&h)).as_deref(),
-            Some("ex-abcde")
-        );
+        assert_eq!(member_of_peer_url(&peer_url(&h)).as_deref(), Some("ex-abcde"));
         let h = member_host("ex-abcde", "ex", "ns", ".cluster.local");
         assert_eq!(h, "ex-abcde.ex.ns.svc.cluster.local");
-        assert_eq!(
-            member_of_peer_url("https://m1.c.ns.svc:2380").as_deref(),
-            Some("m1")
-        );
+        assert_eq!(member_of_peer_url("https://m1.c.ns.svc:2380").as_deref(), Some("m1"));
         assert_eq!(member_of_peer_url("http://10.0.0.1:2380"), None);
         assert_eq!(member_of_peer_url("garbage"), None);
     }

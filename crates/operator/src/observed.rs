@@ -123,9 +123,7 @@ pub struct MemberStatus {
 impl MemberState {
     /// Answered its status call, sees a leader and reports no errors.
     pub fn is_healthy(&self) -> bool {
-        self.status
-            .as_ref()
-            .is_some_and(|s| s.leader != 0 && s.errors.is_empty())
+        self.status.as_ref().is_some_and(|s| s.leader != 0 && s.errors.is_empty())
     }
 
     pub fn started(&self) -> bool {
@@ -147,8 +145,7 @@ impl EtcdState {
     }
 
     pub fn leader_member(&self) -> Option<&MemberState> {
-        self.leader
-            .and_then(|id| self.members.iter().find(|m| m.id == id))
+        self.leader.and_then(|id| self.members.iter().find(|m| m.id == id))
     }
 
     /// Votes needed for a decision with `voters` voting members.

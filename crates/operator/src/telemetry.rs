@@ -11,14 +11,11 @@ pub enum LogFormat {
 
 /// Install the global subscriber. `RUST_LOG` overrides the default level (info).
 pub fn init(format: LogFormat) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| {
-        EnvFilter::new("info,kube_runtime::controller=warn,tower=warn,hyper=warn")
-    });
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new("info,kube_runtime::controller=warn,tower=warn,hyper=warn"));
     let registry = tracing_subscriber::registry().with(filter);
     match format {
         LogFormat::Text => registry.with(fmt::layer().with_target(false)).init(),
-        LogFormat::Json => registry
-            .with(fmt::layer().json().flatten_event(true))
-            .init(),
+        LogFormat::Json => registry.with(fmt::layer().json().flatten_event(true)).init(),
     }
 }

@@ -40,88 +40,54 @@ pub fn validate(name: &str, spec: &EtcdClusterSpec) -> Result<Desired, Vec<Strin
         ));
     }
     if !name.starts_with(|c: char| c.is_ascii_lowercase()) {
-        errs.push(format!("metadata.name {name:?} must start with a lowercase letter (Service names are DNS-1035 labels)"));
-    }
-    if spec.size < 1 || spec.size > MAX_SIZE {
         errs.push(format!(
-            "spec.size {} is out of range: it must be between 1 and {MAX_SIZE}",
-            spec.size
+            "metadata.name {name:?} must start with a lowercase letter (Service names are DNS-1035 labels)"
         ));
     }
-    let raw_version = if spec.version.is_empty() {
-        DEFAULT_VERSION
-    } else {
-        spec.version.as_str()
-    };
+    if spec.size < 1 || spec.size > MAX_SIZE {
+        errs.push(format!("spec.size {} is out of range: it must be between 1 and {MAX_SIZE}", spec.size));
+    }
+    let raw_version = if spec.version.is_empty() { DEFAULT_VERSION } else { spec.version.as_str() };
     let version = match Version::parse(raw_version) {
         Ok(v) if v.is_supported() => Some(v),
         Ok(v) => {
-            errs.push(format!(
-                "spec.version {v} is not supported: supported versions are {}",
-                supported_range()
-            ));
+            errs.push(format!("spec.version {v} is not supported: supported versions are {}", supported_range()));
             None
         }
         Err(e) => {
-            errs.push(format!(
-                "spec.version: {e}; supported versions are {}",
-                supported_range()
-            ));
+            errs.push(format!("spec.version: {e}; supported versions are {}", supported_range()));
             None
         }
     };
     let pod = spec.pod.clone().unwrap_or_default();
     for k in pod.labels.keys() {
         if k == "app" || k.starts_with("etcd_") || k == CLUSTER_LABEL {
-            errs.push(format!(
-                "spec.pod.labels: {k:?} is reserved for the operator"
-            ));
+            errs.push(format!("spec.pod.labels: {k:?} is reserved for the operator"));
         }
     }
     if pod.annotations.contains_key(VERSION_ANNOTATION) {
-        errs.push(format!(
-            "spec.pod.annotations: {VERSION_ANNOTATION:?} is reserved for the operator"
-        ));
+        errs.push(format!("spec.pod.annotations: {VERSION_ANNOTATION:?} is reserved for the operator"));
     }
     for e in &pod.etcd_env {
         if RESERVED_ENV.contains(&e.name.as_str()) {
-            errs.push(format!(
-                "spec.pod.etcdEnv: {} is set by the operator and cannot be overridden",
-                e.name
-            ));
+            errs.push(format!("spec.pod.etcdEnv: {} is set by the operator and cannot be overridden", e.name));
         }
     }
     if let Some(tls) = spec.tls.as_ref().and_then(|t| t.r#static.as_ref()) {
-        let server = tls
-            .member
-            .as_ref()
-            .is_some_and(|m| !m.server_secret.is_empty());
+        let server = tls.member.as_ref().is_some_and(|m| !m.server_secret.is_empty());
         if !tls.operator_secret.is_empty() && !server {
-            errs.push(
-                "spec.TLS.static: operatorSecret is set but member.serverSecret is not".into(),
-            );
+            errs.push("spec.TLS.static: operatorSecret is set but member.serverSecret is not".into());
         }
         if tls.operator_secret.is_empty() && server {
-            errs.push(
-                "spec.TLS.static: member.serverSecret is set but operatorSecret is not".into(),
-            );
+            errs.push("spec.TLS.static: member.serverSecret is set but operatorSecret is not".into());
         }
         errs.push("spec.TLS.static is accepted by the API but not yet wired by this operator version; remove it to run without TLS".into());
     }
     if !errs.is_empty() {
         return Err(errs);
     }
-    let repository = if spec.repository.is_empty() {
-        DEFAULT_REPOSITORY.to_string()
-    } else {
-        spec.repository.clone()
-    };
-    Ok(Desired {
-        size: spec.size as usize,
-        repository,
-        version: version.expect("checked"),
-        pod,
-    })
+    let repository = if spec.repository.is_empty() { DEFAULT_REPOSITORY.to_string() } else { spec.repository.clone() };
+    Ok(Desired { size: spec.size as usize, repository, version: version.expect("checked"), pod })
 }
 
 /// etcd settings the operator derives from membership; users must not set them.
@@ -143,11 +109,7 @@ mod tests {
     use k8s_openapi::api::core::v1::EnvVar;
 
     fn spec(size: i32, version: &str) -> EtcdClusterSpec {
-        EtcdClusterSpec {
-            size,
-            version: version.into(),
-            ..Default::default()
-        }
+        EtcdClusterSpec { size, version: version.into(), ..Default::default() }
     }
 
     #[test]
@@ -168,10 +130,7 @@ mod tests {
     fn coreos_default_version_3_2_13_is_refused_naming_the_supported_range() {
         let e = validate("a", &spec(3, "3.2.13")).unwrap_err();
         assert_eq!(e.len(), 1);
-        assert!(
-            e[0].contains("3.2.13") && e[0].contains("3.4.x to 3.6.x"),
-            "{e:?}"
-        );
+        assert!(e[0].contains("3.2.13") && e[0].contains("3.4.x to 3.6.x"), "{e:?}");
     }
 
     #[test]
@@ -194,10 +153,7 @@ mod tests {
         let mut s = spec(3, "3.5.1");
         s.pod = Some(PodPolicy {
             labels: [("app".to_string(), "x".to_string())].into(),
-            etcd_env: vec![EnvVar {
-                name: "ETCD_INITIAL_CLUSTER".into(),
-                ..Default::default()
-            }],
+            etcd_env: vec![EnvVar { name: "ETCD_INITIAL_CLUSTER".into(), ..Default::default() }],
             ..Default::default()
         });
         let e = validate("a", &s).unwrap_err();

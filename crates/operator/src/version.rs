@@ -19,10 +19,7 @@ pub const MAX_SUPPORTED: (u64, u64) = (3, 6);
 
 /// Human-readable list for messages.
 pub fn supported_range() -> String {
-    format!(
-        "{}.{}.x to {}.{}.x",
-        MIN_SUPPORTED.0, MIN_SUPPORTED.1, MAX_SUPPORTED.0, MAX_SUPPORTED.1
-    )
+    format!("{}.{}.x to {}.{}.x", MIN_SUPPORTED.0, MIN_SUPPORTED.1, MAX_SUPPORTED.0, MAX_SUPPORTED.1)
 }
 
 impl Version {
@@ -35,20 +32,10 @@ impl Version {
         };
         let parts: Vec<_> = core.split('.').collect();
         if parts.len() != 3 {
-            return Err(format!(
-                "version {s:?} is not of the form MAJOR.MINOR.PATCH"
-            ));
+            return Err(format!("version {s:?} is not of the form MAJOR.MINOR.PATCH"));
         }
-        let num = |p: &str| {
-            p.parse::<u64>()
-                .map_err(|_| format!("version {s:?} is not of the form MAJOR.MINOR.PATCH"))
-        };
-        Ok(Version {
-            major: num(parts[0])?,
-            minor: num(parts[1])?,
-            patch: num(parts[2])?,
-            suffix,
-        })
+        let num = |p: &str| p.parse::<u64>().map_err(|_| format!("version {s:?} is not of the form MAJOR.MINOR.PATCH"));
+        Ok(Version { major: num(parts[0])?, minor: num(parts[1])?, patch: num(parts[2])?, suffix })
     }
 
     pub fn minor_line(&self) -> (u64, u64) {
@@ -131,19 +118,8 @@ mod tests {
     fn allowed_changes() {
         assert!(check_change(&v("3.4.23"), &v("3.5.0")).is_ok());
         assert!(check_change(&v("3.5.0"), &v("3.5.1")).is_ok());
-        assert!(
-            check_change(&v("3.5.1"), &v("3.5.0")).is_ok(),
-            "patch rollback is allowed"
-        );
-        assert!(
-            check_change(&v("3.5.1"), &v("3.4.23"))
-                .unwrap_err()
-                .contains("downgrade")
-        );
-        assert!(
-            check_change(&v("3.4.23"), &v("3.6.0"))
-                .unwrap_err()
-                .contains("skips a minor")
-        );
+        assert!(check_change(&v("3.5.1"), &v("3.5.0")).is_ok(), "patch rollback is allowed");
+        assert!(check_change(&v("3.5.1"), &v("3.4.23")).unwrap_err().contains("downgrade"));
+        assert!(check_change(&v("3.4.23"), &v("3.6.0")).unwrap_err().contains("skips a minor"));
     }
 }

@@ -1,8 +1,6 @@
 //! Membership decisions: bootstrap, heal, learners, scale up and down.
 
-use super::{
-    NewMember, Step, WaitReason, initial_cluster_of, peer_of, version_for_new_member, wait,
-};
+use super::{NewMember, Step, WaitReason, initial_cluster_of, peer_of, version_for_new_member, wait};
 use crate::naming;
 use crate::observed::{EtcdState, MemberState, Observed, PodState};
 use crate::validation::Desired;
@@ -28,10 +26,7 @@ pub(super) fn without_etcd(o: &Observed, d: &Desired) -> Step {
         return bootstrap(o, d);
     }
     if let Some((pod, (reason, msg))) = first_problem(o.pods.values()) {
-        return wait(
-            WaitReason::MemberFailing,
-            format!("member pod {pod} cannot run: {reason}: {msg}"),
-        );
+        return wait(WaitReason::MemberFailing, format!("member pod {pod} cannot run: {reason}: {msg}"));
     }
     if !o.ever_bootstrapped {
         // A bootstrap that never formed a cluster holds no data: clear out dead pods so that a
@@ -39,38 +34,22 @@ pub(super) fn without_etcd(o: &Observed, d: &Desired) -> Step {
         if let Some(p) = o.pods.values().find(|p| p.is_dead() && !p.deleting) {
             return Step::DeletePod {
                 pod: p.name.clone(),
-                why: format!(
-                    "bootstrap pod ended ({}) before the cluster formed",
-                    p.phase
-                ),
+                why: format!("bootstrap pod ended ({}) before the cluster formed", p.phase),
+                keep_volume: false,
             };
         }
         return wait(
             WaitReason::Bootstrapping,
-            format!(
-                "waiting for the {} bootstrap members to form a cluster",
-                o.pods.len()
-            ),
+            format!("waiting for the {} bootstrap members to form a cluster", o.pods.len()),
         );
     }
-    let err = o
-        .etcd_error
-        .as_deref()
-        .unwrap_or("no member pod has an address");
-    wait(
-        WaitReason::NoQuorum,
-        format!("no etcd member answers ({err}); nothing is changed until a quorum is back"),
-    )
+    let err = o.etcd_error.as_deref().unwrap_or("no member pod has an address");
+    wait(WaitReason::NoQuorum, format!("no etcd member answers ({err}); nothing is changed until a quorum is back"))
 }
 
 fn bootstrap(o: &Observed, d: &Desired) -> Step {
     let names: Vec<String> = (0..d.size)
-        .map(|i| {
-            naming::member_name(
-                &o.name,
-                &format!("{}{}", &o.new_member_suffix[..naming::SUFFIX_LEN - 1], i),
-            )
-        })
+        .map(|i| naming::member_name(&o.name, &format!("{}{}", &o.new_member_suffix[..naming::SUFFIX_LEN - 1], i)))
         .collect();
     let initial: Vec<_> = names.iter().map(|n| peer_of(o, d, n)).collect();
     Step::Bootstrap(
@@ -88,19 +67,13 @@ fn bootstrap(o: &Observed, d: &Desired) -> Step {
     )
 }
 
-fn first_problem<'a>(
-    pods: impl Iterator<Item = &'a PodState>,
-) -> Option<(&'a str, &'a (String, String))> {
-    pods.filter(|p| !p.deleting)
-        .find_map(|p| p.problem.as_ref().map(|pr| (p.name.as_str(), pr)))
+fn first_problem<'a>(pods: impl Iterator<Item = &'a PodState>) -> Option<(&'a str, &'a (String, String))> {
+    pods.filter(|p| !p.deleting).find_map(|p| p.problem.as_ref().map(|pr| (p.name.as_str(), pr)))
 }
 
 /// A voter counts as healthy when etcd says so and its pod is not on its way out.
 fn healthy(o: &Observed, m: &MemberState) -> bool {
-    m.is_healthy()
-        && o.pods
-            .get(&m.pod)
-            .is_some_and(|p| !p.deleting && !p.is_dead())
+    m.is_healthy() && o.pods.get(&m.pod).is_some_and(|p| !p.deleting && !p.is_dead())
 }
 
 /// etcd answered: heal, then reconcile size, one step at a time.
@@ -122,22 +95,16 @@ pub(super) fn with_etcd(o: &Observed, d: &Desired, etcd: &EtcdState) -> Step {
     // try again.
     if let Some((pod, (reason, msg))) = first_problem(o.pods.values()) {
         if let Some(m) = etcd.member_for_pod(pod).filter(|m| m.is_learner) {
-            let image_now =
-                crate::validation::image_for(&d.repository, &version_for_new_member(o, d));
+            let image_now = crate::validation::image_for(&d.repository, &version_for_new_member(o, d));
             if o.pods.get(pod).is_some_and(|p| p.image != image_now) {
                 return Step::RemoveMember {
                     id: m.id,
                     pod: pod.to_string(),
-                    why: format!(
-                        "learner cannot start ({reason}) and the spec changed since it was added"
-                    ),
+                    why: format!("learner cannot start ({reason}) and the spec changed since it was added"),
                 };
             }
         }
-        return wait(
-            WaitReason::MemberFailing,
-            format!("member pod {pod} cannot run: {reason}: {msg}"),
-        );
+        return wait(WaitReason::MemberFailing, format!("member pod {pod} cannot run: {reason}: {msg}"));
     }
 
     if let Some(step) = heal(o, etcd) {
@@ -155,15 +122,8 @@ pub(super) fn with_etcd(o: &Observed, d: &Desired, etcd: &EtcdState) -> Step {
 /// Members whose pod is gone or dead.
 fn heal(o: &Observed, etcd: &EtcdState) -> Option<Step> {
     // Pods on their way out are waited for: the member is judged once the pod is gone.
-    if let Some(p) = o
-        .pods
-        .values()
-        .find(|p| p.deleting && etcd.member_for_pod(&p.name).is_some())
-    {
-        return Some(wait(
-            WaitReason::PodTerminating,
-            format!("waiting for member pod {} to terminate", p.name),
-        ));
+    if let Some(p) = o.pods.values().find(|p| p.deleting && etcd.member_for_pod(&p.name).is_some()) {
+        return Some(wait(WaitReason::PodTerminating, format!("waiting for member pod {} to terminate", p.name)));
     }
     for m in etcd.voters() {
         let pvc = o.pvcs.contains(&naming::pvc_name(&m.pod));
@@ -182,10 +142,8 @@ fn heal(o: &Observed, etcd: &EtcdState) -> Option<Step> {
             Some(p) if p.is_dead() && pvc => {
                 return Some(Step::DeletePod {
                     pod: p.name.clone(),
-                    why: format!(
-                        "pod {} ended ({}); the member restarts on its volume",
-                        p.name, p.phase
-                    ),
+                    why: format!("pod {} ended ({}); the member restarts on its volume", p.name, p.phase),
+                    keep_volume: true,
                 });
             }
             Some(p) if p.is_dead() => {
@@ -218,12 +176,7 @@ fn restart_on_volume(o: &Observed, etcd: &EtcdState, m: &MemberState) -> NewMemb
 }
 
 /// The (at most one) learner: start it, promote it, or drop it.
-fn learner_step(
-    o: &Observed,
-    etcd: &EtcdState,
-    healthy_voters: usize,
-    voters: usize,
-) -> Option<Step> {
+fn learner_step(o: &Observed, etcd: &EtcdState, healthy_voters: usize, voters: usize) -> Option<Step> {
     let l = etcd.learners().next()?;
     let d = o.desired.as_ref().ok()?;
     if etcd.members.len() > d.size {
@@ -257,15 +210,8 @@ fn learner_step(
             why: format!("learner pod ended ({})", pod.phase),
         });
     }
-    let leader_index = etcd
-        .leader_member()
-        .and_then(|m| m.status.as_ref())
-        .map(|s| s.raft_index);
-    let learner_index = l
-        .status
-        .as_ref()
-        .filter(|s| s.leader != 0)
-        .map(|s| s.raft_index);
+    let leader_index = etcd.leader_member().and_then(|m| m.status.as_ref()).map(|s| s.raft_index);
+    let learner_index = l.status.as_ref().filter(|s| s.leader != 0).map(|s| s.raft_index);
     let caught_up = match (leader_index, learner_index) {
         (Some(li), Some(ci)) => ci * 100 >= li * LEARNER_READY_PERCENT,
         _ => false,
@@ -275,10 +221,7 @@ fn learner_step(
             (Some(li), Some(ci)) => format!("raft index {ci} of the leader's {li}"),
             _ => "not answering yet".into(),
         };
-        return Some(wait(
-            WaitReason::LearnerCatchingUp,
-            format!("learner {} is catching up ({progress})", l.pod),
-        ));
+        return Some(wait(WaitReason::LearnerCatchingUp, format!("learner {} is catching up ({progress})", l.pod)));
     }
     // After promotion there is one more voter, and it is healthy.
     if healthy_voters + 1 < EtcdState::quorum_of(voters + 1) {
@@ -287,10 +230,7 @@ fn learner_step(
             format!("promoting {} would leave too few healthy voters", l.pod),
         ));
     }
-    Some(Step::Promote {
-        id: l.id,
-        pod: l.pod.clone(),
-    })
+    Some(Step::Promote { id: l.id, pod: l.pod.clone() })
 }
 
 /// Pods that belong to no member, old enough that the member list cannot simply be lagging.
@@ -302,28 +242,16 @@ fn orphan_pods(o: &Observed, etcd: &EtcdState) -> Option<Step> {
         .map(|p| Step::DeletePod {
             pod: p.name.clone(),
             why: "it belongs to no etcd member".into(),
+            keep_volume: false,
         })
 }
 
-fn resize(
-    o: &Observed,
-    d: &Desired,
-    etcd: &EtcdState,
-    healthy_voters: usize,
-    voters: usize,
-) -> Step {
+fn resize(o: &Observed, d: &Desired, etcd: &EtcdState, healthy_voters: usize, voters: usize) -> Step {
     let members = etcd.members.len();
     // Every voter must be healthy before the next membership change.
     if let Some(m) = etcd.voters().find(|m| !healthy(o, m)) {
-        let what = if m.started() {
-            "is not healthy yet"
-        } else {
-            "has not started yet"
-        };
-        return wait(
-            WaitReason::MemberStarting,
-            format!("member {} {what}; the next change waits for it", m.pod),
-        );
+        let what = if m.started() { "is not healthy yet" } else { "has not started yet" };
+        return wait(WaitReason::MemberStarting, format!("member {} {what}; the next change waits for it", m.pod));
     }
     if members < d.size {
         let name = naming::member_name(&o.name, &o.new_member_suffix);
@@ -347,30 +275,16 @@ fn resize(
 /// Remove one voter: never the leader while another can go; the newest-named first, so that
 /// the order is predictable.
 fn scale_down(etcd: &EtcdState, healthy_voters: usize, voters: usize) -> Step {
-    let victim = etcd
-        .voters()
-        .filter(|m| Some(m.id) != etcd.leader)
-        .max_by(|a, b| a.pod.cmp(&b.pod));
+    let victim = etcd.voters().filter(|m| Some(m.id) != etcd.leader).max_by(|a, b| a.pod.cmp(&b.pod));
     let Some(v) = victim else {
-        return wait(
-            WaitReason::WouldLoseQuorum,
-            "the only member left to remove is the leader",
-        );
+        return wait(WaitReason::WouldLoseQuorum, "the only member left to remove is the leader");
     };
     let after = healthy_voters - usize::from(v.is_healthy());
     if after < EtcdState::quorum_of(voters - 1) {
         return wait(
             WaitReason::WouldLoseQuorum,
-            format!(
-                "removing {} would leave {after} healthy of {} voters",
-                v.pod,
-                voters - 1
-            ),
+            format!("removing {} would leave {after} healthy of {} voters", v.pod, voters - 1),
         );
     }
-    Step::RemoveMember {
-        id: v.id,
-        pod: v.pod.clone(),
-        why: format!("scaling down to {} members", voters - 1),
-    }
+    Step::RemoveMember { id: v.id, pod: v.pod.clone(), why: format!("scaling down to {} members", voters - 1) }
 }

@@ -38,8 +38,9 @@ pub enum Step {
     Promote { id: u64, pod: String },
     /// Remove a member from etcd, then delete its pod and volume.
     RemoveMember { id: u64, pod: String, why: String },
-    /// Delete a pod that belongs to no member (or whose member must restart on its PVC).
-    DeletePod { pod: String, why: String },
+    /// Delete a pod that belongs to no member (or whose member must restart on its PVC, in
+    /// which case its volume is kept).
+    DeletePod { pod: String, why: String, keep_volume: bool },
 }
 
 /// A member to create.
@@ -119,28 +120,19 @@ impl WaitReason {
 }
 
 pub(crate) fn wait(reason: WaitReason, message: impl Into<String>) -> Step {
-    Step::Wait(Wait {
-        reason,
-        message: message.into(),
-    })
+    Step::Wait(Wait { reason, message: message.into() })
 }
 
 /// Decide the next step for one cluster.
 pub fn plan(o: &Observed) -> Step {
     let d = match &o.desired {
         Err(errs) => {
-            return wait(
-                WaitReason::InvalidSpec,
-                format!("spec refused, nothing was changed: {}", errs.join("; ")),
-            );
+            return wait(WaitReason::InvalidSpec, format!("spec refused, nothing was changed: {}", errs.join("; ")));
         }
         Ok(d) => d,
     };
     if o.paused {
-        return wait(
-            WaitReason::Paused,
-            "spec.paused is true: the operator makes no change to this cluster",
-        );
+        return wait(WaitReason::Paused, "spec.paused is true: the operator makes no change to this cluster");
     }
     if !o.services_ready {
         return Step::CreateServices;
@@ -155,19 +147,12 @@ pub fn plan(o: &Observed) -> Step {
 /// lowest version any pod runs (etcd refuses a member older than the cluster version, and the
 /// lowest pod version is never older). A brand-new cluster starts at the desired version.
 pub(crate) fn version_for_new_member(o: &Observed, d: &Desired) -> Version {
-    o.pods
-        .values()
-        .filter_map(|p| Version::parse(&p.version).ok())
-        .min()
-        .unwrap_or_else(|| d.version.clone())
+    o.pods.values().filter_map(|p| Version::parse(&p.version).ok()).min().unwrap_or_else(|| d.version.clone())
 }
 
 /// `name=peerURL` pairs of the current membership, named after their pods.
 pub(crate) fn initial_cluster_of(etcd: &EtcdState) -> Vec<(String, String)> {
-    etcd.members
-        .iter()
-        .flat_map(|m| m.peer_urls.iter().map(|u| (m.pod.clone(), u.clone())))
-        .collect()
+    etcd.members.iter().flat_map(|m| m.peer_urls.iter().map(|u| (m.pod.clone(), u.clone()))).collect()
 }
 
 /// `name=peerURL` for a member about to be created.

@@ -10,14 +10,7 @@ const NS: &str = "ns";
 const NAME: &str = "ex";
 
 fn desired(size: i32) -> Result<Desired, Vec<String>> {
-    validate(
-        NAME,
-        &EtcdClusterSpec {
-            size,
-            version: "3.5.1".into(),
-            ..Default::default()
-        },
-    )
+    validate(NAME, &EtcdClusterSpec { size, version: "3.5.1".into(), ..Default::default() })
 }
 
 fn pod(name: &str) -> PodState {
@@ -40,12 +33,7 @@ fn member(id: u64, name: &str, leader: u64, raft_index: u64) -> MemberState {
         pod: name.into(),
         peer_urls: vec![format!("http://{name}.{NAME}.{NS}.svc:2380")],
         is_learner: false,
-        status: Some(MemberStatus {
-            version: "3.5.1".into(),
-            leader,
-            raft_index,
-            ..Default::default()
-        }),
+        status: Some(MemberStatus { version: "3.5.1".into(), leader, raft_index, ..Default::default() }),
     }
 }
 
@@ -60,11 +48,7 @@ fn running(n: u64, size: i32) -> Observed {
         new_member_suffix: "zzzzz".into(),
         ..Default::default()
     };
-    let mut etcd = EtcdState {
-        cluster_id: 42,
-        leader: Some(1),
-        members: vec![],
-    };
+    let mut etcd = EtcdState { cluster_id: 42, leader: Some(1), members: vec![] };
     for i in 1..=n {
         let name = format!("ex-m{i}");
         o.pods.insert(name.clone(), pod(&name));
@@ -105,23 +89,12 @@ fn wait_reason(s: &Step) -> WaitReason {
 #[test]
 fn invalid_spec_changes_nothing_and_says_why() {
     let mut o = running(3, 3);
-    o.desired = validate(
-        NAME,
-        &EtcdClusterSpec {
-            size: 3,
-            version: "3.2.13".into(),
-            ..Default::default()
-        },
-    );
+    o.desired = validate(NAME, &EtcdClusterSpec { size: 3, version: "3.2.13".into(), ..Default::default() });
     o.pods.clear(); // even a dead cluster is left alone while the spec is invalid
     let s = plan(&o);
     assert_eq!(wait_reason(&s), WaitReason::InvalidSpec);
     let Step::Wait(w) = s else { unreachable!() };
-    assert!(
-        w.message.contains("3.2.13") && w.message.contains("3.4.x"),
-        "{}",
-        w.message
-    );
+    assert!(w.message.contains("3.2.13") && w.message.contains("3.4.x"), "{}", w.message);
 }
 
 #[test]
@@ -154,21 +127,13 @@ fn fresh(size: i32) -> Observed {
 
 #[test]
 fn new_cluster_bootstraps_all_members_with_one_static_initial_cluster() {
-    let Step::Bootstrap(ms) = plan(&fresh(3)) else {
-        panic!("expected Bootstrap")
-    };
+    let Step::Bootstrap(ms) = plan(&fresh(3)) else { panic!("expected Bootstrap") };
     let names: Vec<_> = ms.iter().map(|m| m.name.as_str()).collect();
     assert_eq!(names, ["ex-abcd0", "ex-abcd1", "ex-abcd2"]);
     for m in &ms {
         assert!(!m.existing && m.bootstrap && !m.pvc);
         assert_eq!(m.initial_cluster.len(), 3);
-        assert_eq!(
-            m.initial_cluster[0],
-            (
-                "ex-abcd0".to_string(),
-                "http://ex-abcd0.ex.ns.svc:2380".to_string()
-            )
-        );
+        assert_eq!(m.initial_cluster[0], ("ex-abcd0".to_string(), "http://ex-abcd0.ex.ns.svc:2380".to_string()));
         assert_eq!(m.version.to_string(), "3.5.1");
     }
 }
@@ -177,14 +142,7 @@ fn new_cluster_bootstraps_all_members_with_one_static_initial_cluster() {
 fn bootstrap_pods_starting_are_waited_for() {
     let mut o = fresh(3);
     for n in ["ex-abcd0", "ex-abcd1", "ex-abcd2"] {
-        o.pods.insert(
-            n.into(),
-            PodState {
-                bootstrap: true,
-                age_secs: 2,
-                ..pod(n)
-            },
-        );
+        o.pods.insert(n.into(), PodState { bootstrap: true, age_secs: 2, ..pod(n) });
     }
     assert_eq!(wait_reason(&plan(&o)), WaitReason::Bootstrapping);
 }
@@ -192,14 +150,7 @@ fn bootstrap_pods_starting_are_waited_for() {
 #[test]
 fn a_dead_bootstrap_pod_of_a_cluster_that_never_formed_is_cleared() {
     let mut o = fresh(1);
-    o.pods.insert(
-        "ex-abcd0".into(),
-        PodState {
-            bootstrap: true,
-            phase: "Failed".into(),
-            ..pod("ex-abcd0")
-        },
-    );
+    o.pods.insert("ex-abcd0".into(), PodState { bootstrap: true, phase: "Failed".into(), ..pod("ex-abcd0") });
     assert!(matches!(plan(&o), Step::DeletePod { pod, .. } if pod == "ex-abcd0"));
 }
 
@@ -247,9 +198,7 @@ fn a_voter_on_a_terminating_pod_does_not_count_as_healthy() {
 
 #[test]
 fn scale_up_adds_one_learner_that_joins_the_existing_cluster() {
-    let Step::AddLearner(n) = plan(&running(3, 5)) else {
-        panic!("expected AddLearner")
-    };
+    let Step::AddLearner(n) = plan(&running(3, 5)) else { panic!("expected AddLearner") };
     assert_eq!(n.name, "ex-zzzzz");
     assert!(n.existing && !n.bootstrap);
     assert_eq!(n.initial_cluster.len(), 4);
@@ -259,18 +208,9 @@ fn scale_up_adds_one_learner_that_joins_the_existing_cluster() {
 #[test]
 fn new_members_run_the_version_the_pods_run_not_the_spec() {
     let mut o = running(3, 4);
-    o.desired = validate(
-        NAME,
-        &EtcdClusterSpec {
-            size: 4,
-            version: "3.5.1".into(),
-            ..Default::default()
-        },
-    );
+    o.desired = validate(NAME, &EtcdClusterSpec { size: 4, version: "3.5.1".into(), ..Default::default() });
     o.pods.get_mut("ex-m1").unwrap().version = "3.5.0".into();
-    let Step::AddLearner(n) = plan(&o) else {
-        panic!()
-    };
+    let Step::AddLearner(n) = plan(&o) else { panic!() };
     assert_eq!(n.version.to_string(), "3.5.0");
 }
 
@@ -285,13 +225,7 @@ fn a_lagging_learner_is_waited_for() {
 fn a_caught_up_learner_is_promoted() {
     let mut o = running(3, 4);
     add_learner(&mut o, 9, "ex-l", 995);
-    assert_eq!(
-        plan(&o),
-        Step::Promote {
-            id: 9,
-            pod: "ex-l".into()
-        }
-    );
+    assert_eq!(plan(&o), Step::Promote { id: 9, pod: "ex-l".into() });
 }
 
 #[test]
@@ -308,9 +242,7 @@ fn a_learner_registered_before_a_crash_gets_its_pod() {
     o.pods.remove("ex-l");
     m(&mut o, 9).name.clear(); // never started
     m(&mut o, 9).status = None;
-    let Step::CreatePod(n) = plan(&o) else {
-        panic!("expected CreatePod")
-    };
+    let Step::CreatePod(n) = plan(&o) else { panic!("expected CreatePod") };
     assert_eq!(n.name, "ex-l");
     assert!(n.existing);
 }
@@ -345,11 +277,7 @@ fn the_next_member_waits_for_the_previous_one_to_be_healthy() {
 fn scale_down_removes_one_non_leader() {
     assert_eq!(
         plan(&running(5, 3)),
-        Step::RemoveMember {
-            id: 5,
-            pod: "ex-m5".into(),
-            why: "scaling down to 4 members".into()
-        }
+        Step::RemoveMember { id: 5, pod: "ex-m5".into(), why: "scaling down to 4 members".into() }
     );
 }
 
@@ -362,10 +290,7 @@ fn scale_down_never_picks_the_leader() {
 
 #[test]
 fn scale_down_to_one() {
-    assert!(matches!(
-        plan(&running(2, 1)),
-        Step::RemoveMember { id: 2, .. }
-    ));
+    assert!(matches!(plan(&running(2, 1)), Step::RemoveMember { id: 2, .. }));
 }
 
 // ---- healing ----------------------------------------------------------------------------------------
@@ -391,9 +316,7 @@ fn a_pvc_member_restarts_on_its_volume_keeping_its_identity() {
     let mut o = running(3, 3);
     o.pods.remove("ex-m2");
     o.pvcs.push("ex-m2-data".into());
-    let Step::CreatePod(n) = plan(&o) else {
-        panic!("expected CreatePod")
-    };
+    let Step::CreatePod(n) = plan(&o) else { panic!("expected CreatePod") };
     assert_eq!(n.name, "ex-m2");
     assert!(n.existing && n.pvc);
 }
@@ -408,8 +331,7 @@ fn a_terminating_member_pod_is_waited_for() {
 #[test]
 fn a_crash_looping_member_is_surfaced_and_nothing_else_is_touched() {
     let mut o = running(3, 5);
-    o.pods.get_mut("ex-m3").unwrap().problem =
-        Some(("CrashLoopBackOff".into(), "back-off 40s".into()));
+    o.pods.get_mut("ex-m3").unwrap().problem = Some(("CrashLoopBackOff".into(), "back-off 40s".into()));
     o.pods.remove("ex-m2");
     let s = plan(&o);
     assert_eq!(wait_reason(&s), WaitReason::MemberFailing);
@@ -420,13 +342,7 @@ fn a_crash_looping_member_is_surfaced_and_nothing_else_is_touched() {
 #[test]
 fn an_old_pod_of_no_member_is_deleted_a_young_one_is_not() {
     let mut o = running(3, 3);
-    o.pods.insert(
-        "ex-stray".into(),
-        PodState {
-            age_secs: 5,
-            ..pod("ex-stray")
-        },
-    );
+    o.pods.insert("ex-stray".into(), PodState { age_secs: 5, ..pod("ex-stray") });
     assert_eq!(wait_reason(&plan(&o)), WaitReason::Stable);
     o.pods.get_mut("ex-stray").unwrap().age_secs = 120;
     assert!(matches!(plan(&o), Step::DeletePod { pod, .. } if pod == "ex-stray"));
@@ -456,8 +372,7 @@ fn quorum_and_leader_invariants_hold_in_every_state() {
                             }
                             3 => {
                                 unhealthy(&mut o, id);
-                                o.pods.get_mut(&format!("ex-m{id}")).unwrap().phase =
-                                    "Failed".into();
+                                o.pods.get_mut(&format!("ex-m{id}")).unwrap().phase = "Failed".into();
                             }
                             _ => {}
                         }
@@ -467,22 +382,13 @@ fn quorum_and_leader_invariants_hold_in_every_state() {
                     let healthy = e.members.iter().filter(|m| m.is_healthy()).count();
                     let step = plan(&o);
                     if healthy < EtcdState::quorum_of(n as usize) {
-                        assert!(
-                            matches!(step, Step::Wait(_)),
-                            "acted without quorum: {step:?}"
-                        );
+                        assert!(matches!(step, Step::Wait(_)), "acted without quorum: {step:?}");
                     }
                     if let Step::RemoveMember { id, .. } = step {
                         let victim = e.members.iter().find(|m| m.id == id).unwrap();
                         let after = healthy - usize::from(victim.is_healthy());
-                        assert!(
-                            after >= EtcdState::quorum_of(n as usize - 1),
-                            "removal {id} loses quorum"
-                        );
-                        assert!(
-                            !(id == leader && victim.is_healthy()),
-                            "removed the healthy leader"
-                        );
+                        assert!(after >= EtcdState::quorum_of(n as usize - 1), "removal {id} loses quorum");
+                        assert!(!(id == leader && victim.is_healthy()), "removed the healthy leader");
                     }
                     checked += 1;
                 }

@@ -1,0 +1,193 @@
+//! The actor: carries out one planned step against Kubernetes and etcd. Thin on purpose: every
+//! decision was made by the planner; this only performs calls and says what it did.
+
+use etcd_operator_api::EtcdCluster;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
+
+use crate::OPERATOR_NAME;
+use crate::etcd::{self, Endpoints};
+use crate::naming;
+use crate::observed::Observed;
+use crate::planner::{NewMember, Step};
+use crate::pod_spec;
+use crate::validation::Desired;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{0}")]
+    Kube(#[from] kube::Error),
+    #[error("{0}")]
+    Etcd(#[from] etcd::Error),
+}
+
+/// What a step did, for the Event and the log.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Done {
+    pub reason: &'static str,
+    pub note: String,
+    /// Pods created or deleted, so the controller can wait for its cache to see them.
+    pub created: Vec<String>,
+    pub deleted: Vec<String>,
+}
+
+/// Adapters' inputs that do not come from the planner.
+pub struct Target<'a> {
+    pub client: &'a Client,
+    pub cluster: &'a EtcdCluster,
+    pub observed: &'a Observed,
+    pub endpoints: &'a Endpoints,
+    /// Image for the member pods' DNS-wait init container (this operator's image).
+    pub init_image: &'a str,
+}
+
+impl Target<'_> {
+    fn ns(&self) -> String {
+        self.cluster.namespace().unwrap_or_default()
+    }
+
+    /// Client endpoints of healthy voters: membership changes go through them.
+    fn change_endpoints(&self) -> Vec<String> {
+        let Some(e) = &self.observed.etcd else { return vec![] };
+        e.voters().filter(|m| m.is_healthy()).filter_map(|m| self.endpoints.get(&m.pod).cloned()).collect()
+    }
+
+    fn desired(&self) -> &Desired {
+        self.observed.desired.as_ref().expect("the planner only acts on a valid spec")
+    }
+
+    async fn create_member(&self, m: &NewMember) -> Result<(), Error> {
+        let ns = self.ns();
+        if m.pvc {
+            if let Some(pvc) = pod_spec::member_pvc(self.cluster, self.desired(), &m.name) {
+                let api: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), &ns);
+                match api.create(&PostParams::default(), &pvc).await {
+                    Err(kube::Error::Api(s)) if s.code == 409 => {} // restarting on the volume it has
+                    r => {
+                        r?;
+                    }
+                }
+            }
+        }
+        let pod = pod_spec::member_pod(self.cluster, self.desired(), m, self.init_image);
+        Api::<Pod>::namespaced(self.client.clone(), &ns).create(&PostParams::default(), &pod).await?;
+        Ok(())
+    }
+
+    async fn delete_pod(&self, pod: &str, with_volume: bool) -> Result<(), Error> {
+        let ns = self.ns();
+        ignore_404(Api::<Pod>::namespaced(self.client.clone(), &ns).delete(pod, &DeleteParams::default()).await)?;
+        if with_volume {
+            let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), &ns);
+            ignore_404(pvcs.delete(&naming::pvc_name(pod), &DeleteParams::default()).await)?;
+        }
+        Ok(())
+    }
+}
+
+fn ignore_404<T>(r: Result<T, kube::Error>) -> Result<(), kube::Error> {
+    match r {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+fn done(reason: &'static str, note: String) -> Done {
+    Done { reason, note, created: vec![], deleted: vec![] }
+}
+
+/// Perform `step`. `Wait` does nothing and returns `None`.
+pub async fn execute(t: &Target<'_>, step: &Step) -> Result<Option<Done>, Error> {
+    let ns = t.ns();
+    Ok(Some(match step {
+        Step::Wait(_) => return Ok(None),
+        Step::CreateServices => {
+            let api: Api<Service> = Api::namespaced(t.client.clone(), &ns);
+            let pp = PatchParams::apply(OPERATOR_NAME).force();
+            for svc in [pod_spec::peer_service(t.cluster), pod_spec::client_service(t.cluster)] {
+                api.patch(&svc.name_any(), &pp, &Patch::Apply(&svc)).await?;
+            }
+            done(
+                "ServicesCreated",
+                format!(
+                    "peer Service {} and client Service {}",
+                    t.cluster.name_any(),
+                    naming::client_service(&t.cluster.name_any())
+                ),
+            )
+        }
+        Step::Bootstrap(members) => {
+            for m in members {
+                t.create_member(m).await?;
+            }
+            let names: Vec<String> = members.iter().map(|m| m.name.clone()).collect();
+            Done {
+                reason: "BootstrapStarted",
+                note: format!(
+                    "creating a new {}-member cluster at version {}: {}",
+                    members.len(),
+                    members[0].version,
+                    names.join(", ")
+                ),
+                created: names,
+                deleted: vec![],
+            }
+        }
+        Step::AddLearner(m) => {
+            let peer = &m.initial_cluster.last().expect("the new member is in its initial cluster").1;
+            let id = etcd::add_learner(&t.change_endpoints(), peer).await?;
+            t.create_member(m).await?;
+            let size = t.observed.etcd.as_ref().map(|e| e.members.len()).unwrap_or_default();
+            Done {
+                reason: "MemberAdded",
+                note: format!(
+                    "added learner {} (ID {}) at version {}; members {} → {}",
+                    m.name,
+                    etcd::hex(id),
+                    m.version,
+                    size,
+                    size + 1
+                ),
+                created: vec![m.name.clone()],
+                deleted: vec![],
+            }
+        }
+        Step::CreatePod(m) => {
+            t.create_member(m).await?;
+            Done {
+                reason: "MemberPodCreated",
+                note: format!("created pod for member {} (already registered with etcd)", m.name),
+                created: vec![m.name.clone()],
+                deleted: vec![],
+            }
+        }
+        Step::Promote { id, pod } => {
+            etcd::promote(&t.change_endpoints(), *id).await?;
+            done(
+                "LearnerPromoted",
+                format!("learner {pod} (ID {}) caught up and is now a voting member", etcd::hex(*id)),
+            )
+        }
+        Step::RemoveMember { id, pod, why } => {
+            etcd::remove(&t.change_endpoints(), *id).await?;
+            t.delete_pod(pod, true).await?;
+            Done {
+                reason: "MemberRemoved",
+                note: format!("removed member {pod} (ID {}): {why}", etcd::hex(*id)),
+                created: vec![],
+                deleted: vec![pod.clone()],
+            }
+        }
+        Step::DeletePod { pod, why, keep_volume } => {
+            t.delete_pod(pod, !keep_volume).await?;
+            Done {
+                reason: "PodDeleted",
+                note: format!("deleted pod {pod}: {why}"),
+                created: vec![],
+                deleted: vec![pod.clone()],
+            }
+        }
+    }))
+}

@@ -1,0 +1,162 @@
+//! The etcd adapter: what the planner needs from etcd's API, and the membership calls the
+//! actor makes. etcd-client balances a client's calls across its endpoints, so every call that
+//! is about one member (its status) uses a client connected to that member alone.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use etcd_client::{Client, ConnectOptions, MemberAddOptions};
+use futures::future::join_all;
+
+use crate::naming;
+use crate::observed::{EtcdState, MemberState, MemberStatus};
+
+/// Time to open a connection to one member.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// Time for one read-only call (status, member list).
+const READ_TIMEOUT: Duration = Duration::from_secs(3);
+/// Time for a membership change; etcd commits it through raft.
+const CHANGE_TIMEOUT: Duration = Duration::from_secs(15);
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("etcd at {endpoint}: {source}")]
+    Call { endpoint: String, source: etcd_client::Error },
+    #[error("etcd at {0}: no answer within the time limit")]
+    Timeout(String),
+    #[error("no etcd endpoint to talk to")]
+    NoEndpoint,
+}
+
+/// A member's client endpoint by pod name, e.g. `ex-abcde` → `http://10.244.0.7:2379`.
+pub type Endpoints = BTreeMap<String, String>;
+
+async fn connect(endpoints: &[String], timeout: Duration) -> Result<Client, Error> {
+    let opts = ConnectOptions::new().with_connect_timeout(CONNECT_TIMEOUT).with_timeout(timeout);
+    let label = endpoints.join(",");
+    match tokio::time::timeout(CONNECT_TIMEOUT + Duration::from_millis(500), Client::connect(endpoints, Some(opts)))
+        .await
+    {
+        Ok(Ok(c)) => Ok(c),
+        Ok(Err(source)) => Err(Error::Call { endpoint: label, source }),
+        Err(_) => Err(Error::Timeout(label)),
+    }
+}
+
+async fn with_deadline<T>(
+    endpoint: &str,
+    d: Duration,
+    f: impl std::future::Future<Output = Result<T, etcd_client::Error>>,
+) -> Result<T, Error> {
+    match tokio::time::timeout(d, f).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(source)) => Err(Error::Call { endpoint: endpoint.to_string(), source }),
+        Err(_) => Err(Error::Timeout(endpoint.to_string())),
+    }
+}
+
+/// One member's answer to Status, through a client of its own.
+async fn member_status(url: &str) -> Result<(u64, u64, MemberStatus, Client), Error> {
+    let mut c = connect(&[url.to_string()], READ_TIMEOUT).await?;
+    let s = with_deadline(url, READ_TIMEOUT, c.status()).await?;
+    let h = s.header().map(|h| (h.member_id(), h.cluster_id())).unwrap_or_default();
+    let status = MemberStatus {
+        version: s.version().to_string(),
+        raft_index: s.raft_index(),
+        raft_applied_index: s.raft_applied_index(),
+        raft_term: s.raft_term(),
+        leader: s.leader(),
+        db_size: s.db_size(),
+        errors: s.errors().to_vec(),
+    };
+    Ok((h.0, h.1, status, c))
+}
+
+/// Ask every member for its status (in parallel, one client each) and the membership from the
+/// leader (or, without a leader, from any member that answers: the list is then only used to
+/// report, since nothing is changed without a quorum).
+pub async fn observe(endpoints: &Endpoints) -> Result<EtcdState, Error> {
+    if endpoints.is_empty() {
+        return Err(Error::NoEndpoint);
+    }
+    let answers = join_all(endpoints.values().map(|u| member_status(u))).await;
+    let mut statuses = BTreeMap::new();
+    let mut clients = vec![];
+    let mut last_err = None;
+    let mut cluster_id = 0;
+    for a in answers {
+        match a {
+            Ok((id, cid, st, client)) => {
+                cluster_id = cid;
+                clients.push((id, st.leader, client));
+                statuses.insert(id, st);
+            }
+            Err(e) => last_err = Some(e),
+        }
+    }
+    if clients.is_empty() {
+        return Err(last_err.unwrap_or(Error::NoEndpoint));
+    }
+    // The leader's own view of membership is the most current one available.
+    clients.sort_by_key(|(id, leader, _)| (id != leader, *id));
+    let leader = clients.iter().find(|(id, leader, _)| id == leader).map(|(id, _, _)| *id);
+    let (_, _, client) = &mut clients[0];
+    let list = with_deadline("member list", READ_TIMEOUT, client.member_list()).await?;
+    let members = list
+        .members()
+        .iter()
+        .map(|m| MemberState {
+            id: m.id(),
+            name: m.name().to_string(),
+            pod: m
+                .peer_urls()
+                .first()
+                .and_then(|u| naming::member_of_peer_url(u))
+                .unwrap_or_else(|| m.name().to_string()),
+            peer_urls: m.peer_urls().to_vec(),
+            is_learner: m.is_learner(),
+            status: statuses.get(&m.id()).cloned(),
+        })
+        .collect();
+    Ok(EtcdState { cluster_id, leader, members })
+}
+
+async fn change_client(endpoints: &[String]) -> Result<Client, Error> {
+    if endpoints.is_empty() {
+        return Err(Error::NoEndpoint);
+    }
+    connect(endpoints, CHANGE_TIMEOUT).await
+}
+
+/// Register a learner with the given peer URL; returns its member ID.
+pub async fn add_learner(endpoints: &[String], peer_url: &str) -> Result<u64, Error> {
+    let mut c = change_client(endpoints).await?;
+    let r = with_deadline(
+        "member add",
+        CHANGE_TIMEOUT,
+        c.member_add([peer_url], Some(MemberAddOptions::new().with_is_learner())),
+    )
+    .await?;
+    Ok(r.member().map(|m| m.id()).unwrap_or_default())
+}
+
+pub async fn promote(endpoints: &[String], id: u64) -> Result<(), Error> {
+    let mut c = change_client(endpoints).await?;
+    with_deadline("member promote", CHANGE_TIMEOUT, c.member_promote(id)).await.map(|_| ())
+}
+
+pub async fn remove(endpoints: &[String], id: u64) -> Result<(), Error> {
+    let mut c = change_client(endpoints).await?;
+    with_deadline("member remove", CHANGE_TIMEOUT, c.member_remove(id)).await.map(|_| ())
+}
+
+/// Hand leadership to `to`; must be sent to the current leader.
+pub async fn move_leader(leader_endpoint: &str, to: u64) -> Result<(), Error> {
+    let mut c = change_client(&[leader_endpoint.to_string()]).await?;
+    with_deadline(leader_endpoint, CHANGE_TIMEOUT, c.move_leader(to)).await.map(|_| ())
+}
+
+/// Hex form of a member or cluster ID, as etcdctl prints it.
+pub fn hex(id: u64) -> String {
+    format!("{id:x}")
+}

@@ -1,0 +1,358 @@
+//! Pure builders for the Kubernetes objects of one etcd cluster: member pods, their
+//! PersistentVolumeClaims, and the peer and client Services.
+
+use std::collections::BTreeMap;
+
+use etcd_operator_api::EtcdCluster;
+use k8s_openapi::api::core::v1::{
+    Capabilities, Container, ContainerPort, EmptyDirVolumeSource, HTTPGetAction, PersistentVolumeClaim,
+    PersistentVolumeClaimVolumeSource, Pod, PodAffinityTerm, PodAntiAffinity, PodSpec, Probe, SecurityContext, Service,
+    ServicePort, ServiceSpec, Volume, VolumeMount,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::Resource;
+
+use crate::naming::{self, APP_LABEL, BOOTSTRAP_ANNOTATION, CLIENT_PORT, CLUSTER_LABEL, PEER_PORT, VERSION_ANNOTATION};
+use crate::planner::NewMember;
+use crate::validation::{Desired, image_for};
+
+/// Where etcd keeps its data inside the container.
+pub const DATA_MOUNT: &str = "/var/etcd";
+pub const DATA_DIR: &str = "/var/etcd/data";
+
+/// Labels every object of the cluster carries; also the Services' selector.
+pub fn selector_labels(cluster: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (APP_LABEL.0.to_string(), APP_LABEL.1.to_string()),
+        (CLUSTER_LABEL.to_string(), cluster.to_string()),
+    ])
+}
+
+/// Controller owner reference to the EtcdCluster: deleting it deletes everything it made.
+pub fn owner_ref(c: &EtcdCluster) -> OwnerReference {
+    c.controller_owner_ref(&()).expect("EtcdCluster from the API has a name and uid")
+}
+
+fn meta(c: &EtcdCluster, name: &str, labels: BTreeMap<String, String>) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name.to_string()),
+        namespace: c.meta().namespace.clone(),
+        labels: Some(labels),
+        owner_references: Some(vec![owner_ref(c)]),
+        ..Default::default()
+    }
+}
+
+fn cluster_name(c: &EtcdCluster) -> String {
+    c.meta().name.clone().unwrap_or_default()
+}
+
+/// The headless Service that gives each member its stable DNS name. Not-ready addresses are
+/// published because a member must resolve its peers before any of them is ready.
+pub fn peer_service(c: &EtcdCluster) -> Service {
+    let name = cluster_name(c);
+    Service {
+        metadata: meta(c, &name, selector_labels(&name)),
+        spec: Some(ServiceSpec {
+            cluster_ip: Some("None".into()),
+            publish_not_ready_addresses: Some(true),
+            selector: Some(selector_labels(&name)),
+            ports: Some(vec![port("client", CLIENT_PORT), port("peer", PEER_PORT)]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// The client Service: ready members only (learners are not ready: they refuse most requests).
+pub fn client_service(c: &EtcdCluster) -> Service {
+    let name = cluster_name(c);
+    Service {
+        metadata: meta(c, &naming::client_service(&name), selector_labels(&name)),
+        spec: Some(ServiceSpec {
+            selector: Some(selector_labels(&name)),
+            ports: Some(vec![port("client", CLIENT_PORT)]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn port(name: &str, p: i32) -> ServicePort {
+    ServicePort {
+        name: Some(name.into()),
+        port: p,
+        target_port: Some(IntOrString::Int(p)),
+        protocol: Some("TCP".into()),
+        ..Default::default()
+    }
+}
+
+/// The PVC of a PVC-backed member, from `spec.pod.persistentVolumeClaimSpec`.
+pub fn member_pvc(c: &EtcdCluster, d: &Desired, member: &str) -> Option<PersistentVolumeClaim> {
+    let spec = d.pod.persistent_volume_claim_spec.clone()?;
+    Some(PersistentVolumeClaim {
+        metadata: meta(c, &naming::pvc_name(member), selector_labels(&cluster_name(c))),
+        spec: Some(spec),
+        ..Default::default()
+    })
+}
+
+/// The etcd command line of a member.
+pub fn etcd_command(c: &EtcdCluster, d: &Desired, m: &NewMember) -> Vec<String> {
+    let name = cluster_name(c);
+    let ns = c.meta().namespace.clone().unwrap_or_default();
+    let host = naming::member_host(&m.name, &name, &ns, &d.pod.cluster_domain);
+    let initial: Vec<String> = m.initial_cluster.iter().map(|(n, u)| format!("{n}={u}")).collect();
+    let uid = c.meta().uid.clone().unwrap_or_default();
+    vec![
+        "/usr/local/bin/etcd".into(),
+        format!("--name={}", m.name),
+        format!("--data-dir={DATA_DIR}"),
+        format!("--initial-advertise-peer-urls={}", naming::peer_url(&host)),
+        format!("--listen-peer-urls=http://0.0.0.0:{PEER_PORT}"),
+        format!("--listen-client-urls=http://0.0.0.0:{CLIENT_PORT}"),
+        format!("--advertise-client-urls={}", naming::client_url(&host)),
+        format!("--initial-cluster={}", initial.join(",")),
+        format!("--initial-cluster-state={}", if m.existing { "existing" } else { "new" }),
+        // The EtcdCluster's UID: two clusters of the same name never cross-talk.
+        format!("--initial-cluster-token={uid}"),
+    ]
+}
+
+/// The pod of one member.
+pub fn member_pod(c: &EtcdCluster, d: &Desired, m: &NewMember, init_image: &str) -> Pod {
+    let name = cluster_name(c);
+    let ns = c.meta().namespace.clone().unwrap_or_default();
+    let host = naming::member_host(&m.name, &name, &ns, &d.pod.cluster_domain);
+    let mut labels = d.pod.labels.clone();
+    labels.extend(selector_labels(&name));
+    let mut annotations = d.pod.annotations.clone();
+    annotations.insert(VERSION_ANNOTATION.into(), m.version.to_string());
+    if m.bootstrap {
+        annotations.insert(BOOTSTRAP_ANNOTATION.into(), "true".into());
+    }
+    let locked_down = SecurityContext {
+        allow_privilege_escalation: Some(false),
+        capabilities: Some(Capabilities { drop: Some(vec!["ALL".into()]), ..Default::default() }),
+        ..Default::default()
+    };
+    // A member must resolve its own name before etcd starts, or etcd exits. The wait runs the
+    // operator's own image: real etcd images have no shell.
+    let wait_dns = Container {
+        name: "wait-dns".into(),
+        image: Some(init_image.into()),
+        image_pull_policy: Some("IfNotPresent".into()),
+        command: Some(vec![
+            crate::OPERATOR_NAME.into(),
+            "wait-dns".into(),
+            format!("--host={host}"),
+            format!("--timeout-secs={}", d.pod.dns_timeout_in_second),
+        ]),
+        security_context: Some(SecurityContext {
+            run_as_non_root: Some(true),
+            run_as_user: Some(65532),
+            read_only_root_filesystem: Some(true),
+            ..locked_down.clone()
+        }),
+        ..Default::default()
+    };
+    let etcd = Container {
+        name: "etcd".into(),
+        image: Some(image_for(&d.repository, &m.version)),
+        image_pull_policy: Some("IfNotPresent".into()),
+        command: Some(etcd_command(c, d, m)),
+        ports: Some(vec![
+            ContainerPort { name: Some("client".into()), container_port: CLIENT_PORT, ..Default::default() },
+            ContainerPort { name: Some("peer".into()), container_port: PEER_PORT, ..Default::default() },
+        ]),
+        env: (!d.pod.etcd_env.is_empty()).then(|| d.pod.etcd_env.clone()),
+        resources: d.pod.resources.clone(),
+        volume_mounts: Some(vec![VolumeMount {
+            name: "etcd-data".into(),
+            mount_path: DATA_MOUNT.into(),
+            ..Default::default()
+        }]),
+        // /health fails without a leader and on a learner (linearizable read), so the client
+        // Service only sends clients to voting members of a working cluster.
+        readiness_probe: Some(Probe {
+            http_get: Some(HTTPGetAction {
+                path: Some("/health".into()),
+                port: IntOrString::Int(CLIENT_PORT),
+                ..Default::default()
+            }),
+            period_seconds: Some(5),
+            timeout_seconds: Some(5),
+            failure_threshold: Some(3),
+            ..Default::default()
+        }),
+        security_context: Some(locked_down),
+        ..Default::default()
+    };
+    let data = if m.pvc {
+        Volume {
+            name: "etcd-data".into(),
+            persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                claim_name: naming::pvc_name(&m.name),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    } else {
+        Volume { name: "etcd-data".into(), empty_dir: Some(EmptyDirVolumeSource::default()), ..Default::default() }
+    };
+    let mut affinity = d.pod.affinity.clone();
+    if d.pod.anti_affinity && affinity.is_none() {
+        // CoreOS' deprecated `antiAffinity: true`: at most one member of this cluster per node.
+        affinity = Some(k8s_openapi::api::core::v1::Affinity {
+            pod_anti_affinity: Some(PodAntiAffinity {
+                required_during_scheduling_ignored_during_execution: Some(vec![PodAffinityTerm {
+                    label_selector: Some(LabelSelector {
+                        match_labels: Some(BTreeMap::from([(CLUSTER_LABEL.to_string(), name.clone())])),
+                        ..Default::default()
+                    }),
+                    topology_key: "kubernetes.io/hostname".into(),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+    }
+    Pod {
+        metadata: ObjectMeta { annotations: Some(annotations), ..meta(c, &m.name, labels) },
+        spec: Some(PodSpec {
+            hostname: Some(m.name.clone()),
+            subdomain: Some(name),
+            // A crashed etcd restarts in place on its data (emptyDir survives container
+            // restarts); only a pod that is gone or Failed is treated as a lost member.
+            restart_policy: Some("Always".into()),
+            // Service links would inject ETCD_* variables for a Service named "etcd...", which
+            // etcd reads as flags and rejects.
+            enable_service_links: Some(false),
+            automount_service_account_token: Some(false),
+            init_containers: Some(vec![wait_dns]),
+            containers: vec![etcd],
+            volumes: Some(vec![data]),
+            node_selector: (!d.pod.node_selector.is_empty()).then(|| d.pod.node_selector.clone()),
+            affinity,
+            tolerations: (!d.pod.tolerations.is_empty()).then(|| d.pod.tolerations.clone()),
+            security_context: d.pod.security_context.clone(),
+            termination_grace_period_seconds: Some(30),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::validation::validate;
+    use crate::version::Version;
+    use etcd_operator_api::EtcdClusterSpec;
+
+    fn cluster(yaml_spec: &str) -> (EtcdCluster, Desired) {
+        let spec: EtcdClusterSpec = serde_yaml::from_str(yaml_spec).unwrap();
+        let mut c = EtcdCluster::new("ex", spec.clone());
+        c.metadata.namespace = Some("ns".into());
+        c.metadata.uid = Some("uid-1".into());
+        let d = validate("ex", &spec).unwrap();
+        (c, d)
+    }
+
+    fn member(existing: bool, pvc: bool) -> NewMember {
+        NewMember {
+            name: "ex-abcde".into(),
+            initial_cluster: vec![
+                ("ex-a".into(), "http://ex-a.ex.ns.svc:2380".into()),
+                ("ex-abcde".into(), "http://ex-abcde.ex.ns.svc:2380".into()),
+            ],
+            existing,
+            version: Version::parse("3.5.1").unwrap(),
+            pvc,
+            bootstrap: !existing,
+        }
+    }
+
+    #[test]
+    fn member_pod_has_coreos_labels_stable_dns_and_owner() {
+        let (c, d) = cluster("size: 3\nversion: 3.5.1\npod: {labels: {team: a}}");
+        let p = member_pod(&c, &d, &member(true, false), "op:1");
+        let labels = p.metadata.labels.clone().unwrap();
+        assert_eq!(labels["app"], "etcd");
+        assert_eq!(labels["etcd_cluster"], "ex");
+        assert_eq!(labels["team"], "a");
+        assert_eq!(p.metadata.annotations.as_ref().unwrap()["etcd.version"], "3.5.1");
+        let spec = p.spec.unwrap();
+        assert_eq!(spec.hostname.as_deref(), Some("ex-abcde"));
+        assert_eq!(spec.subdomain.as_deref(), Some("ex"));
+        assert_eq!(spec.enable_service_links, Some(false));
+        assert_eq!(spec.containers[0].image.as_deref(), Some("quay.io/coreos/etcd:v3.5.1"));
+        assert_eq!(p.metadata.owner_references.unwrap()[0].kind, "EtcdCluster");
+        assert!(spec.volumes.unwrap()[0].empty_dir.is_some());
+        let init = &spec.init_containers.unwrap()[0];
+        assert!(init.command.as_ref().unwrap().contains(&"--host=ex-abcde.ex.ns.svc".to_string()));
+    }
+
+    #[test]
+    fn etcd_flags_join_an_existing_cluster() {
+        let (c, d) = cluster("size: 3\nversion: 3.5.1");
+        let cmd = etcd_command(&c, &d, &member(true, false));
+        assert!(cmd.contains(&"--initial-cluster-state=existing".to_string()));
+        assert!(cmd.contains(
+            &"--initial-cluster=ex-a=http://ex-a.ex.ns.svc:2380,ex-abcde=http://ex-abcde.ex.ns.svc:2380".to_string()
+        ));
+        assert!(cmd.contains(&"--initial-advertise-peer-urls=http://ex-abcde.ex.ns.svc:2380".to_string()));
+        assert!(cmd.contains(&"--initial-cluster-token=uid-1".to_string()));
+        let boot = etcd_command(&c, &d, &member(false, false));
+        assert!(boot.contains(&"--initial-cluster-state=new".to_string()));
+    }
+
+    #[test]
+    fn cluster_domain_ends_member_urls() {
+        let (c, d) = cluster("size: 1\nversion: 3.5.1\npod: {ClusterDomain: cluster.local}");
+        let cmd = etcd_command(&c, &d, &member(false, false));
+        assert!(
+            cmd.contains(&"--advertise-client-urls=http://ex-abcde.ex.ns.svc.cluster.local:2379".to_string()),
+            "{cmd:?}"
+        );
+    }
+
+    #[test]
+    fn pvc_members_mount_their_claim() {
+        let (c, d) = cluster(
+            "size: 1\nversion: 3.5.1\npod:\n  persistentVolumeClaimSpec:\n    accessModes: [ReadWriteOnce]\n    resources: {requests: {storage: 1Gi}}",
+        );
+        let p = member_pod(&c, &d, &member(false, true), "op:1");
+        let v = &p.spec.unwrap().volumes.unwrap()[0];
+        assert_eq!(v.persistent_volume_claim.as_ref().unwrap().claim_name, "ex-abcde-data");
+        let pvc = member_pvc(&c, &d, "ex-abcde").unwrap();
+        assert_eq!(pvc.metadata.name.as_deref(), Some("ex-abcde-data"));
+    }
+
+    #[test]
+    fn deprecated_anti_affinity_becomes_required_pod_anti_affinity() {
+        let (c, d) = cluster("size: 3\nversion: 3.5.1\npod: {antiAffinity: true}");
+        let p = member_pod(&c, &d, &member(true, false), "op:1");
+        let aff = p.spec.unwrap().affinity.unwrap().pod_anti_affinity.unwrap();
+        assert_eq!(
+            aff.required_during_scheduling_ignored_during_execution.unwrap()[0].topology_key,
+            "kubernetes.io/hostname"
+        );
+    }
+
+    #[test]
+    fn services_select_the_cluster_and_the_peer_one_is_headless() {
+        let (c, _) = cluster("size: 3\nversion: 3.5.1");
+        let peer = peer_service(&c);
+        assert_eq!(peer.metadata.name.as_deref(), Some("ex"));
+        let s = peer.spec.unwrap();
+        assert_eq!(s.cluster_ip.as_deref(), Some("None"));
+        assert_eq!(s.publish_not_ready_addresses, Some(true));
+        let client = client_service(&c);
+        assert_eq!(client.metadata.name.as_deref(), Some("ex-client"));
+        assert_eq!(client.spec.unwrap().ports.unwrap()[0].port, 2379);
+    }
+}

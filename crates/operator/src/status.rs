@@ -1,0 +1,282 @@
+//! Status: what `kubectl get etcd` and `kubectl describe` show, computed from the observation
+//! and the planned step. Pure; the controller writes the result with one status patch.
+
+use etcd_operator_api::EtcdClusterStatus;
+use etcd_operator_api::condition::{self, Condition};
+
+use crate::naming::{self, CLIENT_PORT};
+use crate::observed::{EtcdState, Observed};
+use crate::planner::{Step, WaitReason};
+
+pub const AVAILABLE: &str = "Available";
+pub const SPEC_VALID: &str = "SpecValid";
+pub const SCALING: &str = "Scaling";
+pub const RECOVERING: &str = "Recovering";
+/// Something needs a person: no quorum, a failing member, data lost.
+pub const DEGRADED: &str = "Degraded";
+
+pub const PHASE_CREATING: &str = "Creating";
+pub const PHASE_RUNNING: &str = "Running";
+pub const PHASE_FAILED: &str = "Failed";
+
+fn cond(type_: &str, ok: bool, reason: &str, message: impl Into<String>) -> Condition {
+    Condition {
+        type_: type_.into(),
+        status: if ok { "True" } else { "False" }.into(),
+        reason: reason.into(),
+        message: message.into(),
+        ..Default::default()
+    }
+}
+
+fn healthy_voter_pods(o: &Observed, e: &EtcdState) -> Vec<String> {
+    e.voters()
+        .filter(|m| m.is_healthy() && o.pods.get(&m.pod).is_some_and(|p| p.ready && !p.deleting))
+        .map(|m| m.pod.clone())
+        .collect()
+}
+
+/// The new status. `prev` supplies what must persist (cluster ID, condition times, phase).
+pub fn compute(
+    o: &Observed,
+    step: &Step,
+    prev: &EtcdClusterStatus,
+    generation: Option<i64>,
+    now: &str,
+) -> EtcdClusterStatus {
+    let mut s = prev.clone();
+    s.observed_generation = generation;
+    s.control_paused = o.paused;
+    s.service_name = naming::client_service(&o.name);
+    s.client_port = CLIENT_PORT;
+    let wait = match step {
+        Step::Wait(w) => Some(w),
+        _ => None,
+    };
+
+    // Membership as etcd reports it; without etcd, as the pods show it.
+    match &o.etcd {
+        Some(e) => {
+            let ready = healthy_voter_pods(o, e);
+            let mut learners: Vec<String> = e.learners().map(|m| m.pod.clone()).collect();
+            learners.sort();
+            let mut unready: Vec<String> = e.voters().map(|m| m.pod.clone()).filter(|p| !ready.contains(p)).collect();
+            unready.sort();
+            s.size = e.members.len() as i32;
+            s.ready_members = ready.len() as i32;
+            s.members.ready = ready;
+            s.members.ready.sort();
+            s.members.unready = unready;
+            s.members.learners = learners;
+            s.leader = e.leader_member().map(|m| m.pod.clone()).unwrap_or_default();
+            if e.cluster_id != 0 {
+                s.cluster_id = crate::etcd::hex(e.cluster_id);
+            }
+        }
+        None => {
+            s.size = o.pods.len() as i32;
+            s.ready_members = 0;
+            s.members.ready.clear();
+            s.members.unready = o.pods.keys().cloned().collect();
+            s.members.learners.clear();
+            s.leader.clear();
+        }
+    }
+
+    // Versions: current is what every pod runs once they agree; target is the spec's while
+    // it differs.
+    let mut versions: Vec<&str> = o.pods.values().map(|p| p.version.as_str()).collect();
+    versions.sort();
+    versions.dedup();
+    if versions.len() == 1 && o.etcd.is_some() {
+        s.current_version = versions[0].to_string();
+    }
+    s.target_version = match &o.desired {
+        Ok(d) if d.version.to_string() != s.current_version => d.version.to_string(),
+        _ => String::new(),
+    };
+
+    // Conditions.
+    let mut cs = std::mem::take(&mut s.conditions);
+    match &o.desired {
+        Ok(_) => condition::upsert(&mut cs, cond(SPEC_VALID, true, "Valid", ""), now),
+        Err(errs) => condition::upsert(&mut cs, cond(SPEC_VALID, false, "InvalidSpec", errs.join("; ")), now),
+    }
+    let available = match &o.etcd {
+        Some(e) => {
+            let voters = e.voters().count();
+            let healthy = e.voters().filter(|m| m.is_healthy()).count();
+            if healthy >= EtcdState::quorum_of(voters) {
+                cond(AVAILABLE, true, "QuorumHealthy", format!("{healthy} of {voters} voting members healthy"))
+            } else {
+                cond(AVAILABLE, false, "NoQuorum", format!("{healthy} of {voters} voting members healthy"))
+            }
+        }
+        None => {
+            cond(AVAILABLE, false, "Unreachable", o.etcd_error.clone().unwrap_or_else(|| "no member answers".into()))
+        }
+    };
+    condition::upsert(&mut cs, available, now);
+    if let Ok(d) = &o.desired {
+        let members = o.etcd.as_ref().map(|e| e.members.len()).unwrap_or(o.pods.len());
+        if members != d.size && !o.paused {
+            let reason = if members < d.size { "ScalingUp" } else { "ScalingDown" };
+            let msg = format!("Current cluster size: {members}, desired cluster size: {}", d.size);
+            condition::upsert(&mut cs, cond(SCALING, true, reason, msg), now);
+        } else {
+            condition::remove(&mut cs, SCALING);
+        }
+    }
+    match step {
+        Step::RemoveMember { pod, why, .. } if why.contains("gone") || why.contains("ended") => condition::upsert(
+            &mut cs,
+            cond(RECOVERING, true, "ReplacingMember", format!("replacing member {pod}: {why}")),
+            now,
+        ),
+        Step::CreatePod(m) if m.existing && m.pvc => condition::upsert(
+            &mut cs,
+            cond(RECOVERING, true, "RestartingMember", format!("restarting member {} on its volume", m.name)),
+            now,
+        ),
+        Step::Wait(w) if w.reason == WaitReason::Stable => condition::remove(&mut cs, RECOVERING),
+        _ => {}
+    }
+    match wait {
+        Some(w) if w.reason.needs_attention() && w.reason != WaitReason::InvalidSpec => {
+            condition::upsert(&mut cs, cond(DEGRADED, true, w.reason.as_str(), w.message.clone()), now)
+        }
+        Some(w) if w.reason == WaitReason::Stable => condition::remove(&mut cs, DEGRADED),
+        _ => {}
+    }
+    s.conditions = cs;
+
+    // Phase, in CoreOS' three values.
+    let all_ready = o.desired.as_ref().is_ok_and(|d| s.ready_members as usize == d.size);
+    s.phase = if wait.is_some_and(|w| w.reason == WaitReason::DataLost) {
+        PHASE_FAILED.into()
+    } else if o.desired.is_err() && s.cluster_id.is_empty() {
+        PHASE_FAILED.into()
+    } else if prev.phase == PHASE_RUNNING || all_ready {
+        PHASE_RUNNING.into()
+    } else {
+        PHASE_CREATING.into()
+    };
+    s.reason = match wait {
+        Some(w) if w.reason.needs_attention() => w.message.clone(),
+        _ => String::new(),
+    };
+    s
+}
+
+/// Conditions whose (status, reason, message) changed, for Events.
+pub fn changed<'a>(old: &'a [Condition], new: &'a [Condition]) -> Vec<&'a Condition> {
+    new.iter()
+        .filter(|n| {
+            condition::find(old, &n.type_)
+                .is_none_or(|o| o.status != n.status || o.reason != n.reason || o.message != n.message)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::observed::{MemberState, MemberStatus, PodState};
+    use crate::planner::{Wait, plan};
+    use crate::validation::validate;
+    use etcd_operator_api::EtcdClusterSpec;
+
+    fn obs(size: i32, healthy: &[bool]) -> Observed {
+        let mut o = Observed {
+            name: "ex".into(),
+            namespace: "ns".into(),
+            desired: validate("ex", &EtcdClusterSpec { size, version: "3.5.1".into(), ..Default::default() }),
+            services_ready: true,
+            ever_bootstrapped: true,
+            new_member_suffix: "zzzzz".into(),
+            ..Default::default()
+        };
+        let mut e = EtcdState { cluster_id: 0xabc, leader: Some(1), members: vec![] };
+        for (i, h) in healthy.iter().enumerate() {
+            let name = format!("ex-m{i}");
+            o.pods.insert(
+                name.clone(),
+                PodState {
+                    name: name.clone(),
+                    ready: *h,
+                    version: "3.5.1".into(),
+                    phase: "Running".into(),
+                    ..Default::default()
+                },
+            );
+            e.members.push(MemberState {
+                id: i as u64 + 1,
+                name: name.clone(),
+                pod: name,
+                status: h.then(|| MemberStatus { leader: 1, ..Default::default() }),
+                ..Default::default()
+            });
+        }
+        o.etcd = Some(e);
+        o
+    }
+
+    #[test]
+    fn healthy_cluster_reports_running_with_all_members_ready() {
+        let o = obs(3, &[true, true, true]);
+        let s = compute(&o, &plan(&o), &Default::default(), Some(2), "t");
+        assert_eq!(s.phase, PHASE_RUNNING);
+        assert_eq!(s.members.ready, ["ex-m0", "ex-m1", "ex-m2"]);
+        assert_eq!(s.ready_members, 3);
+        assert_eq!(s.current_version, "3.5.1");
+        assert_eq!(s.target_version, "");
+        assert_eq!(s.leader, "ex-m0");
+        assert_eq!(s.cluster_id, "abc");
+        assert_eq!(s.service_name, "ex-client");
+        assert_eq!(s.client_port, 2379);
+        assert_eq!(s.observed_generation, Some(2));
+        assert_eq!(condition::find(&s.conditions, AVAILABLE).unwrap().status, "True");
+        assert!(condition::find(&s.conditions, SCALING).is_none());
+    }
+
+    #[test]
+    fn lost_quorum_is_degraded_and_unavailable() {
+        let o = obs(3, &[true, false, false]);
+        let s = compute(&o, &plan(&o), &Default::default(), None, "t");
+        assert_eq!(condition::find(&s.conditions, AVAILABLE).unwrap().status, "False");
+        let d = condition::find(&s.conditions, DEGRADED).unwrap();
+        assert_eq!(d.reason, "NoQuorum");
+        assert_eq!(s.members.unready, ["ex-m1", "ex-m2"]);
+        assert!(!s.reason.is_empty());
+    }
+
+    #[test]
+    fn invalid_spec_sets_spec_valid_false_and_keeps_a_running_phase() {
+        let mut o = obs(3, &[true, true, true]);
+        let prev = compute(&o, &plan(&o), &Default::default(), None, "t");
+        o.desired = validate("ex", &EtcdClusterSpec { size: 0, version: "3.5.1".into(), ..Default::default() });
+        let s = compute(&o, &plan(&o), &prev, None, "t2");
+        let c = condition::find(&s.conditions, SPEC_VALID).unwrap();
+        assert_eq!((c.status.as_str(), c.reason.as_str()), ("False", "InvalidSpec"));
+        assert!(c.message.contains("spec.size 0"));
+        assert_eq!(s.phase, PHASE_RUNNING);
+        assert_eq!(changed(&prev.conditions, &s.conditions).len(), 1);
+    }
+
+    #[test]
+    fn scaling_condition_uses_the_coreos_message() {
+        let o = obs(5, &[true, true, true]);
+        let s = compute(&o, &plan(&o), &Default::default(), None, "t");
+        let c = condition::find(&s.conditions, SCALING).unwrap();
+        assert_eq!(c.message, "Current cluster size: 3, desired cluster size: 5");
+    }
+
+    #[test]
+    fn data_loss_fails_the_phase() {
+        let mut o = obs(3, &[]);
+        o.etcd = None;
+        let w = Step::Wait(Wait { reason: WaitReason::DataLost, message: "gone".into() });
+        let s = compute(&o, &w, &Default::default(), None, "t");
+        assert_eq!(s.phase, PHASE_FAILED);
+    }
+}
