@@ -25,10 +25,11 @@ if ((${#missing[@]})); then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
   # Debian starts containerd/etcd services on install; the local cluster runs its own instances.
-  # Stop only the packaged service instances: a broad `pkill -x etcd/containerd` also killed the
-  # running local cluster's backing etcd and containerd (and would kill every etcd pod).
+  # Stop only the packaged service instances, through systemd or their own pidfile. Never by
+  # process name: `pkill -x etcd` (and `/etc/init.d/etcd stop`, which falls back to matching the
+  # name when there is no pidfile) killed the running local cluster's etcd, and would kill etcd pods.
   for svc in containerd etcd; do
     systemctl disable --now "$svc" >/dev/null 2>&1 || true
-    if [ -x "/etc/init.d/$svc" ]; then "/etc/init.d/$svc" stop >/dev/null 2>&1 || true; fi
+    if [ -s "/run/$svc.pid" ]; then kill "$(cat "/run/$svc.pid")" 2>/dev/null || true; rm -f "/run/$svc.pid"; fi
   done
 fi

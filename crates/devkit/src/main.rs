@@ -1,0 +1,128 @@
+//! `devkit`: helpers for the project's local Kubernetes cluster (see hack/cluster.sh).
+
+mod dnsquery;
+mod hostsfile;
+mod records;
+mod sync;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "devkit",
+    about = "Helpers for the local Kubernetes cluster of hack/cluster.sh"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Watch Pods and Services and write their cluster DNS records to a hosts file for dnsmasq.
+    DnsSync {
+        #[arg(long)]
+        kubeconfig: PathBuf,
+        /// The file dnsmasq reads with --addn-hosts.
+        #[arg(long)]
+        hosts_file: PathBuf,
+        /// dnsmasq's pidfile: it gets SIGHUP after each change.
+        #[arg(long)]
+        pidfile: PathBuf,
+        /// Also keep a marked block of /etc/hosts in step (removed again on exit).
+        #[arg(long)]
+        etc_hosts: bool,
+        /// The hosts file that --etc-hosts edits.
+        #[arg(long, default_value = "/etc/hosts")]
+        etc_hosts_path: PathBuf,
+        #[arg(long, default_value = "cluster.local")]
+        domain: String,
+        /// When a pod with hostname+subdomain gets its record.
+        #[arg(long, value_enum, default_value = "any")]
+        pod_records: records::PodRecordPolicy,
+    },
+    /// Resolve NAME (A records) at a DNS server; exit status 1 unless it answers with an address.
+    DnsQuery {
+        #[arg(long, default_value = "10.244.0.1:53")]
+        server: SocketAddr,
+        /// Keep asking until the name resolves or this many seconds passed.
+        #[arg(long, default_value_t = 0.0)]
+        wait: f64,
+        name: String,
+    },
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    match run(Cli::parse()) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("devkit: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<ExitCode> {
+    match cli.command {
+        Command::DnsSync {
+            kubeconfig,
+            hosts_file,
+            pidfile,
+            etc_hosts,
+            etc_hosts_path,
+            domain,
+            pod_records,
+        } => {
+            let opts = sync::Options {
+                kubeconfig,
+                hosts_file,
+                pidfile,
+                etc_hosts: etc_hosts.then_some(etc_hosts_path),
+                domain,
+                pod_records,
+            };
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .enable_all()
+                .build()?;
+            rt.block_on(sync::run(opts))?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::DnsQuery { server, wait, name } => {
+            let answer = if wait > 0.0 {
+                sync::wait_resolves(server, &name, Duration::from_secs_f64(wait))
+            } else {
+                dnsquery::query(server, &name, Duration::from_secs(2))
+            };
+            match answer {
+                Ok(a) if a.rcode == 0 && !a.addresses.is_empty() => {
+                    for ip in a.addresses {
+                        println!("{ip}");
+                    }
+                    Ok(ExitCode::SUCCESS)
+                }
+                Ok(a) => {
+                    eprintln!("{name}: {}", dnsquery::rcode_name(a.rcode));
+                    Ok(ExitCode::FAILURE)
+                }
+                Err(e) => {
+                    eprintln!("{name}: {e:#}");
+                    Ok(ExitCode::FAILURE)
+                }
+            }
+        }
+    }
+}

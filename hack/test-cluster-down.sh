@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Asserts that `hack/cluster.sh down` left nothing of the local cluster behind: no processes,
+# no bridge/veths/network namespaces, no KUBE-*/CNI-* iptables chains or rules, no mounts, no
+# state directories, no /etc/hosts block, no host-path volumes.
+#
+#   test-cluster-down.sh          check only (after you ran `cluster.sh down`)
+#   test-cluster-down.sh --down   run `cluster.sh down` first, then check
+# Exit status 1 with one line per leftover.
+set -euo pipefail
+HACK_DIR=$(cd "$(dirname "$0")" && pwd)
+source "$HACK_DIR/common.sh"
+source "$HACK_DIR/cluster-env.sh"
+need_root
+
+if [ "${1:-}" = --down ]; then bash "$HACK_DIR/cluster.sh" down; fi
+
+failures=0
+leftover() { echo "LEFTOVER: $*"; failures=$((failures + 1)); }
+
+# Processes: the cluster's components by name or by our paths in their command line, and
+# container processes by their root directory (a container rootfs under $RUN_DIR/$STATE_DIR).
+for p in /proc/[0-9]*; do
+  pid=${p#/proc/}
+  [ "$pid" = $$ ] && continue
+  comm=$(cat "$p/comm" 2>/dev/null) || continue
+  args=$(tr '\0' ' ' <"$p/cmdline" 2>/dev/null) || continue
+  root=$(readlink "$p/root" 2>/dev/null || true)
+  case $comm in
+    kube-apiserver | kube-controller | kube-scheduler | kubelet | kube-proxy | containerd-shim* | dnsmasq | devkit | pause)
+      leftover "process $pid ($comm): $args"; continue ;;
+  esac
+  if [[ $args == *"$STATE_DIR"* || $args == *"$RUN_DIR"* || $args == *"$K8S_BIN"* ]]; then
+    leftover "process $pid ($comm): $args"
+  elif [[ $root == "$RUN_DIR"/* || $root == "$STATE_DIR"/* ]]; then
+    leftover "container process $pid ($comm): $args"
+  elif [[ $comm == containerd || $comm == etcd ]]; then
+    # Not ours by path; report as a warning only (another user's etcd may run on this machine).
+    echo "note: process $pid ($comm) is running, not started by the cluster: $args"
+  fi
+done
+
+# Network.
+ip link show "$BRIDGE" >/dev/null 2>&1 && leftover "bridge $BRIDGE"
+while read -r dev; do
+  [ -n "$dev" ] && leftover "veth $dev"
+done < <(ip -o link show type veth 2>/dev/null | awk -F': ' '{ print $2 }' | cut -d@ -f1)
+while read -r ns _; do
+  [[ $ns == cni-* ]] && leftover "network namespace $ns"
+done < <(ip netns list 2>/dev/null)
+ip -4 route show | grep -qF "${POD_CIDR%/*}" && leftover "route to $POD_CIDR: $(ip -4 route show | grep -F "${POD_CIDR%/*}")"
+
+# iptables (IPv4 and IPv6, all tables).
+for save in iptables-save ip6tables-save; do
+  command -v "$save" >/dev/null || continue
+  while read -r line; do
+    leftover "$save: $line"
+  done < <("$save" 2>/dev/null | grep -E '(KUBE|CNI)-' || true)
+done
+
+# Mounts, files, directories.
+while read -r m; do
+  leftover "mount $m"
+done < <(awk -v s="$STATE_DIR" -v r="$RUN_DIR" 'index($5, s) == 1 || index($5, r) == 1 { print $5 }' /proc/self/mountinfo)
+for d in "$STATE_DIR" "$RUN_DIR" "$HOSTPATH_PV_DIR" "/var/lib/cni/networks/$CNI_NETWORK"; do
+  [ -e "$d" ] && leftover "path $d"
+done
+compgen -G "/var/lib/cni/results/$CNI_NETWORK-*" >/dev/null && leftover "CNI result cache /var/lib/cni/results/$CNI_NETWORK-*"
+grep -q 'etcd-operator-dev cluster DNS' /etc/hosts && leftover "/etc/hosts block"
+[ -d "$CACHE_DIR" ] || leftover "(not a leftover, but wrong) $CACHE_DIR was removed; down must keep it"
+
+# Ports of the cluster.
+for port in "$APISERVER_PORT" "$ETCD_CLIENT_PORT" "$ETCD_PEER_PORT" 10248 10249 10250 10256 10257 10259; do
+  [ -n "$(ss -Hltn "( sport = :$port )")" ] && leftover "port $port still listening"
+done
+
+if ((failures)); then
+  echo "FAIL: $failures leftovers after cluster.sh down"
+  exit 1
+fi
+echo "OK: nothing of the cluster is left"
