@@ -6,7 +6,12 @@ set -euo pipefail
 source "$(dirname "$0")/common.sh"
 
 WHAT_BINS=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl)
-have_all() { for b in "${WHAT_BINS[@]}"; do [ -x "$K8S_BIN/$b" ] || return 1; done; }
+# Bumped whenever the way the binaries are built changes, so cached builds are redone.
+RECIPE="vendor: reflect2 1.0.2; openapi null check as built by Go 1.15"
+have_all() {
+  for b in "${WHAT_BINS[@]}"; do [ -x "$K8S_BIN/$b" ] || return 1; done
+  [ "$(cat "$K8S_BIN/.recipe" 2>/dev/null)" = "$RECIPE" ]
+}
 if have_all; then log "kubernetes $K8S_VERSION binaries cached in $K8S_BIN"; exit 0; fi
 
 bash "$(dirname "$0")/deps.sh"
@@ -40,6 +45,18 @@ if [ ! -f vendor/github.com/modern-go/reflect2/.replaced-1.0.2 ]; then
   touch vendor/github.com/modern-go/reflect2/.replaced-1.0.2
 fi
 
+# Trap 2 (found here): the 1.20 OpenAPI validators test for null with
+# `reflect.DeepEqual(reflect.Zero(t), reflect.ValueOf(data))`, which compares reflect.Value
+# structs: false for every non-nil value under the Go that built 1.20, true for zero values
+# ("" , 0, false) under Go >= 1.18. Built with Debian's Go, the apiserver then refuses a custom
+# resource with `repository: ""` or `paused: false` ("must be of type string: null"). Restore the
+# original meaning: only nil is null.
+for f in vendor/k8s.io/kube-openapi/pkg/validation/validate/type.go vendor/github.com/go-openapi/validate/type.go; do
+  [ -f "$f" ] || continue
+  sed -i 's/if data == nil || reflect.DeepEqual(reflect.Zero(reflect.TypeOf(data)), reflect.ValueOf(data)) {/if data == nil {/' "$f"
+  grep -q 'if data == nil {' "$f" || die "could not patch the null check in $f"
+done
+
 # Build the way debian/rules does: a GOPATH with the tree linked in, make runs the generators.
 mkdir -p .go/src/k8s.io
 ln -sfn ../../.. .go/src/k8s.io/kubernetes
@@ -52,4 +69,5 @@ cd .go/src/k8s.io/kubernetes
 make WHAT="${whats[*]}" >"$work/build.log" 2>&1 || { tail -n 30 "$work/build.log" >&2; die "kubernetes build failed; log: $work/build.log"; }
 mkdir -p "$K8S_BIN"
 for b in "${WHAT_BINS[@]}"; do install -m 0755 "_output/bin/$b" "$K8S_BIN/$b"; done
+echo "$RECIPE" > "$K8S_BIN/.recipe"
 log "kubernetes binaries in $K8S_BIN"

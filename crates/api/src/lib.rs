@@ -23,8 +23,38 @@ pub const SCOPE_ANNOTATION: &str = "etcd.database.coreos.com/scope";
 /// Value of [`SCOPE_ANNOTATION`] for cluster-wide management.
 pub const SCOPE_CLUSTERWIDE: &str = "clusterwide";
 
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
+    CustomResourceDefinition, JSONSchemaProps, JSONSchemaPropsOrArray, JSONSchemaPropsOrBool,
+};
+
 /// Every CustomResourceDefinition this API defines, in installation order.
-pub fn crds() -> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> {
+///
+/// Schema `default`s are removed: the operator validates and defaults specs itself and reports
+/// what it refused, and the generated `default`s (serde's) are rejected by the apiserver for
+/// some fields.
+pub fn crds() -> Vec<CustomResourceDefinition> {
     use kube::CustomResourceExt;
-    vec![EtcdCluster::crd(), EtcdBackup::crd(), EtcdRestore::crd()]
+    let mut crds = vec![EtcdCluster::crd(), EtcdBackup::crd(), EtcdRestore::crd()];
+    for v in crds.iter_mut().flat_map(|c| c.spec.versions.iter_mut()) {
+        if let Some(schema) = v.schema.as_mut().and_then(|s| s.open_api_v3_schema.as_mut()) {
+            strip_defaults(schema);
+        }
+    }
+    crds
+}
+
+fn strip_defaults(s: &mut JSONSchemaProps) {
+    s.default = None;
+    for p in s.properties.iter_mut().flat_map(|m| m.values_mut()) {
+        strip_defaults(p);
+    }
+    if let Some(JSONSchemaPropsOrArray::Schema(i)) = s.items.as_mut() {
+        strip_defaults(i);
+    }
+    if let Some(JSONSchemaPropsOrBool::Schema(a)) = s.additional_properties.as_mut() {
+        strip_defaults(a);
+    }
+    for sub in [&mut s.all_of, &mut s.any_of, &mut s.one_of].into_iter().flatten().flat_map(|v| v.iter_mut()) {
+        strip_defaults(sub);
+    }
 }

@@ -99,7 +99,7 @@ pub struct Context {
     pub init_image: String,
     pub expectations: Expectations,
     /// Set once every watch cache holds its first full list.
-    pub caches_synced: std::sync::atomic::AtomicBool,
+    pub caches_synced: Arc<std::sync::atomic::AtomicBool>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -273,6 +273,8 @@ fn error_policy(obj: Arc<DynamicObject>, err: &Error, _ctx: Arc<Context>) -> Act
 /// Options of the controller that come from flags.
 pub struct Options {
     pub scope: Scope,
+    /// Set once the watch caches are synced (read by `/readyz`).
+    pub ready: Arc<std::sync::atomic::AtomicBool>,
     pub init_image: String,
     pub reporter_instance: Option<String>,
 }
@@ -313,7 +315,7 @@ pub async fn run(
         caches: Caches { pods: pods.clone(), services: services.clone(), pvcs: pvcs.clone() },
         init_image: opts.init_image,
         expectations: Expectations::default(),
-        caches_synced: Default::default(),
+        caches_synced: opts.ready.clone(),
     });
     tracing::info!(crd = EtcdCluster::crd_name(), "watching EtcdClusters");
     let controller = Controller::new_with(clusters, watcher::Config::default(), ar.clone())

@@ -5,6 +5,7 @@ pub mod act;
 pub mod controller;
 pub mod crds;
 pub mod etcd;
+pub mod http;
 pub mod manifests;
 pub mod naming;
 pub mod observe;

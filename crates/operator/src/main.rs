@@ -58,6 +58,9 @@ struct RunArgs {
     /// own image, which every node can already pull).
     #[arg(long, env = "ETCD_OPERATOR_INIT_IMAGE", default_value_t = default_image())]
     init_image: String,
+    /// Address of /healthz and /readyz.
+    #[arg(long, default_value = "0.0.0.0:8080")]
+    listen_address: std::net::SocketAddr,
     /// This replica's name, for Events and leader election.
     #[arg(long, env = "MY_POD_NAME")]
     pod_name: Option<String>,
@@ -150,12 +153,26 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             scope = namespace.as_deref().unwrap_or("cluster-wide"),
             "etcd-operator started"
         );
+        let ready = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let mut http_stop = stop_rx.clone();
+        let http = tokio::spawn(etcd_operator::http::serve(args.listen_address, ready.clone(), async move {
+            let _ = http_stop.wait_for(|s| *s).await;
+        }));
         let opts = controller::Options {
+            ready,
             scope: controller::Scope { namespace },
             init_image: args.init_image.clone(),
             reporter_instance: args.pod_name.clone(),
         };
-        controller::run(client, opts, shutdown_signal()).await;
+        tokio::select! {
+            _ = controller::run(client, opts, shutdown_signal()) => {}
+            r = http => {
+                // The HTTP server only ends early when it could not start.
+                r??;
+            }
+        }
+        let _ = stop_tx.send(true);
         tracing::info!("etcd-operator stopped");
         Ok(())
     })

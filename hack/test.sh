@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# The test command: installs what is missing, runs the unit tests, brings up the local
+# Kubernetes (or uses $KUBECONFIG's cluster), runs the end-to-end suite with the real operator
+# and real etcd, and ends with one summary line "N passed, N failed".
+#   KEEP_CLUSTER=1  leave the local cluster up afterwards (default: take it down and check that
+#                   nothing is left behind, when this run brought it up).
+#   E2E_FILTER=...  run only the e2e tests whose names contain this.
+set -euo pipefail
+source "$(dirname "$0")/common.sh"
+cd "$REPO_DIR"
+need_root
+bash hack/deps.sh
+
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+passed=0 failed=0
+count() { # add up cargo's "test result: ... N passed; M failed" lines of a log
+  local p f
+  read -r p f < <(awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
+                      END { print p + 0, f + 0 }' "$1")
+  passed=$((passed + p)); failed=$((failed + f))
+}
+status=0
+
+log "building"
+cargo build --workspace --all-targets --locked
+
+log "unit tests"
+cargo test --workspace --exclude e2e --locked 2>&1 | tee "$out/unit.log" || status=1
+cargo test -p e2e --lib --locked 2>&1 | tee -a "$out/unit.log" || status=1
+count "$out/unit.log"
+
+was_up=0
+[ -f "$LOCAL_KUBECONFIG" ] && bash hack/cluster.sh status >/dev/null 2>&1 && was_up=1
+use_cluster
+if [ "$LOCAL_CLUSTER" = 1 ]; then
+  bash hack/images.sh operator target/debug/etcd-operator "$OPERATOR_IMAGE"
+fi
+
+log "end-to-end tests with KUBECONFIG=$KUBECONFIG"
+E2E_ARGS=(--test-threads=1)
+[ -n "${E2E_FILTER:-}" ] && E2E_ARGS+=("$E2E_FILTER")
+ETCD_OPERATOR_INIT_IMAGE=$OPERATOR_IMAGE cargo test -p e2e --tests --locked -- "${E2E_ARGS[@]}" 2>&1 | tee "$out/e2e.log" || status=1
+count "$out/e2e.log"
+
+if [ "$LOCAL_CLUSTER" = 1 ] && [ "$was_up" = 0 ] && [ -z "${KEEP_CLUSTER:-}" ]; then
+  log "taking the local cluster down and checking that nothing is left"
+  bash hack/cluster.sh down
+  if bash hack/test-cluster-down.sh; then passed=$((passed + 1)); else failed=$((failed + 1)); status=1; fi
+fi
+
+echo
+echo "$passed passed, $failed failed"
+exit $status

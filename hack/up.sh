@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# The main job: a running etcd operator with the example cluster.
+#  1. the local Kubernetes comes up (or $KUBECONFIG's cluster is used),
+#  2. the operator is built, its image loaded (local cluster) and installed with
+#     `etcd-operator manifests` (CRDs, ServiceAccount, RBAC, Deployment) in namespace default,
+#  3. examples/example-etcd-cluster.yaml is applied and waited for,
+#  4. `kubectl get etcdclusters,pods -l app=etcd` is shown.
+set -euo pipefail
+source "$(dirname "$0")/common.sh"
+cd "$REPO_DIR"
+need_root
+bash hack/deps.sh
+use_cluster
+kubectl() { "$K8S_BIN/kubectl" "$@"; }
+command -v "$K8S_BIN/kubectl" >/dev/null || kubectl() { command kubectl "$@"; }
+
+log "building the operator"
+cargo build --release --locked -p etcd-operator
+if [ "$LOCAL_CLUSTER" = 1 ]; then
+  bash hack/images.sh operator target/release/etcd-operator "$OPERATOR_IMAGE"
+fi
+
+log "installing the operator (namespace default)"
+target/release/etcd-operator manifests --namespace default --image "$OPERATOR_IMAGE" | kubectl apply -f -
+# A new image under the same tag is only picked up by a new pod.
+kubectl -n default rollout restart deployment/etcd-operator >/dev/null
+kubectl -n default rollout status deployment/etcd-operator --timeout=180s
+kubectl wait --for=condition=Established --timeout=60s crd/etcdclusters.etcd.database.coreos.com >/dev/null
+
+log "creating the example cluster"
+kubectl -n default apply -f examples/example-etcd-cluster.yaml
+for _ in $(seq 1 180); do
+  ready=$(kubectl -n default get etcdcluster example-etcd-cluster -o jsonpath='{.status.readyMembers}' 2>/dev/null || true)
+  [ "${ready:-0}" = 3 ] && break
+  sleep 1
+done
+[ "${ready:-0}" = 3 ] || log "the example cluster is not ready yet: see kubectl describe etcdcluster example-etcd-cluster"
+kubectl -n default get etcdclusters,pods -l app=etcd
+echo
+echo "KUBECONFIG=$KUBECONFIG"
