@@ -132,33 +132,29 @@ pub struct PvcSource {
 pub struct EtcdBackupStatus {
     #[serde(default)]
     pub succeeded: bool,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[serde(default)]
     pub reason: String,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[serde(default)]
     pub etcd_version: String,
-    #[serde(default, skip_serializing_if = "is_zero")]
+    #[serde(default)]
     pub etcd_revision: i64,
     /// RFC 3339 time of the last successful backup.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub last_success_date: Option<String>,
     /// Additive: where the last backup was written.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[serde(default)]
     pub path: String,
     /// Additive: bytes of the last backup.
-    #[serde(default, skip_serializing_if = "is_zero")]
+    #[serde(default)]
     pub size: i64,
     /// Additive: hex sha256 of the last backup.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[serde(default)]
     pub sha256: String,
     /// Additive: the backups that are kept, newest first.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(default)]
     pub history: Vec<BackupRecord>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(default)]
     pub conditions: Vec<Condition>,
-}
-
-fn is_zero(v: &i64) -> bool {
-    *v == 0
 }
 
 /// One stored backup.

@@ -132,7 +132,8 @@ pub struct MemberSecret {
     pub server_secret: String,
 }
 
-/// Observed state, in the CoreOS shape plus additive fields.
+/// Observed state, in the CoreOS shape plus additive fields. Every field is always serialized:
+/// the status is written with a merge patch, where a missing key would keep a stale value.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct EtcdClusterStatus {
@@ -151,10 +152,10 @@ pub struct EtcdClusterStatus {
     #[serde(default)]
     pub size: i32,
     /// Name of the client Service.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[serde(default)]
     pub service_name: String,
     /// Port of the client Service.
-    #[serde(default, skip_serializing_if = "is_zero_i32")]
+    #[serde(default)]
     pub client_port: i32,
     #[serde(default)]
     pub members: MembersStatus,
@@ -168,30 +169,26 @@ pub struct EtcdClusterStatus {
     #[serde(default)]
     pub ready_members: i32,
     /// Additive: the member that leads, by name.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[serde(default)]
     pub leader: String,
     /// Additive: etcd cluster ID in hex.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[serde(default)]
     pub cluster_id: String,
     /// Additive: `metadata.generation` this status was computed for.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub observed_generation: Option<i64>,
-}
-
-fn is_zero_i32(v: &i32) -> bool {
-    *v == 0
 }
 
 /// Member names by state. Names are the member pod names.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct MembersStatus {
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(default)]
     pub ready: Vec<String>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(default)]
     pub unready: Vec<String>,
     /// Additive: members that are learners (not yet voting).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(default)]
     pub learners: Vec<String>,
 }
 

@@ -46,8 +46,8 @@ pub struct EtcdClusterRef {
 pub struct EtcdRestoreStatus {
     #[serde(default)]
     pub succeeded: bool,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[serde(default)]
     pub reason: String,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(default)]
     pub conditions: Vec<Condition>,
 }

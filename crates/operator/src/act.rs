@@ -22,6 +22,14 @@ pub enum Error {
     Etcd(#[from] etcd::Error),
 }
 
+impl Error {
+    /// etcd refused a membership change because a recent one has not settled (it requires its
+    /// peers to have been connected for a few seconds): retrying shortly is the remedy.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, Error::Etcd(e) if e.to_string().contains("unhealthy cluster"))
+    }
+}
+
 /// What a step did, for the Event and the log.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Done {

@@ -207,28 +207,22 @@ async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action,
             publish(&ctx, &reference, EventType::Normal, done.reason, done.note.clone(), done.reason).await;
         }
         Ok(None) => {}
+        Err(e) if e.is_transient() => {
+            // etcd refuses membership changes for a few seconds after one (its peers must have
+            // been connected for 5 s): expected, retried shortly, not worth an Event.
+            tracing::info!(cluster = %key, error = %e, step = step_name(&step), "step refused for now; retrying");
+        }
         Err(e) => {
             tracing::warn!(cluster = %key, error = %e, ?step, "step failed");
-            publish(
-                &ctx,
-                &reference,
-                EventType::Warning,
-                "StepFailed",
-                format!("{}: {e}", step_name(&step)),
-                step_name(&step),
-            )
-            .await;
+            let note = format!("{}: {e}", step_name(&step));
+            publish(&ctx, &reference, EventType::Warning, "StepFailed", note, step_name(&step)).await;
         }
     }
 
     let prev = cluster.status.clone().unwrap_or_default();
     let new = status::compute(&observed, &step, &prev, cluster.metadata.generation, &now_rfc3339());
     for c in status::changed(&prev.conditions, &new.conditions) {
-        let bad = (c.type_ == status::DEGRADED && c.status == "True")
-            || (c.type_ != status::DEGRADED
-                && c.status == "False"
-                && !(c.type_ == status::AVAILABLE && prev.conditions.is_empty()));
-        let type_ = if bad { EventType::Warning } else { EventType::Normal };
+        let type_ = if status::is_warning(c) { EventType::Warning } else { EventType::Normal };
         let note = if c.message.is_empty() { format!("{} is {}", c.type_, c.status) } else { c.message.clone() };
         publish(&ctx, &reference, type_, &c.reason, note, &c.type_).await;
     }
@@ -236,7 +230,10 @@ async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action,
         patch_status(&ctx, &obj, &new).await?;
     }
     tracing::debug!(cluster = %key, elapsed_ms = started.elapsed().as_millis() as u64, "reconciled");
-    outcome?;
+    if outcome.is_err() {
+        // Reported above; plan again soon from a fresh observation.
+        return Ok(Action::requeue(PROGRESS_PERIOD));
+    }
     Ok(match &step {
         Step::Wait(w) => match w.reason {
             WaitReason::Stable => Action::requeue(HEALTH_CHECK_PERIOD),

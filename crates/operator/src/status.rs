@@ -112,6 +112,11 @@ pub fn compute(
                 cond(AVAILABLE, false, "NoQuorum", format!("{healthy} of {voters} voting members healthy"))
             }
         }
+        None if matches!(wait, Some(w) if w.reason == WaitReason::Bootstrapping)
+            || matches!(step, Step::Bootstrap(_) | Step::CreateServices) =>
+        {
+            cond(AVAILABLE, false, "Bootstrapping", "the members of a new cluster are starting")
+        }
         None => {
             cond(AVAILABLE, false, "Unreachable", o.etcd_error.clone().unwrap_or_else(|| "no member answers".into()))
         }
@@ -166,6 +171,17 @@ pub fn compute(
         _ => String::new(),
     };
     s
+}
+
+/// Whether a condition in this state is reported as a Warning Event (something is wrong, as
+/// opposed to progress such as a cluster still bootstrapping).
+pub fn is_warning(c: &Condition) -> bool {
+    match c.type_.as_str() {
+        DEGRADED => c.status == "True",
+        AVAILABLE => c.status == "False" && c.reason != "Bootstrapping",
+        SPEC_VALID => c.status == "False",
+        _ => false,
+    }
 }
 
 /// Conditions whose (status, reason, message) changed, for Events.
@@ -269,6 +285,25 @@ mod tests {
         let s = compute(&o, &plan(&o), &Default::default(), None, "t");
         let c = condition::find(&s.conditions, SCALING).unwrap();
         assert_eq!(c.message, "Current cluster size: 3, desired cluster size: 5");
+    }
+
+    #[test]
+    fn every_status_field_is_serialized_so_a_merge_patch_clears_it() {
+        let v = serde_json::to_value(EtcdClusterStatus::default()).unwrap();
+        assert_eq!(v["members"]["learners"], serde_json::json!([]));
+        assert_eq!(v["leader"], serde_json::json!(""));
+        assert_eq!(v["targetVersion"], serde_json::json!(""));
+    }
+
+    #[test]
+    fn a_bootstrapping_cluster_is_unavailable_without_a_warning() {
+        let mut o = obs(3, &[]);
+        o.etcd = None;
+        o.ever_bootstrapped = false;
+        let s = compute(&o, &plan(&o), &Default::default(), None, "t");
+        let a = condition::find(&s.conditions, AVAILABLE).unwrap();
+        assert_eq!(a.reason, "Bootstrapping");
+        assert!(!is_warning(a));
     }
 
     #[test]
