@@ -2,6 +2,7 @@
 # A real one-node Kubernetes 1.20.2 on this machine, for the operator's e2e tests.
 #
 #   cluster.sh up           start (or complete) the cluster; quick no-op when it is healthy
+#   cluster.sh restart [COMPONENT...]   stop those components (all by default), then `up`
 #   cluster.sh down         stop everything it started and remove its state (keeps $CACHE_DIR)
 #   cluster.sh status       state of each component, node readiness, kubeconfig path
 #   cluster.sh kubeconfig   print the admin kubeconfig path (export KUBECONFIG=$(cluster.sh kubeconfig))
@@ -29,9 +30,14 @@ component_pid() {
   local f pid
   f=$(pidfile "$1")
   [ -f "$f" ] || return 0
-  pid=$(cat "$f")
-  [ -n "$pid" ] && [ -r "/proc/$pid/cmdline" ] || return 0
-  tr '\0' ' ' <"/proc/$pid/cmdline" | grep -qF -e "$STATE_DIR" -e "$RUN_DIR" && echo "$pid"
+  # One pid per line is expected; tolerate files someone else appended to (first live one wins).
+  for pid in $(grep -oE '^[0-9]+' "$f"); do
+    [ -r "/proc/$pid/cmdline" ] || continue
+    if tr '\0' ' ' <"/proc/$pid/cmdline" | grep -qF -e "$STATE_DIR" -e "$RUN_DIR"; then
+      echo "$pid"
+      return 0
+    fi
+  done
   return 0
 }
 is_running() { [ -n "$(component_pid "$1")" ]; }
@@ -77,14 +83,21 @@ stop() {
   kill_pids TERM "$pid"
 }
 
+# A zombie counts as gone: init (here the VM's agent) may take seconds to reap our orphans.
+alive() {
+  local stat
+  stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+  [ "$(cut -d' ' -f1 <<<"${stat##*) }")" != Z ]
+}
+
 # kill_pids SIGNAL PID...: sends SIGNAL, waits up to 10 s for them to go, then SIGKILL.
 kill_pids() {
   local sig=$1; shift
   local pid deadline=$((SECONDS + 10))
   kill -s "$sig" "$@" 2>/dev/null || true
   for pid in "$@"; do
-    while [ -d "/proc/$pid" ] && ((SECONDS < deadline)); do sleep 0.1; done
-    if [ -d "/proc/$pid" ]; then kill -s KILL "$pid" 2>/dev/null || true; fi
+    while alive "$pid" && ((SECONDS < deadline)); do sleep 0.1; done
+    if alive "$pid"; then kill -s KILL "$pid" 2>/dev/null || true; fi
   done
 }
 
@@ -147,8 +160,11 @@ save_host_state() {
     for k in "${SYSCTLS[@]}"; do
       [ -e "/proc/sys/${k//.//}" ] && echo "sysctl $k $(cat "/proc/sys/${k//.//}")"
     done
-    # Directories kubelet and the CNI plugins create at fixed places: removed by `down` if new.
-    for k in /var/log/pods /var/log/containers /var/lib/cni "$HOSTPATH_PV_DIR" /run/containerd; do
+    # Directories created at fixed places (kubelet: pod logs and the device-plugin socket; CNI
+    # plugins: result cache; containerd shims: /run/containerd/s sockets; the controller-manager's
+    # flexvolume dir): removed by `down` when they did not exist before.
+    for k in /var/log/pods /var/log/containers /var/lib/kubelet /var/lib/cni "$HOSTPATH_PV_DIR" /run/containerd \
+      /usr/libexec/kubernetes; do
       [ -e "$k" ] || echo "created $k"
     done
   } >"$f.tmp"
@@ -505,6 +521,7 @@ start_controller_manager() {
     --service-account-private-key-file="$PKI_DIR/sa.key" --root-ca-file="$PKI_DIR/ca.crt" \
     --cluster-signing-cert-file="$PKI_DIR/ca.crt" --cluster-signing-key-file="$PKI_DIR/ca.key" \
     --enable-hostpath-provisioner=true \
+    --flex-volume-plugin-dir="$STATE_DIR/kubelet-plugins" \
     --profiling=false --v=1
 }
 
@@ -589,7 +606,8 @@ cmd_up() {
   local t0=$SECONDS
   bash "$HACK_DIR/deps.sh"
   check_tools
-  bash "$HACK_DIR/build-kubernetes.sh"
+  # Never two Kubernetes builds in the same source tree at once.
+  flock -o "$CACHE_DIR/build-kubernetes.lock" bash "$HACK_DIR/build-kubernetes.sh"
   mkdir -p "$STATE_DIR" "$RUN_DIR" "$LOG_DIR" "$PID_DIR"
   chmod 0755 "$STATE_DIR"
   build_devkit
@@ -647,12 +665,23 @@ descendants() {
   done
   for pid in "${!seen[@]}"; do [[ $roots == *" $pid "* ]] || echo "$pid"; done
 }
-# Container processes whose shim is already gone still have their root filesystem under $RUN_DIR.
+# Container processes, also those whose shim is already gone: their root mount is a snapshot in
+# our containerd root. (readlink /proc/PID/root only shows "/" for them, so look at mountinfo.)
 orphan_container_pids() {
-  local p root
+  local p
   for p in /proc/[0-9]*; do
-    root=$(readlink "$p/root" 2>/dev/null) || continue
-    [[ $root == "$RUN_DIR"/* || $root == "$STATE_DIR"/* ]] && echo "${p#/proc/}"
+    awk '$5 == "/"' "$p/mountinfo" 2>/dev/null | grep -qF "$CONTAINERD_ROOT/" && echo "${p#/proc/}"
+  done
+  return 0
+}
+
+# runc's cgroups of the killed containers (/sys/fs/cgroup/<controller>/k8s.io/<id>), deepest first.
+remove_container_cgroups() {
+  local d
+  for d in /sys/fs/cgroup/*/k8s.io /sys/fs/cgroup/k8s.io; do
+    [ -d "$d" ] || continue
+    find "$d" -depth -type d -exec rmdir {} \; 2>/dev/null || true
+    [ -d "$d" ] && log "warning: cannot remove cgroup $d (processes left in it?)"
   done
   return 0
 }
@@ -747,6 +776,7 @@ cmd_down() {
   for c in kube-apiserver etcd containerd; do stop "$c"; done
   kill_pods   # anything containerd started while it was going down
   unmount_under "$STATE_DIR" "$RUN_DIR"
+  remove_container_cgroups
   remove_network
   clean_iptables
   conntrack -D -s "$POD_CIDR" >/dev/null 2>&1 || true
@@ -806,11 +836,36 @@ cmd_logs() {
   done
 }
 
+# One `up`/`down`/`restart` at a time (several sessions share this machine): the script re-runs
+# itself under `flock -o`, so the lock is held by flock alone and never inherited by the daemons
+# it starts (trap: an inherited lock descriptor kept the lock held for the cluster's lifetime).
+# The lock file lives in the cache directory, which `down` keeps.
+LOCK_FILE=$CACHE_DIR/cluster-updown.lock
+locked() {
+  if [ "${CLUSTER_SH_LOCKED:-}" = 1 ]; then unset CLUSTER_SH_LOCKED; return 0; fi
+  mkdir -p "$CACHE_DIR"
+  flock -n -o "$LOCK_FILE" true || log "waiting for another cluster.sh up/down to finish"
+  CLUSTER_SH_LOCKED=1 exec flock -o -w 1800 "$LOCK_FILE" bash "$HACK_DIR/cluster.sh" "$@"
+}
+
+# restart [COMPONENT...]: stop them (all without arguments) and bring the cluster up again, e.g.
+# after hack/build-kubernetes.sh replaced the binaries. Pods keep running across a restart.
+cmd_restart() {
+  local c names=("$@")
+  ((${#names[@]})) || names=("${COMPONENTS[@]}")
+  for c in "${names[@]}"; do
+    [[ " ${COMPONENTS[*]} " == *" $c "* ]] || die "unknown component $c (components: ${COMPONENTS[*]})"
+  done
+  for c in "${names[@]}"; do stop "$c"; done
+  cmd_up
+}
+
 case "${1:-}" in
-  up) cmd_up ;;
-  down) cmd_down ;;
+  up) locked "$@"; cmd_up ;;
+  restart) locked "$@"; shift; cmd_restart "$@" ;;
+  down) locked "$@"; cmd_down ;;
   status) cmd_status ;;
   kubeconfig) echo "$KUBECONFIG_PATH" ;;
   logs) shift; cmd_logs "$@" ;;
-  *) echo "usage: $0 up|down|status|kubeconfig|logs [COMPONENT] [LINES]" >&2; exit 2 ;;
+  *) echo "usage: $0 up|down|restart [COMPONENT...]|status|kubeconfig|logs [COMPONENT] [LINES]" >&2; exit 2 ;;
 esac

@@ -18,20 +18,19 @@ failures=0
 leftover() { echo "LEFTOVER: $*"; failures=$((failures + 1)); }
 
 # Processes: the cluster's components by name or by our paths in their command line, and
-# container processes by their root directory (a container rootfs under $RUN_DIR/$STATE_DIR).
+# container processes by their root mount (a snapshot in the cluster's containerd root).
 for p in /proc/[0-9]*; do
   pid=${p#/proc/}
   [ "$pid" = $$ ] && continue
   comm=$(cat "$p/comm" 2>/dev/null) || continue
   args=$(tr '\0' ' ' <"$p/cmdline" 2>/dev/null) || continue
-  root=$(readlink "$p/root" 2>/dev/null || true)
   case $comm in
     kube-apiserver | kube-controller | kube-scheduler | kubelet | kube-proxy | containerd-shim* | dnsmasq | devkit | pause)
       leftover "process $pid ($comm): $args"; continue ;;
   esac
   if [[ $args == *"$STATE_DIR"* || $args == *"$RUN_DIR"* || $args == *"$K8S_BIN"* ]]; then
     leftover "process $pid ($comm): $args"
-  elif [[ $root == "$RUN_DIR"/* || $root == "$STATE_DIR"/* ]]; then
+  elif awk '$5 == "/"' "$p/mountinfo" 2>/dev/null | grep -qF "$CONTAINERD_ROOT/"; then
     leftover "container process $pid ($comm): $args"
   elif [[ $comm == containerd || $comm == etcd ]]; then
     # Not ours by path; report as a warning only (another user's etcd may run on this machine).
@@ -55,6 +54,11 @@ for save in iptables-save ip6tables-save; do
   while read -r line; do
     leftover "$save: $line"
   done < <("$save" 2>/dev/null | grep -E '(KUBE|CNI)-' || true)
+done
+
+# Cgroups runc made for containers.
+for d in /sys/fs/cgroup/*/k8s.io /sys/fs/cgroup/k8s.io; do
+  [ -d "$d" ] && leftover "cgroup $d"
 done
 
 # Mounts, files, directories.
