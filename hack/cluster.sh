@@ -861,9 +861,9 @@ cmd_restart() {
 }
 
 case "${1:-}" in
-  up) locked "$@"; cmd_up ;;
-  restart) locked "$@"; shift; cmd_restart "$@" ;;
-  down) locked "$@"; cmd_down ;;
+  up) need_root; locked "$@"; cmd_up ;;
+  restart) need_root; locked "$@"; shift; cmd_restart "$@" ;;
+  down) need_root; locked "$@"; cmd_down ;;
   status) cmd_status ;;
   kubeconfig) echo "$KUBECONFIG_PATH" ;;
   logs) shift; cmd_logs "$@" ;;

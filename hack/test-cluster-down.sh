@@ -23,6 +23,9 @@ for p in /proc/[0-9]*; do
   pid=${p#/proc/}
   [ "$pid" = $$ ] && continue
   comm=$(cat "$p/comm" 2>/dev/null) || continue
+  stat=$(cat "$p/stat" 2>/dev/null) || continue
+  # Zombies are dead already; init (the VM's agent here) reaps them a moment later.
+  [ "$(cut -d' ' -f1 <<<"${stat##*) }")" = Z ] && continue
   args=$(tr '\0' ' ' <"$p/cmdline" 2>/dev/null) || continue
   case $comm in
     kube-apiserver | kube-controller | kube-scheduler | kubelet | kube-proxy | containerd-shim* | dnsmasq | devkit | pause)
