@@ -613,6 +613,13 @@ cmd_up() {
   build_devkit
   bash "$HACK_DIR/images.sh" build
 
+  # All ports first, so a conflict stops `up` before it changes anything on the host.
+  need_ports etcd "$ETCD_CLIENT_PORT" "$ETCD_PEER_PORT"
+  need_ports kube-apiserver "$APISERVER_PORT"
+  need_ports kube-controller-manager 10257
+  need_ports kube-scheduler 10259
+  need_ports kubelet 10250 10248
+  need_ports kube-proxy 10249 10256
   save_host_state
   setup_sysctls
   make_pki
