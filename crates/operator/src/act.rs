@@ -188,6 +188,28 @@ pub async fn execute(t: &Target<'_>, step: &Step) -> Result<Option<Done>, Error>
                 deleted: vec![pod.clone()],
             }
         }
+        Step::UpgradeMember { pod, from, to } => {
+            let image = crate::validation::image_for(&t.desired().repository, to);
+            let now = k8s_openapi::jiff::Timestamp::now().to_string();
+            // Only the image changes: the kubelet restarts the etcd container in the same pod,
+            // on the same data volume and address.
+            let patch = serde_json::json!({
+                "metadata": {"annotations": {
+                    naming::VERSION_ANNOTATION: to.to_string(),
+                    naming::VERSION_CHANGED_ANNOTATION: now,
+                }},
+                "spec": {"containers": [{"name": "etcd", "image": image}]},
+            });
+            Api::<Pod>::namespaced(t.client.clone(), &ns)
+                .patch(pod, &PatchParams::default(), &Patch::Strategic(&patch))
+                .await?;
+            done("MemberUpgraded", format!("member {pod}: {from} → {to} (image {image})"))
+        }
+        Step::MoveLeader { from_pod, to, to_pod } => {
+            let ep = t.endpoints.get(from_pod).cloned().unwrap_or_default();
+            etcd::move_leader(&ep, *to).await?;
+            done("LeaderMoved", format!("leadership moved from {from_pod} to {to_pod} before {from_pod} restarts"))
+        }
         Step::DeletePod { pod, why, keep_volume } => {
             t.delete_pod(pod, !keep_volume).await?;
             Done {

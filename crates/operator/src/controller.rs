@@ -240,9 +240,11 @@ async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action,
             WaitReason::InvalidSpec | WaitReason::Paused | WaitReason::DataLost => {
                 Action::requeue(Duration::from_secs(60))
             }
-            WaitReason::NoQuorum | WaitReason::MemberFailing | WaitReason::WouldLoseQuorum => {
-                Action::requeue(Duration::from_secs(5))
-            }
+            WaitReason::NoQuorum
+            | WaitReason::MemberFailing
+            | WaitReason::WouldLoseQuorum
+            | WaitReason::UpgradeFailed
+            | WaitReason::UpgradeRefused => Action::requeue(Duration::from_secs(5)),
             _ => Action::requeue(PROGRESS_PERIOD),
         },
         _ => Action::requeue(Duration::from_millis(500)),
@@ -259,6 +261,8 @@ fn step_name(s: &Step) -> &'static str {
         Step::Promote { .. } => "Promote",
         Step::RemoveMember { .. } => "RemoveMember",
         Step::DeletePod { .. } => "DeletePod",
+        Step::UpgradeMember { .. } => "UpgradeMember",
+        Step::MoveLeader { .. } => "MoveLeader",
     }
 }
 

@@ -9,6 +9,8 @@ pub const APP_LABEL: (&str, &str) = ("app", "etcd");
 pub const CLUSTER_LABEL: &str = "etcd_cluster";
 /// Pod annotation with the etcd version the pod runs (CoreOS: `etcd.version`).
 pub const VERSION_ANNOTATION: &str = "etcd.version";
+/// Pod annotation with the time (RFC 3339) the operator last changed the pod's version.
+pub const VERSION_CHANGED_ANNOTATION: &str = "etcd.database.coreos.com/version-changed-at";
 /// Pod annotation set on pods created by the initial bootstrap.
 pub const BOOTSTRAP_ANNOTATION: &str = "etcd.database.coreos.com/bootstrap";
 /// Longest EtcdCluster name: `<name>-client` must be a 63-character DNS label.

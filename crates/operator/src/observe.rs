@@ -10,7 +10,9 @@ use kube::runtime::reflector::Store;
 use rand::Rng;
 
 use crate::etcd;
-use crate::naming::{self, BOOTSTRAP_ANNOTATION, CLIENT_PORT, CLUSTER_LABEL, VERSION_ANNOTATION};
+use crate::naming::{
+    self, BOOTSTRAP_ANNOTATION, CLIENT_PORT, CLUSTER_LABEL, VERSION_ANNOTATION, VERSION_CHANGED_ANNOTATION,
+};
 use crate::observed::{Observed, PodState};
 use crate::validation::validate;
 
@@ -66,6 +68,11 @@ pub fn pod_state(p: &Pod, now: k8s_openapi::jiff::Timestamp) -> PodState {
         ready,
         deleting: p.metadata.deletion_timestamp.is_some(),
         version: p.annotations().get(VERSION_ANNOTATION).cloned().unwrap_or_default(),
+        version_age_secs: p
+            .annotations()
+            .get(VERSION_CHANGED_ANNOTATION)
+            .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok())
+            .map(|t| (now.as_second() - t.as_second()).max(0)),
         image: etcd_container.and_then(|c| c.image.clone()).unwrap_or_default(),
         problem: problem_of(&inits).or_else(|| problem_of(&containers)),
         restarts: containers.iter().map(|c| c.restart_count).sum(),

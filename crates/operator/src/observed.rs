@@ -64,6 +64,9 @@ pub struct PodState {
     pub deleting: bool,
     /// Version from the `etcd.version` annotation.
     pub version: String,
+    /// Seconds since the operator last changed `version` (from the version-changed-at
+    /// annotation); `None` for pods it never upgraded.
+    pub version_age_secs: Option<i64>,
     /// Image of the etcd container as specified.
     pub image: String,
     /// Why the etcd container (or the init container) is not running, when Kubernetes says:

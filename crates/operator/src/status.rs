@@ -12,6 +12,7 @@ pub const AVAILABLE: &str = "Available";
 pub const SPEC_VALID: &str = "SpecValid";
 pub const SCALING: &str = "Scaling";
 pub const RECOVERING: &str = "Recovering";
+pub const UPGRADING: &str = "Upgrading";
 /// Something needs a person: no quorum, a failing member, data lost.
 pub const DEGRADED: &str = "Degraded";
 
@@ -146,6 +147,34 @@ pub fn compute(
         Step::Wait(w) if w.reason == WaitReason::Stable => condition::remove(&mut cs, RECOVERING),
         _ => {}
     }
+    let target = o.desired.as_ref().map(|d| d.version.to_string()).unwrap_or_default();
+    match step {
+        Step::UpgradeMember { pod, from, to } => condition::upsert(
+            &mut cs,
+            cond(UPGRADING, true, "Upgrading", format!("upgrading to {to}: member {pod} from {from}")),
+            now,
+        ),
+        Step::MoveLeader { from_pod, to_pod, .. } => condition::upsert(
+            &mut cs,
+            cond(
+                UPGRADING,
+                true,
+                "Upgrading",
+                format!("upgrading to {target}: moving leadership from {from_pod} to {to_pod}"),
+            ),
+            now,
+        ),
+        Step::Wait(w) if w.reason == WaitReason::MemberUpgrading => condition::upsert(
+            &mut cs,
+            cond(UPGRADING, true, "Upgrading", format!("upgrading to {target}: {}", w.message)),
+            now,
+        ),
+        Step::Wait(w) if matches!(w.reason, WaitReason::UpgradeFailed | WaitReason::UpgradeRefused) => {
+            condition::upsert(&mut cs, cond(UPGRADING, false, w.reason.as_str(), w.message.clone()), now)
+        }
+        Step::Wait(w) if w.reason == WaitReason::Stable => condition::remove(&mut cs, UPGRADING),
+        _ => {}
+    }
     match wait {
         Some(w) if w.reason.needs_attention() && w.reason != WaitReason::InvalidSpec => {
             condition::upsert(&mut cs, cond(DEGRADED, true, w.reason.as_str(), w.message.clone()), now)
@@ -180,6 +209,7 @@ pub fn is_warning(c: &Condition) -> bool {
         DEGRADED => c.status == "True",
         AVAILABLE => c.status == "False" && c.reason != "Bootstrapping",
         SPEC_VALID => c.status == "False",
+        UPGRADING => c.status == "False",
         _ => false,
     }
 }

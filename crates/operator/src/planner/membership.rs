@@ -26,6 +26,9 @@ pub(super) fn without_etcd(o: &Observed, d: &Desired) -> Step {
         return bootstrap(o, d);
     }
     if let Some((pod, (reason, msg))) = first_problem(o.pods.values()) {
+        if let Some(step) = super::upgrade::failing_member(o, d, pod, reason, msg) {
+            return step;
+        }
         return wait(WaitReason::MemberFailing, format!("member pod {pod} cannot run: {reason}: {msg}"));
     }
     if !o.ever_bootstrapped {
@@ -103,6 +106,9 @@ pub(super) fn with_etcd(o: &Observed, d: &Desired, etcd: &EtcdState) -> Step {
                     why: format!("learner cannot start ({reason}) and the spec changed since it was added"),
                 };
             }
+        }
+        if let Some(step) = super::upgrade::failing_member(o, d, pod, reason, msg) {
+            return step;
         }
         return wait(WaitReason::MemberFailing, format!("member pod {pod} cannot run: {reason}: {msg}"));
     }
@@ -248,6 +254,9 @@ fn orphan_pods(o: &Observed, etcd: &EtcdState) -> Option<Step> {
 
 fn resize(o: &Observed, d: &Desired, etcd: &EtcdState, healthy_voters: usize, voters: usize) -> Step {
     let members = etcd.members.len();
+    if let Some(step) = super::upgrade::in_flight(o, d, etcd) {
+        return step;
+    }
     // Every voter must be healthy before the next membership change.
     if let Some(m) = etcd.voters().find(|m| !healthy(o, m)) {
         let what = if m.started() { "is not healthy yet" } else { "has not started yet" };
@@ -268,6 +277,9 @@ fn resize(o: &Observed, d: &Desired, etcd: &EtcdState, healthy_voters: usize, vo
     }
     if members > d.size {
         return scale_down(etcd, healthy_voters, voters);
+    }
+    if let Some(step) = super::upgrade::next(o, d, etcd) {
+        return step;
     }
     wait(WaitReason::Stable, format!("{members} members healthy"))
 }

@@ -15,6 +15,7 @@
 mod membership;
 #[cfg(test)]
 mod tests;
+pub mod upgrade;
 
 use crate::observed::{EtcdState, Observed};
 use crate::validation::Desired;
@@ -38,6 +39,10 @@ pub enum Step {
     Promote { id: u64, pod: String },
     /// Remove a member from etcd, then delete its pod and volume.
     RemoveMember { id: u64, pod: String, why: String },
+    /// Change the etcd image of one member's pod in place (the data volume stays).
+    UpgradeMember { pod: String, from: Version, to: Version },
+    /// Hand raft leadership to another voter (before the leader is restarted).
+    MoveLeader { from_pod: String, to: u64, to_pod: String },
     /// Delete a pod that belongs to no member (or whose member must restart on its PVC, in
     /// which case its volume is kept).
     DeletePod { pod: String, why: String, keep_volume: bool },
@@ -86,6 +91,12 @@ pub enum WaitReason {
     PodTerminating,
     /// The change would leave fewer healthy voters than a quorum.
     WouldLoseQuorum,
+    /// An upgraded member is restarting on its new version.
+    MemberUpgrading,
+    /// An upgraded member did not come back; the upgrade is stopped.
+    UpgradeFailed,
+    /// The version change is not allowed (downgrade, skipped minor); nothing changes.
+    UpgradeRefused,
 }
 
 impl WaitReason {
@@ -103,6 +114,9 @@ impl WaitReason {
             WaitReason::LearnerCatchingUp => "LearnerCatchingUp",
             WaitReason::PodTerminating => "PodTerminating",
             WaitReason::WouldLoseQuorum => "WouldLoseQuorum",
+            WaitReason::MemberUpgrading => "MemberUpgrading",
+            WaitReason::UpgradeFailed => "UpgradeFailed",
+            WaitReason::UpgradeRefused => "UpgradeRefused",
         }
     }
 
@@ -115,6 +129,8 @@ impl WaitReason {
                 | WaitReason::DataLost
                 | WaitReason::MemberFailing
                 | WaitReason::WouldLoseQuorum
+                | WaitReason::UpgradeFailed
+                | WaitReason::UpgradeRefused
         )
     }
 }

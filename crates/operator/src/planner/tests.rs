@@ -397,3 +397,165 @@ fn quorum_and_leader_invariants_hold_in_every_state() {
     }
     assert!(checked > 10_000);
 }
+
+// ---- upgrades ------------------------------------------------------------------------------------------
+
+fn want(o: &mut Observed, size: i32, version: &str) {
+    o.desired = validate(NAME, &EtcdClusterSpec { size, version: version.into(), ..Default::default() });
+}
+
+/// Pods annotated and members reporting `version`.
+fn at(o: &mut Observed, version: &str) {
+    for p in o.pods.values_mut() {
+        p.version = version.into();
+        p.image = format!("quay.io/coreos/etcd:v{version}");
+    }
+    for m in etcd(o).members.iter_mut() {
+        if let Some(s) = m.status.as_mut() {
+            s.version = version.into();
+        }
+    }
+}
+
+/// Member `id` (pod ex-m<id>) was moved to `version` `age` seconds ago and reports `reports`.
+fn upgraded(o: &mut Observed, id: u64, version: &str, age: i64, reports: &str) {
+    let p = o.pods.get_mut(&format!("ex-m{id}")).unwrap();
+    p.version = version.into();
+    p.version_age_secs = Some(age);
+    m(o, id).status.as_mut().unwrap().version = reports.into();
+}
+
+#[test]
+fn upgrade_starts_with_a_follower() {
+    let mut o = running(3, 3);
+    at(&mut o, "3.5.0");
+    want(&mut o, 3, "3.5.1");
+    assert!(matches!(plan(&o), Step::UpgradeMember { pod, to, .. } if pod == "ex-m2" && to.to_string() == "3.5.1"));
+}
+
+#[test]
+fn the_next_member_waits_until_the_upgraded_one_reports_the_new_version() {
+    let mut o = running(3, 3);
+    at(&mut o, "3.5.0");
+    want(&mut o, 3, "3.5.1");
+    upgraded(&mut o, 2, "3.5.1", 5, "3.5.0");
+    assert_eq!(wait_reason(&plan(&o)), WaitReason::MemberUpgrading);
+    unhealthy(&mut o, 2);
+    assert_eq!(wait_reason(&plan(&o)), WaitReason::MemberUpgrading);
+}
+
+#[test]
+fn leadership_moves_to_an_upgraded_member_before_the_leader_is_upgraded() {
+    let mut o = running(3, 3);
+    at(&mut o, "3.5.0");
+    want(&mut o, 3, "3.5.1");
+    upgraded(&mut o, 2, "3.5.1", 30, "3.5.1");
+    upgraded(&mut o, 3, "3.5.1", 10, "3.5.1");
+    assert_eq!(plan(&o), Step::MoveLeader { from_pod: "ex-m1".into(), to: 2, to_pod: "ex-m2".into() });
+    etcd(&mut o).leader = Some(2);
+    assert!(matches!(plan(&o), Step::UpgradeMember { pod, .. } if pod == "ex-m1"));
+}
+
+#[test]
+fn a_finished_upgrade_is_stable() {
+    let mut o = running(3, 3);
+    at(&mut o, "3.5.1");
+    for id in 1..=3 {
+        upgraded(&mut o, id, "3.5.1", 30, "3.5.1");
+    }
+    assert_eq!(wait_reason(&plan(&o)), WaitReason::Stable);
+}
+
+#[test]
+fn an_upgraded_member_that_does_not_come_back_in_time_stops_the_upgrade() {
+    let mut o = running(3, 3);
+    at(&mut o, "3.5.0");
+    want(&mut o, 3, "3.5.1");
+    upgraded(&mut o, 2, "3.5.1", 500, "3.5.0");
+    unhealthy(&mut o, 2);
+    let s = plan(&o);
+    assert_eq!(wait_reason(&s), WaitReason::UpgradeFailed);
+}
+
+#[test]
+fn a_crash_looping_upgraded_member_fails_the_upgrade_naming_member_and_reason() {
+    let mut o = running(3, 3);
+    at(&mut o, "3.5.0");
+    want(&mut o, 3, "3.5.1");
+    upgraded(&mut o, 2, "3.5.1", 20, "");
+    unhealthy(&mut o, 2);
+    o.pods.get_mut("ex-m2").unwrap().problem = Some(("CrashLoopBackOff".into(), "back-off 10s".into()));
+    let Step::Wait(w) = plan(&o) else { panic!() };
+    assert_eq!(w.reason, WaitReason::UpgradeFailed);
+    assert!(
+        w.message.contains("ex-m2") && w.message.contains("CrashLoopBackOff") && w.message.contains("3.5.0"),
+        "{}",
+        w.message
+    );
+}
+
+#[test]
+fn setting_the_version_back_rolls_the_failed_member_back() {
+    let mut o = running(3, 3);
+    at(&mut o, "3.5.0");
+    upgraded(&mut o, 2, "3.5.99", 20, "");
+    unhealthy(&mut o, 2);
+    o.pods.get_mut("ex-m2").unwrap().problem = Some(("ImagePullBackOff".into(), "not found".into()));
+    want(&mut o, 3, "3.5.0");
+    assert!(matches!(plan(&o), Step::UpgradeMember { pod, to, .. } if pod == "ex-m2" && to.to_string() == "3.5.0"));
+}
+
+#[test]
+fn a_one_member_cluster_rolls_back_even_while_etcd_is_down() {
+    let mut o = running(1, 1);
+    at(&mut o, "3.5.0");
+    o.recorded_version = Some("3.5.0".into());
+    o.etcd = None;
+    let p = o.pods.get_mut("ex-m1").unwrap();
+    p.version = "3.5.99".into();
+    p.problem = Some(("ErrImagePull".into(), "not found".into()));
+    want(&mut o, 1, "3.5.0");
+    assert!(matches!(plan(&o), Step::UpgradeMember { pod, .. } if pod == "ex-m1"));
+}
+
+#[test]
+fn downgrades_and_minor_skips_are_refused_without_change() {
+    let mut o = running(3, 3);
+    at(&mut o, "3.5.1");
+    want(&mut o, 3, "3.4.23");
+    let Step::Wait(w) = plan(&o) else { panic!() };
+    assert_eq!(w.reason, WaitReason::UpgradeRefused);
+    assert!(w.message.contains("downgrade"), "{}", w.message);
+    at(&mut o, "3.4.23");
+    want(&mut o, 3, "3.6.0");
+    let Step::Wait(w) = plan(&o) else { panic!() };
+    assert_eq!(w.reason, WaitReason::UpgradeRefused);
+    assert!(w.message.contains("skips a minor"), "{}", w.message);
+}
+
+#[test]
+fn a_refused_version_change_does_not_stop_healing() {
+    let mut o = running(3, 3);
+    at(&mut o, "3.5.1");
+    want(&mut o, 3, "3.4.23");
+    o.pods.remove("ex-m3");
+    assert!(matches!(plan(&o), Step::RemoveMember { id: 3, .. }));
+}
+
+#[test]
+fn a_one_member_cluster_is_upgraded_in_place() {
+    let mut o = running(1, 1);
+    at(&mut o, "3.4.23");
+    want(&mut o, 1, "3.5.0");
+    assert!(matches!(plan(&o), Step::UpgradeMember { pod, .. } if pod == "ex-m1"));
+}
+
+#[test]
+fn pausing_mid_upgrade_stops_before_the_next_member() {
+    let mut o = running(3, 3);
+    at(&mut o, "3.5.0");
+    want(&mut o, 3, "3.5.1");
+    upgraded(&mut o, 2, "3.5.1", 30, "3.5.1");
+    o.paused = true;
+    assert_eq!(wait_reason(&plan(&o)), WaitReason::Paused);
+}

@@ -1,0 +1,122 @@
+//! Rolling upgrades: one member at a time, followers first and the leader last (leadership
+//! is moved away first), each member only after the previous one is healthy, caught up and
+//! reports the new server version. A member that does not come back stops the upgrade; setting
+//! the version back rolls that member back.
+
+use super::{Step, WaitReason, wait};
+use crate::observed::{EtcdState, Observed};
+use crate::validation::Desired;
+use crate::version::{Version, check_change};
+
+/// How long an upgraded member may take to become healthy at its new version before the
+/// upgrade is declared failed.
+pub const UPGRADE_DEADLINE_SECS: i64 = 120;
+
+/// The version the cluster really runs: the lowest server version its members report; without
+/// answers, what status last recorded; else the lowest version a pod is annotated with.
+pub fn running_version(o: &Observed) -> Option<Version> {
+    let reported = o
+        .etcd
+        .iter()
+        .flat_map(|e| e.members.iter())
+        .filter_map(|m| m.status.as_ref())
+        .filter_map(|s| Version::parse(&s.version).ok())
+        .min();
+    reported
+        .or_else(|| o.recorded_version.as_deref().and_then(|v| Version::parse(v).ok()))
+        .or_else(|| o.pods.values().filter_map(|p| Version::parse(&p.version).ok()).min())
+}
+
+/// A pod that cannot run (`pod` has a stuck container). If its version is not the desired one
+/// and moving it there is allowed, change its image: this rolls a failed upgrade back (or
+/// forward to a corrected version). A member that is down already cannot lose anything by it.
+/// If it runs the desired version and the cluster does not, the upgrade of it failed.
+pub(super) fn failing_member(o: &Observed, d: &Desired, pod: &str, reason: &str, msg: &str) -> Option<Step> {
+    let p = o.pods.get(pod)?;
+    let running = running_version(o)?;
+    let pod_version = Version::parse(&p.version).ok()?;
+    if pod_version != d.version {
+        if check_change(&running, &d.version).is_ok() && o.etcd.as_ref().is_none_or(|e| e.member_for_pod(pod).is_some())
+        {
+            return Some(Step::UpgradeMember { pod: pod.to_string(), from: pod_version, to: d.version.clone() });
+        }
+        return None;
+    }
+    (pod_version != running).then(|| {
+        wait(
+            WaitReason::UpgradeFailed,
+            format!(
+                "upgrade of member {pod} to {} failed: {reason}: {msg}; the upgrade is stopped. Set spec.version back to {running} to roll it back",
+                d.version
+            ),
+        )
+    })
+}
+
+fn behind<'a>(o: &Observed, etcd: &'a EtcdState, target: &Version) -> Vec<&'a str> {
+    etcd.voters()
+        .filter(|m| o.pods.get(&m.pod).is_some_and(|p| Version::parse(&p.version).ok().as_ref() != Some(target)))
+        .map(|m| m.pod.as_str())
+        .collect()
+}
+
+/// A member already moved to the desired version must be healthy and report that version
+/// before anything else happens; past the deadline the upgrade is declared failed.
+pub(super) fn in_flight(o: &Observed, d: &Desired, etcd: &EtcdState) -> Option<Step> {
+    let target = &d.version;
+    let behind = behind(o, etcd, target);
+    if behind.is_empty()
+        && etcd.voters().all(|m| m.status.as_ref().map(|s| s.version.as_str()) == Some(&target.to_string()[..]))
+    {
+        return None;
+    }
+    for m in etcd.voters().filter(|m| !behind.contains(&m.pod.as_str())) {
+        let Some(p) = o.pods.get(&m.pod) else { continue };
+        if p.version_age_secs.is_none() {
+            continue; // created at this version, not upgraded: scaling handles it
+        }
+        let reports = m.status.as_ref().and_then(|s| Version::parse(&s.version).ok());
+        if reports.as_ref() != Some(target) || !m.is_healthy() {
+            if p.version_age_secs.unwrap_or(0) > UPGRADE_DEADLINE_SECS {
+                return Some(wait(
+                    WaitReason::UpgradeFailed,
+                    format!(
+                        "member {} did not become healthy at version {target} within {UPGRADE_DEADLINE_SECS}s (it reports {}); the upgrade is stopped. Set spec.version back to roll it back",
+                        m.pod,
+                        reports.map(|v| v.to_string()).unwrap_or_else(|| "nothing".into())
+                    ),
+                ));
+            }
+            return Some(wait(WaitReason::MemberUpgrading, format!("waiting for member {} to run {target}", m.pod)));
+        }
+    }
+    None
+}
+
+/// The next upgrade step, if the pods do not all run the desired version. Called only when every
+/// voter is healthy, no upgraded member is still coming back, and the membership matches the spec.
+pub(super) fn next(o: &Observed, d: &Desired, etcd: &EtcdState) -> Option<Step> {
+    let target = &d.version;
+    let behind = behind(o, etcd, target);
+    if behind.is_empty() {
+        return None;
+    }
+    let running = running_version(o)?;
+    if let Err(why) = check_change(&running, target) {
+        return Some(wait(WaitReason::UpgradeRefused, format!("spec.version refused, nothing was changed: {why}")));
+    }
+    let leader = etcd.leader_member().map(|m| m.pod.as_str());
+    let from =
+        |pod: &str| o.pods.get(pod).and_then(|p| Version::parse(&p.version).ok()).unwrap_or_else(|| running.clone());
+    // Followers first, in name order.
+    if let Some(pod) = behind.iter().copied().filter(|p| Some(*p) != leader).min() {
+        return Some(Step::UpgradeMember { pod: pod.to_string(), from: from(pod), to: target.clone() });
+    }
+    // Only the leader is left: hand leadership to an upgraded member first.
+    let leader_pod = leader?;
+    if let Some(to) = etcd.voters().filter(|m| m.pod != leader_pod && m.is_healthy()).min_by(|a, b| a.pod.cmp(&b.pod)) {
+        return Some(Step::MoveLeader { from_pod: leader_pod.to_string(), to: to.id, to_pod: to.pod.clone() });
+    }
+    // A one-member cluster has nobody to hand over to.
+    Some(Step::UpgradeMember { pod: leader_pod.to_string(), from: from(leader_pod), to: target.clone() })
+}
