@@ -43,8 +43,9 @@ enum Command {
         etc_hosts_path: PathBuf,
         #[arg(long, default_value = "cluster.local")]
         domain: String,
-        /// When a pod with hostname+subdomain gets its record.
-        #[arg(long, value_enum, default_value = "any")]
+        /// When a pod with hostname+subdomain gets its record. The default is CoreDNS' rule, so
+        /// that an operator relying on a record a real cluster would not publish fails here too.
+        #[arg(long, value_enum, default_value = "endpoints")]
         pod_records: records::PodRecordPolicy,
     },
     /// Resolve NAME (A records) at a DNS server; exit status 1 unless it answers with an address.

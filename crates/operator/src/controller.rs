@@ -116,15 +116,26 @@ fn key_of<K: Resource>(obj: &K) -> String {
     format!("{}/{}", obj.namespace().unwrap_or_default(), obj.name_any())
 }
 
+/// Publish an Event about the EtcdCluster; `member` names the pod it concerns. The recorder folds
+/// Events with the same reason, action and objects into one series (keeping the first note), so
+/// naming the member keeps "added learner A" and "added learner B" apart.
 async fn publish(
     ctx: &Context,
     reference: &ObjectReference,
+    member: Option<&str>,
     type_: EventType,
     reason: &str,
     note: String,
     action: &str,
 ) {
-    let ev = Event { type_, reason: reason.into(), note: Some(note), action: action.into(), secondary: None };
+    let secondary = member.map(|pod| ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Pod".into()),
+        name: Some(pod.into()),
+        namespace: reference.namespace.clone(),
+        ..Default::default()
+    });
+    let ev = Event { type_, reason: reason.into(), note: Some(note), action: action.into(), secondary };
     if let Err(e) = ctx.recorder.publish(&ev, reference).await {
         tracing::warn!(error = %e, reason, "could not publish Event");
     }
@@ -162,7 +173,7 @@ async fn report_unreadable(obj: &DynamicObject, err: &serde_json::Error, ctx: &C
     };
     etcd_operator_api::condition::upsert(&mut st.conditions, c, &now_rfc3339());
     if st != prev {
-        publish(ctx, &reference, EventType::Warning, "InvalidSpec", msg, "Validate").await;
+        publish(ctx, &reference, None, EventType::Warning, "InvalidSpec", msg, "Validate").await;
         patch_status(ctx, obj, &st).await?;
     }
     Ok(Action::await_change())
@@ -204,7 +215,8 @@ async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action,
         Ok(Some(done)) => {
             tracing::info!(cluster = %key, reason = done.reason, "{}", done.note);
             ctx.expectations.expect(&key, &done.created, &done.deleted);
-            publish(&ctx, &reference, EventType::Normal, done.reason, done.note.clone(), done.reason).await;
+            publish(&ctx, &reference, step.member(), EventType::Normal, done.reason, done.note.clone(), done.reason)
+                .await;
         }
         Ok(None) => {}
         Err(e) if e.is_transient() => {
@@ -215,7 +227,7 @@ async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action,
         Err(e) => {
             tracing::warn!(cluster = %key, error = %e, ?step, "step failed");
             let note = format!("{}: {e}", step_name(&step));
-            publish(&ctx, &reference, EventType::Warning, "StepFailed", note, step_name(&step)).await;
+            publish(&ctx, &reference, step.member(), EventType::Warning, "StepFailed", note, step_name(&step)).await;
         }
     }
 
@@ -224,7 +236,7 @@ async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action,
     for c in status::changed(&prev.conditions, &new.conditions) {
         let type_ = if status::is_warning(c) { EventType::Warning } else { EventType::Normal };
         let note = if c.message.is_empty() { format!("{} is {}", c.type_, c.status) } else { c.message.clone() };
-        publish(&ctx, &reference, type_, &c.reason, note, &c.type_).await;
+        publish(&ctx, &reference, None, type_, &c.reason, note, &c.type_).await;
     }
     if new != prev {
         patch_status(&ctx, &obj, &new).await?;

@@ -48,6 +48,21 @@ pub enum Step {
     DeletePod { pod: String, why: String, keep_volume: bool },
 }
 
+impl Step {
+    /// The member (pod) a step acts on, if it acts on one.
+    pub fn member(&self) -> Option<&str> {
+        match self {
+            Step::AddLearner(m) | Step::CreatePod(m) => Some(&m.name),
+            Step::Promote { pod, .. }
+            | Step::RemoveMember { pod, .. }
+            | Step::UpgradeMember { pod, .. }
+            | Step::DeletePod { pod, .. } => Some(pod),
+            Step::MoveLeader { from_pod, .. } => Some(from_pod),
+            Step::Wait(_) | Step::CreateServices | Step::Bootstrap(_) => None,
+        }
+    }
+}
+
 /// A member to create.
 #[derive(Clone, Debug, PartialEq)]
 pub struct NewMember {
