@@ -118,6 +118,40 @@ fn deleted_member_is_replaced_and_data_kept() -> Result<()> {
 }
 
 #[test]
+fn a_pvc_member_restarts_on_its_volume_as_the_same_member() -> Result<()> {
+    with_operator("e2e-pvc", |ns, _op| {
+        let pvc = "  pod:\n    persistentVolumeClaimSpec:\n      accessModes: [ReadWriteOnce]\n      resources: {requests: {storage: 64Mi}}\n";
+        ns.apply(&cluster_manifest(&ns.name, "ex", 3, "3.5.1", pvc))?;
+        wait_healthy(ns, "ex", 3, CREATE)?;
+        let ep = client_endpoint(ns, "ex")?;
+        write_keys(&ep, "pvc", KEYS)?;
+        let claims = ns.run(&["get", "pvc", "-l", "etcd_cluster=ex", "-o", "jsonpath={.items[*].status.phase}"])?;
+        ensure!(claims.split_whitespace().filter(|p| *p == "Bound").count() == 3, "PVCs: {claims}");
+        let members_before = member_list(&ep)?;
+        let victim = pod_names(&member_pods(ns, "ex")?)[2].clone();
+        let uid = ns.json(&["get", "pod", &victim])?["metadata"]["uid"].clone();
+        ns.run(&["delete", "pod", &victim, "--wait=true"])?;
+        // The same pod name comes back (a new pod object) on the same claim ...
+        wait_until(CHANGE, "the member pod to be re-created", || {
+            let p = ns.json(&["get", "pod", &victim]).ok();
+            Ok(p.filter(|p| p["metadata"]["uid"] != uid).map(drop))
+        })?;
+        wait_healthy(ns, "ex", 3, CHANGE)?;
+        // ... as the same etcd member: the member list is unchanged and no member was removed.
+        let mut a: Vec<String> = members_before.iter().map(|m| m[0].clone()).collect();
+        let mut b: Vec<String> = member_list(&ep)?.iter().map(|m| m[0].clone()).collect();
+        a.sort();
+        b.sort();
+        ensure!(a == b, "member IDs changed: {a:?} -> {b:?}");
+        let evs = events_for(ns, "ex")?;
+        ensure!(!evs.iter().any(|(r, _)| r == "MemberRemoved"), "{evs:?}");
+        ensure!(evs.iter().any(|(r, n)| r == "MemberPodCreated" && n.contains(&victim)), "{evs:?}");
+        check_keys(&ep, "pvc", KEYS)?;
+        Ok(())
+    })
+}
+
+#[test]
 fn invalid_specs_change_nothing_and_say_why() -> Result<()> {
     with_operator("e2e-invalid", |ns, _op| {
         // The seeds' CoreOS default version is refused with the supported range.

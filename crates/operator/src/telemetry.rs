@@ -15,7 +15,15 @@ pub fn init(format: LogFormat) {
         .unwrap_or_else(|_| EnvFilter::new("info,kube_runtime::controller=warn,tower=warn,hyper=warn"));
     let registry = tracing_subscriber::registry().with(filter);
     match format {
-        LogFormat::Text => registry.with(fmt::layer().with_target(false)).init(),
-        LogFormat::Json => registry.with(fmt::layer().json().flatten_event(true)).init(),
+        // Colours only on a terminal: `kubectl logs` and log collectors get plain text.
+        LogFormat::Text => registry
+            .with(
+                fmt::layer()
+                    .with_target(false)
+                    .with_writer(std::io::stderr)
+                    .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())),
+            )
+            .init(),
+        LogFormat::Json => registry.with(fmt::layer().json().flatten_event(true).with_writer(std::io::stderr)).init(),
     }
 }
