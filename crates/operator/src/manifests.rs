@@ -191,20 +191,9 @@ pub fn objects(o: &Options) -> anyhow::Result<Vec<serde_json::Value>> {
     )?);
     let rbac = "rbac.authorization.k8s.io/v1";
     let cluster_name = cluster_rbac_name(o);
-    if o.cluster_wide {
-        out.push(v(
-            ("ClusterRole", rbac),
-            ClusterRole { metadata: meta(&cluster_name, None), rules: Some(rules(|_| true)), ..Default::default() },
-        )?);
-        out.push(v(
-            ("ClusterRoleBinding", rbac),
-            ClusterRoleBinding {
-                metadata: meta(&cluster_name, None),
-                role_ref: role_ref("ClusterRole", &cluster_name),
-                subjects: Some(vec![subject(o)]),
-            },
-        )?);
-    } else {
+    // Namespaced: a Role for the namespace, and a ClusterRole only for cluster-scoped objects.
+    // Cluster-wide: one ClusterRole with everything.
+    if !o.cluster_wide {
         out.push(v(
             ("Role", rbac),
             Role {
@@ -220,23 +209,23 @@ pub fn objects(o: &Options) -> anyhow::Result<Vec<serde_json::Value>> {
                 subjects: Some(vec![subject(o)]),
             },
         )?);
-        out.push(v(
-            ("ClusterRole", rbac),
-            ClusterRole {
-                metadata: meta(&cluster_name, None),
-                rules: Some(rules(|p| p.scope == Scope::Cluster)),
-                ..Default::default()
-            },
-        )?);
-        out.push(v(
-            ("ClusterRoleBinding", rbac),
-            ClusterRoleBinding {
-                metadata: meta(&cluster_name, None),
-                role_ref: role_ref("ClusterRole", &cluster_name),
-                subjects: Some(vec![subject(o)]),
-            },
-        )?);
     }
+    out.push(v(
+        ("ClusterRole", rbac),
+        ClusterRole {
+            metadata: meta(&cluster_name, None),
+            rules: Some(rules(|p| o.cluster_wide || p.scope == Scope::Cluster)),
+            ..Default::default()
+        },
+    )?);
+    out.push(v(
+        ("ClusterRoleBinding", rbac),
+        ClusterRoleBinding {
+            metadata: meta(&cluster_name, None),
+            role_ref: role_ref("ClusterRole", &cluster_name),
+            subjects: Some(vec![subject(o)]),
+        },
+    )?);
     out.push(v(("Deployment", "apps/v1"), deployment(o))?);
     Ok(out)
 }

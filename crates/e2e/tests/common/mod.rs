@@ -183,3 +183,99 @@ pub fn events_for(ns: &TestNamespace, name: &str) -> Result<Vec<(String, String)
         .map(|e| (e["reason"].as_str().unwrap_or("").to_string(), e["note"].as_str().unwrap_or("").to_string()))
         .collect())
 }
+
+/// `kubectl patch etcdcluster NAME --type=merge -p '{"spec": SPEC}'`.
+pub fn patch_spec(ns: &TestNamespace, name: &str, spec: &str) -> Result<()> {
+    ns.run(&["patch", "etcdcluster", name, "--type=merge", "-p", &format!(r#"{{"spec":{spec}}}"#)]).map(drop)
+}
+
+/// Each member's own client endpoint, `(pod, http://<pod IP>:2379)`, reachable from the host.
+/// Fails while a member pod has no IP yet.
+pub fn member_endpoints(ns: &TestNamespace, name: &str) -> Result<Vec<(String, String)>> {
+    member_pods(ns, name)?
+        .iter()
+        .map(|p| {
+            let pod = p["metadata"]["name"].as_str().unwrap_or("").to_string();
+            let ip = p["status"]["podIP"].as_str().filter(|ip| !ip.is_empty());
+            let ip = ip.with_context(|| format!("pod {pod} has no IP yet"))?;
+            Ok((pod, format!("http://{ip}:2379")))
+        })
+        .collect()
+}
+
+/// The server version one member reports (`etcdctl endpoint status` against that member alone).
+pub fn server_version(endpoint: &str) -> Result<String> {
+    let out = host_etcdctl(endpoint, &["endpoint", "status", "-w", "json"])?;
+    let v: Value = serde_json::from_str(&out).with_context(|| format!("endpoint status of {endpoint}: {out}"))?;
+    v[0]["Status"]["version"].as_str().map(str::to_string).with_context(|| format!("no version in {out}"))
+}
+
+/// What the operator set on one member pod and what Kubernetes did with it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodVersion {
+    pub pod: String,
+    pub uid: String,
+    /// Image of the `etcd` container in the spec.
+    pub image: String,
+    /// The `etcd.version` annotation.
+    pub annotation: String,
+    /// Restarts of the etcd container.
+    pub restarts: i64,
+}
+
+pub fn pod_versions(ns: &TestNamespace, name: &str) -> Result<Vec<PodVersion>> {
+    Ok(member_pods(ns, name)?
+        .iter()
+        .map(|p| {
+            let etcd = |list: &Value| {
+                list.as_array().and_then(|cs| cs.iter().find(|c| c["name"] == "etcd")).cloned().unwrap_or_default()
+            };
+            PodVersion {
+                pod: p["metadata"]["name"].as_str().unwrap_or("").to_string(),
+                uid: p["metadata"]["uid"].as_str().unwrap_or("").to_string(),
+                image: etcd(&p["spec"]["containers"])["image"].as_str().unwrap_or("").to_string(),
+                annotation: p["metadata"]["annotations"]["etcd.version"].as_str().unwrap_or("").to_string(),
+                restarts: etcd(&p["status"]["containerStatuses"])["restartCount"].as_i64().unwrap_or(0),
+            }
+        })
+        .collect())
+}
+
+/// One `events.k8s.io/v1` Event about an EtcdCluster.
+#[derive(Clone, Debug)]
+pub struct EventRecord {
+    pub name: String,
+    pub type_: String,
+    pub reason: String,
+    pub note: String,
+    /// `related.name`: the member pod the Event concerns, if any.
+    pub related: String,
+    /// When it was last observed: `series.lastObservedTime` for a folded series, else
+    /// `eventTime` (RFC 3339 with microseconds, so the strings sort by time).
+    pub last: String,
+    pub count: i64,
+}
+
+/// Events about the EtcdCluster `name`, oldest (by last observation) first.
+pub fn events_v1(ns: &TestNamespace, name: &str) -> Result<Vec<EventRecord>> {
+    let evs = ns.json(&["get", "events.v1.events.k8s.io"])?;
+    let s = |v: &Value| v.as_str().unwrap_or("").to_string();
+    let mut out: Vec<EventRecord> = evs["items"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .filter(|e| e["regarding"]["name"] == name && e["regarding"]["kind"] == "EtcdCluster")
+        .map(|e| EventRecord {
+            name: s(&e["metadata"]["name"]),
+            type_: s(&e["type"]),
+            reason: s(&e["reason"]),
+            note: s(&e["note"]),
+            related: s(&e["related"]["name"]),
+            last: e["series"]["lastObservedTime"].as_str().map(str::to_string).unwrap_or_else(|| s(&e["eventTime"])),
+            count: e["series"]["count"].as_i64().unwrap_or(1),
+        })
+        .collect();
+    out.sort_by(|a, b| a.last.cmp(&b.last));
+    Ok(out)
+}
