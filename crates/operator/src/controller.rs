@@ -293,12 +293,14 @@ pub struct Options {
 }
 
 /// Run the controller until `shutdown` resolves.
-pub async fn run(
-    client: Client,
-    opts: Options,
-    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
-) {
+pub async fn run(client: Client, opts: Options, shutdown: impl std::future::Future<Output = ()> + Send + 'static) {
     let scope = opts.scope.clone();
+    // kube wants a Sync shutdown future; relay the caller's through a oneshot channel.
+    let (shutdown_tx, shutdown_rx) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(async move {
+        shutdown.await;
+        let _ = shutdown_tx.send(());
+    });
     // Everything the operator creates carries app=etcd and etcd_cluster=<name>.
     let children = watcher::Config::default().labels("app=etcd,etcd_cluster");
     let (pods, pods_w) = reflector::store::<Pod>();
@@ -335,7 +337,9 @@ pub async fn run(
         .owns_stream_with(pod_events, ())
         .owns_stream_with(svc_events, ())
         .owns_stream_with(pvc_events, ())
-        .graceful_shutdown_on(shutdown);
+        .graceful_shutdown_on(async move {
+            let _ = shutdown_rx.await;
+        });
     let synced_ctx = ctx.clone();
     tokio::spawn(async move {
         let _ = tokio::join!(pods.wait_until_ready(), services.wait_until_ready(), pvcs.wait_until_ready());

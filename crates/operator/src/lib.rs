@@ -6,6 +6,7 @@ pub mod controller;
 pub mod crds;
 pub mod etcd;
 pub mod http;
+pub mod leader_election;
 pub mod manifests;
 pub mod naming;
 pub mod observe;

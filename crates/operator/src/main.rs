@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
-use etcd_operator::{controller, crds, default_image, manifests, telemetry};
+use etcd_operator::{controller, crds, default_image, leader_election, manifests, telemetry};
 
 #[derive(Parser, Debug)]
 #[command(name = "etcd-operator", version, about = "Kubernetes operator for etcd (etcd.database.coreos.com/v1beta2)")]
@@ -61,6 +61,9 @@ struct RunArgs {
     /// Address of /healthz and /readyz.
     #[arg(long, default_value = "0.0.0.0:8080")]
     listen_address: std::net::SocketAddr,
+    /// Elect one active replica through a Lease (in the operator's namespace).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    leader_elect: bool,
     /// This replica's name, for Events and leader election.
     #[arg(long, env = "MY_POD_NAME")]
     pod_name: Option<String>,
@@ -153,26 +156,60 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             scope = namespace.as_deref().unwrap_or("cluster-wide"),
             "etcd-operator started"
         );
-        let ready = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        // Shutdown (SIGTERM / Ctrl-C) is broadcast to every phase below.
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-        let mut http_stop = stop_rx.clone();
-        let http = tokio::spawn(etcd_operator::http::serve(args.listen_address, ready.clone(), async move {
-            let _ = http_stop.wait_for(|s| *s).await;
-        }));
+        tokio::spawn(async move {
+            shutdown_signal().await;
+            let _ = stop_tx.send(true);
+        });
+        let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+            let _ = rx.wait_for(|s| *s).await;
+        };
+        let ready = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let mut http =
+            tokio::spawn(etcd_operator::http::serve(args.listen_address, ready.clone(), stopped(stop_rx.clone())));
+
+        let lease = args.leader_elect.then(|| {
+            let ns = args.namespace.clone().unwrap_or_else(|| client.default_namespace().to_string());
+            let id = args.pod_name.clone().unwrap_or_else(|| format!("{}-{}", hostname(), std::process::id()));
+            leader_election::Config::new(&ns, &id)
+        });
+        if let Some(cfg) = &lease {
+            tokio::select! {
+                r = leader_election::acquire(client.clone(), cfg) => r.map_err(|e| {
+                    anyhow::anyhow!("leader election on Lease {}/{}: {e}", cfg.namespace, cfg.name)
+                })?,
+                _ = stopped(stop_rx.clone()) => return Ok(()),
+                r = &mut http => { r??; }
+            }
+        }
         let opts = controller::Options {
             ready,
             scope: controller::Scope { namespace },
             init_image: args.init_image.clone(),
             reporter_instance: args.pod_name.clone(),
         };
+        let holding = async {
+            match &lease {
+                Some(cfg) => leader_election::hold(client.clone(), cfg).await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
-            _ = controller::run(client, opts, shutdown_signal()) => {}
-            r = http => {
+            _ = controller::run(client.clone(), opts, stopped(stop_rx.clone())) => {}
+            _ = holding => {
+                // Another replica may act from now on: stop at once, mid-reconcile or not.
+                tracing::error!("leadership lost; exiting so that only the new leader acts");
+                std::process::exit(1);
+            }
+            r = &mut http => {
                 // The HTTP server only ends early when it could not start.
                 r??;
             }
         }
-        let _ = stop_tx.send(true);
+        if let Some(cfg) = &lease {
+            leader_election::release(client.clone(), cfg).await;
+        }
         tracing::info!("etcd-operator stopped");
         Ok(())
     })
@@ -223,6 +260,12 @@ fn wait_dns(host: &str, timeout_secs: u64) -> anyhow::Result<()> {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     })
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "etcd-operator".into())
 }
 
 /// Resolves on SIGTERM or Ctrl-C.
