@@ -98,6 +98,7 @@ pub struct Context {
     pub recorder: Recorder,
     pub init_image: String,
     pub expectations: Expectations,
+    pub metrics: Arc<crate::metrics::Metrics>,
     /// Set once every watch cache holds its first full list.
     pub caches_synced: Arc<std::sync::atomic::AtomicBool>,
 }
@@ -238,6 +239,8 @@ async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action,
         let note = if c.message.is_empty() { format!("{} is {}", c.type_, c.status) } else { c.message.clone() };
         publish(&ctx, &reference, None, type_, &c.reason, note, &c.type_).await;
     }
+    ctx.metrics.observe_cluster(&observed, &new);
+    ctx.metrics.reconciled("etcdcluster", started.elapsed(), outcome.is_err());
     if new != prev {
         patch_status(&ctx, &obj, &new).await?;
     }
@@ -286,6 +289,7 @@ fn error_policy(obj: Arc<DynamicObject>, err: &Error, _ctx: Arc<Context>) -> Act
 /// Options of the controller that come from flags.
 pub struct Options {
     pub scope: Scope,
+    pub metrics: Arc<crate::metrics::Metrics>,
     /// Set once the watch caches are synced (read by `/readyz`).
     pub ready: Arc<std::sync::atomic::AtomicBool>,
     pub init_image: String,
@@ -331,9 +335,19 @@ pub async fn run(client: Client, opts: Options, shutdown: impl std::future::Futu
         init_image: opts.init_image,
         expectations: Expectations::default(),
         caches_synced: opts.ready.clone(),
+        metrics: opts.metrics.clone(),
     });
     tracing::info!(crd = EtcdCluster::crd_name(), "watching EtcdClusters");
-    let controller = Controller::new_with(clusters, watcher::Config::default(), ar.clone())
+    let controller = Controller::new_with(clusters, watcher::Config::default(), ar.clone());
+    let store = controller.store();
+    ctx.metrics.set_live_clusters(Box::new(move || {
+        store
+            .state()
+            .iter()
+            .map(|c| crate::metrics::ClusterLabels { namespace: c.namespace().unwrap_or_default(), name: c.name_any() })
+            .collect()
+    }));
+    let controller = controller
         .owns_stream_with(pod_events, ())
         .owns_stream_with(svc_events, ())
         .owns_stream_with(pvc_events, ())

@@ -8,6 +8,7 @@ pub mod etcd;
 pub mod http;
 pub mod leader_election;
 pub mod manifests;
+pub mod metrics;
 pub mod naming;
 pub mod observe;
 pub mod observed;

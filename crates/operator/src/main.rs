@@ -166,8 +166,13 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             let _ = rx.wait_for(|s| *s).await;
         };
         let ready = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let mut http =
-            tokio::spawn(etcd_operator::http::serve(args.listen_address, ready.clone(), stopped(stop_rx.clone())));
+        let metrics = std::sync::Arc::new(etcd_operator::metrics::Metrics::default());
+        let mut http = tokio::spawn(etcd_operator::http::serve(
+            args.listen_address,
+            ready.clone(),
+            metrics.clone(),
+            stopped(stop_rx.clone()),
+        ));
 
         let lease = args.leader_elect.then(|| {
             let ns = args.namespace.clone().unwrap_or_else(|| client.default_namespace().to_string());
@@ -185,6 +190,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         }
         let opts = controller::Options {
             ready,
+            metrics,
             scope: controller::Scope { namespace },
             init_image: args.init_image.clone(),
             reporter_instance: args.pod_name.clone(),
