@@ -81,3 +81,80 @@ fn a_bad_kubeconfig_is_one_clear_line() -> Result<()> {
     std::fs::remove_dir_all(&dir).ok();
     Ok(())
 }
+
+/// The shipped RBAC, under the operator's own ServiceAccount, with one verb removed from the
+/// Role: the operator names exactly that verb and resource and does not start (nor exit).
+#[test]
+fn a_missing_verb_is_reported_by_name() -> Result<()> {
+    let ns = TestNamespace::create("e2e-rbac")?;
+    let cluster_rbac = format!("etcd-operator-{}", ns.name);
+    let result = (|| -> Result<()> {
+        // Everything but the Deployment (this test runs the operator itself).
+        let all = operator_stdout(&["manifests", "--namespace", &ns.name, "--no-crds"])?;
+        let rbac: Vec<&str> =
+            all.split("---\n").filter(|d| !d.contains("kind: Deployment") && !d.trim().is_empty()).collect();
+        ns.apply(&rbac.join("---\n"))?;
+        let mut role = ns.json(&["get", "role", "etcd-operator"])?;
+        for rule in role["rules"].as_array_mut().context("rules")? {
+            if rule["resources"] == serde_json::json!(["pods"]) {
+                rule["verbs"].as_array_mut().unwrap().retain(|v| v != "delete");
+            }
+        }
+        ns.apply(&role.to_string())?;
+        // A kubeconfig with the ServiceAccount's token and the admin kubeconfig's server and CA.
+        let token = e2e::wait_until(std::time::Duration::from_secs(30), "the ServiceAccount token", || {
+            let sa = ns.json(&["get", "serviceaccount", "etcd-operator"])?;
+            let Some(secret) = sa["secrets"][0]["name"].as_str() else { return Ok(None) };
+            let s = ns.json(&["get", "secret", secret])?;
+            Ok(s["data"]["token"].as_str().map(str::to_string))
+        })?;
+        let token = String::from_utf8(base64_decode(&token)?)?;
+        let admin = ns.kubectl.json(&["config", "view", "--raw", "--minify"])?;
+        let cluster = &admin["clusters"][0]["cluster"];
+        let kc = std::env::temp_dir().join(format!("{}.kubeconfig", ns.name));
+        std::fs::write(
+            &kc,
+            serde_json::json!({
+                "apiVersion": "v1", "kind": "Config", "current-context": "sa",
+                "clusters": [{"name": "c", "cluster": cluster}],
+                "users": [{"name": "sa", "user": {"token": token}}],
+                "contexts": [{"name": "sa", "context": {"cluster": "c", "user": "sa", "namespace": ns.name}}],
+            })
+            .to_string(),
+        )?;
+        let mut child = Command::new(operator_bin())
+            .args(["run", "--namespace", &ns.name, "--listen-address", "127.0.0.1:0"])
+            .env("KUBECONFIG", &kc)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()?;
+        std::thread::sleep(std::time::Duration::from_secs(8));
+        let alive = child.try_wait()?.is_none();
+        let _ = child.kill();
+        let out = child.wait_with_output()?;
+        let log = String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
+        std::fs::remove_file(&kc).ok();
+        ensure!(alive, "the operator exited instead of waiting for permissions: {log}");
+        let want = format!(
+            "missing permissions, not starting until they are granted: cannot delete pods in namespace {}",
+            ns.name
+        );
+        ensure!(log.contains(&want), "expected {want:?} in:\n{log}");
+        ensure!(!log.contains("watch caches synced"), "the controller started without its permissions:\n{log}");
+        Ok(())
+    })();
+    let _ = ns.kubectl.run(&["delete", "clusterrole,clusterrolebinding", &cluster_rbac, "--ignore-not-found"]);
+    result
+}
+
+fn base64_decode(s: &str) -> Result<Vec<u8>> {
+    let out = Command::new("base64")
+        .arg("-d")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()?;
+    use std::io::Write;
+    let mut out = out;
+    out.stdin.take().unwrap().write_all(s.as_bytes())?;
+    Ok(out.wait_with_output()?.stdout)
+}

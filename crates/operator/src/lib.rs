@@ -12,6 +12,7 @@ pub mod metrics;
 pub mod naming;
 pub mod observe;
 pub mod observed;
+pub mod permissions;
 pub mod planner;
 pub mod pod_spec;
 pub mod rbac;

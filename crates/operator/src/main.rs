@@ -143,9 +143,6 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     rt.block_on(async move {
         let client = connect().await?;
-        if args.create_crd {
-            crds::install(client.clone(), Duration::from_secs(60)).await?;
-        }
         let namespace = if args.cluster_wide {
             None
         } else {
@@ -174,10 +171,30 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             stopped(stop_rx.clone()),
         ));
 
+        // Refuse to act with missing permissions, but do not crash-loop: say what is missing, stay
+        // unready, and check again until the Role is fixed.
+        let lease_ns = args.namespace.clone().unwrap_or_else(|| client.default_namespace().to_string());
+        loop {
+            let missing =
+                etcd_operator::permissions::missing(&client, namespace.as_deref(), &lease_ns, args.create_crd)
+                    .await
+                    .map_err(|e| anyhow::anyhow!("cannot check permissions (SelfSubjectAccessReview): {e}"))?;
+            if missing.is_empty() {
+                break;
+            }
+            let list: Vec<String> = missing.iter().map(|m| m.to_string()).collect();
+            tracing::error!("missing permissions, not starting until they are granted: {}", list.join("; "));
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_secs(30)) => {}
+                _ = stopped(stop_rx.clone()) => return Ok(()),
+            }
+        }
+        if args.create_crd {
+            crds::install(client.clone(), Duration::from_secs(60)).await?;
+        }
         let lease = args.leader_elect.then(|| {
-            let ns = args.namespace.clone().unwrap_or_else(|| client.default_namespace().to_string());
             let id = args.pod_name.clone().unwrap_or_else(|| format!("{}-{}", hostname(), std::process::id()));
-            leader_election::Config::new(&ns, &id)
+            leader_election::Config::new(&lease_ns, &id)
         });
         if let Some(cfg) = &lease {
             tokio::select! {
