@@ -31,10 +31,7 @@ pub fn encode_query(id: u16, name: &str) -> Result<Vec<u8>> {
     q.extend_from_slice(&id.to_be_bytes());
     q.extend_from_slice(&[0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0]); // RD; 1 question
     for label in name.trim_end_matches('.').split('.') {
-        ensure!(
-            !label.is_empty() && label.len() < 64,
-            "invalid DNS name {name:?}"
-        );
+        ensure!(!label.is_empty() && label.len() < 64, "invalid DNS name {name:?}");
         q.push(label.len() as u8);
         q.extend_from_slice(label.as_bytes());
     }
@@ -57,10 +54,7 @@ fn skip_name(msg: &[u8], mut pos: usize) -> Result<usize> {
 
 pub fn parse_response(id: u16, msg: &[u8]) -> Result<Answer> {
     ensure!(msg.len() >= 12, "short DNS response");
-    ensure!(
-        u16::from_be_bytes([msg[0], msg[1]]) == id,
-        "DNS response id mismatch"
-    );
+    ensure!(u16::from_be_bytes([msg[0], msg[1]]) == id, "DNS response id mismatch");
     ensure!(msg[2] & 0x80 != 0, "not a DNS response");
     let rcode = msg[3] & 0x0f;
     let qdcount = u16::from_be_bytes([msg[4], msg[5]]);
@@ -73,10 +67,7 @@ pub fn parse_response(id: u16, msg: &[u8]) -> Result<Answer> {
     for _ in 0..ancount {
         pos = skip_name(msg, pos)?;
         let rr = msg.get(pos..pos + 10).context("truncated answer")?;
-        let (rtype, rdlen) = (
-            u16::from_be_bytes([rr[0], rr[1]]),
-            u16::from_be_bytes([rr[8], rr[9]]) as usize,
-        );
+        let (rtype, rdlen) = (u16::from_be_bytes([rr[0], rr[1]]), u16::from_be_bytes([rr[8], rr[9]]) as usize);
         pos += 10;
         let data = msg.get(pos..pos + rdlen).context("truncated answer data")?;
         if rtype == 1 && rdlen == 4 {
@@ -89,24 +80,14 @@ pub fn parse_response(id: u16, msg: &[u8]) -> Result<Answer> {
 
 pub fn query(server: SocketAddr, name: &str, timeout: Duration) -> Result<Answer> {
     let id = (std::process::id() as u16) ^ 0x5a5a;
-    let sock = UdpSocket::bind(if server.is_ipv4() {
-        "0.0.0.0:0"
-    } else {
-        "[::]:0"
-    })?;
+    let sock = UdpSocket::bind(if server.is_ipv4() { "0.0.0.0:0" } else { "[::]:0" })?;
     sock.set_read_timeout(Some(timeout))?;
-    sock.connect(server)
-        .with_context(|| format!("connect to {server}"))?;
+    sock.connect(server).with_context(|| format!("connect to {server}"))?;
     sock.send(&encode_query(id, name)?)?;
     let mut buf = [0u8; 1500];
     let n = match sock.recv(&mut buf) {
         Ok(n) => n,
-        Err(e)
-            if matches!(
-                e.kind(),
-                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-            ) =>
-        {
+        Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
             bail!("no answer from {server} within {timeout:?}")
         }
         Err(e) => return Err(e).with_context(|| format!("query {server}")),
@@ -121,12 +102,7 @@ mod tests {
     #[test]
     fn encodes_a_query() {
         let q = encode_query(0x1234, "a.bc.").unwrap();
-        assert_eq!(
-            q,
-            [
-                0x12, 0x34, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 1, b'a', 2, b'b', b'c', 0, 0, 1, 0, 1
-            ]
-        );
+        assert_eq!(q, [0x12, 0x34, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 1, b'a', 2, b'b', b'c', 0, 0, 1, 0, 1]);
         assert!(encode_query(1, "a..b").is_err());
     }
 
@@ -141,13 +117,7 @@ mod tests {
             msg.extend_from_slice(&ip);
         }
         let a = parse_response(7, &msg).unwrap();
-        assert_eq!(
-            a,
-            Answer {
-                rcode: 0,
-                addresses: vec![Ipv4Addr::new(10, 96, 0, 1), Ipv4Addr::new(10, 244, 0, 5)]
-            }
-        );
+        assert_eq!(a, Answer { rcode: 0, addresses: vec![Ipv4Addr::new(10, 96, 0, 1), Ipv4Addr::new(10, 244, 0, 5)] });
         assert!(parse_response(8, &msg).is_err());
     }
 

@@ -18,14 +18,8 @@ pub fn write_if_changed(path: &Path, content: &str) -> Result<bool> {
     if fs::read_to_string(path).ok().as_deref() == Some(content) {
         return Ok(false);
     }
-    let dir = path
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let file_name = path
-        .file_name()
-        .context("hosts path has no file name")?
-        .to_string_lossy();
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let file_name = path.file_name().context("hosts path has no file name")?.to_string_lossy();
     let tmp = dir.join(format!(".{file_name}.devkit-tmp"));
     {
         let mut f = fs::File::create(&tmp).with_context(|| format!("create {}", tmp.display()))?;
@@ -38,17 +32,14 @@ pub fn write_if_changed(path: &Path, content: &str) -> Result<bool> {
         // /etc/hosts can be a bind mount (containers, some VMs): a rename over it fails with EBUSY,
         // so fall back to rewriting it in place.
         Err(e)
-            if e.kind() == ErrorKind::ResourceBusy
-                || e.raw_os_error() == Some(16)
-                || e.raw_os_error() == Some(18) =>
+            if e.kind() == ErrorKind::ResourceBusy || e.raw_os_error() == Some(16) || e.raw_os_error() == Some(18) =>
         {
             let _ = fs::remove_file(&tmp);
             fs::write(path, content).with_context(|| format!("write {}", path.display()))?;
         }
         Err(e) => {
             let _ = fs::remove_file(&tmp);
-            return Err(e)
-                .with_context(|| format!("rename {} to {}", tmp.display(), path.display()));
+            return Err(e).with_context(|| format!("rename {} to {}", tmp.display(), path.display()));
         }
     }
     Ok(true)
@@ -110,17 +101,9 @@ mod tests {
     #[test]
     fn splice_adds_replaces_and_removes_the_block() {
         let one = splice_block(HOSTS, "10.96.0.1 kubernetes.default.svc.cluster.local\n");
-        assert_eq!(
-            one,
-            format!(
-                "{HOSTS}{BLOCK_BEGIN}\n10.96.0.1 kubernetes.default.svc.cluster.local\n{BLOCK_END}\n"
-            )
-        );
+        assert_eq!(one, format!("{HOSTS}{BLOCK_BEGIN}\n10.96.0.1 kubernetes.default.svc.cluster.local\n{BLOCK_END}\n"));
         let two = splice_block(&one, "10.96.0.2 x.ns.svc.cluster.local\n");
-        assert_eq!(
-            two,
-            format!("{HOSTS}{BLOCK_BEGIN}\n10.96.0.2 x.ns.svc.cluster.local\n{BLOCK_END}\n")
-        );
+        assert_eq!(two, format!("{HOSTS}{BLOCK_BEGIN}\n10.96.0.2 x.ns.svc.cluster.local\n{BLOCK_END}\n"));
         assert_eq!(splice_block(&two, ""), HOSTS);
         assert_eq!(strip_block(&two), HOSTS);
     }

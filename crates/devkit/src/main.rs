@@ -14,10 +14,7 @@ use anyhow::Result;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(
-    name = "devkit",
-    about = "Helpers for the local Kubernetes cluster of hack/cluster.sh"
-)]
+#[command(name = "devkit", about = "Helpers for the local Kubernetes cluster of hack/cluster.sh")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -61,9 +58,7 @@ enum Command {
 
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
@@ -79,15 +74,7 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
-        Command::DnsSync {
-            kubeconfig,
-            hosts_file,
-            pidfile,
-            etc_hosts,
-            etc_hosts_path,
-            domain,
-            pod_records,
-        } => {
+        Command::DnsSync { kubeconfig, hosts_file, pidfile, etc_hosts, etc_hosts_path, domain, pod_records } => {
             let opts = sync::Options {
                 kubeconfig,
                 hosts_file,
@@ -96,10 +83,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 domain,
                 pod_records,
             };
-            let rt = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(1)
-                .enable_all()
-                .build()?;
+            let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build()?;
             rt.block_on(sync::run(opts))?;
             Ok(ExitCode::SUCCESS)
         }

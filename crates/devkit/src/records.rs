@@ -68,15 +68,9 @@ impl PodView {
         PodView {
             namespace: meta.namespace.clone().unwrap_or_default(),
             name: meta.name.clone().unwrap_or_default(),
-            hostname: spec
-                .and_then(|s| s.hostname.clone())
-                .filter(|h| !h.is_empty()),
-            subdomain: spec
-                .and_then(|s| s.subdomain.clone())
-                .filter(|h| !h.is_empty()),
-            ip: status
-                .and_then(|s| s.pod_ip.clone())
-                .filter(|ip| !ip.is_empty()),
+            hostname: spec.and_then(|s| s.hostname.clone()).filter(|h| !h.is_empty()),
+            subdomain: spec.and_then(|s| s.subdomain.clone()).filter(|h| !h.is_empty()),
+            ip: status.and_then(|s| s.pod_ip.clone()).filter(|ip| !ip.is_empty()),
             labels: meta.labels.clone().unwrap_or_default(),
             ready,
             terminating: meta.deletion_timestamp.is_some(),
@@ -88,10 +82,7 @@ impl PodView {
     fn is_endpoint_of(&self, svc: &ServiceView) -> bool {
         self.namespace == svc.namespace
             && !svc.selector.is_empty()
-            && svc
-                .selector
-                .iter()
-                .all(|(k, v)| self.labels.get(k) == Some(v))
+            && svc.selector.iter().all(|(k, v)| self.labels.get(k) == Some(v))
             && self.ip.is_some()
             && !self.finished
             && (svc.publish_not_ready || (self.ready && !self.terminating))
@@ -108,40 +99,26 @@ impl ServiceView {
         ServiceView {
             namespace: meta.namespace.clone().unwrap_or_default(),
             name: meta.name.clone().unwrap_or_default(),
-            cluster_ip: (!headless && !is_external_name && !cluster_ip.is_empty())
-                .then_some(cluster_ip),
+            cluster_ip: (!headless && !is_external_name && !cluster_ip.is_empty()).then_some(cluster_ip),
             headless,
             selector: spec.and_then(|s| s.selector.clone()).unwrap_or_default(),
-            publish_not_ready: spec
-                .and_then(|s| s.publish_not_ready_addresses)
-                .unwrap_or(false),
+            publish_not_ready: spec.and_then(|s| s.publish_not_ready_addresses).unwrap_or(false),
         }
     }
 }
 
 /// All records of the cluster domain, sorted and without duplicates.
-pub fn compute(
-    pods: &[PodView],
-    services: &[ServiceView],
-    domain: &str,
-    policy: PodRecordPolicy,
-) -> Vec<Record> {
+pub fn compute(pods: &[PodView], services: &[ServiceView], domain: &str, policy: PodRecordPolicy) -> Vec<Record> {
     let mut out = BTreeSet::new();
     let fqdn = |parts: &[&str]| format!("{}.svc.{domain}", parts.join("."));
 
     for svc in services {
         let name = fqdn(&[&svc.name, &svc.namespace]);
         if let Some(ip) = &svc.cluster_ip {
-            out.insert(Record {
-                name,
-                ip: ip.clone(),
-            });
+            out.insert(Record { name, ip: ip.clone() });
         } else if svc.headless {
             for pod in pods.iter().filter(|p| p.is_endpoint_of(svc)) {
-                out.insert(Record {
-                    name: name.clone(),
-                    ip: pod.ip.clone().unwrap(),
-                });
+                out.insert(Record { name: name.clone(), ip: pod.ip.clone().unwrap() });
             }
         }
     }
@@ -155,15 +132,12 @@ pub fn compute(
         }
         let wanted = match policy {
             PodRecordPolicy::Any => true,
-            PodRecordPolicy::Endpoints => services
-                .iter()
-                .any(|s| s.headless && s.name == *sub && pod.is_endpoint_of(s)),
+            PodRecordPolicy::Endpoints => {
+                services.iter().any(|s| s.headless && s.name == *sub && pod.is_endpoint_of(s))
+            }
         };
         if wanted {
-            out.insert(Record {
-                name: fqdn(&[host, sub, &pod.namespace]),
-                ip: ip.clone(),
-            });
+            out.insert(Record { name: fqdn(&[host, sub, &pod.namespace]), ip: ip.clone() });
         }
     }
     out.into_iter().collect()
@@ -171,10 +145,7 @@ pub fn compute(
 
 /// Renders records as hosts-file lines (`IP name`), in a stable order.
 pub fn render(records: &[Record]) -> String {
-    records
-        .iter()
-        .map(|r| format!("{} {}\n", r.ip, r.name))
-        .collect()
+    records.iter().map(|r| format!("{} {}\n", r.ip, r.name)).collect()
 }
 
 #[cfg(test)]
@@ -182,9 +153,7 @@ mod tests {
     use super::*;
 
     fn labels(kv: &[(&str, &str)]) -> BTreeMap<String, String> {
-        kv.iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
+        kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
     }
 
     fn etcd_pod(name: &str, ip: Option<&str>, ready: bool) -> PodView {
@@ -212,10 +181,7 @@ mod tests {
     }
 
     fn names(records: &[Record]) -> Vec<String> {
-        records
-            .iter()
-            .map(|r| format!("{} {}", r.ip, r.name))
-            .collect()
+        records.iter().map(|r| format!("{} {}", r.ip, r.name)).collect()
     }
 
     #[test]
@@ -227,57 +193,26 @@ mod tests {
             ..Default::default()
         };
         let r = compute(&[], &[svc], "cluster.local", PodRecordPolicy::Any);
-        assert_eq!(
-            names(&r),
-            ["10.96.0.1 kubernetes.default.svc.cluster.local"]
-        );
+        assert_eq!(names(&r), ["10.96.0.1 kubernetes.default.svc.cluster.local"]);
     }
 
     #[test]
     fn pod_record_before_ready_and_without_service() {
-        let pods = [
-            etcd_pod("etcd-0", Some("10.244.0.5"), false),
-            etcd_pod("etcd-1", None, false),
-        ];
+        let pods = [etcd_pod("etcd-0", Some("10.244.0.5"), false), etcd_pod("etcd-1", None, false)];
         let r = compute(&pods, &[], "cluster.local", PodRecordPolicy::Any);
         assert_eq!(names(&r), ["10.244.0.5 etcd-0.etcd.ns.svc.cluster.local"]);
     }
 
     #[test]
     fn headless_service_lists_only_ready_pods_unless_publish_not_ready() {
-        let pods = [
-            etcd_pod("etcd-0", Some("10.244.0.5"), true),
-            etcd_pod("etcd-1", Some("10.244.0.6"), false),
-        ];
-        let r = compute(
-            &pods,
-            &[headless(false)],
-            "cluster.local",
-            PodRecordPolicy::Any,
-        );
-        let svc_lines: Vec<_> = names(&r)
-            .into_iter()
-            .filter(|l| l.ends_with(" etcd.ns.svc.cluster.local"))
-            .collect();
+        let pods = [etcd_pod("etcd-0", Some("10.244.0.5"), true), etcd_pod("etcd-1", Some("10.244.0.6"), false)];
+        let r = compute(&pods, &[headless(false)], "cluster.local", PodRecordPolicy::Any);
+        let svc_lines: Vec<_> = names(&r).into_iter().filter(|l| l.ends_with(" etcd.ns.svc.cluster.local")).collect();
         assert_eq!(svc_lines, ["10.244.0.5 etcd.ns.svc.cluster.local"]);
 
-        let r = compute(
-            &pods,
-            &[headless(true)],
-            "cluster.local",
-            PodRecordPolicy::Any,
-        );
-        let svc_lines: Vec<_> = names(&r)
-            .into_iter()
-            .filter(|l| l.ends_with(" etcd.ns.svc.cluster.local"))
-            .collect();
-        assert_eq!(
-            svc_lines,
-            [
-                "10.244.0.5 etcd.ns.svc.cluster.local",
-                "10.244.0.6 etcd.ns.svc.cluster.local"
-            ]
-        );
+        let r = compute(&pods, &[headless(true)], "cluster.local", PodRecordPolicy::Any);
+        let svc_lines: Vec<_> = names(&r).into_iter().filter(|l| l.ends_with(" etcd.ns.svc.cluster.local")).collect();
+        assert_eq!(svc_lines, ["10.244.0.5 etcd.ns.svc.cluster.local", "10.244.0.6 etcd.ns.svc.cluster.local"]);
     }
 
     #[test]
@@ -290,47 +225,17 @@ mod tests {
         svc.selector.insert("tier".into(), "db".into());
         let mut matching = etcd_pod("etcd-2", Some("10.244.0.9"), true);
         matching.labels.insert("tier".into(), "db".into());
-        let r = compute(
-            &[other_ns, other_labels, matching],
-            &[svc],
-            "cluster.local",
-            PodRecordPolicy::Endpoints,
-        );
-        assert_eq!(
-            names(&r),
-            [
-                "10.244.0.9 etcd-2.etcd.ns.svc.cluster.local",
-                "10.244.0.9 etcd.ns.svc.cluster.local"
-            ]
-        );
+        let r = compute(&[other_ns, other_labels, matching], &[svc], "cluster.local", PodRecordPolicy::Endpoints);
+        assert_eq!(names(&r), ["10.244.0.9 etcd-2.etcd.ns.svc.cluster.local", "10.244.0.9 etcd.ns.svc.cluster.local"]);
     }
 
     #[test]
     fn endpoints_policy_follows_readiness_like_coredns() {
         let pods = [etcd_pod("etcd-0", Some("10.244.0.5"), false)];
-        assert!(
-            compute(
-                &pods,
-                &[headless(false)],
-                "cluster.local",
-                PodRecordPolicy::Endpoints
-            )
-            .is_empty()
-        );
+        assert!(compute(&pods, &[headless(false)], "cluster.local", PodRecordPolicy::Endpoints).is_empty());
         assert!(compute(&pods, &[], "cluster.local", PodRecordPolicy::Endpoints).is_empty());
-        let r = compute(
-            &pods,
-            &[headless(true)],
-            "cluster.local",
-            PodRecordPolicy::Endpoints,
-        );
-        assert_eq!(
-            names(&r),
-            [
-                "10.244.0.5 etcd-0.etcd.ns.svc.cluster.local",
-                "10.244.0.5 etcd.ns.svc.cluster.local"
-            ]
-        );
+        let r = compute(&pods, &[headless(true)], "cluster.local", PodRecordPolicy::Endpoints);
+        assert_eq!(names(&r), ["10.244.0.5 etcd-0.etcd.ns.svc.cluster.local", "10.244.0.5 etcd.ns.svc.cluster.local"]);
     }
 
     #[test]
@@ -339,12 +244,7 @@ mod tests {
         done.finished = true;
         let mut leaving = etcd_pod("etcd-1", Some("10.244.0.6"), true);
         leaving.terminating = true;
-        let r = compute(
-            &[done, leaving],
-            &[headless(false)],
-            "cluster.local",
-            PodRecordPolicy::Any,
-        );
+        let r = compute(&[done, leaving], &[headless(false)], "cluster.local", PodRecordPolicy::Any);
         // A terminating pod keeps its own name until it is gone but leaves the Service's addresses.
         assert_eq!(names(&r), ["10.244.0.6 etcd-1.etcd.ns.svc.cluster.local"]);
     }
@@ -359,13 +259,7 @@ mod tests {
         }))
         .unwrap();
         let v = PodView::from_pod(&pod);
-        assert_eq!(
-            v,
-            PodView {
-                ready: true,
-                ..etcd_pod("etcd-0", Some("10.244.0.5"), true)
-            }
-        );
+        assert_eq!(v, PodView { ready: true, ..etcd_pod("etcd-0", Some("10.244.0.5"), true) });
 
         let svc: Service = serde_json::from_value(serde_json::json!({
             "metadata": {"name": "etcd", "namespace": "ns"},
@@ -379,30 +273,16 @@ mod tests {
             "spec": {"type": "ExternalName", "externalName": "example.org"}
         }))
         .unwrap();
-        let r = compute(
-            &[],
-            &[ServiceView::from_service(&ext)],
-            "cluster.local",
-            PodRecordPolicy::Any,
-        );
+        let r = compute(&[], &[ServiceView::from_service(&ext)], "cluster.local", PodRecordPolicy::Any);
         assert!(r.is_empty());
     }
 
     #[test]
     fn render_is_stable() {
         let r = vec![
-            Record {
-                name: "b.ns.svc.cluster.local".into(),
-                ip: "10.96.0.2".into(),
-            },
-            Record {
-                name: "a.ns.svc.cluster.local".into(),
-                ip: "10.96.0.3".into(),
-            },
+            Record { name: "b.ns.svc.cluster.local".into(), ip: "10.96.0.2".into() },
+            Record { name: "a.ns.svc.cluster.local".into(), ip: "10.96.0.3".into() },
         ];
-        assert_eq!(
-            render(&r),
-            "10.96.0.2 b.ns.svc.cluster.local\n10.96.0.3 a.ns.svc.cluster.local\n"
-        );
+        assert_eq!(render(&r), "10.96.0.2 b.ns.svc.cluster.local\n10.96.0.3 a.ns.svc.cluster.local\n");
     }
 }

@@ -5,10 +5,10 @@
 //! test when the cluster is missing: the first kubectl call fails with its error instead.
 //! Waiting is always polling of a condition against a deadline.
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-use std::io::Write;
 
 use anyhow::{Context, Result, anyhow, bail};
 use serde_json::Value;
@@ -243,8 +243,17 @@ fn crash_reason(pod: &Value) -> Option<String> {
     let statuses = pod["status"]["containerStatuses"].as_array()?;
     statuses.iter().find_map(|s| {
         let waiting = s["state"]["waiting"]["reason"].as_str()?;
-        matches!(waiting, "CrashLoopBackOff" | "ErrImagePull" | "ImagePullBackOff" | "ErrImageNeverPull" | "CreateContainerError" | "CreateContainerConfigError" | "InvalidImageName")
-            .then(|| format!("{}: {waiting} {}", s["name"], s["state"]["waiting"]["message"].as_str().unwrap_or("")))
+        matches!(
+            waiting,
+            "CrashLoopBackOff"
+                | "ErrImagePull"
+                | "ImagePullBackOff"
+                | "ErrImageNeverPull"
+                | "CreateContainerError"
+                | "CreateContainerConfigError"
+                | "InvalidImageName"
+        )
+        .then(|| format!("{}: {waiting} {}", s["name"], s["state"]["waiting"]["message"].as_str().unwrap_or("")))
     })
 }
 
@@ -379,8 +388,8 @@ mod tests {
 
     #[test]
     fn wait_until_reports_the_last_error() {
-        let err = wait_until(Duration::from_millis(300), "nothing", || -> Result<Option<()>> { bail!("boom") })
-            .unwrap_err();
+        let err =
+            wait_until(Duration::from_millis(300), "nothing", || -> Result<Option<()>> { bail!("boom") }).unwrap_err();
         let msg = format!("{err:#}");
         assert!(msg.contains("waiting for nothing") && msg.contains("boom"), "{msg}");
     }

@@ -23,7 +23,10 @@ fn create_resize_3_5_3_and_delete() -> Result<()> {
         let c = wait_healthy(ns, "ex", 3, CREATE)?;
         let st = &c["status"];
         ensure!(st["phase"] == "Running", "phase {}", st["phase"]);
-        ensure!(st["currentVersion"] == "3.5.1" && st["serviceName"] == "ex-client" && st["clientPort"] == 2379, "{st}");
+        ensure!(
+            st["currentVersion"] == "3.5.1" && st["serviceName"] == "ex-client" && st["clientPort"] == 2379,
+            "{st}"
+        );
         ensure!(st["leader"].as_str().is_some_and(|l| l.starts_with("ex-")), "no leader in {st}");
         // `kubectl get pods -l app=etcd` shows the members.
         let listed = ns.run(&["get", "pods", "-l", "app=etcd", "-o", "name"])?;
@@ -46,7 +49,10 @@ fn create_resize_3_5_3_and_delete() -> Result<()> {
         let leader = c["status"]["leader"].as_str().unwrap_or("").to_string();
         let removed: Vec<_> = events_for(ns, "ex")?.into_iter().filter(|(r, _)| r == "MemberRemoved").collect();
         ensure!(removed.len() == 2, "{removed:?}");
-        ensure!(!removed.iter().any(|(_, n)| n.contains(&format!("member {leader} "))), "the leader was removed: {removed:?}");
+        ensure!(
+            !removed.iter().any(|(_, n)| n.contains(&format!("member {leader} "))),
+            "the leader was removed: {removed:?}"
+        );
 
         ns.run(&["delete", "etcdcluster", "ex"])?;
         wait_until(Duration::from_secs(120), "owned objects to be garbage-collected", || {
@@ -66,7 +72,9 @@ fn paused_cluster_is_left_alone_then_healed_on_unpause() -> Result<()> {
         write_keys(&ep, "pause", KEYS)?;
 
         ns.run(&["patch", "etcdcluster", "ex", "--type=merge", "-p", r#"{"spec":{"paused":true}}"#])?;
-        wait_until(Duration::from_secs(30), "status.controlPaused", || Ok((cluster(ns, "ex")?["status"]["controlPaused"] == true).then_some(())))?;
+        wait_until(Duration::from_secs(30), "status.controlPaused", || {
+            Ok((cluster(ns, "ex")?["status"]["controlPaused"] == true).then_some(()))
+        })?;
         let before = pod_names(&member_pods(ns, "ex")?);
         let victim = before[1].clone();
         ns.run(&["delete", "pod", &victim, "--wait=true"])?;
@@ -162,7 +170,10 @@ fn invalid_specs_change_nothing_and_say_why() -> Result<()> {
         })?;
         let msg = condition(&c, "SpecValid").unwrap()["message"].as_str().unwrap_or("").to_string();
         ensure!(msg.contains("3.2.13") && msg.contains("3.4.x to 3.6.x"), "{msg}");
-        ensure!(events_for(ns, "old")?.iter().any(|(r, n)| r == "InvalidSpec" && n.contains("3.2.13")), "no InvalidSpec Event");
+        ensure!(
+            events_for(ns, "old")?.iter().any(|(r, n)| r == "InvalidSpec" && n.contains("3.2.13")),
+            "no InvalidSpec Event"
+        );
         ensure!(member_pods(ns, "old")?.is_empty(), "pods were created for an invalid spec");
 
         // A running cluster edited to an invalid size keeps running untouched.
@@ -174,7 +185,9 @@ fn invalid_specs_change_nothing_and_say_why() -> Result<()> {
         ns.run(&["patch", "etcdcluster", "ok", "--type=merge", "-p", r#"{"spec":{"size":0}}"#])?;
         wait_until(Duration::from_secs(30), "SpecValid=False on the size edit", || {
             let c = cluster(ns, "ok")?;
-            Ok(condition(&c, "SpecValid").is_some_and(|x| x["status"] == "False" && x["message"].as_str().unwrap_or("").contains("spec.size 0")).then_some(()))
+            Ok(condition(&c, "SpecValid")
+                .is_some_and(|x| x["status"] == "False" && x["message"].as_str().unwrap_or("").contains("spec.size 0"))
+                .then_some(()))
         })?;
         ensure!(pod_names(&member_pods(ns, "ok")?) == pods, "pods changed after an invalid edit");
         check_keys(&ep, "invalid", 10)?;
@@ -188,7 +201,9 @@ fn invalid_specs_change_nothing_and_say_why() -> Result<()> {
         ns.apply(&cluster_manifest(&ns.name, &long, 1, "3.5.1", ""))?;
         wait_until(Duration::from_secs(30), "SpecValid=False for a long name", || {
             let c = cluster(ns, &long)?;
-            Ok(condition(&c, "SpecValid").is_some_and(|x| x["message"].as_str().unwrap_or("").contains("57 characters")).then_some(()))
+            Ok(condition(&c, "SpecValid")
+                .is_some_and(|x| x["message"].as_str().unwrap_or("").contains("57 characters"))
+                .then_some(()))
         })?;
         Ok(())
     })

@@ -7,8 +7,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
 use e2e::{
-    ETCD_IMAGE_3_5_1, Kubectl, TestNamespace, cluster_ip_service, etcd_pod, headless_service, host_etcdctl,
-    wait_until,
+    ETCD_IMAGE_3_5_1, Kubectl, TestNamespace, cluster_ip_service, etcd_pod, headless_service, host_etcdctl, wait_until,
 };
 
 const POD_START: Duration = Duration::from_secs(90);
@@ -144,10 +143,7 @@ spec:
     let host_path = volume["spec"]["hostPath"]["path"].as_str().context("PV is not a hostPath volume")?.to_string();
 
     start_etcd(&ns, "persistentVolumeClaim: { claimName: data }")?;
-    let out = ns.exec(
-        "etcd-0",
-        &etcdctl_cmd("--endpoints=http://127.0.0.1:2379", &["put", "on-disk", "yes"]),
-    )?;
+    let out = ns.exec("etcd-0", &etcdctl_cmd("--endpoints=http://127.0.0.1:2379", &["put", "on-disk", "yes"]))?;
     ensure!(out.trim() == "OK", "put printed {out:?}");
     let wal_dir = std::path::Path::new(&host_path).join("data/member/wal");
     let wals = std::fs::read_dir(&wal_dir).with_context(|| format!("etcd wrote no {}", wal_dir.display()))?.count();
