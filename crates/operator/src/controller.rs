@@ -10,12 +10,13 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ObjectReference, PersistentVolumeClaim, Pod, Service};
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::{Event, EventType, Reporter};
 use kube::runtime::reflector;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, CustomResourceExt, Resource, ResourceExt};
 
 use crate::act::{self, Target};
+use crate::events::Recorder;
 use crate::observe::{self, Caches};
 use crate::planner::{self, Step, WaitReason};
 use crate::status;

@@ -5,6 +5,7 @@ pub mod act;
 pub mod controller;
 pub mod crds;
 pub mod etcd;
+pub mod events;
 pub mod http;
 pub mod leader_election;
 pub mod manifests;
