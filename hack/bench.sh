@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The benchmark command: builds the operator and the bench in release mode, loads the operator
+# image into the local cluster (the member pods' wait-dns init container runs it), and runs
+# crates/e2e/src/bin/bench against the cluster. Arguments go to the bench, e.g.
+#   hack/bench.sh                          # everything, 3 runs each
+#   hack/bench.sh --only create,heal -n 5  # some measurements, 5 runs each
+#   hack/bench.sh --help
+# The result table goes to stdout, per-sample timelines to stderr; both are also saved in
+# target/bench-logs/bench-<time>.txt next to the operators' logs. The bench creates and deletes
+# its own namespaces and never takes the cluster down. Not part of hack/test.sh.
+set -euo pipefail
+source "$(dirname "$0")/common.sh"
+cd "$REPO_DIR"
+need_root
+use_cluster # the local cluster (started if it is not up), or $KUBECONFIG's
+
+log "building the operator and the bench (release)"
+cargo build --release --locked -p etcd-operator --bin etcd-operator
+cargo build --release --locked -p e2e --bin bench
+if [ "$LOCAL_CLUSTER" = 1 ]; then
+  bash hack/images.sh load # etcd v3.4.23/v3.5.0/v3.5.1 (imports only what is missing)
+  bash hack/images.sh operator target/release/etcd-operator "$OPERATOR_IMAGE"
+else
+  log "$KUBECONFIG is not the local cluster: $OPERATOR_IMAGE (built from this tree) and quay.io/coreos/etcd:v3.5.0/v3.5.1 must be pullable there"
+fi
+
+mkdir -p target/bench-logs
+out=target/bench-logs/bench-$(date -u +%Y%m%dT%H%M%SZ).txt
+log "running the bench; output also in $out"
+set +e
+ETCD_OPERATOR_BIN=target/release/etcd-operator ETCD_OPERATOR_INIT_IMAGE=$OPERATOR_IMAGE \
+  target/release/bench "$@" 2> >(tee -i -a "$out" >&2) | tee -i -a "$out"
+status=${PIPESTATUS[0]}
+wait
+exit "$status"
