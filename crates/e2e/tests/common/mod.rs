@@ -15,9 +15,9 @@ use serde_json::Value;
 
 /// The operator binary under test: `$ETCD_OPERATOR_BIN`, else the workspace's debug build.
 pub fn operator_bin() -> PathBuf {
-    std::env::var_os("ETCD_OPERATOR_BIN").map(PathBuf::from).unwrap_or_else(|| {
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/debug/etcd-operator")
-    })
+    std::env::var_os("ETCD_OPERATOR_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/debug/etcd-operator"))
 }
 
 /// A running operator; killed when dropped.
@@ -34,7 +34,9 @@ impl Operator {
         let out = File::create(&log)?;
         let bin = operator_bin();
         let child = Command::new(&bin)
-            .args(["run", "--namespace", &ns.name])
+            // Any free port for /healthz and /metrics: several operators (parallel tests, other
+            // runs on the same host) must not compete for the default 0.0.0.0:8080.
+            .args(["run", "--namespace", &ns.name, "--listen-address", "127.0.0.1:0"])
             .env("KUBECONFIG", &ns.kubectl.kubeconfig)
             .env("RUST_LOG", "info,etcd_operator=debug")
             .stdin(Stdio::null())
@@ -139,7 +141,9 @@ pub fn write_keys(endpoint: &str, prefix: &str, n: usize) -> Result<()> {
     for i in 0..n {
         let (k, v) = (format!("{prefix}/{i}"), format!("value-{i}"));
         // A fresh cluster may need a moment before the client Service routes: retry briefly.
-        wait_until(Duration::from_secs(30), &format!("put {k}"), || Ok(host_etcdctl(endpoint, &["put", &k, &v]).map(drop).ok()))?;
+        wait_until(Duration::from_secs(30), &format!("put {k}"), || {
+            Ok(host_etcdctl(endpoint, &["put", &k, &v]).map(drop).ok())
+        })?;
     }
     Ok(())
 }

@@ -1,0 +1,582 @@
+//! Rolling upgrades on the real local cluster, with the real operator binary and real etcd
+//! images: a two-step upgrade under continuous writes, refused version changes, and upgrades
+//! that fail on the first member and are healed by setting the version back. Every test writes
+//! keys first and reads them all back after the change.
+//!
+//! Needs the images of `hack/images.sh` (etcd v3.4.23, v3.5.0, v3.5.1) and, for the crash test,
+//! `hack/images.sh broken` (`quay.io/coreos/etcd:v3.5.99-broken`, i.e. `spec.version:
+//! 3.5.99-broken`), which the test loads itself when it runs against the local cluster.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail, ensure};
+use common::*;
+use e2e::{TestNamespace, host_etcdctl, wait_until};
+use etcd_client::{Client, ConnectOptions, GetOptions};
+use serde_json::Value;
+
+const CREATE: Duration = Duration::from_secs(180);
+/// One upgrade step of three members: each restarts on its new image and must report the new
+/// version before the next one goes (the operator's own per-member deadline is 120 s).
+const UPGRADE: Duration = Duration::from_secs(360);
+/// How long "nothing else happens" is watched: three of the operator's 5 s re-checks and more.
+const HOLD: Duration = Duration::from_secs(20);
+const KEYS: usize = 50;
+const REPOSITORY: &str = "quay.io/coreos/etcd";
+
+// ---- the continuous writer ----------------------------------------------------------------------
+
+/// What the writer saw, readable while it runs.
+#[derive(Clone, Debug, Default)]
+struct WriterStats {
+    /// Indices of acknowledged keys (`<prefix>/<index:08>` = `value-<index>`).
+    acked: Vec<u64>,
+    /// Keys whose first put failed and that were retried once on another endpoint.
+    retried: u64,
+    /// Keys whose put failed on two endpoints.
+    failed: Vec<u64>,
+    /// The first errors seen, for the report.
+    errors: Vec<String>,
+    /// Puts attempted per endpoint (proof that every endpoint was used).
+    per_endpoint: BTreeMap<String, u64>,
+}
+
+/// Sequential puts of unique keys, round-robin over every member's own endpoint; a put that
+/// fails is retried once on the next endpoint, and a key that fails twice is a failed write.
+struct Writer {
+    stop: Arc<AtomicBool>,
+    stats: Arc<Mutex<WriterStats>>,
+    thread: Option<JoinHandle<Result<()>>>,
+}
+
+/// Per-put deadline, about etcd's own request timeout (5 s): a put that etcd has not answered
+/// by then is an error, counted like a refused one.
+const PUT_TIMEOUT: Duration = Duration::from_secs(5);
+
+fn connect_options() -> ConnectOptions {
+    ConnectOptions::new().with_connect_timeout(Duration::from_secs(2)).with_timeout(PUT_TIMEOUT)
+}
+
+async fn put(c: &mut Client, key: &str, value: &str) -> Result<()> {
+    match tokio::time::timeout(PUT_TIMEOUT + Duration::from_secs(1), c.put(key, value, None)).await {
+        Ok(r) => r.map(drop).map_err(Into::into),
+        Err(_) => bail!("no answer within {PUT_TIMEOUT:?}"),
+    }
+}
+
+impl Writer {
+    fn start(endpoints: Vec<String>, prefix: &str) -> Result<Writer> {
+        ensure!(!endpoints.is_empty(), "no endpoints to write to");
+        let stop = Arc::new(AtomicBool::new(false));
+        let stats = Arc::new(Mutex::new(WriterStats::default()));
+        let (stop2, stats2, prefix2) = (stop.clone(), stats.clone(), prefix.to_string());
+        let thread = std::thread::spawn(move || -> Result<()> {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+            rt.block_on(async move {
+                // One client per member: etcd-client would otherwise balance over all of them and
+                // hide which endpoint failed.
+                let mut clients = vec![];
+                for ep in &endpoints {
+                    let c = Client::connect([ep.as_str()], Some(connect_options()))
+                        .await
+                        .with_context(|| format!("connecting to {ep}"))?;
+                    clients.push((ep.clone(), c));
+                }
+                let n = clients.len();
+                let mut i: u64 = 0;
+                while !stop2.load(Ordering::Relaxed) {
+                    let (key, value) = (format!("{prefix2}/{i:08}"), format!("value-{i}"));
+                    let first = (i as usize) % n;
+                    let mut ok = false;
+                    for attempt in 0..2 {
+                        let (ep, c) = &mut clients[(first + attempt) % n];
+                        *stats2.lock().unwrap().per_endpoint.entry(ep.clone()).or_default() += 1;
+                        match put(c, &key, &value).await {
+                            Ok(()) => {
+                                ok = true;
+                                break;
+                            }
+                            Err(e) => {
+                                let mut s = stats2.lock().unwrap();
+                                if attempt == 0 {
+                                    s.retried += 1;
+                                }
+                                if s.errors.len() < 20 {
+                                    s.errors.push(format!("{key} at {ep}: {e:#}"));
+                                }
+                            }
+                        }
+                    }
+                    {
+                        let mut s = stats2.lock().unwrap();
+                        if ok { s.acked.push(i) } else { s.failed.push(i) }
+                    }
+                    i += 1;
+                    // Pacing only (a few hundred puts a second would just grow the range read).
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                Ok(())
+            })
+        });
+        Ok(Writer { stop, stats, thread: Some(thread) })
+    }
+
+    fn stats(&self) -> WriterStats {
+        self.stats.lock().unwrap().clone()
+    }
+
+    /// Stops the writer and returns what it did; fails if it could not run at all.
+    fn finish(mut self) -> Result<WriterStats> {
+        self.stop.store(true, Ordering::Relaxed);
+        let thread = self.thread.take().expect("joined once");
+        thread.join().map_err(|_| anyhow::anyhow!("writer thread panicked"))??;
+        Ok(self.stats())
+    }
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Every key under `prefix/` with its value, read in pages from the cluster (any member).
+fn read_prefix(endpoints: &[String], prefix: &str) -> Result<BTreeMap<String, String>> {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    rt.block_on(async {
+        let mut c = Client::connect(endpoints, Some(connect_options())).await?;
+        let start = format!("{prefix}/");
+        let end = format!("{prefix}0"); // '0' follows '/': the end of the prefix range
+        let mut from = start.clone();
+        let mut out = BTreeMap::new();
+        loop {
+            let r = c.get(from.as_str(), Some(GetOptions::new().with_range(end.as_str()).with_limit(5000))).await?;
+            for kv in r.kvs() {
+                out.insert(kv.key_str()?.to_string(), kv.value_str()?.to_string());
+            }
+            match (r.more(), r.kvs().last()) {
+                (true, Some(last)) => from = format!("{}\0", last.key_str()?),
+                _ => break,
+            }
+        }
+        Ok(out)
+    })
+}
+
+/// Every acknowledged write of the writer is in etcd with its value.
+fn check_acked(endpoints: &[String], prefix: &str, stats: &WriterStats) -> Result<()> {
+    let stored = wait_until(Duration::from_secs(30), "a range read of the writer's keys", || {
+        Ok(read_prefix(endpoints, prefix).ok())
+    })?;
+    let missing: Vec<String> = stats
+        .acked
+        .iter()
+        .map(|i| (format!("{prefix}/{i:08}"), format!("value-{i}")))
+        .filter(|(k, v)| stored.get(k) != Some(v))
+        .map(|(k, _)| k)
+        .collect();
+    ensure!(
+        missing.is_empty(),
+        "{} of {} acknowledged writes are missing or wrong, e.g. {:?}",
+        missing.len(),
+        stats.acked.len(),
+        &missing[..missing.len().min(10)]
+    );
+    Ok(())
+}
+
+// ---- cluster observations ------------------------------------------------------------------------
+
+fn endpoints_of(ns: &TestNamespace, name: &str) -> Result<Vec<String>> {
+    Ok(member_endpoints(ns, name)?.into_iter().map(|(_, ep)| ep).collect())
+}
+
+/// The pod of the current raft leader, from etcd itself (each member's `endpoint status`).
+fn etcd_leader(ns: &TestNamespace, name: &str) -> Result<String> {
+    for (pod, ep) in member_endpoints(ns, name)? {
+        let Ok(out) = host_etcdctl(&ep, &["endpoint", "status", "-w", "json"]) else { continue };
+        let v: Value = serde_json::from_str(&out)?;
+        let st = &v[0]["Status"];
+        if st["leader"].as_u64().is_some_and(|l| l != 0 && Some(l) == st["header"]["member_id"].as_u64()) {
+            return Ok(pod);
+        }
+    }
+    bail!("no member of {name} says it is the leader")
+}
+
+/// Every member answers `endpoint status` with `version`.
+fn all_report(ns: &TestNamespace, name: &str, version: &str) -> Result<bool> {
+    for (_, ep) in member_endpoints(ns, name)? {
+        match server_version(&ep) {
+            Ok(v) if v == version => {}
+            _ => return Ok(false),
+        }
+    }
+    Ok(true)
+}
+
+fn cond_str(c: &Value, type_: &str, field: &str) -> String {
+    condition(c, type_).and_then(|x| x[field].as_str()).unwrap_or("").to_string()
+}
+
+/// status says the whole cluster runs `version`: current == it, no target, `size` ready
+/// members, no Upgrading condition left True and nothing Degraded.
+fn settled_at(c: &Value, version: &str, size: usize) -> bool {
+    let st = &c["status"];
+    st["currentVersion"] == version
+        && st["targetVersion"] == ""
+        && st["members"]["ready"].as_array().is_some_and(|a| a.len() == size)
+        && cond_str(c, "Upgrading", "status") != "True"
+        && cond_str(c, "Degraded", "status") != "True"
+}
+
+/// Waits for the upgrade to `version` to finish: status settled and every member reporting it.
+/// Fails at once when the operator declares the upgrade failed or refused.
+fn wait_upgraded(ns: &TestNamespace, name: &str, version: &str, size: usize, timeout: Duration) -> Result<Value> {
+    wait_until(timeout, &format!("{name} to run {version} on all {size} members"), || {
+        let c = cluster(ns, name)?;
+        if cond_str(&c, "Upgrading", "status") == "False" {
+            bail!("upgrade stopped: {} {}", cond_str(&c, "Upgrading", "reason"), cond_str(&c, "Upgrading", "message"));
+        }
+        Ok((settled_at(&c, version, size) && all_report(ns, name, version)?).then_some(c))
+    })
+}
+
+/// Polls for `hold` and fails as soon as the member pods differ from `before`.
+fn hold_unchanged(ns: &TestNamespace, name: &str, before: &[PodVersion], hold: Duration, what: &str) -> Result<()> {
+    let until = Instant::now() + hold;
+    while Instant::now() < until {
+        let now = pod_versions(ns, name)?;
+        let changed: Vec<_> =
+            now.iter().filter(|p| before.iter().find(|b| b.pod == p.pod).is_none_or(|b| b != *p)).collect();
+        ensure!(
+            changed.is_empty() && now.len() == before.len(),
+            "{what}: pods changed: {changed:?} (before {before:?})"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    Ok(())
+}
+
+/// Events of `name` that are new or were observed again since `before` (name → last).
+fn events_since(ns: &TestNamespace, name: &str, before: &BTreeMap<String, String>) -> Result<Vec<EventRecord>> {
+    Ok(events_v1(ns, name)?.into_iter().filter(|e| before.get(&e.name) != Some(&e.last)).collect())
+}
+
+fn event_marks(ns: &TestNamespace, name: &str) -> Result<BTreeMap<String, String>> {
+    Ok(events_v1(ns, name)?.into_iter().map(|e| (e.name, e.last)).collect())
+}
+
+// ---- scenario 1: a two-step rolling upgrade under writes ---------------------------------------------
+
+/// One upgrade step of a 3-member cluster while the writer runs; returns its duration.
+fn upgrade_step(ns: &TestNamespace, name: &str, from: &str, to: &str, writer: &Writer) -> Result<Duration> {
+    let before_pods = pod_versions(ns, name)?;
+    ensure!(before_pods.iter().all(|p| p.annotation == from), "not all pods at {from}: {before_pods:?}");
+    let leader = etcd_leader(ns, name)?;
+    let marks = event_marks(ns, name)?;
+    let w0 = writer.stats();
+
+    let t0 = Instant::now();
+    patch_spec(ns, name, &format!(r#"{{"version":"{to}"}}"#))?;
+    let c = wait_upgraded(ns, name, to, 3, UPGRADE)?;
+    let took = t0.elapsed();
+    let w1 = writer.stats();
+    eprintln!(
+        "upgrade {from} -> {to}: {:.1}s; writer during the step: {} acknowledged, {} retried on another endpoint, {} failed",
+        took.as_secs_f64(),
+        w1.acked.len() - w0.acked.len(),
+        w1.retried - w0.retried,
+        w1.failed.len() - w0.failed.len()
+    );
+
+    // In place: the same pods (same UIDs, so the same data volumes) with the new image.
+    let after = pod_versions(ns, name)?;
+    ensure!(after.len() == 3, "{after:?}");
+    for p in &after {
+        let b = before_pods.iter().find(|b| b.pod == p.pod).with_context(|| format!("new pod {p:?}"))?;
+        ensure!(p.uid == b.uid, "pod {} was replaced, not upgraded in place", p.pod);
+        ensure!(p.image == format!("{REPOSITORY}:v{to}") && p.annotation == to, "{p:?}");
+    }
+    let st = &c["status"];
+    ensure!(st["currentVersion"] == to && st["targetVersion"] == "", "{st}");
+    ensure!(condition(&c, "Upgrading").is_none_or(|u| u["status"] != "True"), "Upgrading left: {st}");
+
+    // The order, from the operator's Events: the two followers, then leadership moved away from
+    // the leader, then the leader. Each Event names its member (related) and says what changed.
+    let evs = events_since(ns, name, &marks)?;
+    let steps: Vec<&EventRecord> =
+        evs.iter().filter(|e| e.reason == "MemberUpgraded" || e.reason == "LeaderMoved").collect();
+    let summary: Vec<String> = steps.iter().map(|e| format!("{} {} ({})", e.reason, e.related, e.note)).collect();
+    eprintln!("upgrade {from} -> {to}: {summary:#?}");
+    let reasons: Vec<&str> = steps.iter().map(|e| e.reason.as_str()).collect();
+    ensure!(
+        reasons == ["MemberUpgraded", "MemberUpgraded", "LeaderMoved", "MemberUpgraded"],
+        "expected two followers, a leader move, then the leader; got {summary:#?}"
+    );
+    let upgraded: BTreeSet<&str> =
+        steps.iter().filter(|e| e.reason == "MemberUpgraded").map(|e| e.related.as_str()).collect();
+    ensure!(upgraded == after.iter().map(|p| p.pod.as_str()).collect(), "each member exactly once: {summary:#?}");
+    ensure!(steps[3].related == leader && steps[2].related == leader, "the leader {leader} was not last: {summary:#?}");
+    ensure!(!steps[..2].iter().any(|e| e.related == leader), "the leader went before a follower: {summary:#?}");
+    for e in steps.iter().filter(|e| e.reason == "MemberUpgraded") {
+        ensure!(
+            e.note.contains(&e.related) && e.note.contains(&format!("{from} → {to}")),
+            "MemberUpgraded Event does not say which member went from {from} to {to}: {e:?}"
+        );
+    }
+    ensure!(steps[2].note.contains(&leader), "{:?}", steps[2]);
+    Ok(took)
+}
+
+#[test]
+fn rolling_upgrade_3_4_to_3_5_0_to_3_5_1_under_continuous_writes() -> Result<()> {
+    with_operator("e2e-upgrade", |ns, _op| {
+        ns.apply(&cluster_manifest(&ns.name, "ex", 3, "3.4.23", ""))?;
+        wait_healthy(ns, "ex", 3, CREATE)?;
+        let ep = client_endpoint(ns, "ex")?;
+        write_keys(&ep, "before", KEYS)?;
+        let endpoints = endpoints_of(ns, "ex")?;
+        ensure!(all_report(ns, "ex", "3.4.23")?, "members do not all report 3.4.23");
+
+        let prefix = "writer";
+        let writer = Writer::start(endpoints.clone(), prefix)?;
+        // The writer is really writing before anything changes.
+        wait_until(Duration::from_secs(30), "the writer's first acknowledged puts", || {
+            let s = writer.stats();
+            if !s.failed.is_empty() {
+                bail!("writes fail before the upgrade: {:?}", s.errors);
+            }
+            Ok((s.acked.len() >= 3 * endpoints.len()).then_some(()))
+        })?;
+
+        let mut timings = vec![];
+        for (from, to) in [("3.4.23", "3.5.0"), ("3.5.0", "3.5.1")] {
+            timings.push((format!("{from} -> {to}"), upgrade_step(ns, "ex", from, to, &writer)?));
+            // The same endpoints throughout: members are upgraded in place.
+            ensure!(endpoints_of(ns, "ex")? == endpoints, "member endpoints changed");
+        }
+
+        let stats = writer.finish()?;
+        eprintln!(
+            "writer: {} acknowledged, {} retried on another endpoint, {} failed; puts per endpoint {:?}; first errors: {:#?}",
+            stats.acked.len(),
+            stats.retried,
+            stats.failed.len(),
+            stats.per_endpoint,
+            stats.errors
+        );
+        eprintln!("timings: {timings:?}");
+        ensure!(
+            stats.per_endpoint.len() == endpoints.len(),
+            "not every endpoint was written to: {:?}",
+            stats.per_endpoint
+        );
+        check_acked(&endpoints, prefix, &stats)?;
+        ensure!(
+            stats.failed.is_empty(),
+            "{} writes failed on two endpoints: {:?}; errors: {:#?}",
+            stats.failed.len(),
+            stats.failed,
+            stats.errors
+        );
+        check_keys(&ep, "before", KEYS)?;
+        for (_, member_ep) in member_endpoints(ns, "ex")? {
+            let v = server_version(&member_ep)?;
+            ensure!(v == "3.5.1", "{member_ep} reports {v}");
+        }
+        Ok(())
+    })
+}
+
+// ---- scenario 2: refused version changes --------------------------------------------------------------
+
+/// `name` runs `from`; `spec.version: to` must be refused with `words` in the message, a Warning
+/// Event, and no change at all; setting `from` back clears the refusal.
+fn refused(ns: &TestNamespace, name: &str, from: &str, to: &str, words: &str) -> Result<()> {
+    let before = pod_versions(ns, name)?;
+    ensure!(before.iter().all(|p| p.annotation == from && p.image == format!("{REPOSITORY}:v{from}")), "{before:?}");
+    let marks = event_marks(ns, name)?;
+    patch_spec(ns, name, &format!(r#"{{"version":"{to}"}}"#))?;
+    let generation = cluster(ns, name)?["metadata"]["generation"].as_i64().context("no generation")?;
+
+    // The operator processed this edit: it observed the generation and says why it refuses.
+    let c = wait_until(Duration::from_secs(60), &format!("Upgrading=False/UpgradeRefused for {from} -> {to}"), || {
+        let c = cluster(ns, name)?;
+        let seen = c["status"]["observedGeneration"].as_i64() >= Some(generation);
+        let refused =
+            cond_str(&c, "Upgrading", "status") == "False" && cond_str(&c, "Upgrading", "reason") == "UpgradeRefused";
+        Ok((seen && refused).then_some(c))
+    })?;
+    let msg = cond_str(&c, "Upgrading", "message");
+    eprintln!("{name}: {from} -> {to} refused: {msg}");
+    ensure!(msg.contains(words) && msg.contains(from) && msg.contains(to), "unclear refusal: {msg}");
+    ensure!(msg.contains("nothing was changed"), "{msg}");
+    ensure!(c["status"]["currentVersion"] == from, "{}", c["status"]);
+    let warning = wait_until(Duration::from_secs(30), "a Warning Event UpgradeRefused", || {
+        Ok(events_since(ns, name, &marks)?.into_iter().find(|e| {
+            e.type_ == "Warning" && e.reason == "UpgradeRefused" && e.note.contains(words) && e.note.contains(to)
+        }))
+    })?;
+    eprintln!("{name}: Warning Event {}: {}", warning.reason, warning.note);
+
+    // Nothing changes: same pods, images, annotations, no restarts, same server versions.
+    hold_unchanged(ns, name, &before, HOLD, &format!("after the refused change to {to}"))?;
+    for (pod, ep) in member_endpoints(ns, name)? {
+        let v = server_version(&ep)?;
+        ensure!(v == from, "member {pod} reports {v} after a refused change");
+    }
+    let c = cluster(ns, name)?;
+    ensure!(c["status"]["currentVersion"] == from, "{}", c["status"]);
+    ensure!(!events_since(ns, name, &marks)?.iter().any(|e| e.reason == "MemberUpgraded" || e.reason == "LeaderMoved"));
+
+    // Setting the version back clears the refusal.
+    patch_spec(ns, name, &format!(r#"{{"version":"{from}"}}"#))?;
+    wait_until(Duration::from_secs(60), "the refusal to clear", || {
+        let c = cluster(ns, name)?;
+        Ok((settled_at(&c, from, 3) && condition(&c, "Upgrading").is_none()).then_some(()))
+    })?;
+    Ok(())
+}
+
+#[test]
+fn downgrade_and_minor_skip_are_refused_and_change_nothing() -> Result<()> {
+    with_operator("e2e-refuse", |ns, _op| {
+        ns.apply(&cluster_manifest(&ns.name, "new", 3, "3.5.1", ""))?;
+        ns.apply(&cluster_manifest(&ns.name, "old", 3, "3.4.23", ""))?;
+        for name in ["new", "old"] {
+            wait_healthy(ns, name, 3, CREATE)?;
+            write_keys(&client_endpoint(ns, name)?, name, KEYS)?;
+        }
+        refused(ns, "new", "3.5.1", "3.4.23", "downgrade")?;
+        refused(ns, "old", "3.4.23", "3.6.0", "skips a minor")?;
+        for name in ["new", "old"] {
+            check_keys(&client_endpoint(ns, name)?, name, KEYS)?;
+        }
+        Ok(())
+    })
+}
+
+// ---- scenario 3: an upgrade that fails on its first member ------------------------------------------
+
+/// Loads `quay.io/coreos/etcd:v3.5.99-broken` (its etcd exits at start) into the local cluster.
+fn load_broken_image() -> Result<()> {
+    let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    e2e::run(std::process::Command::new("bash").arg("hack/images.sh").arg("broken").current_dir(&repo))
+        .map(drop)
+        .context("loading the broken etcd image with `hack/images.sh broken` (local cluster only)")
+}
+
+/// A 3.5.1 cluster is moved to `bad`, which cannot run: the upgrade must stop after the first
+/// member with a quorum left, say which member and why, touch no second member, and setting
+/// 3.5.1 back must heal it.
+fn failed_upgrade(prefix: &str, bad: &str, why: &[&str]) -> Result<()> {
+    with_operator(prefix, |ns, _op| {
+        let good = "3.5.1";
+        ns.apply(&cluster_manifest(&ns.name, "ex", 3, good, ""))?;
+        wait_healthy(ns, "ex", 3, CREATE)?;
+        let ep = client_endpoint(ns, "ex")?;
+        write_keys(&ep, "before", KEYS)?;
+        let before = pod_versions(ns, "ex")?;
+        let leader = etcd_leader(ns, "ex")?;
+        let marks = event_marks(ns, "ex")?;
+
+        let t0 = Instant::now();
+        patch_spec(ns, "ex", &format!(r#"{{"version":"{bad}"}}"#))?;
+        let (msg, member) = wait_until(UPGRADE, &format!("the upgrade to {bad} to be declared failed"), || {
+            let c = cluster(ns, "ex")?;
+            let failed = [("Upgrading", "False"), ("Degraded", "True")].iter().find_map(|(t, s)| {
+                (cond_str(&c, t, "status") == *s && cond_str(&c, t, "reason") == "UpgradeFailed")
+                    .then(|| cond_str(&c, t, "message"))
+            });
+            let Some(msg) = failed else { return Ok(None) };
+            let member = before.iter().find(|p| msg.contains(&p.pod)).map(|p| p.pod.clone());
+            let member = member.with_context(|| format!("the failure names no member: {msg}"))?;
+            Ok(Some((msg, member)))
+        })?;
+        eprintln!("upgrade to {bad} stopped after {:.1}s: {msg}", t0.elapsed().as_secs_f64());
+        ensure!(why.iter().any(|w| msg.contains(w)), "the failure does not say why (one of {why:?}): {msg}");
+        ensure!(member != leader, "the leader {leader} went first");
+        wait_until(Duration::from_secs(30), "a Warning Event UpgradeFailed naming the member", || {
+            Ok(events_since(ns, "ex", &marks)?
+                .into_iter()
+                .find(|e| e.type_ == "Warning" && e.reason == "UpgradeFailed" && e.note.contains(&member)))
+        })?;
+        let upgraded: Vec<String> = events_since(ns, "ex", &marks)?
+            .into_iter()
+            .filter(|e| e.reason == "MemberUpgraded" || e.reason == "LeaderMoved")
+            .map(|e| e.related)
+            .collect();
+        ensure!(upgraded == [member.clone()], "members acted on: {upgraded:?}");
+
+        // Only that member was touched; the other two run 3.5.1 and form a quorum that serves.
+        let check_only_first = |pods: &[PodVersion]| -> Result<()> {
+            for p in pods {
+                let b = before.iter().find(|b| b.pod == p.pod).with_context(|| format!("new pod {p:?}"))?;
+                ensure!(p.uid == b.uid, "pod {} was replaced", p.pod);
+                if p.pod == member {
+                    ensure!(p.annotation == bad && p.image == format!("{REPOSITORY}:v{bad}"), "{p:?}");
+                } else {
+                    ensure!(p == b, "a second member was touched: {p:?} (was {b:?})");
+                }
+            }
+            Ok(())
+        };
+        check_only_first(&pod_versions(ns, "ex")?)?;
+        let mut answering = 0;
+        for (pod, member_ep) in member_endpoints(ns, "ex")? {
+            match server_version(&member_ep) {
+                Ok(v) => {
+                    ensure!(pod != member && v == good, "{pod} reports {v}");
+                    answering += 1;
+                }
+                Err(_) => ensure!(pod == member, "healthy member {pod} does not answer"),
+            }
+        }
+        ensure!(answering == 2, "{answering} members answer");
+        write_keys(&ep, "during", 10)?;
+        ensure!(cond_str(&cluster(ns, "ex")?, "Available", "status") == "True");
+        // ... and stays so: the operator re-checks every 5 s and must not go on.
+        let until = Instant::now() + HOLD;
+        while Instant::now() < until {
+            check_only_first(&pod_versions(ns, "ex")?)?;
+            std::thread::sleep(Duration::from_millis(500));
+        }
+
+        // Setting the version back rolls the member back in place.
+        let t1 = Instant::now();
+        patch_spec(ns, "ex", &format!(r#"{{"version":"{good}"}}"#))?;
+        wait_until(UPGRADE, "the cluster to heal at 3.5.1", || {
+            let c = cluster(ns, "ex")?;
+            Ok((settled_at(&c, good, 3) && all_report(ns, "ex", good)?).then_some(()))
+        })?;
+        eprintln!("rolled back to {good} in {:.1}s", t1.elapsed().as_secs_f64());
+        let healed = pod_versions(ns, "ex")?;
+        for p in &healed {
+            let b = before.iter().find(|b| b.pod == p.pod).with_context(|| format!("new pod {p:?}"))?;
+            ensure!(p.uid == b.uid && p.image == b.image && p.annotation == good, "{p:?}");
+        }
+        check_keys(&ep, "before", KEYS)?;
+        check_keys(&ep, "during", 10)?;
+        Ok(())
+    })
+}
+
+#[test]
+fn upgrade_to_a_missing_image_stops_after_the_first_member_and_reverting_heals() -> Result<()> {
+    // No registry answers here, so pulling quay.io/coreos/etcd:v3.5.99 fails.
+    failed_upgrade("e2e-upg-pull", "3.5.99", &["ErrImagePull", "ImagePullBackOff"])
+}
+
+#[test]
+fn upgrade_to_a_crashing_image_stops_after_the_first_member_and_reverting_heals() -> Result<()> {
+    load_broken_image()?;
+    failed_upgrade("e2e-upg-crash", "3.5.99-broken", &["CrashLoopBackOff", "did not become healthy"])
+}
