@@ -445,6 +445,19 @@ fn the_next_member_waits_until_the_upgraded_one_reports_the_new_version() {
 }
 
 #[test]
+fn the_next_member_waits_until_the_upgraded_one_has_caught_up() {
+    let mut o = running(3, 3);
+    at(&mut o, "3.5.0");
+    want(&mut o, 3, "3.5.1");
+    upgraded(&mut o, 2, "3.5.1", 5, "3.5.1");
+    m(&mut o, 1).status.as_mut().unwrap().raft_index = 50_000;
+    m(&mut o, 2).status.as_mut().unwrap().raft_applied_index = 10;
+    assert_eq!(wait_reason(&plan(&o)), WaitReason::MemberUpgrading);
+    m(&mut o, 2).status.as_mut().unwrap().raft_applied_index = 49_900;
+    assert!(matches!(plan(&o), Step::UpgradeMember { pod, .. } if pod == "ex-m3"));
+}
+
+#[test]
 fn leadership_moves_to_an_upgraded_member_before_the_leader_is_upgraded() {
     let mut o = running(3, 3);
     at(&mut o, "3.5.0");

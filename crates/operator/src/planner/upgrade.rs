@@ -12,6 +12,10 @@ use crate::version::{Version, check_change};
 /// upgrade is declared failed.
 pub const UPGRADE_DEADLINE_SECS: i64 = 120;
 
+/// An upgraded member counts as caught up when it has applied all but this many of the
+/// leader's raft entries.
+pub const CATCH_UP_MAX_LAG: u64 = 1000;
+
 /// The version the cluster really runs: the lowest server version its members report; without
 /// answers, what status last recorded; else the lowest version a pod is annotated with.
 pub fn running_version(o: &Observed) -> Option<Version> {
@@ -76,7 +80,12 @@ pub(super) fn in_flight(o: &Observed, d: &Desired, etcd: &EtcdState) -> Option<S
             continue; // created at this version, not upgraded: scaling handles it
         }
         let reports = m.status.as_ref().and_then(|s| Version::parse(&s.version).ok());
-        if reports.as_ref() != Some(target) || !m.is_healthy() {
+        let leader_index = etcd.leader_member().and_then(|l| l.status.as_ref()).map(|s| s.raft_index);
+        let caught_up = match (leader_index, m.status.as_ref()) {
+            (Some(li), Some(s)) => s.raft_applied_index + CATCH_UP_MAX_LAG >= li,
+            _ => false,
+        };
+        if reports.as_ref() != Some(target) || !m.is_healthy() || !caught_up {
             if p.version_age_secs.unwrap_or(0) > UPGRADE_DEADLINE_SECS {
                 return Some(wait(
                     WaitReason::UpgradeFailed,
