@@ -52,8 +52,10 @@ struct Args {
     /// Bound of every wait, in seconds.
     #[arg(long, default_value_t = 300)]
     timeout_secs: u64,
-    /// Pause after a set-up cluster reports healthy, before a heal/scale/upgrade action.
-    #[arg(long, default_value_t = 2)]
+    /// Pause after a set-up cluster reports healthy, before a heal/scale/upgrade action. etcd
+    /// refuses membership changes until every member has been connected for 5 s; a shorter pause
+    /// would measure that start-up rule of a cluster formed a moment ago, not the operator.
+    #[arg(long, default_value_t = 6)]
     settle_secs: u64,
     /// Pause between two writes of the upgrade's client.
     #[arg(long, default_value_t = 10)]
