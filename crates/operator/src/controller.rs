@@ -25,8 +25,10 @@ use crate::status;
 /// watch events at once (readiness flips within 15 s); this period catches what only etcd
 /// knows (leader changes, alarms, db size) for about four gRPC calls per cluster.
 pub const HEALTH_CHECK_PERIOD: Duration = Duration::from_secs(15);
-/// Requeue while a step is in progress (learner catching up, member starting).
-const PROGRESS_PERIOD: Duration = Duration::from_secs(2);
+/// Requeue while a step is in progress (learner catching up, member starting or upgrading, a
+/// change etcd refused for now). Pod events wake the controller too; this catches what only
+/// etcd shows.
+const PROGRESS_PERIOD: Duration = Duration::from_millis(500);
 /// How long to wait for the watch cache to show a pod this operator created or deleted.
 const EXPECTATION_TIMEOUT: Duration = Duration::from_secs(30);
 

@@ -115,7 +115,8 @@ pub async fn observe(cluster: &EtcdCluster, caches: &Caches) -> (Observed, etcd:
     let status = cluster.status.clone().unwrap_or_default();
     let endpoints: etcd::Endpoints = pods
         .values()
-        .filter(|p| !p.is_dead())
+        // A terminating or ended pod's etcd is going away: not worth a connection timeout.
+        .filter(|p| !p.is_dead() && !p.deleting)
         .filter_map(|p| p.ip.as_ref().map(|ip| (p.name.clone(), format!("http://{ip}:{CLIENT_PORT}"))))
         .collect();
     let desired = validate(&name, &cluster.spec);

@@ -182,8 +182,10 @@ pub fn member_pod(c: &EtcdCluster, d: &Desired, m: &NewMember, init_image: &str)
                 port: IntOrString::Int(CLIENT_PORT),
                 ..Default::default()
             }),
-            period_seconds: Some(5),
-            timeout_seconds: Some(5),
+            // Every second: status (and the client Service) follow a member within a second.
+            // /health is one cheap read; three misses in a row mark the member unready.
+            period_seconds: Some(1),
+            timeout_seconds: Some(2),
             failure_threshold: Some(3),
             ..Default::default()
         }),

@@ -86,11 +86,19 @@ pub fn compute(
 
     // Versions: current is what every pod runs once they agree; target is the spec's while
     // it differs.
-    let mut versions: Vec<&str> = o.pods.values().map(|p| p.version.as_str()).collect();
-    versions.sort();
-    versions.dedup();
-    if versions.len() == 1 && o.etcd.is_some() {
-        s.current_version = versions[0].to_string();
+    // Current: the version every member *reports* (not what the pods are annotated with: an
+    // upgraded member counts once it runs the new version), kept as it was while they differ
+    // or one does not answer.
+    if let Some(e) = &o.etcd {
+        let reported: Option<Vec<&str>> =
+            e.members.iter().map(|m| m.status.as_ref().map(|st| st.version.as_str())).collect();
+        if let Some(mut versions) = reported.filter(|v| !v.is_empty()) {
+            versions.sort();
+            versions.dedup();
+            if versions.len() == 1 && !versions[0].is_empty() {
+                s.current_version = versions[0].to_string();
+            }
+        }
     }
     s.target_version = match &o.desired {
         Ok(d) if d.version.to_string() != s.current_version => d.version.to_string(),
@@ -259,7 +267,7 @@ mod tests {
                 id: i as u64 + 1,
                 name: name.clone(),
                 pod: name,
-                status: h.then(|| MemberStatus { leader: 1, ..Default::default() }),
+                status: h.then(|| MemberStatus { leader: 1, version: "3.5.1".into(), ..Default::default() }),
                 ..Default::default()
             });
         }
@@ -283,6 +291,22 @@ mod tests {
         assert_eq!(s.observed_generation, Some(2));
         assert_eq!(condition::find(&s.conditions, AVAILABLE).unwrap().status, "True");
         assert!(condition::find(&s.conditions, SCALING).is_none());
+    }
+
+    #[test]
+    fn current_version_is_what_every_member_reports_not_what_pods_are_annotated_with() {
+        let mut o = obs(3, &[true, true, true]);
+        let prev = EtcdClusterStatus { current_version: "3.5.0".into(), ..Default::default() };
+        o.etcd.as_mut().unwrap().members[2].status.as_mut().unwrap().version = "3.5.0".into();
+        let s = compute(&o, &plan(&o), &prev, None, "t");
+        assert_eq!(s.current_version, "3.5.0");
+        o.etcd.as_mut().unwrap().members[2].status = None; // restarting on the new version
+        let s = compute(&o, &plan(&o), &prev, None, "t");
+        assert_eq!(s.current_version, "3.5.0");
+        o.etcd.as_mut().unwrap().members[2].status =
+            Some(MemberStatus { leader: 1, version: "3.5.1".into(), ..Default::default() });
+        let s = compute(&o, &plan(&o), &prev, None, "t");
+        assert_eq!(s.current_version, "3.5.1");
     }
 
     #[test]

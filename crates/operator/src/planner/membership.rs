@@ -127,7 +127,18 @@ pub(super) fn with_etcd(o: &Observed, d: &Desired, etcd: &EtcdState) -> Step {
 
 /// Members whose pod is gone or dead.
 fn heal(o: &Observed, etcd: &EtcdState) -> Option<Step> {
-    // Pods on their way out are waited for: the member is judged once the pod is gone.
+    // A member on an emptyDir pod that is being deleted has lost its data already: replace it
+    // now rather than after the pod object is gone (which can take long, or never end on a dead
+    // node). A PVC-backed member is waited for: it restarts on its volume.
+    for m in etcd.voters() {
+        if let Some(p) = o.pods.get(&m.pod).filter(|p| p.deleting && !p.uses_pvc) {
+            return Some(Step::RemoveMember {
+                id: m.id,
+                pod: m.pod.clone(),
+                why: format!("its pod {} is being deleted and its data with it", p.name),
+            });
+        }
+    }
     if let Some(p) = o.pods.values().find(|p| p.deleting && etcd.member_for_pod(&p.name).is_some()) {
         return Some(wait(WaitReason::PodTerminating, format!("waiting for member pod {} to terminate", p.name)));
     }

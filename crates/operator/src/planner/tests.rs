@@ -322,9 +322,18 @@ fn a_pvc_member_restarts_on_its_volume_keeping_its_identity() {
 }
 
 #[test]
-fn a_terminating_member_pod_is_waited_for() {
+fn an_emptydir_member_whose_pod_is_terminating_is_replaced_at_once() {
     let mut o = running(3, 3);
     o.pods.get_mut("ex-m2").unwrap().deleting = true;
+    assert!(matches!(plan(&o), Step::RemoveMember { id: 2, .. }));
+}
+
+#[test]
+fn a_pvc_member_whose_pod_is_terminating_is_waited_for() {
+    let mut o = running(3, 3);
+    let p = o.pods.get_mut("ex-m2").unwrap();
+    p.deleting = true;
+    p.uses_pvc = true;
     assert_eq!(wait_reason(&plan(&o)), WaitReason::PodTerminating);
 }
 
