@@ -75,7 +75,6 @@ pub fn pod_state(p: &Pod, now: k8s_openapi::jiff::Timestamp) -> PodState {
             .map(|t| (now.as_second() - t.as_second()).max(0)),
         image: etcd_container.and_then(|c| c.image.clone()).unwrap_or_default(),
         problem: problem_of(&inits).or_else(|| problem_of(&containers)),
-        restarts: containers.iter().map(|c| c.restart_count).sum(),
         age_secs: p
             .metadata
             .creation_timestamp

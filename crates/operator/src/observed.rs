@@ -72,7 +72,6 @@ pub struct PodState {
     /// Why the etcd container (or the init container) is not running, when Kubernetes says:
     /// e.g. `ImagePullBackOff`, `CrashLoopBackOff`, with its message.
     pub problem: Option<(String, String)>,
-    pub restarts: i32,
     /// Seconds since the pod was created.
     pub age_secs: i64,
     /// Created by the initial bootstrap (all members at once).

@@ -113,10 +113,10 @@ pub(super) fn with_etcd(o: &Observed, d: &Desired, etcd: &EtcdState) -> Step {
         return wait(WaitReason::MemberFailing, format!("member pod {pod} cannot run: {reason}: {msg}"));
     }
 
-    if let Some(step) = heal(o, etcd) {
+    if let Some(step) = heal(o, d, etcd) {
         return step;
     }
-    if let Some(step) = learner_step(o, etcd, healthy_voters, voters) {
+    if let Some(step) = learner_step(o, d, etcd, healthy_voters, voters) {
         return step;
     }
     if let Some(step) = orphan_pods(o, etcd) {
@@ -126,7 +126,7 @@ pub(super) fn with_etcd(o: &Observed, d: &Desired, etcd: &EtcdState) -> Step {
 }
 
 /// Members whose pod is gone or dead.
-fn heal(o: &Observed, etcd: &EtcdState) -> Option<Step> {
+fn heal(o: &Observed, d: &Desired, etcd: &EtcdState) -> Option<Step> {
     // A member on an emptyDir pod that is being deleted has lost its data already: replace it
     // now rather than after the pod object is gone (which can take long, or never end on a dead
     // node). A PVC-backed member is waited for: it restarts on its volume.
@@ -147,7 +147,7 @@ fn heal(o: &Observed, etcd: &EtcdState) -> Option<Step> {
         match o.pods.get(&m.pod) {
             None if pvc && m.started() => {
                 // The data survived on the volume: the same member restarts on it.
-                return Some(Step::CreatePod(restart_on_volume(o, etcd, m)));
+                return Some(Step::CreatePod(restart_on_volume(o, d, etcd, m)));
             }
             None => {
                 return Some(Step::RemoveMember {
@@ -176,26 +176,20 @@ fn heal(o: &Observed, etcd: &EtcdState) -> Option<Step> {
     None
 }
 
-fn restart_on_volume(o: &Observed, etcd: &EtcdState, m: &MemberState) -> NewMember {
-    let version = o
-        .desired
-        .as_ref()
-        .map(|d| version_for_new_member(o, d))
-        .unwrap_or_else(|_| crate::version::Version::parse("0.0.0").expect("literal"));
+fn restart_on_volume(o: &Observed, d: &Desired, etcd: &EtcdState, m: &MemberState) -> NewMember {
     NewMember {
         name: m.pod.clone(),
         initial_cluster: initial_cluster_of(etcd),
         existing: true,
-        version,
+        version: version_for_new_member(o, d),
         pvc: true,
         bootstrap: false,
     }
 }
 
 /// The (at most one) learner: start it, promote it, or drop it.
-fn learner_step(o: &Observed, etcd: &EtcdState, healthy_voters: usize, voters: usize) -> Option<Step> {
+fn learner_step(o: &Observed, d: &Desired, etcd: &EtcdState, healthy_voters: usize, voters: usize) -> Option<Step> {
     let l = etcd.learners().next()?;
-    let d = o.desired.as_ref().ok()?;
     if etcd.members.len() > d.size {
         return Some(Step::RemoveMember {
             id: l.id,
