@@ -40,11 +40,16 @@ pub struct Scope {
 }
 
 impl Scope {
-    /// CoreOS semantics: a cluster-wide operator manages only objects annotated
-    /// `etcd.database.coreos.com/scope: clusterwide`; a namespaced one manages the others.
+    /// CoreOS semantics (`Controller.managed`): a cluster-wide operator manages only objects
+    /// annotated `etcd.database.coreos.com/scope: clusterwide`; a namespaced one only objects
+    /// without that annotation, whatever its value. An object annotated with another value is
+    /// managed by neither.
     pub fn manages<K: Resource>(&self, obj: &K) -> bool {
-        let annotated = obj.annotations().get(SCOPE_ANNOTATION).map(String::as_str) == Some(SCOPE_CLUSTERWIDE);
-        annotated == self.namespace.is_none()
+        match (obj.annotations().get(SCOPE_ANNOTATION), &self.namespace) {
+            (None, Some(_)) => true,
+            (Some(v), None) => v == SCOPE_CLUSTERWIDE,
+            _ => false,
+        }
     }
 
     fn api<K>(&self, client: &Client) -> Api<K>
@@ -379,9 +384,13 @@ mod tests {
     use etcd_operator_api::EtcdClusterSpec;
 
     fn cluster(annotated: bool) -> EtcdCluster {
+        cluster_with_scope(annotated.then_some(SCOPE_CLUSTERWIDE))
+    }
+
+    fn cluster_with_scope(scope: Option<&str>) -> EtcdCluster {
         let mut c = EtcdCluster::new("a", EtcdClusterSpec::default());
-        if annotated {
-            c.annotations_mut().insert(SCOPE_ANNOTATION.into(), SCOPE_CLUSTERWIDE.into());
+        if let Some(v) = scope {
+            c.annotations_mut().insert(SCOPE_ANNOTATION.into(), v.into());
         }
         c
     }
@@ -398,6 +407,17 @@ mod tests {
         let s = Scope { namespace: None };
         assert!(!s.manages(&cluster(false)));
         assert!(s.manages(&cluster(true)));
+    }
+
+    /// As CoreOS: the annotation with any other value (a typo, an empty string) takes the object
+    /// away from the namespaced operator without giving it to a cluster-wide one.
+    #[test]
+    fn a_scope_annotation_with_another_value_is_managed_by_neither() {
+        for v in ["", "namespaced", "ClusterWide"] {
+            let c = cluster_with_scope(Some(v));
+            assert!(!Scope { namespace: Some("ns".into()) }.manages(&c), "{v:?}");
+            assert!(!Scope { namespace: None }.manages(&c), "{v:?}");
+        }
     }
 
     #[test]

@@ -107,7 +107,13 @@ pub fn deployment(o: &Options) -> Deployment {
         image_pull_policy: Some("IfNotPresent".into()),
         command: Some(vec![OPERATOR_NAME.into()]),
         args: (!args.is_empty()).then_some(args),
-        env: Some(vec![field_env("MY_POD_NAMESPACE", "metadata.namespace"), field_env("MY_POD_NAME", "metadata.name")]),
+        env: Some(vec![
+            field_env("MY_POD_NAMESPACE", "metadata.namespace"),
+            field_env("MY_POD_NAME", "metadata.name"),
+            // The members' init container runs this same image, which the nodes can already pull
+            // (without this, `--image` would not reach it and members would use the default).
+            EnvVar { name: "ETCD_OPERATOR_INIT_IMAGE".into(), value: Some(o.image.clone()), ..Default::default() },
+        ]),
         ports: Some(vec![ContainerPort { name: Some("http".into()), container_port: HTTP_PORT, ..Default::default() }]),
         readiness_probe: Some(probe("/readyz")),
         liveness_probe: Some(Probe { initial_delay_seconds: Some(10), ..probe("/healthz") }),
@@ -285,6 +291,14 @@ mod tests {
     }
 
     #[test]
+    fn member_init_containers_use_the_installed_image() {
+        let d = deployment(&opts(false));
+        let env = d.spec.unwrap().template.spec.unwrap().containers[0].env.clone().unwrap();
+        let init = env.iter().find(|e| e.name == "ETCD_OPERATOR_INIT_IMAGE").unwrap();
+        assert_eq!(init.value.as_deref(), Some("img:1"));
+    }
+
+    #[test]
     fn deployment_is_locked_down() {
         let d = deployment(&opts(false));
         let pod = d.spec.unwrap().template.spec.unwrap();
@@ -296,6 +310,6 @@ mod tests {
         assert_eq!(psc.run_as_non_root, Some(true));
         assert_eq!(psc.seccomp_profile.unwrap().type_, "RuntimeDefault");
         let env: Vec<_> = pod.containers[0].env.clone().unwrap().into_iter().map(|e| e.name).collect();
-        assert_eq!(env, ["MY_POD_NAMESPACE", "MY_POD_NAME"]);
+        assert_eq!(env, ["MY_POD_NAMESPACE", "MY_POD_NAME", "ETCD_OPERATOR_INIT_IMAGE"]);
     }
 }
