@@ -20,6 +20,8 @@ cargo build --release --locked -p e2e --bin bench
 if [ "$LOCAL_CLUSTER" = 1 ]; then
   bash hack/images.sh load # etcd v3.4.23/v3.5.0/v3.5.1 (imports only what is missing)
   bash hack/images.sh operator target/release/etcd-operator "$OPERATOR_IMAGE"
+  # What the operator learns from its resolv.conf when it runs in a pod (it runs on the host here).
+  export ETCD_OPERATOR_CLUSTER_DOMAIN=${ETCD_OPERATOR_CLUSTER_DOMAIN:-$(source hack/cluster-env.sh && echo "$CLUSTER_DOMAIN")}
 else
   log "$KUBECONFIG is not the local cluster: $OPERATOR_IMAGE (built from this tree) and quay.io/coreos/etcd:v3.5.0/v3.5.1 must be pullable there"
 fi

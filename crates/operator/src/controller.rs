@@ -105,6 +105,8 @@ pub struct Context {
     pub caches: Caches,
     pub recorder: Recorder,
     pub init_image: String,
+    /// Cluster DNS domain for members of clusters that set none (may be empty).
+    pub cluster_domain: String,
     pub expectations: Expectations,
     pub metrics: Arc<crate::metrics::Metrics>,
     /// Set once every watch cache holds its first full list.
@@ -207,7 +209,7 @@ async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action,
         return Ok(Action::requeue(Duration::from_millis(500)));
     }
     let started = Instant::now();
-    let (observed, endpoints) = observe::observe(&cluster, &ctx.caches).await;
+    let (observed, endpoints) = observe::observe(&cluster, &ctx.caches, &ctx.cluster_domain).await;
     let step = planner::plan(&observed);
     let reference = cluster.object_ref(&());
     tracing::debug!(cluster = %key, ?step, "planned");
@@ -301,6 +303,7 @@ pub struct Options {
     /// Set once the watch caches are synced (read by `/readyz`).
     pub ready: Arc<std::sync::atomic::AtomicBool>,
     pub init_image: String,
+    pub cluster_domain: String,
     pub reporter_instance: Option<String>,
 }
 
@@ -341,6 +344,7 @@ pub async fn run(client: Client, opts: Options, shutdown: impl std::future::Futu
         scope,
         caches: Caches { pods: pods.clone(), services: services.clone(), pvcs: pvcs.clone() },
         init_image: opts.init_image,
+        cluster_domain: opts.cluster_domain,
         expectations: Expectations::default(),
         caches_synced: opts.ready.clone(),
         metrics: opts.metrics.clone(),

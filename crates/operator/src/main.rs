@@ -58,6 +58,13 @@ struct RunArgs {
     /// own image, which every node can already pull).
     #[arg(long, env = "ETCD_OPERATOR_INIT_IMAGE", default_value_t = default_image())]
     init_image: String,
+    /// DNS domain of the Kubernetes cluster (kubelet's `clusterDomain`), used in members' peer
+    /// URLs when the EtcdCluster sets no `pod.ClusterDomain`. With a domain a member's own name
+    /// is in its pod's /etc/hosts at start, so no init container waits for cluster DNS. Default:
+    /// learned from this pod's /etc/resolv.conf when running in a pod, else none (then peer
+    /// URLs end in `.svc` and the wait-dns init container runs, as in the CoreOS operator).
+    #[arg(long, env = "ETCD_OPERATOR_CLUSTER_DOMAIN")]
+    cluster_domain: Option<String>,
     /// Address of /healthz and /readyz.
     #[arg(long, default_value = "0.0.0.0:8080")]
     listen_address: std::net::SocketAddr,
@@ -210,6 +217,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             metrics,
             scope: controller::Scope { namespace },
             init_image: args.init_image.clone(),
+            cluster_domain: args.cluster_domain.clone().unwrap_or_else(detect_cluster_domain),
             reporter_instance: args.pod_name.clone(),
         };
         let holding = async {
@@ -285,6 +293,23 @@ fn wait_dns(host: &str, timeout_secs: u64) -> anyhow::Result<()> {
     })
 }
 
+/// The cluster domain from a pod's resolv.conf search list (`<ns>.svc.<domain> svc.<domain> …`),
+/// when this process runs in a pod; empty otherwise.
+fn detect_cluster_domain() -> String {
+    if std::env::var_os("KUBERNETES_SERVICE_HOST").is_none() {
+        return String::new();
+    }
+    std::fs::read_to_string("/etc/resolv.conf").map(|t| cluster_domain_of_resolv_conf(&t)).unwrap_or_default()
+}
+
+fn cluster_domain_of_resolv_conf(text: &str) -> String {
+    text.lines()
+        .filter_map(|l| l.trim().strip_prefix("search"))
+        .flat_map(|rest| rest.split_whitespace())
+        .find_map(|d| d.strip_prefix("svc.").map(|d| d.trim_end_matches('.').to_string()))
+        .unwrap_or_default()
+}
+
 fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_string())
@@ -303,6 +328,15 @@ async fn shutdown_signal() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cluster_domain_comes_from_the_pods_search_list() {
+        let conf =
+            "nameserver 10.96.0.10\nsearch ops.svc.corp.example svc.corp.example corp.example\noptions ndots:5\n";
+        assert_eq!(cluster_domain_of_resolv_conf(conf), "corp.example");
+        assert_eq!(cluster_domain_of_resolv_conf("nameserver 1.1.1.1\nsearch example.org\n"), "");
+        assert_eq!(cluster_domain_of_resolv_conf(""), "");
+    }
 
     #[test]
     fn go_style_flags_are_accepted() {

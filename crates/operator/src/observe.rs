@@ -97,7 +97,8 @@ fn random_suffix() -> String {
 }
 
 /// Observe one cluster. etcd is only contacted when the spec is valid and pods have addresses.
-pub async fn observe(cluster: &EtcdCluster, caches: &Caches) -> (Observed, etcd::Endpoints) {
+/// `cluster_domain` is the operator's default for clusters whose spec names none.
+pub async fn observe(cluster: &EtcdCluster, caches: &Caches, cluster_domain: &str) -> (Observed, etcd::Endpoints) {
     let name = cluster.name_any();
     let namespace = cluster.namespace().unwrap_or_default();
     let now = k8s_openapi::jiff::Timestamp::now();
@@ -118,7 +119,12 @@ pub async fn observe(cluster: &EtcdCluster, caches: &Caches) -> (Observed, etcd:
         .filter(|p| !p.is_dead() && !p.deleting)
         .filter_map(|p| p.ip.as_ref().map(|ip| (p.name.clone(), format!("http://{ip}:{CLIENT_PORT}"))))
         .collect();
-    let desired = validate(&name, &cluster.spec);
+    let desired = validate(&name, &cluster.spec).map(|mut d| {
+        if d.pod.cluster_domain.is_empty() {
+            d.pod.cluster_domain = cluster_domain.to_string();
+        }
+        d
+    });
     let (etcd, etcd_error) = if desired.is_err() || endpoints.is_empty() {
         (None, None)
     } else {

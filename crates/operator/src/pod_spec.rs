@@ -138,8 +138,11 @@ pub fn member_pod(c: &EtcdCluster, d: &Desired, m: &NewMember, init_image: &str)
         capabilities: Some(Capabilities { drop: Some(vec!["ALL".into()]), ..Default::default() }),
         ..Default::default()
     };
-    // A member must resolve its own name before etcd starts, or etcd exits. The wait runs the
-    // operator's own image: real etcd images have no shell.
+    // etcd resolves its own peer name at start and gives up after 30 s. With the cluster domain
+    // in the name, the kubelet's /etc/hosts of the pod answers at once. Without it the name
+    // needs cluster DNS, which publishes it only after the pod has an IP: an init container
+    // waits for it first (the operator's own image: real etcd images have no shell).
+    let needs_dns_wait = d.pod.cluster_domain.trim_matches('.').is_empty();
     let wait_dns = Container {
         name: "wait-dns".into(),
         image: Some(init_image.into()),
@@ -234,7 +237,7 @@ pub fn member_pod(c: &EtcdCluster, d: &Desired, m: &NewMember, init_image: &str)
             // etcd reads as flags and rejects.
             enable_service_links: Some(false),
             automount_service_account_token: Some(false),
-            init_containers: Some(vec![wait_dns]),
+            init_containers: needs_dns_wait.then(|| vec![wait_dns]),
             containers: vec![etcd],
             volumes: Some(vec![data]),
             node_selector: (!d.pod.node_selector.is_empty()).then(|| d.pod.node_selector.clone()),
@@ -320,6 +323,9 @@ mod tests {
             cmd.contains(&"--advertise-client-urls=http://ex-abcde.ex.ns.svc.cluster.local:2379".to_string()),
             "{cmd:?}"
         );
+        // The kubelet's /etc/hosts carries the full name: etcd needs no DNS wait at start.
+        let p = member_pod(&c, &d, &member(false, false), "op:1");
+        assert!(p.spec.unwrap().init_containers.is_none());
     }
 
     #[test]

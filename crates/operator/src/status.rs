@@ -30,9 +30,12 @@ fn cond(type_: &str, ok: bool, reason: &str, message: impl Into<String>) -> Cond
     }
 }
 
+/// Ready members: voters whose etcd answered the operator just now, on a pod that is not going
+/// away. Judged from etcd itself rather than the pod's readiness probe, which trails it by up
+/// to a probe period; the probe still decides what the client Service routes to.
 fn healthy_voter_pods(o: &Observed, e: &EtcdState) -> Vec<String> {
     e.voters()
-        .filter(|m| m.is_healthy() && o.pods.get(&m.pod).is_some_and(|p| p.ready && !p.deleting))
+        .filter(|m| m.is_healthy() && o.pods.get(&m.pod).is_some_and(|p| !p.deleting))
         .map(|m| m.pod.clone())
         .collect()
 }
