@@ -11,55 +11,6 @@ use std::time::Duration;
 use anyhow::{Context, Result, ensure};
 use common::*;
 use e2e::{TestNamespace, wait_until};
-use serde_json::Value;
-
-const IMAGE: &str = "quay.io/etcd-operator-rs/etcd-operator:v0.1.0";
-
-/// Installs the operator into the test namespace (namespaced mode) with `replicas` replicas and
-/// removes its cluster-scoped RBAC afterwards.
-struct InClusterOperator<'a> {
-    ns: &'a TestNamespace,
-}
-
-impl<'a> InClusterOperator<'a> {
-    fn install(ns: &'a TestNamespace, replicas: u32) -> Result<Self> {
-        let out = Command::new(operator_bin())
-            .args(["manifests", "--namespace", &ns.name, "--no-crds", "--image", IMAGE])
-            .args(["--replicas", &replicas.to_string()])
-            .output()?;
-        ensure!(out.status.success(), "manifests: {}", String::from_utf8_lossy(&out.stderr));
-        ns.apply(&String::from_utf8(out.stdout)?)?;
-        let op = InClusterOperator { ns };
-        wait_until(Duration::from_secs(120), "an operator replica to lead and be ready", || {
-            Ok(op.pods()?.iter().any(|p| e2e::condition_true(p, "Ready")).then_some(()))
-        })?;
-        Ok(op)
-    }
-
-    fn pods(&self) -> Result<Vec<Value>> {
-        let v = self.ns.json(&["get", "pods", "-l", "app.kubernetes.io/name=etcd-operator"])?;
-        Ok(v["items"].as_array().cloned().unwrap_or_default())
-    }
-
-    /// The pod holding the Lease.
-    fn leader(&self) -> Result<String> {
-        let lease = self.ns.json(&["get", "lease", "etcd-operator"])?;
-        lease["spec"]["holderIdentity"].as_str().map(str::to_string).context("no lease holder")
-    }
-
-    fn logs(&self) -> String {
-        self.ns
-            .run(&["logs", "-l", "app.kubernetes.io/name=etcd-operator", "--tail=-1", "--prefix"])
-            .unwrap_or_default()
-    }
-}
-
-impl Drop for InClusterOperator<'_> {
-    fn drop(&mut self) {
-        let name = format!("etcd-operator-{}", self.ns.name);
-        let _ = self.ns.kubectl.run(&["delete", "clusterrole,clusterrolebinding", &name, "--ignore-not-found"]);
-    }
-}
 
 /// The per-cluster gauges of `/metrics`, scraped from the leader pod's IP.
 fn scrape(ns: &TestNamespace, pod: &str) -> Result<BTreeMap<String, f64>> {
@@ -77,7 +28,7 @@ fn scrape(ns: &TestNamespace, pod: &str) -> Result<BTreeMap<String, f64>> {
 #[test]
 fn two_replicas_leader_killed_mid_resize_and_metrics_match() -> Result<()> {
     let ns = TestNamespace::create("e2e-incluster")?;
-    let op = InClusterOperator::install(&ns, 2)?;
+    let op = InClusterOperator::install(&ns, &Install { replicas: 2, ..Install::default() })?;
     let r = (|| -> Result<()> {
         ns.apply(&cluster_manifest(&ns.name, "ex", 3, "3.5.1", ""))?;
         wait_healthy(&ns, "ex", 3, Duration::from_secs(120))?;

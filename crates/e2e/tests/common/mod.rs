@@ -1,16 +1,23 @@
-//! Harness for the operator's end-to-end tests: a real `etcd-operator` process scoped to a
-//! fresh namespace of the real local cluster, and helpers that read EtcdCluster status and
-//! talk to the etcd cluster with the real etcdctl.
+//! Harness for the operator's end-to-end tests: the real `etcd-operator` scoped to a fresh
+//! namespace of the real local cluster, and helpers that read EtcdCluster status and talk to the
+//! etcd cluster with the real etcdctl.
+//!
+//! `E2E_OPERATOR` picks how `with_operator` runs the operator, so the same test bodies cover both:
+//! - `process` (default): a process on this machine with the admin kubeconfig;
+//! - `in-cluster`: installed into the test namespace the way a user installs it (`etcd-operator
+//!   manifests | kubectl apply -f -`: ServiceAccount, the shipped RBAC, a Deployment running the
+//!   image `operator_image()`), see [`InClusterOperator`].
 
 #![allow(dead_code)]
 
 use std::fs::File;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
 use std::time::Duration;
 
-use anyhow::{Context, Result, bail};
-use e2e::{TestNamespace, host_etcdctl, wait_until};
+use anyhow::{Context, Result, bail, ensure};
+use e2e::{Kubectl, TestNamespace, host_etcdctl, wait_until};
 use serde_json::Value;
 
 /// The operator binary under test: `$ETCD_OPERATOR_BIN`, else the workspace's debug build.
@@ -20,17 +27,82 @@ pub fn operator_bin() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/debug/etcd-operator"))
 }
 
-/// A running operator; killed when dropped.
+/// Where operator logs of the tests are kept.
+fn log_dir() -> Result<PathBuf> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/e2e-logs");
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
+}
+
+/// How the tests run the operator (`$E2E_OPERATOR`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    Process,
+    InCluster,
+}
+
+pub fn mode() -> Result<Mode> {
+    match std::env::var("E2E_OPERATOR").as_deref() {
+        Err(_) | Ok("") | Ok("process") => Ok(Mode::Process),
+        Ok("in-cluster") => Ok(Mode::InCluster),
+        Ok(other) => bail!("E2E_OPERATOR={other}: expected `process` or `in-cluster`"),
+    }
+}
+
+/// The operator image of in-cluster installs, a tag of its own so that other runs loading
+/// `quay.io/etcd-operator-rs/etcd-operator:v0.1.0` (hack/up.sh, hack/bench.sh) cannot swap the
+/// binary under test.
+pub const E2E_IMAGE: &str = "quay.io/etcd-operator-rs/etcd-operator:e2e";
+
+/// The image in-cluster installs run: `$E2E_OPERATOR_IMAGE` as given (hack/test.sh loads it), else
+/// [`E2E_IMAGE`], built from `operator_bin()` and loaded into the local cluster's containerd by
+/// `hack/images.sh operator` once per test process. Either way every install then checks that its
+/// pod runs exactly `operator_bin()` (see [`InClusterOperator::install`]).
+pub fn operator_image() -> Result<String> {
+    static LOADED: OnceLock<Result<String, String>> = OnceLock::new();
+    LOADED
+        .get_or_init(|| {
+            if let Some(img) = std::env::var("E2E_OPERATOR_IMAGE").ok().filter(|s| !s.is_empty()) {
+                return Ok(img);
+            }
+            let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../hack/images.sh");
+            let bin = operator_bin();
+            eprintln!("loading {} as {E2E_IMAGE} (hack/images.sh operator)", bin.display());
+            e2e::run(Command::new("bash").arg(&script).arg("operator").arg(&bin).arg(E2E_IMAGE))
+                .map(|_| E2E_IMAGE.to_string())
+                .map_err(|e| format!("cannot load the operator image (set E2E_OPERATOR_IMAGE to a loaded one): {e:#}"))
+        })
+        .clone()
+        .map_err(anyhow::Error::msg)
+}
+
+/// A running operator, stopped (process) or uninstalled (in-cluster) when dropped.
 pub struct Operator {
-    child: Child,
+    kind: Kind,
+    /// The operator's log file (in-cluster: a copy of the pod logs, refreshed by `log_text`).
     pub log: PathBuf,
 }
 
+enum Kind {
+    Process(Child),
+    InCluster(InClusterOperator),
+}
+
 impl Operator {
+    /// Starts an operator for `ns` the way `$E2E_OPERATOR` says.
     pub fn start(ns: &TestNamespace) -> Result<Operator> {
-        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/e2e-logs");
-        std::fs::create_dir_all(&dir)?;
-        let log = dir.join(format!("{}.log", ns.name));
+        match mode()? {
+            Mode::Process => Operator::start_process(ns),
+            Mode::InCluster => {
+                let op = InClusterOperator::install(ns, &Install::default())?;
+                Ok(Operator { log: op.log.clone(), kind: Kind::InCluster(op) })
+            }
+        }
+    }
+
+    /// The operator as a process of this machine, whatever `$E2E_OPERATOR` says.
+    pub fn start_process(ns: &TestNamespace) -> Result<Operator> {
+        let log = log_dir()?.join(format!("{}.log", ns.name));
         let out = File::create(&log)?;
         let bin = operator_bin();
         let child = Command::new(&bin)
@@ -44,7 +116,7 @@ impl Operator {
             .stderr(out)
             .spawn()
             .with_context(|| format!("cannot start {}", bin.display()))?;
-        let op = Operator { child, log };
+        let op = Operator { kind: Kind::Process(child), log };
         // Proof the operator is live: it logs once its watch caches hold a full list.
         wait_until(Duration::from_secs(60), "the operator to sync its caches", || {
             Ok(op.log_text().contains("watch caches synced").then_some(()))
@@ -52,19 +124,43 @@ impl Operator {
         Ok(op)
     }
 
-    pub fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
+    /// The installed operator, when it runs in-cluster.
+    pub fn in_cluster(&self) -> Option<&InClusterOperator> {
+        match &self.kind {
+            Kind::InCluster(op) => Some(op),
+            Kind::Process(_) => None,
+        }
     }
 
+    /// Everything the operator logged so far (in-cluster: its pods' logs, also saved to `log`).
+    pub fn log_text(&self) -> String {
+        match &self.kind {
+            Kind::Process(_) => std::fs::read_to_string(&self.log).unwrap_or_default(),
+            Kind::InCluster(op) => op.logs(),
+        }
+    }
+
+    /// Stops the operator: kills the process, or scales the Deployment to 0.
     pub fn stop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        match &mut self.kind {
+            Kind::Process(child) => {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+            Kind::InCluster(op) => {
+                let _ = op.logs();
+                let _ = op.run(&["scale", "deployment", "etcd-operator", "--replicas=0"]);
+            }
+        }
     }
 }
 
 impl Drop for Operator {
     fn drop(&mut self) {
-        self.stop();
+        if let Kind::Process(_) = self.kind {
+            self.stop();
+        }
+        // In-cluster: InClusterOperator's own Drop keeps the logs and removes the cluster RBAC.
     }
 }
 
@@ -87,6 +183,194 @@ pub fn with_operator(prefix: &str, body: impl FnOnce(&TestNamespace, &mut Operat
         )));
     }
     Ok(())
+}
+
+/// What to install in-cluster.
+#[derive(Clone, Debug)]
+pub struct Install {
+    pub replicas: u32,
+    /// `manifests --cluster-wide`: a ClusterRole with everything and `-cluster-wide`.
+    pub cluster_wide: bool,
+}
+
+impl Default for Install {
+    fn default() -> Self {
+        Install { replicas: 1, cluster_wide: false }
+    }
+}
+
+/// Label of the operator's own objects and pods (`manifests`).
+pub const OPERATOR_SELECTOR: &str = "app.kubernetes.io/name=etcd-operator";
+
+/// The operator installed into a test namespace from `etcd-operator manifests` (CRDs included, as
+/// a user applies them: they are cluster-scoped and shared, so they are never deleted). Dropping
+/// it keeps the pods' logs in `target/e2e-logs/<namespace>.log` and deletes the install's
+/// cluster-scoped objects (ClusterRole and ClusterRoleBinding `etcd-operator-<namespace>`); the
+/// rest goes with the namespace. A cluster-wide install is also stopped and waited for, as it
+/// would act in other tests' namespaces.
+pub struct InClusterOperator {
+    kubectl: Kubectl,
+    pub namespace: String,
+    pub image: String,
+    pub cluster_wide: bool,
+    pub log: PathBuf,
+    /// Log lines of pods seen so far, by pod: the logs of a deleted pod stay available.
+    seen: std::sync::Mutex<std::collections::BTreeMap<String, String>>,
+}
+
+impl InClusterOperator {
+    pub fn install(ns: &TestNamespace, opts: &Install) -> Result<Self> {
+        let image = operator_image()?;
+        sweep_stale_cluster_rbac(&ns.kubectl);
+        let mut args = vec!["manifests", "--namespace", &ns.name, "--image", &image];
+        let replicas = opts.replicas.to_string();
+        args.extend(["--replicas", &replicas]);
+        if opts.cluster_wide {
+            args.push("--cluster-wide");
+        }
+        let out = Command::new(operator_bin()).args(&args).output().context("running etcd-operator manifests")?;
+        ensure!(out.status.success(), "manifests: {}", String::from_utf8_lossy(&out.stderr));
+        let op = InClusterOperator {
+            kubectl: ns.kubectl.clone(),
+            namespace: ns.name.clone(),
+            image,
+            cluster_wide: opts.cluster_wide,
+            log: log_dir()?.join(format!("{}.log", ns.name)),
+            seen: Default::default(),
+        };
+        // From here on, dropping `op` removes what was applied outside the namespace.
+        ns.apply(&String::from_utf8(out.stdout)?)?;
+        let pod = wait_until(Duration::from_secs(120), "an operator replica to lead and be Ready", || {
+            for p in op.pods()? {
+                if let Some(why) = failing(&p) {
+                    bail!("operator pod is failing: {why}\n{}", op.logs());
+                }
+                if e2e::condition_true(&p, "Ready") {
+                    return Ok(Some(p["metadata"]["name"].as_str().unwrap_or_default().to_string()));
+                }
+            }
+            Ok(None)
+        })?;
+        op.check_binary(&pod)?;
+        Ok(op)
+    }
+
+    /// kubectl in the operator's namespace.
+    pub fn run(&self, args: &[&str]) -> Result<String> {
+        self.kubectl.run(&[&["-n", self.namespace.as_str()], args].concat())
+    }
+
+    pub fn pods(&self) -> Result<Vec<Value>> {
+        let v = self.kubectl.json(&["-n", &self.namespace, "get", "pods", "-l", OPERATOR_SELECTOR])?;
+        Ok(v["items"].as_array().cloned().unwrap_or_default())
+    }
+
+    /// The pod holding the Lease.
+    pub fn leader(&self) -> Result<String> {
+        let lease = self.kubectl.json(&["-n", &self.namespace, "get", "lease", "etcd-operator"])?;
+        lease["spec"]["holderIdentity"].as_str().map(str::to_string).context("no lease holder")
+    }
+
+    /// The logs of every operator pod seen so far (deleted ones included), each line prefixed
+    /// with its pod; also written to `self.log`.
+    pub fn logs(&self) -> String {
+        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        for p in self.pods().unwrap_or_default() {
+            let name = p["metadata"]["name"].as_str().unwrap_or_default().to_string();
+            if let Ok(text) = self.run(&["logs", &name, "--tail=-1"]) {
+                seen.insert(name, text);
+            }
+        }
+        let all: String =
+            seen.iter().flat_map(|(pod, text)| text.lines().map(move |l| format!("[pod/{pod}] {l}\n"))).collect();
+        let _ = std::fs::write(&self.log, &all);
+        all
+    }
+
+    /// The pod runs exactly the binary under test: its process, found on this machine by the
+    /// downward-API environment, has the same executable as `operator_bin()`. Guards against an
+    /// image tag that another run reloaded with another build. Only possible when the cluster's
+    /// node is this machine; elsewhere it says so and passes.
+    pub fn check_binary(&self, pod: &str) -> Result<()> {
+        let bin = operator_bin();
+        let want = [format!("MY_POD_NAME={pod}"), format!("MY_POD_NAMESPACE={}", self.namespace)];
+        let pid = std::fs::read_dir("/proc")?.flatten().find_map(|e| {
+            let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+            let env = std::fs::read(e.path().join("environ")).ok()?;
+            let vars: Vec<&[u8]> = env.split(|b| *b == 0).collect();
+            want.iter().all(|w| vars.contains(&w.as_bytes())).then_some(pid)
+        });
+        let Some(pid) = pid else {
+            ensure!(
+                self.kubectl.kubeconfig != Path::new(e2e::DEFAULT_KUBECONFIG),
+                "the process of operator pod {pod} is not visible on this machine, yet the cluster is the local one"
+            );
+            eprintln!("note: pod {pod} does not run on this machine: cannot compare its binary with {}", bin.display());
+            return Ok(());
+        };
+        let exe = format!("/proc/{pid}/exe");
+        let same = Command::new("cmp").args(["-s", &exe]).arg(&bin).status().context("running cmp")?;
+        ensure!(
+            same.success(),
+            "operator pod {pod} (image {}) does not run {}: the image holds another build (reload it: \
+             hack/images.sh operator {} {})",
+            self.image,
+            bin.display(),
+            bin.display(),
+            self.image
+        );
+        Ok(())
+    }
+
+    fn cluster_rbac_name(&self) -> String {
+        format!("etcd-operator-{}", self.namespace)
+    }
+}
+
+impl Drop for InClusterOperator {
+    fn drop(&mut self) {
+        let _ = self.logs();
+        if self.cluster_wide {
+            // It sees every namespace: make sure it is gone before the next test starts.
+            let r = self.run(&["delete", "deployment", "etcd-operator", "--ignore-not-found", "--wait=true"]);
+            let gone = r.and_then(|_| {
+                wait_until(Duration::from_secs(60), "the cluster-wide operator's pods to be gone", || {
+                    Ok(self.pods()?.is_empty().then_some(()))
+                })
+            });
+            if let Err(e) = gone {
+                eprintln!("warning: cluster-wide operator in {} may still run: {e:#}", self.namespace);
+            }
+        }
+        let name = self.cluster_rbac_name();
+        if let Err(e) = self.kubectl.run(&["delete", "clusterrole,clusterrolebinding", &name, "--ignore-not-found"]) {
+            eprintln!("warning: could not delete ClusterRole/ClusterRoleBinding {name}: {e:#}");
+        }
+    }
+}
+
+/// Why a pod will not become Ready without help (image missing, crash loop), if so.
+fn failing(pod: &Value) -> Option<String> {
+    let statuses = pod["status"]["containerStatuses"].as_array()?;
+    statuses.iter().find_map(|s| {
+        let reason = s["state"]["waiting"]["reason"].as_str()?;
+        matches!(reason, "CrashLoopBackOff" | "ErrImagePull" | "ImagePullBackOff" | "ErrImageNeverPull")
+            .then(|| format!("{reason}: {}", s["state"]["waiting"]["message"].as_str().unwrap_or("")))
+    })
+}
+
+/// Deletes the cluster RBAC that in-cluster installs of earlier, killed test runs left behind:
+/// `etcd-operator-e2e-*` whose namespace no longer exists.
+fn sweep_stale_cluster_rbac(k: &Kubectl) {
+    let Ok(list) = k.json(&["get", "clusterroles,clusterrolebindings", "-l", OPERATOR_SELECTOR]) else { return };
+    for item in list["items"].as_array().cloned().unwrap_or_default() {
+        let name = item["metadata"]["name"].as_str().unwrap_or_default();
+        let Some(ns) = name.strip_prefix("etcd-operator-").filter(|ns| ns.starts_with("e2e-")) else { continue };
+        if k.run(&["get", "namespace", ns, "-o", "name"]).is_err_and(|e| format!("{e:#}").contains("NotFound")) {
+            let kind = if item["kind"] == "ClusterRole" { "clusterrole" } else { "clusterrolebinding" };
+            let _ = k.run(&["delete", kind, name, "--ignore-not-found"]);
+        }
+    }
 }
 
 pub fn cluster_manifest(ns: &str, name: &str, size: i32, version: &str, extra_spec: &str) -> String {
