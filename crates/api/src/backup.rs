@@ -126,6 +126,18 @@ pub struct PvcSource {
     pub path: String,
 }
 
+/// Additive: the backup a new EtcdCluster's members start from.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RestoreFrom {
+    /// `S3`, `ABS`, `GCS` or `PVC`.
+    pub backup_storage_type: String,
+    #[serde(flatten)]
+    pub source: BackupSource,
+    /// Hex sha256 the backup must have; every member checks it before restoring.
+    pub sha256: String,
+}
+
 /// Result of the last backup, in the CoreOS shape plus additive fields.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -153,6 +165,15 @@ pub struct EtcdBackupStatus {
     /// Additive: the backups that are kept, newest first.
     #[serde(default)]
     pub history: Vec<BackupRecord>,
+    /// Additive: RFC 3339 time the last backup (successful or not) started.
+    #[serde(default)]
+    pub last_attempt_date: Option<String>,
+    /// Additive: failed attempts since the last success.
+    #[serde(default)]
+    pub consecutive_failures: i32,
+    /// Additive: the generation of the spec the status describes.
+    #[serde(default)]
+    pub observed_generation: i64,
     #[serde(default)]
     pub conditions: Vec<Condition>,
 }

@@ -54,6 +54,11 @@ pub struct EtcdClusterSpec {
     /// TLS for peers and clients (accepted; see the README for what is wired).
     #[serde(default, rename = "TLS", skip_serializing_if = "Option::is_none")]
     pub tls: Option<TlsPolicy>,
+    /// Additive: start every member of this new cluster from one verified backup (an
+    /// EtcdRestore sets it). Read only when the cluster is first created; members added later
+    /// join from the running cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restore: Option<crate::backup::RestoreFrom>,
 }
 
 /// How member pods are built. Field names are CoreOS' (including `ClusterDomain`).

@@ -34,10 +34,14 @@ pub struct EtcdRestoreSpec {
 }
 
 /// Reference to an EtcdCluster in the same namespace.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct EtcdClusterRef {
     #[serde(default)]
     pub name: String,
+    /// Additive: spec of the cluster to create (`restore` is filled in by the operator).
+    /// Default: 3 members of the etcd version the backup was taken from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec: Option<crate::cluster::EtcdClusterSpec>,
 }
 
 /// Outcome of the restore.
@@ -48,6 +52,21 @@ pub struct EtcdRestoreStatus {
     pub succeeded: bool,
     #[serde(default)]
     pub reason: String,
+    /// Additive: `Verifying`, `Restoring`, `Restored` or `Failed`.
+    #[serde(default)]
+    pub phase: String,
+    /// Additive: the verified backup.
+    #[serde(default)]
+    pub sha256: String,
+    #[serde(default)]
+    pub size: i64,
+    #[serde(default)]
+    pub etcd_version: String,
+    #[serde(default)]
+    pub etcd_revision: i64,
+    /// Additive: the generation of the spec the status describes.
+    #[serde(default)]
+    pub observed_generation: i64,
     #[serde(default)]
     pub conditions: Vec<Condition>,
 }

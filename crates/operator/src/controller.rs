@@ -52,7 +52,7 @@ impl Scope {
         }
     }
 
-    fn api<K>(&self, client: &Client) -> Api<K>
+    pub(crate) fn api<K>(&self, client: &Client) -> Api<K>
     where
         K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
     {

@@ -26,6 +26,14 @@ enum Command {
     Manifests(ManifestArgs),
     /// Wait until a host name resolves (the init container of every etcd member pod).
     WaitDns(WaitDnsArgs),
+    /// Take a snapshot and store it with its checksum (what backup pods run).
+    BackupSave(etcd_operator::backup::save::SaveArgs),
+    /// Check a stored backup against its checksum (what restore verify pods run).
+    BackupVerify(etcd_operator::backup::fetch::VerifyArgs),
+    /// Fetch and check a backup into a restoring member's volume (its first init container).
+    RestorePrepare(etcd_operator::backup::fetch::PrepareArgs),
+    /// Move a restored member's data into place (its last restore init container).
+    RestoreFinish(etcd_operator::backup::fetch::FinishArgs),
 }
 
 #[derive(Args, Debug)]
@@ -124,6 +132,16 @@ fn main() {
         .and_then(print_out),
         Some(Command::Run(args)) => run(args),
         Some(Command::WaitDns(a)) => wait_dns(&a.host, a.timeout_secs),
+        Some(Command::BackupSave(a)) => pod_command(|| async {
+            etcd_operator::backup::save::run(a).await.and_then(|r| serde_json::to_string(&r).map_err(|e| e.to_string()))
+        }),
+        Some(Command::BackupVerify(a)) => pod_command(|| async {
+            etcd_operator::backup::fetch::verify(a)
+                .await
+                .and_then(|m| serde_json::to_string(&m).map_err(|e| e.to_string()))
+        }),
+        Some(Command::RestorePrepare(a)) => pod_command(|| etcd_operator::backup::fetch::prepare(a)),
+        Some(Command::RestoreFinish(a)) => pod_command(|| async { etcd_operator::backup::fetch::finish(a) }),
         None => run(cli.run),
     };
     if let Err(e) = result {
@@ -212,6 +230,15 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
                 r = &mut http => { r??; }
             }
         }
+        let job_opts = || etcd_operator::backup::controller::Options {
+            client: client.clone(),
+            scope: controller::Scope { namespace: namespace.clone() },
+            init_image: args.init_image.clone(),
+            reporter_instance: args.pod_name.clone(),
+            metrics: metrics.clone(),
+        };
+        let backups = etcd_operator::backup::controller::run(job_opts(), stopped(stop_rx.clone()));
+        let restores = etcd_operator::backup::restore::run(job_opts(), stopped(stop_rx.clone()));
         let opts = controller::Options {
             ready,
             metrics,
@@ -227,7 +254,9 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             }
         };
         tokio::select! {
-            _ = controller::run(client.clone(), opts, stopped(stop_rx.clone())) => {}
+            _ = async {
+                tokio::join!(controller::run(client.clone(), opts, stopped(stop_rx.clone())), backups, restores)
+            } => {}
             _ = holding => {
                 // Another replica may act from now on: stop at once, mid-reconcile or not.
                 tracing::error!("leadership lost; exiting so that only the new leader acts");
@@ -291,6 +320,26 @@ fn wait_dns(host: &str, timeout_secs: u64) -> anyhow::Result<()> {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     })
+}
+
+/// Run a command of a pod the operator creates: its result (a JSON report, or the error) goes
+/// to stdout and to the container's termination message, where the operator reads it.
+fn pod_command<F, Fut>(f: F) -> anyhow::Result<()>
+where
+    F: FnOnce() -> Fut,
+    Fut: std::future::Future<Output = Result<String, String>>,
+{
+    // object_store's HTTP clients use rustls: one crypto provider for the whole process.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let result = rt.block_on(f());
+    let text = match &result {
+        Ok(s) | Err(s) => s.clone(),
+    };
+    println!("{text}");
+    // Absent outside a pod; the operator falls back to the log when it cannot be written.
+    let _ = std::fs::write("/dev/termination-log", text.as_bytes());
+    result.map(|_| ()).map_err(|e| anyhow::anyhow!(e))
 }
 
 /// The cluster domain from a pod's resolv.conf search list (`<ns>.svc.<domain> svc.<domain> …`),

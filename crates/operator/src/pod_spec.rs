@@ -195,6 +195,29 @@ pub fn member_pod(c: &EtcdCluster, d: &Desired, m: &NewMember, init_image: &str)
         security_context: Some(locked_down),
         ..Default::default()
     };
+    // A restored cluster's bootstrap members start from the backup; later members join.
+    let mut init_containers = Vec::new();
+    let mut volumes = Vec::new();
+    if let Some(r) = d.restore.as_ref().filter(|_| m.bootstrap && !m.existing) {
+        let mount = etcd.volume_mounts.as_ref().expect("etcd mounts its data")[0].clone();
+        let (containers, vols) = crate::backup::pods::restore_init_containers(
+            &r.location,
+            &r.source,
+            &r.sha256,
+            init_image,
+            &image_for(&d.repository, &m.version),
+            &m.version,
+            &etcd_command(c, d, m),
+            &mount,
+            DATA_DIR,
+            d.pod.security_context.as_ref(),
+        );
+        init_containers.extend(containers);
+        volumes.extend(vols);
+    }
+    if needs_dns_wait {
+        init_containers.push(wait_dns);
+    }
     let data = if m.pvc {
         Volume {
             name: "etcd-data".into(),
@@ -237,9 +260,9 @@ pub fn member_pod(c: &EtcdCluster, d: &Desired, m: &NewMember, init_image: &str)
             // etcd reads as flags and rejects.
             enable_service_links: Some(false),
             automount_service_account_token: Some(false),
-            init_containers: needs_dns_wait.then(|| vec![wait_dns]),
+            init_containers: (!init_containers.is_empty()).then_some(init_containers),
             containers: vec![etcd],
-            volumes: Some(vec![data]),
+            volumes: Some(std::iter::once(data).chain(volumes).collect()),
             node_selector: (!d.pod.node_selector.is_empty()).then(|| d.pod.node_selector.clone()),
             affinity,
             tolerations: (!d.pod.tolerations.is_empty()).then(|| d.pod.tolerations.clone()),

@@ -17,6 +17,16 @@ pub struct Desired {
     pub repository: String,
     pub version: Version,
     pub pod: PodPolicy,
+    /// Bootstrap members from this backup (checked: a valid location and a sha256).
+    pub restore: Option<Restore>,
+}
+
+/// A validated `spec.restore`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Restore {
+    pub location: crate::backup::location::Location,
+    pub source: etcd_operator_api::backup::BackupSource,
+    pub sha256: String,
 }
 
 impl Desired {
@@ -83,11 +93,21 @@ pub fn validate(name: &str, spec: &EtcdClusterSpec) -> Result<Desired, Vec<Strin
         }
         errs.push("spec.TLS.static is accepted by the API but not yet wired by this operator version; remove it to run without TLS".into());
     }
+    let restore = spec.restore.as_ref().and_then(|r| {
+        let loc = crate::backup::location::Location::of(&r.backup_storage_type, &r.source)
+            .map_err(|e| errs.push(format!("spec.restore: {e}")))
+            .ok()?;
+        if r.sha256.len() != 64 || !r.sha256.bytes().all(|b| b.is_ascii_hexdigit()) {
+            errs.push("spec.restore.sha256 must be the 64 hex digits of the backup's sha256".into());
+            return None;
+        }
+        Some(Restore { location: loc, source: r.source.clone(), sha256: r.sha256.to_ascii_lowercase() })
+    });
     if !errs.is_empty() {
         return Err(errs);
     }
     let repository = if spec.repository.is_empty() { DEFAULT_REPOSITORY.to_string() } else { spec.repository.clone() };
-    Ok(Desired { size: spec.size as usize, repository, version: version.expect("checked"), pod })
+    Ok(Desired { size: spec.size as usize, repository, version: version.expect("checked"), pod, restore })
 }
 
 /// etcd settings the operator derives from membership; users must not set them.

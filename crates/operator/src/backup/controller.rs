@@ -1,0 +1,591 @@
+//! The EtcdBackup controller: starts a backup pod when one is due (once, or every
+//! `backupIntervalInSecond`), reads the pod's result from its termination message into status,
+//! publishes an Event for every start, success and failure, and deletes finished pods.
+//! Failed one-shot backups are retried with a growing delay; a periodic series simply tries
+//! again at the next interval. The stored backups are never touched from here: retention runs
+//! in the backup pod, after its own backup is complete.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use etcd_operator_api::backup::{BackupRecord, EtcdBackup, EtcdBackupSpec, EtcdBackupStatus};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{Event, EventType, Reporter};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use super::location::Location;
+use super::pods::{self, BACKUP_LABEL, JobPod};
+use super::save::SaveReport;
+use crate::controller::Scope;
+use crate::events::Recorder;
+
+/// Default `backupPolicy.timeoutInSecond`, as in CoreOS.
+pub const DEFAULT_TIMEOUT_SECS: i64 = 60;
+/// Extra time a backup pod gets beyond the backup's own time limit, to start and report.
+const POD_START_SLACK_SECS: i64 = 60;
+
+/// What the backup and restore controllers share.
+pub struct JobContext {
+    pub client: Client,
+    pub scope: Scope,
+    pub recorder: Recorder,
+    pub init_image: String,
+    /// Pods carrying this controller's label.
+    pub pods: Store<Pod>,
+    pub metrics: Arc<crate::metrics::Metrics>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("serialization: {0}")]
+    Json(#[from] serde_json::Error),
+}
+
+/// How a job pod ended.
+#[derive(Clone, Debug, PartialEq)]
+pub enum PodResult<T> {
+    Running,
+    Succeeded(T),
+    Failed(String),
+}
+
+/// The result of a job pod, from its phase and termination message.
+pub fn pod_result<T: DeserializeOwned>(pod: &Pod) -> PodResult<T> {
+    let status = pod.status.clone().unwrap_or_default();
+    let terminated = status
+        .container_statuses
+        .as_ref()
+        .and_then(|cs| cs.first())
+        .and_then(|c| c.state.as_ref())
+        .and_then(|s| s.terminated.clone());
+    let message = terminated.as_ref().and_then(|t| t.message.clone()).unwrap_or_default();
+    match status.phase.as_deref() {
+        Some("Succeeded") => match serde_json::from_str(message.trim()) {
+            Ok(v) => PodResult::Succeeded(v),
+            Err(e) => PodResult::Failed(format!("pod {} succeeded but its report is unreadable: {e}", pod.name_any())),
+        },
+        Some("Failed") => {
+            let why = if !message.trim().is_empty() {
+                message.trim().to_string()
+            } else {
+                // Killed from outside: activeDeadlineSeconds, eviction, a node loss.
+                let r = status.reason.unwrap_or_default();
+                let m = status.message.unwrap_or_default();
+                format!("pod {} failed: {} {}", pod.name_any(), r, m).trim().to_string()
+            };
+            PodResult::Failed(why)
+        }
+        _ => PodResult::Running,
+    }
+}
+
+/// This object's job pods in the cache, oldest first.
+pub fn job_pods(store: &Store<Pod>, label: &str, obj: &DynamicObject) -> Vec<Arc<Pod>> {
+    let uid = obj.uid();
+    let mut v: Vec<Arc<Pod>> = store
+        .state()
+        .into_iter()
+        .filter(|p| p.namespace() == obj.namespace() && p.labels().get(label) == Some(&obj.name_any()))
+        .filter(|p| p.owner_references().iter().any(|o| Some(&o.uid) == uid.as_ref()))
+        .collect();
+    v.sort_by_key(|p| p.creation_timestamp().map(|t| t.0));
+    v
+}
+
+pub async fn publish(
+    ctx: &JobContext,
+    obj: &DynamicObject,
+    ar: &ApiResource,
+    type_: EventType,
+    reason: &str,
+    note: String,
+) {
+    let reference = obj.object_ref(ar);
+    let ev = Event { type_, reason: reason.into(), note: Some(note), action: reason.into(), secondary: None };
+    if let Err(e) = ctx.recorder.publish(&ev, &reference).await {
+        tracing::warn!(error = %e, reason, "could not publish Event");
+    }
+}
+
+pub async fn patch_status<S: Serialize>(
+    ctx: &JobContext,
+    obj: &DynamicObject,
+    ar: &ApiResource,
+    status: &S,
+) -> Result<(), Error> {
+    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &obj.namespace().unwrap_or_default(), ar);
+    let body = serde_json::json!({ "status": status });
+    api.patch_status(&obj.name_any(), &PatchParams::default(), &Patch::Merge(&body)).await?;
+    Ok(())
+}
+
+pub async fn delete_pod(ctx: &JobContext, pod: &Pod) {
+    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &pod.namespace().unwrap_or_default());
+    if let Err(e) = api.delete(&pod.name_any(), &DeleteParams::background()).await {
+        tracing::warn!(pod = %pod.name_any(), error = %e, "could not delete a finished job pod");
+    }
+}
+
+pub async fn create_pod(ctx: &JobContext, pod: &Pod) -> Result<(), Error> {
+    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), pod.metadata.namespace.as_deref().unwrap_or_default());
+    match api.create(&PostParams::default(), pod).await {
+        Ok(_) => Ok(()),
+        // Created by an earlier reconcile whose cache had not caught up yet.
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn rfc3339(t: DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+fn parse_time(s: &Option<String>) -> Option<DateTime<Utc>> {
+    s.as_deref().and_then(|s| DateTime::parse_from_rfc3339(s).ok()).map(|t| t.to_utc())
+}
+
+/// A checked EtcdBackup spec.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BackupPlan {
+    pub location: Location,
+    pub endpoints: Vec<String>,
+    pub interval: Option<Duration>,
+    pub max_backups: i32,
+    pub timeout_secs: i64,
+}
+
+/// Check a spec; `namespace` resolves `clusterName` to its client Service.
+pub fn plan(spec: &EtcdBackupSpec, namespace: &str) -> Result<BackupPlan, String> {
+    let location = Location::of(&spec.storage_type, &spec.source)?;
+    if !spec.client_tls_secret.is_empty() {
+        return Err("clientTLSSecret is not supported yet by this operator version (TLS is not wired)".into());
+    }
+    let endpoints = match (spec.etcd_endpoints.is_empty(), spec.cluster_name.is_empty()) {
+        (false, true) => spec.etcd_endpoints.clone(),
+        (true, false) => {
+            vec![format!(
+                "http://{}.{namespace}.svc:{}",
+                crate::naming::client_service(&spec.cluster_name),
+                crate::naming::CLIENT_PORT
+            )]
+        }
+        (false, false) => return Err("set either etcdEndpoints or clusterName, not both".into()),
+        (true, true) => return Err("no cluster to back up: set etcdEndpoints or clusterName".into()),
+    };
+    if let Some(bad) = endpoints.iter().find(|e| !(e.starts_with("http://") || e.starts_with("https://"))) {
+        return Err(format!("etcdEndpoints: {bad:?} is not an http(s) URL"));
+    }
+    let policy = spec.backup_policy.clone().unwrap_or_default();
+    if policy.backup_interval_in_second < 0 || policy.max_backups < 0 || policy.timeout_in_second < 0 {
+        return Err("backupPolicy values must not be negative".into());
+    }
+    let timeout_secs = if policy.timeout_in_second == 0 { DEFAULT_TIMEOUT_SECS } else { policy.timeout_in_second };
+    let interval =
+        (policy.backup_interval_in_second > 0).then(|| Duration::from_secs(policy.backup_interval_in_second as u64));
+    if let Some(i) = interval {
+        if (i.as_secs() as i64) < timeout_secs {
+            return Err(format!(
+                "backupIntervalInSecond ({}) is shorter than the backup time limit ({timeout_secs}s)",
+                i.as_secs()
+            ));
+        }
+    }
+    Ok(BackupPlan { location, endpoints, interval, max_backups: policy.max_backups, timeout_secs })
+}
+
+/// Delay before retrying a failed one-shot backup: 10 s doubling to 5 min.
+pub fn retry_delay(failures: i32) -> Duration {
+    let f = failures.clamp(1, 10) as u32;
+    Duration::from_secs((10u64 << (f - 1)).min(300))
+}
+
+/// When the next backup is due (None: never, the one-shot backup of this spec is done).
+pub fn next_due(
+    plan: &BackupPlan,
+    st: &EtcdBackupStatus,
+    generation: i64,
+    now: DateTime<Utc>,
+) -> Option<DateTime<Utc>> {
+    let last = parse_time(&st.last_attempt_date);
+    let same_spec = st.observed_generation == generation;
+    match (plan.interval, last) {
+        (_, None) => Some(now),
+        (_, Some(_)) if !same_spec => Some(now),
+        (Some(i), Some(l)) => Some(l + chrono::Duration::from_std(i).unwrap_or_default()),
+        (None, Some(_)) if st.succeeded => None,
+        (None, Some(l)) => {
+            Some(l + chrono::Duration::from_std(retry_delay(st.consecutive_failures)).unwrap_or_default())
+        }
+    }
+}
+
+/// Fold one finished backup pod into the status; returns the Event to publish.
+pub fn record(st: &mut EtcdBackupStatus, result: Result<SaveReport, String>) -> (EventType, &'static str, String) {
+    match result {
+        Ok(r) => {
+            let b = &r.backup;
+            st.succeeded = true;
+            st.reason.clear();
+            st.etcd_version = b.etcd_version.clone();
+            st.etcd_revision = b.etcd_revision;
+            st.last_success_date = Some(b.time.clone());
+            st.path = b.path.clone();
+            st.size = b.size;
+            st.sha256 = b.sha256.clone();
+            st.consecutive_failures = 0;
+            st.history = r
+                .kept
+                .iter()
+                .map(|m| BackupRecord {
+                    path: m.path.clone(),
+                    sha256: m.sha256.clone(),
+                    size: m.size,
+                    etcd_revision: m.etcd_revision,
+                    time: m.time.clone(),
+                })
+                .collect();
+            let mut note = format!(
+                "backup of member {} at revision {} ({} bytes, sha256 {}) written to {} in {:.1}s",
+                b.member, b.etcd_revision, b.size, b.sha256, b.path, r.transfer_seconds
+            );
+            if !r.deleted.is_empty() {
+                note.push_str(&format!("; retention deleted {}", r.deleted.join(", ")));
+            }
+            (EventType::Normal, "BackupSucceeded", note)
+        }
+        Err(why) => {
+            st.succeeded = false;
+            st.reason = why.clone();
+            st.consecutive_failures += 1;
+            (EventType::Warning, "BackupFailed", why)
+        }
+    }
+}
+
+fn backup_ar() -> ApiResource {
+    ApiResource::erase::<EtcdBackup>(&())
+}
+
+async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<JobContext>) -> Result<Action, Error> {
+    if !ctx.scope.manages(obj.as_ref()) || obj.metadata.deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
+    let ar = backup_ar();
+    let started = std::time::Instant::now();
+    let prev: EtcdBackupStatus =
+        obj.data.get("status").cloned().and_then(|s| serde_json::from_value(s).ok()).unwrap_or_default();
+    let mut st = prev.clone();
+    let ns = obj.namespace().unwrap_or_default();
+    let generation = obj.metadata.generation.unwrap_or_default();
+    let spec: Result<EtcdBackupSpec, String> = obj
+        .data
+        .get("spec")
+        .cloned()
+        .ok_or_else(|| "no spec".to_string())
+        .and_then(|s| serde_json::from_value(s).map_err(|e| format!("spec cannot be read: {e}")));
+    let plan = spec.and_then(|s| plan(&s, &ns));
+    let plan = match plan {
+        Ok(p) => p,
+        Err(why) => {
+            st.succeeded = false;
+            st.reason = format!("invalid spec, no backup taken: {why}");
+            st.observed_generation = generation;
+            if st != prev {
+                publish(&ctx, &obj, &ar, EventType::Warning, "InvalidSpec", st.reason.clone()).await;
+                patch_status(&ctx, &obj, &ar, &st).await?;
+            }
+            return Ok(Action::await_change());
+        }
+    };
+
+    let pods = job_pods(&ctx.pods, BACKUP_LABEL, &obj);
+    let mut finished = Vec::new();
+    let mut running = false;
+    for p in &pods {
+        match pod_result::<SaveReport>(p) {
+            PodResult::Running => running = true,
+            PodResult::Succeeded(r) => finished.push((p.clone(), Ok(r))),
+            PodResult::Failed(why) => finished.push((p.clone(), Err(why))),
+        }
+    }
+    let mut events = Vec::new();
+    for (_, result) in &finished {
+        events.push(record(&mut st, result.clone()));
+    }
+    let now = Utc::now();
+    let due = if running { None } else { next_due(&plan, &st, generation, now) };
+    let mut requeue = plan.interval.unwrap_or(Duration::from_secs(300));
+    match due {
+        Some(t) if t <= now => {
+            let name = format!("{}-{}", obj.name_any(), now.timestamp());
+            let pod = backup_pod(&obj, &plan, &ctx.init_image, &name)?;
+            create_pod(&ctx, &pod).await?;
+            st.last_attempt_date = Some(rfc3339(now));
+            st.observed_generation = generation;
+            events.push((
+                EventType::Normal,
+                "BackupStarted",
+                format!("pod {name} is taking a snapshot of {} to {}", plan.endpoints.join(","), plan.location.url()),
+            ));
+            requeue = Duration::from_secs((plan.timeout_secs + POD_START_SLACK_SECS) as u64);
+        }
+        Some(t) => requeue = (t - now).to_std().unwrap_or(requeue),
+        None if running => requeue = Duration::from_secs(30),
+        None => {}
+    }
+    for (type_, reason, note) in events {
+        publish(&ctx, &obj, &ar, type_, reason, note).await;
+    }
+    if st != prev {
+        patch_status(&ctx, &obj, &ar, &st).await?;
+    }
+    // Only once the result is in status: a pod deleted before that would lose it.
+    for (p, _) in &finished {
+        delete_pod(&ctx, p).await;
+    }
+    ctx.metrics.reconciled("etcdbackup", started.elapsed(), false);
+    Ok(Action::requeue(requeue))
+}
+
+/// The backup pod for `plan`, owned by the EtcdBackup.
+fn backup_pod(obj: &DynamicObject, plan: &BackupPlan, image: &str, name: &str) -> Result<Pod, Error> {
+    let backup: EtcdBackup = serde_json::from_value(serde_json::to_value(obj)?)?;
+    let owner = backup.controller_owner_ref(&()).expect("EtcdBackup from the API has a name and uid");
+    let mut command = vec![crate::OPERATOR_NAME.to_string(), "backup-save".into()];
+    command.extend(pods::storage_args(&plan.location, &backup.spec.source));
+    command.push(format!("--endpoints={}", plan.endpoints.join(",")));
+    command.push(format!("--timeout-secs={}", plan.timeout_secs));
+    if plan.interval.is_some() {
+        command.push("--periodic".into());
+        command.push(format!("--max-backups={}", plan.max_backups));
+    }
+    Ok(pods::job_pod(JobPod {
+        name: name.to_string(),
+        namespace: obj.namespace().unwrap_or_default(),
+        labels: BTreeMap::from([(BACKUP_LABEL.to_string(), obj.name_any())]),
+        owner,
+        image,
+        command,
+        loc: &plan.location,
+        source: &backup.spec.source,
+        deadline_secs: plan.timeout_secs + POD_START_SLACK_SECS,
+        writes: true,
+    }))
+}
+
+fn error_policy(obj: Arc<DynamicObject>, err: &Error, _ctx: Arc<JobContext>) -> Action {
+    tracing::warn!(backup = %obj.name_any(), error = %err, "backup reconcile failed; retrying in 5s");
+    Action::requeue(Duration::from_secs(5))
+}
+
+/// A watched, cached stream of the pods carrying `label`, for a job controller.
+pub fn job_pod_watch(
+    client: &Client,
+    scope: &Scope,
+    label: &str,
+) -> (Store<Pod>, impl futures::Stream<Item = Result<Pod, watcher::Error>> + Send + 'static) {
+    let (store, writer) = reflector::store::<Pod>();
+    let events = watcher(scope.api::<Pod>(client), watcher::Config::default().labels(label))
+        .default_backoff()
+        .reflect(writer)
+        .touched_objects();
+    (store, events)
+}
+
+pub struct Options {
+    pub client: Client,
+    pub scope: Scope,
+    pub init_image: String,
+    pub reporter_instance: Option<String>,
+    pub metrics: Arc<crate::metrics::Metrics>,
+}
+
+/// Run the EtcdBackup controller until `shutdown` resolves.
+pub async fn run(opts: Options, shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static) {
+    let (pods, pod_events) = job_pod_watch(&opts.client, &opts.scope, BACKUP_LABEL);
+    let ar = backup_ar();
+    let backups: Api<DynamicObject> = match &opts.scope.namespace {
+        Some(ns) => Api::namespaced_with(opts.client.clone(), ns, &ar),
+        None => Api::all_with(opts.client.clone(), &ar),
+    };
+    let reporter = Reporter { controller: crate::OPERATOR_NAME.into(), instance: opts.reporter_instance };
+    let ctx = Arc::new(JobContext {
+        recorder: Recorder::new(opts.client.clone(), reporter),
+        client: opts.client,
+        scope: opts.scope,
+        init_image: opts.init_image,
+        pods: pods.clone(),
+        metrics: opts.metrics,
+    });
+    let synced = pods.clone();
+    Controller::new_with(backups, watcher::Config::default(), ar)
+        .owns_stream_with(pod_events, ())
+        .graceful_shutdown_on(shutdown)
+        .run(
+            move |obj, ctx| {
+                let synced = synced.clone();
+                async move {
+                    // Results are read from pods in the cache: wait for its first full list.
+                    synced.wait_until_ready().await.ok();
+                    reconcile(obj, ctx).await
+                }
+            },
+            error_policy,
+            ctx,
+        )
+        .for_each(|item| async move {
+            if let Err(e) = item {
+                tracing::debug!(error = %e, "backup controller event");
+            }
+        })
+        .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use etcd_operator_api::backup::{BackupPolicy, BackupSource, S3Source};
+    use k8s_openapi::api::core::v1::{ContainerState, ContainerStateTerminated, ContainerStatus, PodStatus};
+
+    fn spec(interval: i64, max: i32) -> EtcdBackupSpec {
+        EtcdBackupSpec {
+            cluster_name: "ex".into(),
+            storage_type: "S3".into(),
+            backup_policy: Some(BackupPolicy {
+                backup_interval_in_second: interval,
+                max_backups: max,
+                timeout_in_second: 0,
+            }),
+            source: BackupSource {
+                s3: Some(S3Source { path: "b/k".into(), aws_secret: "aws".into(), ..Default::default() }),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    fn t(s: &str) -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339(s).unwrap().to_utc()
+    }
+
+    #[test]
+    fn cluster_name_means_its_client_service() {
+        let p = plan(&spec(0, 0), "ns").unwrap();
+        assert_eq!(p.endpoints, ["http://ex-client.ns.svc:2379"]);
+        assert_eq!(p.timeout_secs, DEFAULT_TIMEOUT_SECS);
+        assert!(p.interval.is_none());
+    }
+
+    #[test]
+    fn invalid_specs_say_why() {
+        let mut s = spec(0, 0);
+        s.etcd_endpoints = vec!["http://x:2379".into()];
+        assert!(plan(&s, "ns").unwrap_err().contains("not both"));
+        let mut s = spec(0, 0);
+        s.cluster_name.clear();
+        assert!(plan(&s, "ns").unwrap_err().contains("no cluster"));
+        assert!(plan(&spec(30, 2), "ns").unwrap_err().contains("shorter than the backup time limit"));
+        let mut s = spec(0, 0);
+        s.client_tls_secret = "tls".into();
+        assert!(plan(&s, "ns").unwrap_err().contains("clientTLSSecret"));
+        let mut s = spec(0, 0);
+        s.storage_type = "NFS".into();
+        assert!(plan(&s, "ns").unwrap_err().contains("NFS"));
+    }
+
+    #[test]
+    fn one_shot_runs_once_per_spec_and_retries_failures_with_backoff() {
+        let p = plan(&spec(0, 0), "ns").unwrap();
+        let now = t("2026-01-01T00:10:00Z");
+        let mut st = EtcdBackupStatus::default();
+        assert_eq!(next_due(&p, &st, 1, now), Some(now), "never attempted");
+        st.last_attempt_date = Some("2026-01-01T00:09:55Z".into());
+        st.observed_generation = 1;
+        st.succeeded = true;
+        assert_eq!(next_due(&p, &st, 1, now), None, "done");
+        assert_eq!(next_due(&p, &st, 2, now), Some(now), "a changed spec backs up again");
+        st.succeeded = false;
+        st.consecutive_failures = 1;
+        assert_eq!(next_due(&p, &st, 1, now), Some(t("2026-01-01T00:10:05Z")), "10 s after one failure");
+        st.consecutive_failures = 3;
+        assert_eq!(next_due(&p, &st, 1, now), Some(t("2026-01-01T00:10:35Z")), "40 s after three");
+        assert_eq!(retry_delay(20), Duration::from_secs(300), "capped at 5 min");
+    }
+
+    #[test]
+    fn periodic_backups_are_due_an_interval_after_the_last_attempt_even_a_failed_one() {
+        let p = plan(&spec(120, 2), "ns").unwrap();
+        let st = EtcdBackupStatus {
+            last_attempt_date: Some("2026-01-01T00:00:00Z".into()),
+            observed_generation: 1,
+            succeeded: false,
+            consecutive_failures: 4,
+            ..Default::default()
+        };
+        assert_eq!(next_due(&p, &st, 1, t("2026-01-01T00:01:00Z")), Some(t("2026-01-01T00:02:00Z")));
+    }
+
+    fn finished_pod(phase: &str, message: &str) -> Pod {
+        Pod {
+            status: Some(PodStatus {
+                phase: Some(phase.into()),
+                reason: Some("DeadlineExceeded".into()),
+                container_statuses: Some(vec![ContainerStatus {
+                    state: Some(ContainerState {
+                        terminated: Some(ContainerStateTerminated {
+                            message: Some(message.into()),
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn pod_results_come_from_the_termination_message() {
+        let ok = serde_json::to_string(&SaveReport::default()).unwrap();
+        assert_eq!(
+            pod_result::<SaveReport>(&finished_pod("Succeeded", &ok)),
+            PodResult::Succeeded(SaveReport::default())
+        );
+        assert_eq!(
+            pod_result::<SaveReport>(&finished_pod("Failed", "checksum mismatch: x\n")),
+            PodResult::Failed("checksum mismatch: x".into())
+        );
+        let r = pod_result::<SaveReport>(&finished_pod("Failed", ""));
+        assert!(matches!(r, PodResult::Failed(m) if m.contains("DeadlineExceeded")));
+        assert_eq!(pod_result::<SaveReport>(&finished_pod("Running", "")), PodResult::Running);
+    }
+
+    #[test]
+    fn a_failure_keeps_the_last_good_backup_in_status() {
+        let mut st = EtcdBackupStatus::default();
+        let mut r = SaveReport::default();
+        r.backup.path = "s3://b/k_v5".into();
+        r.backup.sha256 = "aa".into();
+        r.kept = vec![r.backup.clone()];
+        let (ty, reason, _) = record(&mut st, Ok(r));
+        assert_eq!((ty, reason), (EventType::Normal, "BackupSucceeded"));
+        let (ty, reason, note) = record(&mut st, Err("connection refused".into()));
+        assert_eq!((ty, reason, note.as_str()), (EventType::Warning, "BackupFailed", "connection refused"));
+        assert!(!st.succeeded);
+        assert_eq!((st.path.as_str(), st.sha256.as_str(), st.history.len()), ("s3://b/k_v5", "aa", 1));
+        assert_eq!(st.consecutive_failures, 1);
+    }
+}

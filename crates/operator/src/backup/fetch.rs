@@ -1,0 +1,224 @@
+//! Pod commands on the restore side:
+//! - `backup-verify`: stream a backup, compare its sha256 and size with its sidecar; the
+//!   operator creates nothing until this succeeded.
+//! - `restore-prepare` and `restore-finish`: the first and last init containers of a restored
+//!   member. Between them the member's own etcd image runs `etcdutl snapshot restore` into a
+//!   scratch directory. The pair is idempotent: when init containers run again on a pod whose
+//!   member already has data (a new pod sandbox on the same volume), the data is kept and the
+//!   scratch output discarded.
+
+use std::path::{Path as FsPath, PathBuf};
+
+use futures::StreamExt;
+use object_store::ObjectStoreExt;
+use sha2::{Digest, Sha256};
+use tokio::io::AsyncWriteExt;
+
+use super::location::{self, BackupMeta};
+use super::save::{StorageArgs, read_sidecar};
+use super::store;
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct VerifyArgs {
+    #[command(flatten)]
+    pub storage: StorageArgs,
+}
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct PrepareArgs {
+    #[command(flatten)]
+    pub storage: StorageArgs,
+    /// The sha256 the backup must have (verified by the operator's verify pod already; checked
+    /// again here on the bytes actually restored).
+    #[arg(long)]
+    pub sha256: String,
+    /// etcd's data directory.
+    #[arg(long)]
+    pub data_dir: PathBuf,
+    /// Scratch directory on the same volume.
+    #[arg(long)]
+    pub work_dir: PathBuf,
+}
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct FinishArgs {
+    #[arg(long)]
+    pub data_dir: PathBuf,
+    #[arg(long)]
+    pub work_dir: PathBuf,
+}
+
+/// File the etcd image restores from, inside the work directory.
+pub const SNAPSHOT_FILE: &str = "snapshot.db";
+/// Directory the etcd image restores into, inside the work directory.
+pub const RESTORED_DIR: &str = "data";
+
+/// Download `key` to `sink` (if any), returning its sha256 and size.
+async fn stream_hash(
+    store: &dyn object_store::ObjectStore,
+    loc: &location::Location,
+    mut sink: Option<&mut tokio::fs::File>,
+) -> Result<(String, i64), String> {
+    let path = object_store::path::Path::parse(&loc.key).map_err(|e| e.to_string())?;
+    let got = match store.get(&path).await {
+        Ok(g) => g,
+        Err(object_store::Error::NotFound { .. }) => return Err(format!("backup {} not found", loc.url())),
+        Err(e) => return Err(format!("read backup {}: {e}", loc.url())),
+    };
+    let mut hasher = Sha256::new();
+    let mut size = 0i64;
+    let mut body = got.into_stream();
+    while let Some(chunk) = body.next().await {
+        let chunk = chunk.map_err(|e| format!("read backup {}: {e}", loc.url()))?;
+        hasher.update(&chunk);
+        size += chunk.len() as i64;
+        if let Some(f) = sink.as_deref_mut() {
+            f.write_all(&chunk).await.map_err(|e| format!("write snapshot file: {e}"))?;
+        }
+    }
+    Ok((hex::encode(hasher.finalize()), size))
+}
+
+pub async fn verify(args: VerifyArgs) -> Result<BackupMeta, String> {
+    let loc = args.storage.location()?;
+    let (store, _) = store::open(&loc, &args.storage.credentials_dir, &args.storage.s3())?;
+    let meta = read_sidecar(&*store, &loc.key).await.ok_or_else(|| {
+        format!(
+            "backup {} has no readable checksum sidecar {}: refusing a backup that cannot be verified",
+            loc.url(),
+            location::sidecar_key(&loc.key)
+        )
+    })?;
+    let (sha, size) = stream_hash(&*store, &loc, None).await?;
+    if sha != meta.sha256 {
+        return Err(format!(
+            "checksum mismatch: backup {} has sha256 {sha} ({size} bytes), its sidecar records {} ({} bytes)",
+            loc.url(),
+            meta.sha256,
+            meta.size
+        ));
+    }
+    if size != meta.size {
+        return Err(format!("size mismatch: backup {} has {size} bytes, its sidecar records {}", loc.url(), meta.size));
+    }
+    Ok(meta)
+}
+
+fn has_member_data(data_dir: &FsPath) -> bool {
+    data_dir.join("member").is_dir()
+}
+
+pub async fn prepare(args: PrepareArgs) -> Result<String, String> {
+    let work = &args.work_dir;
+    let snapshot = work.join(SNAPSHOT_FILE);
+    let restored = work.join(RESTORED_DIR);
+    if restored.exists() {
+        std::fs::remove_dir_all(&restored).map_err(|e| format!("clear {}: {e}", restored.display()))?;
+    }
+    std::fs::create_dir_all(work).map_err(|e| format!("create {}: {e}", work.display()))?;
+    if has_member_data(&args.data_dir) {
+        // Restored before: the restore step runs again regardless, so give it a valid
+        // database (this member's own) and let restore-finish discard its output.
+        let db = args.data_dir.join("member/snap/db");
+        std::fs::copy(&db, &snapshot).map_err(|e| format!("copy {}: {e}", db.display()))?;
+        return Ok(format!("{} already holds this member's data; kept", args.data_dir.display()));
+    }
+    let loc = args.storage.location()?;
+    let (store, _) = store::open(&loc, &args.storage.credentials_dir, &args.storage.s3())?;
+    let part = work.join(format!("{SNAPSHOT_FILE}.part"));
+    let mut file = tokio::fs::File::create(&part).await.map_err(|e| format!("create {}: {e}", part.display()))?;
+    let (sha, size) = stream_hash(&*store, &loc, Some(&mut file)).await?;
+    file.sync_all().await.map_err(|e| format!("sync {}: {e}", part.display()))?;
+    drop(file);
+    if sha != args.sha256 {
+        let _ = std::fs::remove_file(&part);
+        return Err(format!(
+            "checksum mismatch: backup {} has sha256 {sha}, the restore expects {}; nothing restored",
+            loc.url(),
+            args.sha256
+        ));
+    }
+    std::fs::rename(&part, &snapshot).map_err(|e| format!("rename {}: {e}", part.display()))?;
+    Ok(format!("fetched {} ({size} bytes, sha256 {sha})", loc.url()))
+}
+
+pub fn finish(args: FinishArgs) -> Result<String, String> {
+    let work = &args.work_dir;
+    let restored = work.join(RESTORED_DIR);
+    let msg = if has_member_data(&args.data_dir) {
+        format!("{} already holds this member's data; discarded the restore output", args.data_dir.display())
+    } else {
+        if !has_member_data(&restored) {
+            return Err(format!("{} holds no restored member data", restored.display()));
+        }
+        if args.data_dir.exists() {
+            // A data directory without member data: an interrupted earlier attempt.
+            std::fs::remove_dir_all(&args.data_dir).map_err(|e| format!("clear {}: {e}", args.data_dir.display()))?;
+        }
+        std::fs::rename(&restored, &args.data_dir)
+            .map_err(|e| format!("move {} to {}: {e}", restored.display(), args.data_dir.display()))?;
+        format!("restored data moved to {}", args.data_dir.display())
+    };
+    std::fs::remove_dir_all(work).map_err(|e| format!("clear {}: {e}", work.display()))?;
+    Ok(msg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tmp(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("eo-fetch-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[test]
+    fn finish_moves_restored_data_into_place_once() {
+        let root = tmp("finish");
+        let (data, work) = (root.join("data"), root.join("restore"));
+        std::fs::create_dir_all(work.join("data/member/snap")).unwrap();
+        std::fs::write(work.join("data/member/snap/db"), b"restored").unwrap();
+        finish(FinishArgs { data_dir: data.clone(), work_dir: work.clone() }).unwrap();
+        assert_eq!(std::fs::read(data.join("member/snap/db")).unwrap(), b"restored");
+        assert!(!work.exists());
+
+        // Init containers run again: new restore output never replaces the member's data.
+        std::fs::create_dir_all(work.join("data/member/snap")).unwrap();
+        std::fs::write(work.join("data/member/snap/db"), b"older").unwrap();
+        let msg = finish(FinishArgs { data_dir: data.clone(), work_dir: work.clone() }).unwrap();
+        assert!(msg.contains("discarded"), "{msg}");
+        assert_eq!(std::fs::read(data.join("member/snap/db")).unwrap(), b"restored");
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn finish_without_restore_output_fails() {
+        let root = tmp("empty");
+        let err = finish(FinishArgs { data_dir: root.join("data"), work_dir: root.join("restore") }).unwrap_err();
+        assert!(err.contains("no restored member data"), "{err}");
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[tokio::test]
+    async fn prepare_on_a_member_with_data_offers_its_own_db() {
+        let root = tmp("prepare");
+        let (data, work) = (root.join("data"), root.join("restore"));
+        std::fs::create_dir_all(data.join("member/snap")).unwrap();
+        std::fs::write(data.join("member/snap/db"), b"mine").unwrap();
+        let storage = StorageArgs {
+            storage_type: "S3".into(),
+            bucket: "unreachable".into(),
+            key: "k".into(),
+            s3_endpoint: "http://127.0.0.1:1".into(),
+            s3_force_path_style: true,
+            credentials_dir: root.join("no-creds"),
+        };
+        let msg =
+            prepare(PrepareArgs { storage, sha256: "x".into(), data_dir: data, work_dir: work.clone() }).await.unwrap();
+        assert!(msg.contains("kept"), "{msg}");
+        assert_eq!(std::fs::read(work.join(SNAPSHOT_FILE)).unwrap(), b"mine");
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+}

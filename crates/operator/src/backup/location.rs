@@ -1,0 +1,230 @@
+//! Where a backup lives: the storage kind, the bucket (S3, GCS) or container (ABS), and the
+//! object key; names of periodic backups and of the checksum sidecar; which backups retention
+//! deletes. Pure: no I/O.
+
+use etcd_operator_api::backup::{BackupSource, STORAGE_ABS, STORAGE_GCS, STORAGE_PVC, STORAGE_S3};
+use serde::{Deserialize, Serialize};
+
+/// Suffix of the sidecar object next to every backup: its sha256, size and origin.
+pub const SIDECAR_SUFFIX: &str = ".meta.json";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    S3,
+    Abs,
+    Gcs,
+    Pvc,
+}
+
+impl Kind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::S3 => STORAGE_S3,
+            Kind::Abs => STORAGE_ABS,
+            Kind::Gcs => STORAGE_GCS,
+            Kind::Pvc => STORAGE_PVC,
+        }
+    }
+
+    pub fn parse(s: &str) -> Result<Kind, String> {
+        match s {
+            STORAGE_S3 => Ok(Kind::S3),
+            STORAGE_ABS => Ok(Kind::Abs),
+            STORAGE_GCS => Ok(Kind::Gcs),
+            STORAGE_PVC => Ok(Kind::Pvc),
+            "" => Err("storage type is empty: use S3, ABS, GCS or PVC".into()),
+            other => Err(format!("storage type {other:?} is not supported: use S3, ABS, GCS or PVC")),
+        }
+    }
+}
+
+/// One backup object (or, for periodic backups, the base name of a series).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Location {
+    pub kind: Kind,
+    /// Bucket (S3, GCS), container (ABS) or claim name (PVC).
+    pub bucket: String,
+    /// Object key inside the bucket, or file path inside the volume.
+    pub key: String,
+}
+
+impl Location {
+    /// The location a spec names, or why it names none.
+    pub fn of(storage_type: &str, source: &BackupSource) -> Result<Location, String> {
+        let kind = Kind::parse(storage_type)?;
+        let (bucket, key) = match kind {
+            Kind::S3 => split_path("s3", source.s3.as_ref().map(|s| s.path.as_str()))?,
+            Kind::Abs => split_path("abs", source.abs.as_ref().map(|s| s.path.as_str()))?,
+            Kind::Gcs => split_path("gcs", source.gcs.as_ref().map(|s| s.path.as_str()))?,
+            Kind::Pvc => {
+                let p = source.pvc.as_ref().ok_or("storageType PVC needs a pvc block (claimName, path)")?;
+                if p.claim_name.is_empty() {
+                    return Err("pvc.claimName is empty".into());
+                }
+                let key = if p.path.is_empty() { "etcd.backup".to_string() } else { p.path.clone() };
+                check_key("pvc.path", &key)?;
+                (p.claim_name.clone(), key)
+            }
+        };
+        Ok(Location { kind, bucket, key })
+    }
+
+    /// Human form for status and Events: `s3://bucket/key`, `pvc://claim/path`.
+    pub fn url(&self) -> String {
+        let scheme = match self.kind {
+            Kind::S3 => "s3",
+            Kind::Abs => "abs",
+            Kind::Gcs => "gs",
+            Kind::Pvc => "pvc",
+        };
+        format!("{scheme}://{}/{}", self.bucket, self.key)
+    }
+
+    pub fn with_key(&self, key: String) -> Location {
+        Location { key, ..self.clone() }
+    }
+}
+
+fn split_path(block: &str, path: Option<&str>) -> Result<(String, String), String> {
+    let path = path.ok_or_else(|| format!("storage type needs a {block} block with a path"))?;
+    let (bucket, key) = path
+        .trim_start_matches('/')
+        .split_once('/')
+        .ok_or_else(|| format!("{block}.path {path:?} must be <bucket>/<key>"))?;
+    if bucket.is_empty() || key.is_empty() {
+        return Err(format!("{block}.path {path:?} must be <bucket>/<key>"));
+    }
+    check_key(&format!("{block}.path"), key)?;
+    Ok((bucket.to_string(), key.to_string()))
+}
+
+fn check_key(what: &str, key: &str) -> Result<(), String> {
+    if key.starts_with('/') || key.ends_with('/') || key.split('/').any(|p| p.is_empty() || p == "." || p == "..") {
+        return Err(format!("{what} {key:?} must be a relative path without empty, '.' or '..' parts"));
+    }
+    if key.ends_with(SIDECAR_SUFFIX) {
+        return Err(format!("{what} {key:?} must not end in {SIDECAR_SUFFIX} (the checksum sidecars' suffix)"));
+    }
+    Ok(())
+}
+
+/// Key of a periodic backup: the base key, the revision and the UTC time, as in CoreOS
+/// (`<key>_v<revision>_<date>`), with a time format that sorts and has no colons.
+pub fn periodic_key(base: &str, revision: i64, time: chrono::DateTime<chrono::Utc>) -> String {
+    format!("{base}_v{revision}_{}", time.format("%Y-%m-%d-%H%M%S"))
+}
+
+/// The sidecar key of a backup key.
+pub fn sidecar_key(key: &str) -> String {
+    format!("{key}{SIDECAR_SUFFIX}")
+}
+
+/// If `key` is a periodic backup of `base`: its (time, revision), for ordering.
+pub fn parse_periodic(base: &str, key: &str) -> Option<(String, i64)> {
+    let rest = key.strip_prefix(base)?.strip_prefix("_v")?;
+    let (rev, time) = rest.split_once('_')?;
+    let rev: i64 = rev.parse().ok()?;
+    let ok = time.len() == 17
+        && time.char_indices().all(|(i, c)| if matches!(i, 4 | 7 | 10) { c == '-' } else { c.is_ascii_digit() });
+    ok.then(|| (time.to_string(), rev))
+}
+
+/// Retention: of the periodic backups of `base` among `keys` (sidecars and other objects are
+/// ignored), the keys to delete so that the `max` newest remain. `max <= 0` keeps everything.
+/// Only called after a backup succeeded, so the newest is always a good one.
+pub fn to_delete(base: &str, keys: &[String], max: i32) -> Vec<String> {
+    if max <= 0 {
+        return Vec::new();
+    }
+    let mut series: Vec<((String, i64), &String)> =
+        keys.iter().filter_map(|k| parse_periodic(base, k).map(|t| (t, k))).collect();
+    series.sort_by(|a, b| b.0.cmp(&a.0));
+    series.into_iter().skip(max as usize).map(|(_, k)| k.clone()).collect()
+}
+
+/// What the sidecar holds, and what a backup pod reports in its termination message.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BackupMeta {
+    /// `s3://bucket/key` etc.
+    pub path: String,
+    pub sha256: String,
+    pub size: i64,
+    pub etcd_version: String,
+    pub etcd_revision: i64,
+    /// The member the snapshot came from.
+    pub member: String,
+    /// RFC 3339.
+    pub time: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use etcd_operator_api::backup::{PvcSource, S3Source};
+
+    fn s3(path: &str) -> BackupSource {
+        BackupSource { s3: Some(S3Source { path: path.into(), ..Default::default() }), ..Default::default() }
+    }
+
+    #[test]
+    fn s3_path_is_bucket_and_key() {
+        let l = Location::of("S3", &s3("bucket/dir/etcd.backup")).unwrap();
+        assert_eq!((l.kind, l.bucket.as_str(), l.key.as_str()), (Kind::S3, "bucket", "dir/etcd.backup"));
+        assert_eq!(l.url(), "s3://bucket/dir/etcd.backup");
+    }
+
+    #[test]
+    fn bad_locations_are_refused_with_the_field_named() {
+        assert!(Location::of("S3", &s3("bucket")).unwrap_err().contains("s3.path"));
+        assert!(Location::of("S3", &s3("bucket/a/../b")).unwrap_err().contains("'..'"));
+        assert!(Location::of("S3", &BackupSource::default()).unwrap_err().contains("s3 block"));
+        assert!(Location::of("S3", &s3("b/x.meta.json")).unwrap_err().contains("sidecar"));
+        assert!(Location::of("FTP", &s3("b/k")).unwrap_err().contains("\"FTP\" is not supported"));
+        assert!(Location::of("", &s3("b/k")).unwrap_err().contains("empty"));
+        let pvc =
+            BackupSource { pvc: Some(PvcSource { claim_name: "".into(), path: "x".into() }), ..Default::default() };
+        assert!(Location::of("PVC", &pvc).unwrap_err().contains("claimName"));
+    }
+
+    #[test]
+    fn pvc_path_defaults_to_etcd_backup() {
+        let pvc = BackupSource {
+            pvc: Some(PvcSource { claim_name: "backups".into(), path: "".into() }),
+            ..Default::default()
+        };
+        let l = Location::of("PVC", &pvc).unwrap();
+        assert_eq!(l.url(), "pvc://backups/etcd.backup");
+    }
+
+    #[test]
+    fn periodic_keys_round_trip_and_sort_by_time() {
+        let t = chrono::DateTime::parse_from_rfc3339("2026-11-22T10:04:05Z").unwrap().to_utc();
+        let k = periodic_key("dir/etcd", 42, t);
+        assert_eq!(k, "dir/etcd_v42_2026-11-22-100405");
+        assert_eq!(parse_periodic("dir/etcd", &k), Some(("2026-11-22-100405".into(), 42)));
+        assert_eq!(parse_periodic("dir/etcd", &sidecar_key(&k)), None, "sidecars are not backups");
+        assert_eq!(parse_periodic("dir/etc", &k), None, "another series' prefix");
+        assert_eq!(parse_periodic("dir/etcd", "dir/etcd"), None, "the one-shot object");
+    }
+
+    #[test]
+    fn retention_keeps_the_newest_and_ignores_others() {
+        let keys: Vec<String> = [
+            "e_v10_2026-01-01-000000",
+            "e_v10_2026-01-01-000000.meta.json",
+            "e_v30_2026-01-03-000000",
+            "e_v20_2026-01-02-000000",
+            "e_v40_2026-01-04-000000",
+            "e",
+            "other_v1_2020-01-01-000000",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        assert_eq!(to_delete("e", &keys, 2), ["e_v20_2026-01-02-000000", "e_v10_2026-01-01-000000"]);
+        assert_eq!(to_delete("e", &keys, 4), Vec::<String>::new());
+        assert_eq!(to_delete("e", &keys, 0), Vec::<String>::new(), "0 keeps all");
+        assert_eq!(to_delete("e", &keys, 1).len(), 3);
+    }
+}

@@ -1,0 +1,374 @@
+//! Pure builders of the pods that move backup data: the backup pod (`backup-save`), the restore
+//! verify pod (`backup-verify`), and the init containers that restore a member from a backup.
+//! All run the operator's own image; the restore step itself runs the member's etcd image.
+
+use std::collections::BTreeMap;
+
+use etcd_operator_api::backup::BackupSource;
+use k8s_openapi::api::core::v1::{
+    Capabilities, Container, EnvVar, PersistentVolumeClaimVolumeSource, Pod, PodSecurityContext, PodSpec,
+    SecretVolumeSource, SecurityContext, Volume, VolumeMount,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+
+use super::fetch::{RESTORED_DIR, SNAPSHOT_FILE};
+use super::location::{Kind, Location};
+use super::store::{CREDENTIALS_MOUNT, PVC_MOUNT};
+use crate::version::Version;
+
+/// Label on backup pods: the EtcdBackup they belong to.
+pub const BACKUP_LABEL: &str = "etcd_backup";
+/// Label on verify pods: the EtcdRestore they belong to.
+pub const RESTORE_LABEL: &str = "etcd_restore";
+/// Scratch directory of a member restore, on the member's data volume.
+pub const RESTORE_WORK_DIR: &str = "/var/etcd/restore";
+const NONROOT: i64 = 65532;
+
+/// The Secret holding credentials for `kind`, if the spec names one.
+pub fn credentials_secret(kind: Kind, source: &BackupSource) -> Option<String> {
+    let s = match kind {
+        Kind::S3 => source.s3.as_ref().map(|s| s.aws_secret.clone()),
+        Kind::Abs => source.abs.as_ref().map(|s| s.abs_secret.clone()),
+        Kind::Gcs => source.gcs.as_ref().map(|s| s.gcp_secret.clone()),
+        Kind::Pvc => None,
+    };
+    s.filter(|s| !s.is_empty())
+}
+
+/// `--storage-type … --bucket … --key …` for the pod commands.
+pub fn storage_args(loc: &Location, source: &BackupSource) -> Vec<String> {
+    let mut a = vec![
+        format!("--storage-type={}", loc.kind.as_str()),
+        format!("--bucket={}", loc.bucket),
+        format!("--key={}", loc.key),
+    ];
+    if let (Kind::S3, Some(s3)) = (loc.kind, source.s3.as_ref()) {
+        if !s3.endpoint.is_empty() {
+            a.push(format!("--s3-endpoint={}", s3.endpoint));
+        }
+        if s3.force_path_style {
+            a.push("--s3-force-path-style".into());
+        }
+    }
+    a
+}
+
+/// Volumes and mounts that give a pod access to `loc`: the credentials Secret, or the claim.
+pub fn storage_volumes(loc: &Location, source: &BackupSource, read_only: bool) -> (Vec<Volume>, Vec<VolumeMount>) {
+    let mut volumes = Vec::new();
+    let mut mounts = Vec::new();
+    if let Some(secret) = credentials_secret(loc.kind, source) {
+        volumes.push(Volume {
+            name: "backup-credentials".into(),
+            secret: Some(SecretVolumeSource { secret_name: Some(secret), ..Default::default() }),
+            ..Default::default()
+        });
+        mounts.push(VolumeMount {
+            name: "backup-credentials".into(),
+            mount_path: CREDENTIALS_MOUNT.into(),
+            read_only: Some(true),
+            ..Default::default()
+        });
+    }
+    if loc.kind == Kind::Pvc {
+        volumes.push(Volume {
+            name: "backup-volume".into(),
+            persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                claim_name: loc.bucket.clone(),
+                read_only: Some(read_only),
+            }),
+            ..Default::default()
+        });
+        mounts.push(VolumeMount {
+            name: "backup-volume".into(),
+            mount_path: PVC_MOUNT.into(),
+            read_only: Some(read_only),
+            ..Default::default()
+        });
+    }
+    (volumes, mounts)
+}
+
+fn locked_down(user: Option<i64>) -> SecurityContext {
+    SecurityContext {
+        run_as_user: user,
+        run_as_non_root: user.map(|u| u != 0),
+        read_only_root_filesystem: Some(true),
+        allow_privilege_escalation: Some(false),
+        capabilities: Some(Capabilities { drop: Some(vec!["ALL".into()]), ..Default::default() }),
+        ..Default::default()
+    }
+}
+
+/// What a one-container job pod needs.
+pub struct JobPod<'a> {
+    pub name: String,
+    pub namespace: String,
+    pub labels: BTreeMap<String, String>,
+    pub owner: OwnerReference,
+    pub image: &'a str,
+    pub command: Vec<String>,
+    pub loc: &'a Location,
+    pub source: &'a BackupSource,
+    pub deadline_secs: i64,
+    /// The volume is written (backup) rather than read (verify).
+    pub writes: bool,
+}
+
+/// A pod that runs one operator command to completion and reports through its termination
+/// message. It runs as a non-root user, except on a PVC destination: the volume's owner is
+/// unknown (hostPath-provisioned directories are root's), so it runs as root there, still
+/// with every capability dropped and a read-only root filesystem.
+pub fn job_pod(j: JobPod) -> Pod {
+    let (volumes, mounts) = storage_volumes(j.loc, j.source, !j.writes);
+    let user = if j.loc.kind == Kind::Pvc { 0 } else { NONROOT };
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(j.name),
+            namespace: Some(j.namespace),
+            labels: Some(j.labels),
+            owner_references: Some(vec![j.owner]),
+            ..Default::default()
+        },
+        spec: Some(PodSpec {
+            restart_policy: Some("Never".into()),
+            active_deadline_seconds: Some(j.deadline_secs),
+            automount_service_account_token: Some(false),
+            enable_service_links: Some(false),
+            security_context: Some(PodSecurityContext {
+                seccomp_profile: Some(k8s_openapi::api::core::v1::SeccompProfile {
+                    type_: "RuntimeDefault".into(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            containers: vec![Container {
+                name: "backup".into(),
+                image: Some(j.image.into()),
+                image_pull_policy: Some("IfNotPresent".into()),
+                command: Some(j.command),
+                volume_mounts: (!mounts.is_empty()).then_some(mounts),
+                termination_message_policy: Some("FallbackToLogsOnError".into()),
+                security_context: Some(locked_down(Some(user))),
+                ..Default::default()
+            }],
+            volumes: (!volumes.is_empty()).then_some(volumes),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// The etcd flags a restore repeats from the member's command line: its name, the initial
+/// cluster and token, and its peer URL.
+fn restore_flags(etcd_command: &[String]) -> Vec<String> {
+    const KEEP: [&str; 4] =
+        ["--name=", "--initial-cluster=", "--initial-cluster-token=", "--initial-advertise-peer-urls="];
+    etcd_command.iter().filter(|a| KEEP.iter().any(|k| a.starts_with(k))).cloned().collect()
+}
+
+/// Init containers (and the volumes they add) that restore a bootstrap member from a verified
+/// backup before etcd starts: fetch and check the sha256 (operator image), `snapshot restore`
+/// (the member's etcd image: `etcdutl` from 3.5, `etcdctl` before), move the result into
+/// place (operator image). They run as the etcd container's user (root unless the pod's
+/// security context says otherwise) so that etcd owns its files.
+#[allow(clippy::too_many_arguments)]
+pub fn restore_init_containers(
+    loc: &Location,
+    source: &BackupSource,
+    sha256: &str,
+    init_image: &str,
+    etcd_image: &str,
+    version: &Version,
+    etcd_command: &[String],
+    data_mount: &VolumeMount,
+    data_dir: &str,
+    pod_security: Option<&PodSecurityContext>,
+) -> (Vec<Container>, Vec<Volume>) {
+    let (volumes, mut mounts) = storage_volumes(loc, source, true);
+    mounts.insert(0, data_mount.clone());
+    let user = if pod_security.and_then(|s| s.run_as_user).is_some() { None } else { Some(0) };
+    let snapshot = format!("{RESTORE_WORK_DIR}/{SNAPSHOT_FILE}");
+    let mut prepare = vec![crate::OPERATOR_NAME.to_string(), "restore-prepare".into()];
+    prepare.extend(storage_args(loc, source));
+    prepare.extend([
+        format!("--sha256={sha256}"),
+        format!("--data-dir={data_dir}"),
+        format!("--work-dir={RESTORE_WORK_DIR}"),
+    ]);
+    let (tool, env) = if version.minor_line() >= (3, 5) {
+        ("/usr/local/bin/etcdutl", None)
+    } else {
+        (
+            "/usr/local/bin/etcdctl",
+            Some(vec![EnvVar { name: "ETCDCTL_API".into(), value: Some("3".into()), ..Default::default() }]),
+        )
+    };
+    let mut restore = vec![
+        tool.to_string(),
+        "snapshot".into(),
+        "restore".into(),
+        snapshot,
+        // The sha256 of the whole backup was checked by restore-prepare; a database copied
+        // from the member itself (init containers running again) carries no etcd hash.
+        "--skip-hash-check".into(),
+        format!("--data-dir={RESTORE_WORK_DIR}/{RESTORED_DIR}"),
+    ];
+    restore.extend(restore_flags(etcd_command));
+    let finish = vec![
+        crate::OPERATOR_NAME.to_string(),
+        "restore-finish".into(),
+        format!("--data-dir={data_dir}"),
+        format!("--work-dir={RESTORE_WORK_DIR}"),
+    ];
+    let container = |name: &str, image: &str, command: Vec<String>, mounts: Vec<VolumeMount>| Container {
+        name: name.into(),
+        image: Some(image.into()),
+        image_pull_policy: Some("IfNotPresent".into()),
+        command: Some(command),
+        volume_mounts: Some(mounts),
+        termination_message_policy: Some("FallbackToLogsOnError".into()),
+        security_context: Some(locked_down(user)),
+        ..Default::default()
+    };
+    let mut etcd_restore = container("restore-snapshot", etcd_image, restore, vec![data_mount.clone()]);
+    etcd_restore.env = env;
+    (
+        vec![
+            container("restore-fetch", init_image, prepare, mounts),
+            etcd_restore,
+            container("restore-finish", init_image, finish, vec![data_mount.clone()]),
+        ],
+        volumes,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use etcd_operator_api::backup::{PvcSource, S3Source};
+
+    fn s3() -> (Location, BackupSource) {
+        let source = BackupSource {
+            s3: Some(S3Source {
+                path: "b/k".into(),
+                aws_secret: "aws".into(),
+                endpoint: "http://10.0.0.1:5000".into(),
+                force_path_style: true,
+            }),
+            ..Default::default()
+        };
+        (Location::of("S3", &source).unwrap(), source)
+    }
+
+    fn data_mount() -> VolumeMount {
+        VolumeMount { name: "etcd-data".into(), mount_path: "/var/etcd".into(), ..Default::default() }
+    }
+
+    #[test]
+    fn s3_args_carry_endpoint_and_path_style_and_mount_the_secret() {
+        let (loc, source) = s3();
+        assert_eq!(
+            storage_args(&loc, &source),
+            [
+                "--storage-type=S3",
+                "--bucket=b",
+                "--key=k",
+                "--s3-endpoint=http://10.0.0.1:5000",
+                "--s3-force-path-style"
+            ]
+        );
+        let (v, m) = storage_volumes(&loc, &source, true);
+        assert_eq!(v[0].secret.as_ref().unwrap().secret_name.as_deref(), Some("aws"));
+        assert_eq!(m[0].mount_path, CREDENTIALS_MOUNT);
+    }
+
+    #[test]
+    fn restore_runs_fetch_then_the_etcd_tool_then_finish_with_the_members_flags() {
+        let (loc, source) = s3();
+        let cmd: Vec<String> = [
+            "/usr/local/bin/etcd",
+            "--name=ex-a",
+            "--data-dir=/var/etcd/data",
+            "--initial-cluster=ex-a=http://ex-a.ex.ns.svc:2380",
+            "--initial-cluster-state=new",
+            "--initial-cluster-token=uid",
+            "--initial-advertise-peer-urls=http://ex-a.ex.ns.svc:2380",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let v35 = Version::parse("3.5.1").unwrap();
+        let (c, vols) = restore_init_containers(
+            &loc,
+            &source,
+            "abc",
+            "op:1",
+            "etcd:v3.5.1",
+            &v35,
+            &cmd,
+            &data_mount(),
+            "/var/etcd/data",
+            None,
+        );
+        let names: Vec<&str> = c.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["restore-fetch", "restore-snapshot", "restore-finish"]);
+        let fetch = c[0].command.as_ref().unwrap();
+        assert!(fetch.contains(&"--sha256=abc".to_string()));
+        let restore = c[1].command.as_ref().unwrap();
+        assert_eq!(restore[0], "/usr/local/bin/etcdutl");
+        assert!(restore.contains(&"--name=ex-a".to_string()));
+        assert!(restore.contains(&"--initial-cluster-token=uid".to_string()));
+        assert!(!restore.iter().any(|a| a.starts_with("--initial-cluster-state")), "{restore:?}");
+        assert_eq!(c[1].image.as_deref(), Some("etcd:v3.5.1"));
+        assert_eq!(vols.len(), 1, "the credentials Secret");
+        assert_eq!(c[0].security_context.as_ref().unwrap().run_as_user, Some(0), "etcd's user: root");
+
+        let v34 = Version::parse("3.4.23").unwrap();
+        let sc = PodSecurityContext { run_as_user: Some(1000), ..Default::default() };
+        let (c, _) = restore_init_containers(
+            &loc,
+            &source,
+            "abc",
+            "op:1",
+            "etcd:v3.4.23",
+            &v34,
+            &cmd,
+            &data_mount(),
+            "/var/etcd/data",
+            Some(&sc),
+        );
+        assert_eq!(c[1].command.as_ref().unwrap()[0], "/usr/local/bin/etcdctl");
+        assert_eq!(c[1].env.as_ref().unwrap()[0].value.as_deref(), Some("3"));
+        assert_eq!(c[0].security_context.as_ref().unwrap().run_as_user, None, "the pod's user applies");
+    }
+
+    #[test]
+    fn pvc_job_pods_mount_the_claim_and_run_as_root_without_capabilities() {
+        let source = BackupSource {
+            pvc: Some(PvcSource { claim_name: "backups".into(), path: "e.db".into() }),
+            ..Default::default()
+        };
+        let loc = Location::of("PVC", &source).unwrap();
+        let p = job_pod(JobPod {
+            name: "b-1".into(),
+            namespace: "ns".into(),
+            labels: BTreeMap::new(),
+            owner: OwnerReference::default(),
+            image: "op:1",
+            command: vec!["etcd-operator".into()],
+            loc: &loc,
+            source: &source,
+            deadline_secs: 90,
+            writes: true,
+        });
+        let spec = p.spec.unwrap();
+        assert_eq!(spec.restart_policy.as_deref(), Some("Never"));
+        let vol = spec.volumes.unwrap()[0].persistent_volume_claim.clone().unwrap();
+        assert_eq!((vol.claim_name.as_str(), vol.read_only), ("backups", Some(false)));
+        let sc = spec.containers[0].security_context.clone().unwrap();
+        assert_eq!(sc.run_as_user, Some(0));
+        assert_eq!(sc.capabilities.unwrap().drop.unwrap(), ["ALL"]);
+        assert_eq!(sc.read_only_root_filesystem, Some(true));
+    }
+}

@@ -1,0 +1,414 @@
+//! The EtcdRestore controller: verify the backup's checksum in a pod, then create the named
+//! EtcdCluster with `spec.restore` set, so that the cluster controller starts every bootstrap
+//! member from that same backup; report success once the cluster is up.
+//!
+//! Never destructive: an existing EtcdCluster of that name (one this restore did not create)
+//! is not replaced; the restore waits, saying so, until it is gone. Nothing is created from a
+//! backup whose checksum does not match, or that has no checksum.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use etcd_operator_api::backup::RestoreFrom;
+use etcd_operator_api::restore::{EtcdRestore, EtcdRestoreSpec, EtcdRestoreStatus};
+use etcd_operator_api::{EtcdCluster, EtcdClusterSpec, EtcdClusterStatus, SCOPE_ANNOTATION};
+use futures::StreamExt;
+use kube::api::{Api, ApiResource, DynamicObject, PostParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{EventType, Reporter};
+use kube::runtime::watcher;
+use kube::{Resource, ResourceExt};
+
+use super::controller::{
+    DEFAULT_TIMEOUT_SECS, Error, JobContext, Options, PodResult, create_pod, delete_pod, job_pod_watch, job_pods,
+    patch_status, pod_result, publish,
+};
+use super::location::{BackupMeta, Location};
+use super::pods::{self, JobPod, RESTORE_LABEL};
+use crate::version::Version;
+
+/// Annotation on an EtcdCluster created by a restore: the EtcdRestore's UID.
+pub const RESTORED_BY_ANNOTATION: &str = "etcd.database.coreos.com/restored-by";
+/// Annotation on an EtcdCluster created by a restore: the backup it came from.
+pub const RESTORED_FROM_ANNOTATION: &str = "etcd.database.coreos.com/restored-from";
+/// Members of a restored cluster when the EtcdRestore gives no spec.
+pub const DEFAULT_SIZE: i32 = 3;
+
+pub const PHASE_VERIFYING: &str = "Verifying";
+pub const PHASE_RESTORING: &str = "Restoring";
+pub const PHASE_RESTORED: &str = "Restored";
+pub const PHASE_FAILED: &str = "Failed";
+/// An EtcdCluster of the name exists: the restore waits for it to be deleted.
+pub const PHASE_WAITING: &str = "WaitingForCluster";
+
+/// A checked EtcdRestore spec.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RestorePlan {
+    pub location: Location,
+    pub cluster: String,
+}
+
+pub fn plan(spec: &EtcdRestoreSpec) -> Result<RestorePlan, String> {
+    let location = Location::of(&spec.backup_storage_type, &spec.source)?;
+    let cluster = spec.etcd_cluster.name.clone();
+    if cluster.is_empty() {
+        return Err("etcdCluster.name is empty".into());
+    }
+    if let Some(s) = &spec.etcd_cluster.spec {
+        if s.restore.is_some() {
+            return Err("etcdCluster.spec.restore is set by the operator; leave it out".into());
+        }
+        crate::validation::validate(&cluster, s).map_err(|e| format!("etcdCluster.spec: {}", e.join("; ")))?;
+    } else {
+        crate::validation::validate(&cluster, &EtcdClusterSpec { size: DEFAULT_SIZE, ..Default::default() })
+            .map_err(|e| format!("etcdCluster.name: {}", e.join("; ")))?;
+    }
+    Ok(RestorePlan { location, cluster })
+}
+
+/// The spec of the cluster to create: the restore's, or 3 members of the backup's version;
+/// never older than the etcd that took the backup.
+pub fn cluster_spec(spec: &EtcdRestoreSpec, meta: &BackupMeta, sha256: &str) -> Result<EtcdClusterSpec, String> {
+    let mut s = spec.etcd_cluster.spec.clone().unwrap_or_else(|| EtcdClusterSpec {
+        size: DEFAULT_SIZE,
+        version: meta.etcd_version.clone(),
+        ..Default::default()
+    });
+    let backup_version = Version::parse(&meta.etcd_version).ok();
+    let version = if s.version.is_empty() { etcd_operator_api::cluster::DEFAULT_VERSION } else { s.version.as_str() };
+    if let (Some(b), Ok(v)) = (backup_version, Version::parse(version)) {
+        if v.minor_line() < b.minor_line() {
+            return Err(format!("the backup was taken by etcd {b}; restoring it with the older etcd {v} is refused"));
+        }
+    }
+    s.restore = Some(RestoreFrom {
+        backup_storage_type: spec.backup_storage_type.clone(),
+        source: spec.source.clone(),
+        sha256: sha256.to_string(),
+    });
+    Ok(s)
+}
+
+fn restore_ar() -> ApiResource {
+    ApiResource::erase::<EtcdRestore>(&())
+}
+
+async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<JobContext>) -> Result<Action, Error> {
+    if !ctx.scope.manages(obj.as_ref()) || obj.metadata.deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
+    let ar = restore_ar();
+    let prev: EtcdRestoreStatus =
+        obj.data.get("status").cloned().and_then(|s| serde_json::from_value(s).ok()).unwrap_or_default();
+    let generation = obj.metadata.generation.unwrap_or_default();
+    if (prev.succeeded || prev.phase == PHASE_FAILED) && prev.observed_generation == generation {
+        // Done, or refused: a new spec (or a new EtcdRestore) starts again.
+        return Ok(Action::await_change());
+    }
+    let mut st = prev.clone();
+    if st.observed_generation != generation {
+        // A new spec: start over (a verification of the old spec does not count).
+        st = EtcdRestoreStatus { conditions: prev.conditions.clone(), ..Default::default() };
+        st.observed_generation = generation;
+    }
+    let ns = obj.namespace().unwrap_or_default();
+    let spec: Result<EtcdRestoreSpec, String> = obj
+        .data
+        .get("spec")
+        .cloned()
+        .ok_or_else(|| "no spec".to_string())
+        .and_then(|s| serde_json::from_value(s).map_err(|e| format!("spec cannot be read: {e}")));
+    let (spec, plan) = match spec.and_then(|s| plan(&s).map(|p| (s, p))) {
+        Ok(v) => v,
+        Err(why) => {
+            return fail(&ctx, &obj, &ar, &prev, st, "InvalidSpec", format!("invalid spec, nothing created: {why}"))
+                .await;
+        }
+    };
+    let mut events: Vec<(EventType, &str, String)> = Vec::new();
+    let clusters: Api<DynamicObject> =
+        Api::namespaced_with(ctx.client.clone(), &ns, &ApiResource::erase::<EtcdCluster>(&()));
+    let existing = clusters.get_opt(&plan.cluster).await?;
+    let uid = obj.uid().unwrap_or_default();
+    let mut requeue = Duration::from_secs(2);
+    match existing {
+        Some(c) if c.annotations().get(RESTORED_BY_ANNOTATION) == Some(&uid) => {
+            // Ours: done when every member is a ready voter.
+            let cs: EtcdClusterStatus =
+                c.data.get("status").cloned().and_then(|s| serde_json::from_value(s).ok()).unwrap_or_default();
+            let size = c.data.pointer("/spec/size").and_then(|v| v.as_i64()).unwrap_or_default();
+            if size > 0 && cs.ready_members as i64 == size {
+                st.succeeded = true;
+                st.phase = PHASE_RESTORED.into();
+                st.reason.clear();
+                events.push((
+                    EventType::Normal,
+                    "Restored",
+                    format!(
+                        "EtcdCluster {} is up with {size} members restored from {}",
+                        plan.cluster,
+                        plan.location.url()
+                    ),
+                ));
+            } else {
+                st.phase = PHASE_RESTORING.into();
+                st.reason =
+                    format!("waiting for EtcdCluster {}: {}/{size} members ready", plan.cluster, cs.ready_members);
+            }
+        }
+        Some(_) => {
+            let why = format!(
+                "EtcdCluster {} already exists and was not created by this restore: a restore never replaces a running cluster; delete it first (the restore proceeds once it is gone)",
+                plan.cluster
+            );
+            st.phase = PHASE_WAITING.into();
+            if st.reason != why {
+                events.push((EventType::Warning, "ClusterExists", why.clone()));
+            }
+            st.reason = why;
+            requeue = Duration::from_secs(10);
+        }
+        None if st.phase == PHASE_RESTORING || st.phase == PHASE_RESTORED => {
+            st.phase = PHASE_FAILED.into();
+            st.reason = format!("EtcdCluster {} was deleted while it was being restored", plan.cluster);
+            events.push((EventType::Warning, "RestoreFailed", st.reason.clone()));
+        }
+        None => {
+            // Verify first; create only from a verified backup.
+            let job = job_pods(&ctx.pods, RESTORE_LABEL, &obj);
+            let verified = job.iter().find_map(|p| match pod_result::<BackupMeta>(p) {
+                PodResult::Running => None,
+                r => Some((p.clone(), r)),
+            });
+            match verified {
+                None if job.is_empty() => {
+                    let name = format!("{}-verify-{generation}", obj.name_any());
+                    create_pod(&ctx, &verify_pod(&obj, &spec, &plan, &ctx.init_image, &name)?).await?;
+                    st.phase = PHASE_VERIFYING.into();
+                    st.reason = format!("verifying the checksum of {}", plan.location.url());
+                    events.push((
+                        EventType::Normal,
+                        "VerifyStarted",
+                        format!("pod {name} is checking {}", plan.location.url()),
+                    ));
+                }
+                None => st.phase = PHASE_VERIFYING.into(),
+                Some((pod, PodResult::Failed(why))) => {
+                    let r = fail(
+                        &ctx,
+                        &obj,
+                        &ar,
+                        &prev,
+                        st,
+                        "BackupRejected",
+                        format!("backup refused, nothing created: {why}"),
+                    )
+                    .await;
+                    delete_pod(&ctx, &pod).await;
+                    return r;
+                }
+                Some((pod, PodResult::Succeeded(meta))) => {
+                    st.sha256 = meta.sha256.clone();
+                    st.size = meta.size;
+                    st.etcd_version = meta.etcd_version.clone();
+                    st.etcd_revision = meta.etcd_revision;
+                    let cspec = match cluster_spec(&spec, &meta, &meta.sha256) {
+                        Ok(s) => s,
+                        Err(why) => {
+                            let r = fail(&ctx, &obj, &ar, &prev, st, "InvalidSpec", why).await;
+                            delete_pod(&ctx, &pod).await;
+                            return r;
+                        }
+                    };
+                    let mut annotations = BTreeMap::from([
+                        (RESTORED_BY_ANNOTATION.to_string(), uid.clone()),
+                        (RESTORED_FROM_ANNOTATION.to_string(), plan.location.url()),
+                    ]);
+                    if let Some(scope) = obj.annotations().get(SCOPE_ANNOTATION) {
+                        annotations.insert(SCOPE_ANNOTATION.to_string(), scope.clone());
+                    }
+                    let mut cluster = EtcdCluster::new(&plan.cluster, cspec);
+                    cluster.metadata.namespace = Some(ns.clone());
+                    cluster.metadata.annotations = Some(annotations);
+                    let typed: Api<EtcdCluster> = Api::namespaced(ctx.client.clone(), &ns);
+                    typed.create(&PostParams::default(), &cluster).await?;
+                    st.phase = PHASE_RESTORING.into();
+                    st.reason = format!("creating EtcdCluster {}", plan.cluster);
+                    events.push((
+                        EventType::Normal,
+                        "BackupVerified",
+                        format!(
+                            "{} matches its checksum (sha256 {}, {} bytes, etcd {} revision {})",
+                            plan.location.url(),
+                            meta.sha256,
+                            meta.size,
+                            meta.etcd_version,
+                            meta.etcd_revision
+                        ),
+                    ));
+                    events.push((
+                        EventType::Normal,
+                        "ClusterCreated",
+                        format!("EtcdCluster {} created; every member starts from this backup", plan.cluster),
+                    ));
+                    delete_pod(&ctx, &pod).await;
+                    requeue = Duration::from_millis(500);
+                }
+                Some((_, PodResult::Running)) => unreachable!("filtered above"),
+            }
+        }
+    }
+    for (type_, reason, note) in events {
+        publish(&ctx, &obj, &ar, type_, reason, note).await;
+    }
+    if st != prev {
+        patch_status(&ctx, &obj, &ar, &st).await?;
+    }
+    Ok(if st.succeeded || st.phase == PHASE_FAILED { Action::await_change() } else { Action::requeue(requeue) })
+}
+
+/// Record a failure (status + one Warning Event when it is news) and stop until the spec changes.
+async fn fail(
+    ctx: &JobContext,
+    obj: &DynamicObject,
+    ar: &ApiResource,
+    prev: &EtcdRestoreStatus,
+    mut st: EtcdRestoreStatus,
+    reason: &str,
+    why: String,
+) -> Result<Action, Error> {
+    st.succeeded = false;
+    st.phase = PHASE_FAILED.into();
+    st.reason = why;
+    if st != *prev {
+        publish(ctx, obj, ar, EventType::Warning, reason, st.reason.clone()).await;
+        patch_status(ctx, obj, ar, &st).await?;
+    }
+    Ok(Action::await_change())
+}
+
+fn verify_pod(
+    obj: &DynamicObject,
+    spec: &EtcdRestoreSpec,
+    plan: &RestorePlan,
+    image: &str,
+    name: &str,
+) -> Result<k8s_openapi::api::core::v1::Pod, Error> {
+    let restore: EtcdRestore = serde_json::from_value(serde_json::to_value(obj)?)?;
+    let owner = restore.controller_owner_ref(&()).expect("EtcdRestore from the API has a name and uid");
+    let mut command = vec![crate::OPERATOR_NAME.to_string(), "backup-verify".into()];
+    command.extend(pods::storage_args(&plan.location, &spec.source));
+    Ok(pods::job_pod(JobPod {
+        name: name.to_string(),
+        namespace: obj.namespace().unwrap_or_default(),
+        labels: BTreeMap::from([(RESTORE_LABEL.to_string(), obj.name_any())]),
+        owner,
+        image,
+        command,
+        loc: &plan.location,
+        source: &spec.source,
+        deadline_secs: DEFAULT_TIMEOUT_SECS * 10,
+        writes: false,
+    }))
+}
+
+fn error_policy(obj: Arc<DynamicObject>, err: &Error, _ctx: Arc<JobContext>) -> Action {
+    tracing::warn!(restore = %obj.name_any(), error = %err, "restore reconcile failed; retrying in 5s");
+    Action::requeue(Duration::from_secs(5))
+}
+
+/// Run the EtcdRestore controller until `shutdown` resolves.
+pub async fn run(opts: Options, shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static) {
+    let (pods, pod_events) = job_pod_watch(&opts.client, &opts.scope, RESTORE_LABEL);
+    let ar = restore_ar();
+    let restores: Api<DynamicObject> = match &opts.scope.namespace {
+        Some(ns) => Api::namespaced_with(opts.client.clone(), ns, &ar),
+        None => Api::all_with(opts.client.clone(), &ar),
+    };
+    let reporter = Reporter { controller: crate::OPERATOR_NAME.into(), instance: opts.reporter_instance };
+    let ctx = Arc::new(JobContext {
+        recorder: crate::events::Recorder::new(opts.client.clone(), reporter),
+        client: opts.client,
+        scope: opts.scope,
+        init_image: opts.init_image,
+        pods: pods.clone(),
+        metrics: opts.metrics,
+    });
+    let synced = pods.clone();
+    Controller::new_with(restores, watcher::Config::default(), ar)
+        .owns_stream_with(pod_events, ())
+        .graceful_shutdown_on(shutdown)
+        .run(
+            move |obj, ctx| {
+                let synced = synced.clone();
+                async move {
+                    synced.wait_until_ready().await.ok();
+                    reconcile(obj, ctx).await
+                }
+            },
+            error_policy,
+            ctx,
+        )
+        .for_each(|item| async move {
+            if let Err(e) = item {
+                tracing::debug!(error = %e, "restore controller event");
+            }
+        })
+        .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use etcd_operator_api::backup::{BackupSource, S3Source};
+    use etcd_operator_api::restore::EtcdClusterRef;
+
+    fn spec(cluster_spec: Option<EtcdClusterSpec>) -> EtcdRestoreSpec {
+        EtcdRestoreSpec {
+            backup_storage_type: "S3".into(),
+            source: BackupSource {
+                s3: Some(S3Source { path: "b/k".into(), aws_secret: "aws".into(), ..Default::default() }),
+                ..Default::default()
+            },
+            etcd_cluster: EtcdClusterRef { name: "restored".into(), spec: cluster_spec },
+        }
+    }
+
+    fn meta(version: &str) -> BackupMeta {
+        BackupMeta { etcd_version: version.into(), sha256: "ab".repeat(32), ..Default::default() }
+    }
+
+    #[test]
+    fn without_a_spec_the_cluster_has_three_members_of_the_backups_version() {
+        let s = cluster_spec(&spec(None), &meta("3.5.1"), &"ab".repeat(32)).unwrap();
+        assert_eq!((s.size, s.version.as_str()), (3, "3.5.1"));
+        let r = s.restore.unwrap();
+        assert_eq!((r.backup_storage_type.as_str(), r.sha256.len()), ("S3", 64));
+        assert_eq!(r.source.s3.unwrap().path, "b/k");
+    }
+
+    #[test]
+    fn restoring_with_an_older_etcd_than_the_backups_is_refused() {
+        let older = EtcdClusterSpec { size: 1, version: "3.4.23".into(), ..Default::default() };
+        let err = cluster_spec(&spec(Some(older)), &meta("3.5.1"), "x").unwrap_err();
+        assert!(err.contains("older etcd 3.4.23"), "{err}");
+        let newer = EtcdClusterSpec { size: 1, version: "3.5.1".into(), ..Default::default() };
+        assert!(cluster_spec(&spec(Some(newer)), &meta("3.4.23"), "x").is_ok());
+    }
+
+    #[test]
+    fn invalid_restores_say_why() {
+        let mut s = spec(None);
+        s.etcd_cluster.name.clear();
+        assert!(plan(&s).unwrap_err().contains("etcdCluster.name is empty"));
+        let s = spec(Some(EtcdClusterSpec { size: 9, version: "3.5.1".into(), ..Default::default() }));
+        assert!(plan(&s).unwrap_err().contains("spec.size 9"));
+        let mut s = spec(None);
+        s.backup_storage_type = "GlusterFS".into();
+        assert!(plan(&s).unwrap_err().contains("GlusterFS"));
+        let mut s = spec(None);
+        s.etcd_cluster.name = "Bad_Name".into();
+        assert!(plan(&s).is_err());
+    }
+}

@@ -1,0 +1,175 @@
+//! Opening a backup location as an `object_store`, with credentials read from the Secret the
+//! pod mounts. Runs inside backup and restore pods only: the operator process never reads
+//! credentials or talks to storage.
+//!
+//! Secret keys, per storage type:
+//! - S3 (`awsSecret`, as CoreOS): `credentials` (an AWS shared-credentials file) and `config`
+//!   (an AWS config file); profile `default`; region from `config`, else `us-east-1`.
+//! - ABS (`absSecret`, as CoreOS): `storage-account`, `storage-key`, optional `cloud`
+//!   (`AzurePublicCloud`, `AzureChinaCloud`, `AzureUSGovernmentCloud`, `AzureGermanCloud`), and
+//!   additive `endpoint` (full account URL, e.g. an emulator's `http://host:10000/account`).
+//! - GCS (`gcpSecret`): `credentials-data` (or `credentials.json`: a service-account key JSON),
+//!   or `access-token`.
+//! - PVC: no Secret; the claim is mounted at [`PVC_MOUNT`].
+
+use std::collections::BTreeMap;
+use std::path::Path as FsPath;
+use std::sync::Arc;
+
+use object_store::ObjectStore;
+use object_store::aws::AmazonS3Builder;
+use object_store::azure::MicrosoftAzureBuilder;
+use object_store::gcp::GoogleCloudStorageBuilder;
+use object_store::local::LocalFileSystem;
+use object_store::path::Path;
+
+use super::location::{Kind, Location};
+
+/// Where backup and restore pods mount the credentials Secret.
+pub const CREDENTIALS_MOUNT: &str = "/etc/etcd-operator/backup-credentials";
+/// Where backup and restore pods mount a PVC destination.
+pub const PVC_MOUNT: &str = "/backup";
+
+/// S3 options that are spec fields rather than Secret keys.
+#[derive(Clone, Debug, Default)]
+pub struct S3Options {
+    pub endpoint: String,
+    pub force_path_style: bool,
+}
+
+/// The store holding `loc.bucket`, and `loc.key` as an object path.
+pub fn open(loc: &Location, creds_dir: &FsPath, s3: &S3Options) -> Result<(Arc<dyn ObjectStore>, Path), String> {
+    let path = Path::parse(&loc.key).map_err(|e| format!("object key {:?}: {e}", loc.key))?;
+    let store: Arc<dyn ObjectStore> = match loc.kind {
+        Kind::S3 => {
+            let creds = ini(&read(creds_dir, "credentials")?);
+            let config = read(creds_dir, "config").map(|t| ini(&t)).unwrap_or_default();
+            let profile = creds.get("default").ok_or("the AWS credentials file has no [default] profile")?;
+            let key_id = profile.get("aws_access_key_id").ok_or("[default] has no aws_access_key_id")?;
+            let secret = profile.get("aws_secret_access_key").ok_or("[default] has no aws_secret_access_key")?;
+            let region = config
+                .get("default")
+                .or_else(|| config.get("profile default"))
+                .and_then(|p| p.get("region"))
+                .cloned()
+                .unwrap_or_else(|| "us-east-1".into());
+            let mut b = AmazonS3Builder::new()
+                .with_bucket_name(&loc.bucket)
+                .with_region(region)
+                .with_access_key_id(key_id)
+                .with_secret_access_key(secret)
+                .with_virtual_hosted_style_request(!s3.force_path_style && s3.endpoint.is_empty());
+            if let Some(t) = profile.get("aws_session_token") {
+                b = b.with_token(t);
+            }
+            if !s3.endpoint.is_empty() {
+                b = b.with_endpoint(&s3.endpoint).with_allow_http(s3.endpoint.starts_with("http://"));
+            }
+            Arc::new(b.build().map_err(|e| format!("S3 client: {e}"))?)
+        }
+        Kind::Abs => {
+            let account = read(creds_dir, "storage-account")?;
+            let key = read(creds_dir, "storage-key")?;
+            let endpoint = match read(creds_dir, "endpoint") {
+                Ok(e) => e,
+                Err(_) => azure_endpoint(&account, read(creds_dir, "cloud").ok().as_deref())?,
+            };
+            let b = MicrosoftAzureBuilder::new()
+                .with_account(&account)
+                .with_access_key(key)
+                .with_container_name(&loc.bucket)
+                .with_allow_http(endpoint.starts_with("http://"))
+                .with_endpoint(endpoint);
+            Arc::new(b.build().map_err(|e| format!("Azure Blob client: {e}"))?)
+        }
+        Kind::Gcs => {
+            let mut b = GoogleCloudStorageBuilder::new().with_bucket_name(&loc.bucket);
+            if let Ok(key) = read(creds_dir, "credentials-data").or_else(|_| read(creds_dir, "credentials.json")) {
+                b = b.with_service_account_key(key);
+            } else if let Ok(token) = read(creds_dir, "access-token") {
+                b = b.with_bearer_token(token);
+            } else {
+                return Err("the GCP Secret has neither credentials-data nor access-token".into());
+            }
+            Arc::new(b.build().map_err(|e| format!("GCS client: {e}"))?)
+        }
+        Kind::Pvc => Arc::new(
+            LocalFileSystem::new_with_prefix(PVC_MOUNT)
+                .map_err(|e| format!("volume at {PVC_MOUNT}: {e}"))?
+                .with_automatic_cleanup(true),
+        ),
+    };
+    Ok((store, path))
+}
+
+/// Account URL of a named Azure cloud.
+fn azure_endpoint(account: &str, cloud: Option<&str>) -> Result<String, String> {
+    let suffix = match cloud.unwrap_or("AzurePublicCloud") {
+        "" | "AzurePublicCloud" => "blob.core.windows.net",
+        "AzureChinaCloud" => "blob.core.chinacloudapi.cn",
+        "AzureUSGovernmentCloud" => "blob.core.usgovcloudapi.net",
+        "AzureGermanCloud" => "blob.core.cloudapi.de",
+        other => return Err(format!("unknown Azure cloud {other:?}")),
+    };
+    Ok(format!("https://{account}.{suffix}"))
+}
+
+fn read(dir: &FsPath, key: &str) -> Result<String, String> {
+    std::fs::read_to_string(dir.join(key))
+        .map(|s| s.trim().to_string())
+        .map_err(|e| format!("credentials Secret key {key:?}: {e}"))
+}
+
+/// Sections of an INI file (AWS credentials/config), keys lower-cased.
+fn ini(text: &str) -> BTreeMap<String, BTreeMap<String, String>> {
+    let mut out: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
+    let mut section = String::new();
+    for line in text.lines().map(str::trim) {
+        if line.is_empty() || line.starts_with('#') || line.starts_with(';') {
+            continue;
+        }
+        if let Some(s) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+            section = s.trim().to_string();
+            continue;
+        }
+        if let Some((k, v)) = line.split_once('=') {
+            out.entry(section.clone()).or_default().insert(k.trim().to_ascii_lowercase(), v.trim().to_string());
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn aws_files_parse() {
+        let c = ini("[default]\naws_access_key_id = AKIA\nAWS_SECRET_ACCESS_KEY=s3cr3t\n\n[other]\nx=y\n");
+        assert_eq!(c["default"]["aws_access_key_id"], "AKIA");
+        assert_eq!(c["default"]["aws_secret_access_key"], "s3cr3t");
+        assert_eq!(c["other"]["x"], "y");
+        let cfg = ini("# comment\n[profile default]\nregion = eu-west-1\n");
+        assert_eq!(cfg["profile default"]["region"], "eu-west-1");
+    }
+
+    #[test]
+    fn azure_clouds_have_their_endpoints() {
+        assert_eq!(azure_endpoint("acct", None).unwrap(), "https://acct.blob.core.windows.net");
+        assert_eq!(azure_endpoint("acct", Some("AzureChinaCloud")).unwrap(), "https://acct.blob.core.chinacloudapi.cn");
+        assert!(azure_endpoint("acct", Some("Mars")).is_err());
+    }
+
+    #[test]
+    fn missing_secret_keys_are_named() {
+        let dir = std::env::temp_dir().join(format!("eo-creds-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let loc = Location { kind: Kind::S3, bucket: "b".into(), key: "k".into() };
+        let err = open(&loc, &dir, &S3Options::default()).unwrap_err();
+        assert!(err.contains("\"credentials\""), "{err}");
+        std::fs::write(dir.join("credentials"), "[default]\naws_access_key_id=a\n").unwrap();
+        let err = open(&loc, &dir, &S3Options::default()).unwrap_err();
+        assert!(err.contains("aws_secret_access_key"), "{err}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
