@@ -4,6 +4,9 @@
 # crates/e2e/src/bin/bench against the cluster. Arguments go to the bench, e.g.
 #   hack/bench.sh                          # everything, 3 runs each
 #   hack/bench.sh --only create,heal -n 5  # some measurements, 5 runs each
+#   hack/bench.sh --only idle              # the operator at rest (~15 min; not in the default set):
+#                                          # RSS, CPU, its apiserver requests with 10 running and
+#                                          # 1000 paused EtcdClusters; --idle-window-secs 60 for a quick run
 #   hack/bench.sh --help
 # The result table goes to stdout, per-sample timelines to stderr; both are also saved in
 # target/bench-logs/bench-<time>.txt next to the operators' logs. The bench creates and deletes

@@ -28,7 +28,7 @@ cargo build --workspace --all-targets --locked
 
 log "unit tests"
 cargo test --workspace --exclude e2e --locked 2>&1 | tee "$out/unit.log" || status=1
-cargo test -p e2e --lib --locked 2>&1 | tee -a "$out/unit.log" || status=1
+cargo test -p e2e --lib --bin bench --locked 2>&1 | tee -a "$out/unit.log" || status=1
 count "$out/unit.log"
 
 was_up=0

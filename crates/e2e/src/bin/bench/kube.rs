@@ -119,8 +119,16 @@ pub struct Operator {
     pub log: PathBuf,
 }
 
+/// The operator's log filter in the timed samples: its debug lines say what it planned.
+pub const SAMPLE_LOG: &str = "info,etcd_operator=debug";
+
 impl Operator {
     pub fn start(bin: &Path, ns: &Ns, log_dir: &Path, init_image: &str) -> Result<Operator> {
+        Operator::start_with_log(bin, ns, log_dir, init_image, SAMPLE_LOG)
+    }
+
+    /// `start` with another `RUST_LOG`.
+    pub fn start_with_log(bin: &Path, ns: &Ns, log_dir: &Path, init_image: &str, rust_log: &str) -> Result<Operator> {
         std::fs::create_dir_all(log_dir).with_context(|| format!("creating {}", log_dir.display()))?;
         let log = log_dir.join(format!("{}.log", ns.name));
         let out = File::create(&log).with_context(|| format!("creating {}", log.display()))?;
@@ -128,7 +136,7 @@ impl Operator {
             // Port 0: never collide with another operator (an e2e run) on this machine's :8080.
             .args(["run", "--namespace", &ns.name, "--log-format", "json", "--listen-address", "127.0.0.1:0"])
             .env("KUBECONFIG", &ns.kubectl.kubeconfig)
-            .env("RUST_LOG", "info,etcd_operator=debug")
+            .env("RUST_LOG", rust_log)
             .env("ETCD_OPERATOR_INIT_IMAGE", init_image)
             .stdin(Stdio::null())
             .stdout(out.try_clone()?)
@@ -162,6 +170,16 @@ impl Operator {
 
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// The process id (for /proc/<pid>/status and /proc/<pid>/stat).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Whether the process is still running.
+    pub fn running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
     }
 }
 

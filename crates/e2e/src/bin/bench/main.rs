@@ -4,7 +4,10 @@
 //! A command, not a test (`cargo test` never runs it). Use `hack/bench.sh`, which builds the
 //! release operator, loads its image and runs this; or, with that done:
 //!
-//!     cargo run --release -p e2e --bin bench -- [--only create,heal,scale,upgrade] [--runs N]
+//!     cargo run --release -p e2e --bin bench -- [--only create,heal,scale,upgrade,idle] [--runs N]
+//!
+//! `idle` (only when named in `--only`; about 15 min) measures the operator at rest instead of a
+//! duration: RSS, CPU and its requests to the apiserver (see `idle.rs`).
 //!
 //! Every sample runs in a fresh namespace that is deleted afterwards (also on errors and on
 //! Ctrl-C); operator samples start `target/release/etcd-operator run --namespace NS` as a process
@@ -12,6 +15,7 @@
 //! JSON log, pod timestamps and Events) go to stderr; the result table goes to stdout.
 
 mod etcd;
+mod idle;
 mod kube;
 mod observe;
 mod report;
@@ -30,13 +34,15 @@ use report::{Sample, Stats, fmt_n, fmt_s, stats};
 use scenarios::Ctx;
 
 const WORKSPACE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
-const MEASUREMENTS: [&str; 4] = ["create", "heal", "scale", "upgrade"];
+const MEASUREMENTS: [&str; 5] = ["create", "heal", "scale", "upgrade", "idle"];
+/// What runs without `--only`: `idle` takes long and is asked for by name.
+const DEFAULT_MEASUREMENTS: [&str; 4] = ["create", "heal", "scale", "upgrade"];
 
 #[derive(Parser, Debug)]
 #[command(about = "Benchmark the etcd operator against baselines on the local Kubernetes")]
 struct Args {
-    /// Measurements to run, comma-separated: create, heal, scale, upgrade (default: all). Each
-    /// includes its baseline.
+    /// Measurements to run, comma-separated: create, heal, scale, upgrade, idle (default: all but
+    /// idle). Each includes its baseline; idle runs once whatever --runs says.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Samples of each measurement and baseline.
@@ -66,6 +72,19 @@ struct Args {
     /// Where the operators' logs go (default: target/bench-logs).
     #[arg(long)]
     log_dir: Option<PathBuf>,
+    /// idle: length of each measured window, in seconds (shorten for a quick run).
+    #[arg(long, default_value_t = 300)]
+    idle_window_secs: u64,
+    /// idle: EtcdClusters of size 1 running in the first set-up.
+    #[arg(long, default_value_t = 10)]
+    idle_clusters: usize,
+    /// idle: paused EtcdClusters in the second set-up.
+    #[arg(long, default_value_t = 1000)]
+    idle_paused: usize,
+    /// idle: how long the operator must have sent nothing but Lease renewals and watches before
+    /// the window starts.
+    #[arg(long, default_value_t = 30)]
+    idle_quiet_secs: u64,
 }
 
 fn main() {
@@ -80,7 +99,7 @@ fn main() {
     }
 }
 
-fn sh(cmd: &str, args: &[&str]) -> String {
+pub(crate) fn sh(cmd: &str, args: &[&str]) -> String {
     Command::new(cmd)
         .args(args)
         .output()
@@ -121,8 +140,13 @@ fn run(args: Args) -> Result<bool> {
     if args.runs == 0 {
         bail!("--runs must be at least 1");
     }
-    let selected: Vec<&str> =
-        MEASUREMENTS.iter().copied().filter(|m| args.only.is_empty() || args.only.iter().any(|o| o == m)).collect();
+    let selected: Vec<&str> = MEASUREMENTS
+        .iter()
+        .copied()
+        .filter(
+            |m| if args.only.is_empty() { DEFAULT_MEASUREMENTS.contains(m) } else { args.only.iter().any(|o| o == m) },
+        )
+        .collect();
     let kubectl = Kubectl::from_env()?;
     let nodes =
         kubectl.node_ready_statuses().context("the cluster does not answer (is it up? `hack/cluster.sh status`)")?;
@@ -188,7 +212,7 @@ fn run(args: Args) -> Result<bool> {
     let started = Instant::now();
     let mut results: BTreeMap<&str, Vec<Sample>> = BTreeMap::new();
     let mut errors: Vec<String> = vec![];
-    for (i, m) in selected.iter().enumerate() {
+    for (i, m) in selected.iter().enumerate().filter(|(_, m)| **m != "idle") {
         // A measurement's operator sample and its baseline alternate, so a drift of the machine
         // affects both alike. The bare pod start is the baseline of heal (and of scale alone).
         let kinds: Vec<(&str, Scenario)> = match *m {
@@ -212,8 +236,26 @@ fn run(args: Args) -> Result<bool> {
         }
     }
 
+    let mut idle_report = String::new();
+    if selected.contains(&"idle") {
+        eprintln!("[{}/{}] idle (load {})", selected.len(), selected.len(), loadavg());
+        let opts = idle::IdleOpts {
+            window: Duration::from_secs(args.idle_window_secs),
+            clusters: args.idle_clusters,
+            paused: args.idle_paused,
+            quiet: Duration::from_secs(args.idle_quiet_secs),
+        };
+        match idle::run(&ctx, &opts) {
+            Ok((text, _all_met)) => idle_report = text,
+            Err(e) => {
+                eprintln!("  idle FAILED: {e:#}");
+                errors.push(format!("idle: {}", format!("{e}").lines().next().unwrap_or("")));
+            }
+        }
+    }
+
     let table = render(&selected, &results, &header, started.elapsed());
-    println!("{table}");
+    println!("{table}{idle_report}");
     if !errors.is_empty() {
         println!("ERRORS ({}): see the stderr output above for details", errors.len());
         for e in &errors {
@@ -352,6 +394,9 @@ fn render(selected: &[&str], r: &BTreeMap<&str, Vec<Sample>>, header: &str, took
             }
             _ => {}
         }
+    }
+    if r.is_empty() {
+        return out;
     }
     out.push_str(
         "\nWhere the time goes (milestones from the bench's polls every ~250 ms; `op …` from the operator's log):\n",
