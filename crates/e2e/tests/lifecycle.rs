@@ -2,7 +2,9 @@
 //! resize with learners, heal, pause, invalid specs, delete. Every test writes keys first and
 //! reads them all back after the change.
 //!
-//! Run with the cluster up (hack/test.sh does all of it).
+//! Run with the cluster up (hack/test.sh does all of it, both ways). `E2E_OPERATOR=in-cluster`
+//! runs the same tests with the operator installed in each test's namespace from its manifests,
+//! under its own ServiceAccount and the shipped RBAC (see `common::Operator`).
 
 mod common;
 
