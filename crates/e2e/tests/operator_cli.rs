@@ -3,11 +3,47 @@
 
 mod common;
 
-use std::process::Command;
+use std::io::Read;
+use std::process::{Child, Command};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
 use common::operator_bin;
 use e2e::{Kubectl, TestNamespace};
+
+/// Everything a child process writes to stdout and stderr, collected as it comes.
+struct OutputLog(Arc<Mutex<Vec<u8>>>);
+
+impl OutputLog {
+    fn capture(child: &mut Child) -> OutputLog {
+        let buf = Arc::new(Mutex::new(Vec::new()));
+        let readers: Vec<Box<dyn Read + Send>> = [
+            child.stdout.take().map(|r| Box::new(r) as Box<dyn Read + Send>),
+            child.stderr.take().map(|r| Box::new(r) as Box<dyn Read + Send>),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        for mut r in readers {
+            let buf = buf.clone();
+            std::thread::spawn(move || {
+                let mut chunk = [0u8; 4096];
+                while let Ok(n) = r.read(&mut chunk) {
+                    if n == 0 {
+                        break;
+                    }
+                    buf.lock().unwrap().extend_from_slice(&chunk[..n]);
+                }
+            });
+        }
+        OutputLog(buf)
+    }
+
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
 
 fn operator_stdout(args: &[&str]) -> Result<String> {
     let out = Command::new(operator_bin()).args(args).output().context("running etcd-operator")?;
@@ -83,7 +119,8 @@ fn a_bad_kubeconfig_is_one_clear_line() -> Result<()> {
 }
 
 /// The shipped RBAC, under the operator's own ServiceAccount, with one verb removed from the
-/// Role: the operator names exactly that verb and resource and does not start (nor exit).
+/// Role: the operator names exactly that verb and resource and does not start (nor exit); once
+/// the verb is granted again, the same process starts.
 #[test]
 fn a_missing_verb_is_reported_by_name() -> Result<()> {
     let ns = TestNamespace::create("e2e-rbac")?;
@@ -95,6 +132,12 @@ fn a_missing_verb_is_reported_by_name() -> Result<()> {
             all.split("---\n").filter(|d| !d.contains("kind: Deployment") && !d.trim().is_empty()).collect();
         ns.apply(&rbac.join("---\n"))?;
         let mut role = ns.json(&["get", "role", "etcd-operator"])?;
+        let mut granted = role.clone();
+        if let Some(meta) = granted["metadata"].as_object_mut() {
+            for k in ["resourceVersion", "uid", "managedFields", "creationTimestamp"] {
+                meta.remove(k);
+            }
+        }
         for rule in role["rules"].as_array_mut().context("rules")? {
             if rule["resources"] == serde_json::json!(["pods"]) {
                 rule["verbs"].as_array_mut().unwrap().retain(|v| v != "delete");
@@ -128,19 +171,31 @@ fn a_missing_verb_is_reported_by_name() -> Result<()> {
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
             .spawn()?;
-        std::thread::sleep(std::time::Duration::from_secs(8));
-        let alive = child.try_wait()?.is_none();
+        let log = OutputLog::capture(&mut child);
+        let outcome = (|| -> Result<()> {
+            let want = format!(
+                "missing permissions, not starting until they are granted: cannot delete pods in namespace {}",
+                ns.name
+            );
+            e2e::wait_until(Duration::from_secs(60), "the operator to name the missing verb", || {
+                Ok(log.text().contains(&want).then_some(()))
+            })
+            .with_context(|| format!("operator output:\n{}", log.text()))?;
+            ensure!(child.try_wait()?.is_none(), "the operator exited instead of waiting for permissions: {}", log.text());
+            ensure!(!log.text().contains("watch caches synced"), "the controller started without its permissions:\n{}", log.text());
+            // Granting the verb back lets the same process start (it checks again every 30 s).
+            ns.apply(&granted.to_string())?;
+            e2e::wait_until(Duration::from_secs(90), "the operator to start once the verb is granted", || {
+                ensure!(child.try_wait()?.is_none(), "the operator exited: {}", log.text());
+                Ok(log.text().contains("watch caches synced").then_some(()))
+            })
+            .with_context(|| format!("operator output:\n{}", log.text()))?;
+            Ok(())
+        })();
         let _ = child.kill();
-        let out = child.wait_with_output()?;
-        let log = String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
+        let _ = child.wait();
         std::fs::remove_file(&kc).ok();
-        ensure!(alive, "the operator exited instead of waiting for permissions: {log}");
-        let want = format!(
-            "missing permissions, not starting until they are granted: cannot delete pods in namespace {}",
-            ns.name
-        );
-        ensure!(log.contains(&want), "expected {want:?} in:\n{log}");
-        ensure!(!log.contains("watch caches synced"), "the controller started without its permissions:\n{log}");
+        outcome?;
         Ok(())
     })();
     let _ = ns.kubectl.run(&["delete", "clusterrole,clusterrolebinding", &cluster_rbac, "--ignore-not-found"]);

@@ -103,6 +103,8 @@ pub struct Context {
     pub client: Client,
     pub scope: Scope,
     pub caches: Caches,
+    /// Per-member etcd clients kept between reconciles.
+    pub etcd_clients: crate::etcd::MemberClients,
     pub recorder: Recorder,
     pub init_image: String,
     /// Cluster DNS domain for members of clusters that set none (may be empty).
@@ -209,7 +211,7 @@ async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action,
         return Ok(Action::requeue(Duration::from_millis(500)));
     }
     let started = Instant::now();
-    let (observed, endpoints) = observe::observe(&cluster, &ctx.caches, &ctx.cluster_domain).await;
+    let (observed, endpoints) = observe::observe(&cluster, &ctx.caches, &ctx.etcd_clients, &ctx.cluster_domain).await;
     let step = planner::plan(&observed);
     let reference = cluster.object_ref(&());
     tracing::debug!(cluster = %key, ?step, "planned");
@@ -343,6 +345,7 @@ pub async fn run(client: Client, opts: Options, shutdown: impl std::future::Futu
         client,
         scope,
         caches: Caches { pods: pods.clone(), services: services.clone(), pvcs: pvcs.clone() },
+        etcd_clients: Default::default(),
         init_image: opts.init_image,
         cluster_domain: opts.cluster_domain,
         expectations: Expectations::default(),

@@ -1,9 +1,12 @@
 //! The etcd adapter: what the planner needs from etcd's API, and the membership calls the
 //! actor makes. etcd-client balances a client's calls across its endpoints, so every call that
-//! is about one member (its status) uses a client connected to that member alone.
+//! is about one member (its status) uses a client connected to that member alone. Those
+//! per-member clients are kept in a [`MemberClients`] cache between reconciles (one HTTP/2
+//! connection per member instead of a new one every observation).
 
-use std::collections::BTreeMap;
-use std::time::Duration;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use etcd_client::{Client, ConnectOptions, MemberAddOptions};
 use futures::future::join_all;
@@ -55,10 +58,58 @@ async fn with_deadline<T>(
     }
 }
 
+/// How long a cached member client may sit unused before it is dropped (its pod is gone, or
+/// its cluster deleted).
+const CLIENT_IDLE_LIMIT: Duration = Duration::from_secs(120);
+
+/// Clients connected to one member each, by client URL, reused across reconciles. A client whose
+/// call failed is dropped, so the next observation connects afresh; a URL reused by another pod
+/// later is harmless, since every answer names the member it came from.
+#[derive(Default)]
+pub struct MemberClients {
+    clients: Mutex<HashMap<String, (Client, Instant)>>,
+}
+
+impl MemberClients {
+    async fn get(&self, url: &str) -> Result<Client, Error> {
+        let now = Instant::now();
+        {
+            let mut m = self.clients.lock().unwrap_or_else(|e| e.into_inner());
+            m.retain(|_, (_, used)| now.duration_since(*used) < CLIENT_IDLE_LIMIT);
+            if let Some((c, used)) = m.get_mut(url) {
+                *used = now;
+                return Ok(c.clone());
+            }
+        }
+        let c = connect(&[url.to_string()], READ_TIMEOUT).await?;
+        self.clients.lock().unwrap_or_else(|e| e.into_inner()).insert(url.to_string(), (c.clone(), now));
+        Ok(c)
+    }
+
+    fn forget(&self, url: &str) {
+        self.clients.lock().unwrap_or_else(|e| e.into_inner()).remove(url);
+    }
+
+    /// Number of cached clients (for tests and metrics).
+    pub fn len(&self) -> usize {
+        self.clients.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
 /// One member's answer to Status, through a client of its own.
-async fn member_status(url: &str) -> Result<(u64, u64, MemberStatus, Client), Error> {
-    let mut c = connect(&[url.to_string()], READ_TIMEOUT).await?;
-    let s = with_deadline(url, READ_TIMEOUT, c.status()).await?;
+async fn member_status(clients: &MemberClients, url: &str) -> Result<(u64, u64, MemberStatus, Client), Error> {
+    let mut c = clients.get(url).await?;
+    let s = match with_deadline(url, READ_TIMEOUT, c.status()).await {
+        Ok(s) => s,
+        Err(e) => {
+            clients.forget(url);
+            return Err(e);
+        }
+    };
     let h = s.header().map(|h| (h.member_id(), h.cluster_id())).unwrap_or_default();
     let status = MemberStatus {
         version: s.version().to_string(),
@@ -75,33 +126,39 @@ async fn member_status(url: &str) -> Result<(u64, u64, MemberStatus, Client), Er
 /// Ask every member for its status (in parallel, one client each) and the membership from the
 /// leader (or, without a leader, from any member that answers: the list is then only used to
 /// report, since nothing is changed without a quorum).
-pub async fn observe(endpoints: &Endpoints) -> Result<EtcdState, Error> {
+pub async fn observe(clients: &MemberClients, endpoints: &Endpoints) -> Result<EtcdState, Error> {
     if endpoints.is_empty() {
         return Err(Error::NoEndpoint);
     }
-    let answers = join_all(endpoints.values().map(|u| member_status(u))).await;
+    let answers = join_all(endpoints.values().map(|u| async move { (u, member_status(clients, u).await) })).await;
     let mut statuses = BTreeMap::new();
-    let mut clients = vec![];
+    let mut answered = vec![];
     let mut last_err = None;
     let mut cluster_id = 0;
-    for a in answers {
+    for (url, a) in answers {
         match a {
             Ok((id, cid, st, client)) => {
                 cluster_id = cid;
-                clients.push((id, st.leader, client));
+                answered.push((id, st.leader, url, client));
                 statuses.insert(id, st);
             }
             Err(e) => last_err = Some(e),
         }
     }
-    if clients.is_empty() {
+    if answered.is_empty() {
         return Err(last_err.unwrap_or(Error::NoEndpoint));
     }
     // The leader's own view of membership is the most current one available.
-    clients.sort_by_key(|(id, leader, _)| (id != leader, *id));
-    let leader = clients.iter().find(|(id, leader, _)| id == leader).map(|(id, _, _)| *id);
-    let (_, _, client) = &mut clients[0];
-    let list = with_deadline("member list", READ_TIMEOUT, client.member_list()).await?;
+    answered.sort_by_key(|(id, leader, _, _)| (id != leader, *id));
+    let leader = answered.iter().find(|(id, leader, _, _)| id == leader).map(|(id, _, _, _)| *id);
+    let (_, _, url, client) = &mut answered[0];
+    let list = match with_deadline("member list", READ_TIMEOUT, client.member_list()).await {
+        Ok(l) => l,
+        Err(e) => {
+            clients.forget(url);
+            return Err(e);
+        }
+    };
     let members = list
         .members()
         .iter()

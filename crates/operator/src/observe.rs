@@ -98,7 +98,12 @@ fn random_suffix() -> String {
 
 /// Observe one cluster. etcd is only contacted when the spec is valid and pods have addresses.
 /// `cluster_domain` is the operator's default for clusters whose spec names none.
-pub async fn observe(cluster: &EtcdCluster, caches: &Caches, cluster_domain: &str) -> (Observed, etcd::Endpoints) {
+pub async fn observe(
+    cluster: &EtcdCluster,
+    caches: &Caches,
+    clients: &etcd::MemberClients,
+    cluster_domain: &str,
+) -> (Observed, etcd::Endpoints) {
     let name = cluster.name_any();
     let namespace = cluster.namespace().unwrap_or_default();
     let now = k8s_openapi::jiff::Timestamp::now();
@@ -128,7 +133,7 @@ pub async fn observe(cluster: &EtcdCluster, caches: &Caches, cluster_domain: &st
     let (etcd, etcd_error) = if desired.is_err() || endpoints.is_empty() {
         (None, None)
     } else {
-        match etcd::observe(&endpoints).await {
+        match etcd::observe(clients, &endpoints).await {
             Ok(s) => (Some(s), None),
             Err(e) => (None, Some(e.to_string())),
         }
