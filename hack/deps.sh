@@ -33,3 +33,7 @@ if ((${#missing[@]})); then
     if [ -s "/run/$svc.pid" ]; then kill "$(cat "/run/$svc.pid")" 2>/dev/null || true; rm -f "/run/$svc.pid"; fi
   done
 fi
+
+# moto (S3) and Azurite (Azure Blob) for the backup/restore tests, under $CACHE_DIR/objstore
+# (a quick no-op when installed).
+bash "$HACK_DIR/objstore.sh" install

@@ -5,6 +5,8 @@
 //! test when the cluster is missing: the first kubectl call fails with its error instead.
 //! Waiting is always polling of a condition against a deadline.
 
+pub mod objstore;
+
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

@@ -1,0 +1,299 @@
+//! Backup and restore on the real local cluster: a real S3 server (moto), a real Azure Blob
+//! server (Azurite), and a PersistentVolumeClaim; the operator's own backup and restore pods
+//! move the data. Every round trip writes keys, backs up, deletes the cluster, restores it and
+//! reads every key back.
+
+mod common;
+
+use std::time::Duration;
+
+use anyhow::{Context, Result, ensure};
+use common::*;
+use e2e::objstore::{Azurite, MotoServer, ObjectServer};
+use e2e::{TestNamespace, wait_until};
+use serde_json::Value;
+
+const CREATE: Duration = Duration::from_secs(120);
+const BACKUP: Duration = Duration::from_secs(120);
+const RESTORE: Duration = Duration::from_secs(240);
+const KEYS: usize = 100;
+const BUCKET: &str = "etcd-backups";
+
+fn get(ns: &TestNamespace, kind: &str, name: &str) -> Result<Value> {
+    ns.json(&["get", kind, name, "-o", "json"])
+}
+
+fn sha256_hex(data: &[u8]) -> Result<String> {
+    use std::io::Write;
+    let mut child = std::process::Command::new("sha256sum")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()?;
+    child.stdin.take().context("stdin")?.write_all(data)?;
+    let out = child.wait_with_output()?;
+    Ok(String::from_utf8(out.stdout)?.split_whitespace().next().unwrap_or_default().to_string())
+}
+
+/// The storage block of a spec for `server`: `s3: {...}` or `abs: {...}`.
+fn storage_block(server: &dyn ObjectServer, path: &str, secret: &str) -> String {
+    match server.storage_type() {
+        "S3" => format!(
+            "s3: {{path: \"{BUCKET}/{path}\", awsSecret: {secret}, endpoint: \"{}\", forcePathStyle: true}}",
+            server.endpoint()
+        ),
+        _ => format!("abs: {{path: \"{BUCKET}/{path}\", absSecret: {secret}}}"),
+    }
+}
+
+fn backup_manifest(ns: &str, name: &str, cluster: &str, storage_type: &str, storage: &str, policy: &str) -> String {
+    format!(
+        "apiVersion: etcd.database.coreos.com/v1beta2\nkind: EtcdBackup\nmetadata: {{name: {name}, namespace: {ns}}}\nspec:\n  clusterName: {cluster}\n  storageType: {storage_type}\n  {storage}\n{policy}"
+    )
+}
+
+fn restore_manifest(ns: &str, name: &str, cluster: &str, storage_type: &str, storage: &str) -> String {
+    format!(
+        "apiVersion: etcd.database.coreos.com/v1beta2\nkind: EtcdRestore\nmetadata: {{name: {name}, namespace: {ns}}}\nspec:\n  etcdCluster: {{name: {cluster}}}\n  backupStorageType: {storage_type}\n  {storage}\n"
+    )
+}
+
+fn wait_backup_succeeded(ns: &TestNamespace, name: &str) -> Result<Value> {
+    wait_until(BACKUP, &format!("EtcdBackup {name} to succeed"), || {
+        let b = get(ns, "etcdbackup", name)?;
+        let st = &b["status"];
+        ensure!(
+            st["consecutiveFailures"].as_i64().unwrap_or(0) < 3,
+            "backup keeps failing: {}",
+            st["reason"]
+        );
+        Ok((st["succeeded"] == true).then_some(b))
+    })
+}
+
+fn delete_cluster(ns: &TestNamespace, name: &str) -> Result<()> {
+    ns.run(&["delete", "etcdcluster", name])?;
+    wait_until(Duration::from_secs(120), "the cluster's pods to be gone", || {
+        let left = ns.run(&["get", "pods", "-l", &format!("etcd_cluster={name}"), "-o", "name"])?;
+        Ok(left.trim().is_empty().then_some(()))
+    })
+}
+
+/// Every member pod ran the three restore init containers to success.
+fn check_members_restored(ns: &TestNamespace, name: &str, size: usize) -> Result<()> {
+    let pods = member_pods(ns, name)?;
+    ensure!(pods.len() == size, "{} member pods", pods.len());
+    for p in &pods {
+        let inits: Vec<(String, i64)> = p["status"]["initContainerStatuses"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|c| {
+                        (
+                            c["name"].as_str().unwrap_or_default().to_string(),
+                            c["state"]["terminated"]["exitCode"].as_i64().unwrap_or(-1),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        for want in ["restore-fetch", "restore-snapshot", "restore-finish"] {
+            ensure!(
+                inits.iter().any(|(n, code)| n == want && *code == 0),
+                "pod {} did not run {want} to success: {inits:?}",
+                p["metadata"]["name"]
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Keys → one-shot backup → delete the cluster → restore → every key back.
+fn round_trip(ns: &TestNamespace, storage_type: &str, storage: &str, check_stored: impl Fn(&Value) -> Result<()>) -> Result<()> {
+    ns.apply(&cluster_manifest(&ns.name, "ex", 3, "3.5.1", ""))?;
+    wait_healthy(ns, "ex", 3, CREATE)?;
+    let ep = client_endpoint(ns, "ex")?;
+    write_keys(&ep, "backup", KEYS)?;
+
+    ns.apply(&backup_manifest(&ns.name, "once", "ex", storage_type, storage, ""))?;
+    let b = wait_backup_succeeded(ns, "once")?;
+    let st = &b["status"];
+    ensure!(st["etcdRevision"].as_i64().unwrap_or(0) > KEYS as i64, "revision {}", st["etcdRevision"]);
+    ensure!(st["etcdVersion"] == "3.5.1", "{st}");
+    ensure!(st["sha256"].as_str().is_some_and(|s| s.len() == 64), "{st}");
+    ensure!(st["lastSuccessDate"].as_str().is_some(), "{st}");
+    check_stored(st)?;
+    let evs = e2e_events(ns, "EtcdBackup", "once")?;
+    ensure!(evs.iter().any(|(r, _)| r == "BackupStarted"), "{evs:?}");
+    ensure!(evs.iter().any(|(r, n)| r == "BackupSucceeded" && n.contains(st["sha256"].as_str().unwrap())), "{evs:?}");
+    wait_until(Duration::from_secs(60), "the finished backup pod to be deleted", || {
+        Ok(ns.run(&["get", "pods", "-l", "etcd_backup=once", "-o", "name"])?.trim().is_empty().then_some(()))
+    })?;
+
+    delete_cluster(ns, "ex")?;
+    ns.apply(&restore_manifest(&ns.name, "back", "ex", storage_type, storage))?;
+    let r = wait_until(RESTORE, "EtcdRestore to succeed", || {
+        let r = get(ns, "etcdrestore", "back")?;
+        ensure!(r["status"]["phase"] != "Failed", "restore failed: {}", r["status"]);
+        Ok((r["status"]["succeeded"] == true).then_some(r))
+    })?;
+    ensure!(r["status"]["sha256"] == st["sha256"], "restored {} backed up {}", r["status"]["sha256"], st["sha256"]);
+    wait_healthy(ns, "ex", 3, CREATE)?;
+    check_members_restored(ns, "ex", 3)?;
+    let ep = client_endpoint(ns, "ex")?;
+    check_keys(&ep, "backup", KEYS)?;
+    let evs = e2e_events(ns, "EtcdRestore", "back")?;
+    for want in ["VerifyStarted", "BackupVerified", "ClusterCreated", "Restored"] {
+        ensure!(evs.iter().any(|(r, _)| r == want), "no {want} Event: {evs:?}");
+    }
+    Ok(())
+}
+
+/// `(reason, note)` of the Events about one object of `kind`.
+fn e2e_events(ns: &TestNamespace, kind: &str, name: &str) -> Result<Vec<(String, String)>> {
+    let list = ns.json(&["get", "events", "-o", "json"])?;
+    Ok(list["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|e| e["involvedObject"]["kind"] == kind && e["involvedObject"]["name"] == name)
+        .map(|e| (e["reason"].as_str().unwrap_or_default().to_string(), e["message"].as_str().unwrap_or_default().to_string()))
+        .collect())
+}
+
+fn object_server_round_trip(server: &dyn ObjectServer, prefix: &str) -> Result<()> {
+    server.create_bucket(BUCKET)?;
+    with_operator(prefix, |ns, _op| {
+        ns.apply(&server.secret_manifest(&ns.name, "creds"))?;
+        let storage = storage_block(server, "ex/etcd.backup", "creds");
+        round_trip(ns, server.storage_type(), &storage, |st| {
+            let data = server.get_object(BUCKET, "ex/etcd.backup")?;
+            ensure!(data.len() as i64 == st["size"].as_i64().unwrap_or(-1), "stored {} bytes, status {}", data.len(), st["size"]);
+            ensure!(sha256_hex(&data)? == st["sha256"].as_str().unwrap_or_default(), "stored object's sha256 differs from status");
+            let sidecar: Value = serde_json::from_slice(&server.get_object(BUCKET, "ex/etcd.backup.meta.json")?)?;
+            ensure!(sidecar["sha256"] == st["sha256"], "sidecar {sidecar}");
+            Ok(())
+        })
+    })
+}
+
+#[test]
+fn s3_backup_and_restore_bring_back_every_key() -> Result<()> {
+    let moto = MotoServer::start()?;
+    object_server_round_trip(&moto, "e2e-s3")
+}
+
+#[test]
+fn abs_backup_and_restore_bring_back_every_key() -> Result<()> {
+    let azurite = Azurite::start()?;
+    object_server_round_trip(&azurite, "e2e-abs")
+}
+
+#[test]
+fn pvc_backup_and_restore_bring_back_every_key() -> Result<()> {
+    with_operator("e2e-pvc-backup", |ns, _op| {
+        ns.apply(&format!(
+            "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {{name: backups, namespace: {}}}\nspec:\n  accessModes: [ReadWriteOnce]\n  resources: {{requests: {{storage: 1Gi}}}}\n",
+            ns.name
+        ))?;
+        round_trip(ns, "PVC", "pvc: {claimName: backups, path: ex/etcd.backup}", |st| {
+            ensure!(st["path"] == "pvc://backups/ex/etcd.backup", "{st}");
+            Ok(())
+        })
+    })
+}
+
+#[test]
+fn periodic_backups_keep_only_the_newest_max_backups() -> Result<()> {
+    let moto = MotoServer::start()?;
+    moto.create_bucket(BUCKET)?;
+    with_operator("e2e-periodic", |ns, _op| {
+        ns.apply(&moto.secret_manifest(&ns.name, "creds"))?;
+        ns.apply(&cluster_manifest(&ns.name, "ex", 1, "3.5.1", ""))?;
+        wait_healthy(ns, "ex", 1, CREATE)?;
+        let ep = client_endpoint(ns, "ex")?;
+        let storage = storage_block(&moto, "periodic/ex", "creds");
+        let policy = "  backupPolicy: {backupIntervalInSecond: 8, maxBackups: 2, timeoutInSecond: 8}\n";
+        ns.apply(&backup_manifest(&ns.name, "every8s", "ex", "S3", &storage, policy))?;
+        // Writes between backups give each one its own revision.
+        let backups = |moto: &MotoServer| -> Result<Vec<String>> {
+            Ok(moto
+                .list_objects(BUCKET, "periodic/ex_v")?
+                .into_iter()
+                .map(|o| o.key)
+                .filter(|k| !k.ends_with(".meta.json"))
+                .collect())
+        };
+        let mut seen = std::collections::BTreeSet::new();
+        wait_until(Duration::from_secs(180), "at least 4 periodic backups", || {
+            write_keys(&ep, &format!("p{}", seen.len()), 5)?;
+            for k in backups(&moto)? {
+                seen.insert(k);
+            }
+            let b = get(ns, "etcdbackup", "every8s")?;
+            ensure!(b["status"]["consecutiveFailures"].as_i64().unwrap_or(0) < 3, "failing: {}", b["status"]["reason"]);
+            std::thread::sleep(Duration::from_secs(2));
+            Ok((seen.len() >= 4).then_some(()))
+        })?;
+        // Retention runs after each success: at most one backup more than the limit, briefly.
+        let stored = wait_until(Duration::from_secs(30), "exactly 2 backups stored", || {
+            let b = backups(&moto)?;
+            Ok((b.len() == 2).then_some(b))
+        })?;
+        let mut newest: Vec<String> = seen.iter().cloned().collect();
+        newest.sort_by_key(|k| k.rsplit('_').next().unwrap_or_default().to_string());
+        // The 2 stored must be newer than every deleted one.
+        let oldest_kept = stored.iter().map(|k| k.rsplit('_').next().unwrap_or_default()).min().unwrap_or_default();
+        for k in seen.iter().filter(|k| !stored.contains(k)) {
+            ensure!(k.rsplit('_').next().unwrap_or_default() < oldest_kept, "deleted {k} is newer than a kept one: {stored:?}");
+            ensure!(!moto.object_exists(BUCKET, &format!("{k}.meta.json"))?, "sidecar of deleted {k} left behind");
+        }
+        for k in &stored {
+            ensure!(moto.object_exists(BUCKET, &format!("{k}.meta.json"))?, "no sidecar for kept {k}");
+        }
+        let st = get(ns, "etcdbackup", "every8s")?["status"].clone();
+        let history = st["history"].as_array().cloned().unwrap_or_default();
+        ensure!(history.len() <= 2 && !history.is_empty(), "history {history:?}");
+        ns.run(&["delete", "etcdbackup", "every8s"])?;
+        Ok(())
+    })
+}
+
+#[test]
+fn a_corrupt_backup_is_refused_and_nothing_is_created() -> Result<()> {
+    let moto = MotoServer::start()?;
+    moto.create_bucket(BUCKET)?;
+    with_operator("e2e-corrupt", |ns, _op| {
+        ns.apply(&moto.secret_manifest(&ns.name, "creds"))?;
+        ns.apply(&cluster_manifest(&ns.name, "ex", 1, "3.5.1", ""))?;
+        wait_healthy(ns, "ex", 1, CREATE)?;
+        write_keys(&client_endpoint(ns, "ex")?, "c", 10)?;
+        let storage = storage_block(&moto, "corrupt/etcd.backup", "creds");
+        ns.apply(&backup_manifest(&ns.name, "once", "ex", "S3", &storage, ""))?;
+        wait_backup_succeeded(ns, "once")?;
+
+        // A restore onto the running cluster's name is refused: nothing is replaced.
+        ns.apply(&restore_manifest(&ns.name, "onto-running", "ex", "S3", &storage))?;
+        wait_until(Duration::from_secs(60), "the restore to refuse the existing cluster", || {
+            let r = get(ns, "etcdrestore", "onto-running")?;
+            Ok(r["status"]["reason"].as_str().is_some_and(|s| s.contains("already exists")).then_some(()))
+        })?;
+        ns.run(&["delete", "etcdrestore", "onto-running"])?;
+
+        moto.corrupt_object(BUCKET, "corrupt/etcd.backup")?;
+        ns.apply(&restore_manifest(&ns.name, "bad", "other", "S3", &storage))?;
+        let r = wait_until(Duration::from_secs(120), "the restore to be refused", || {
+            let r = get(ns, "etcdrestore", "bad")?;
+            Ok((r["status"]["phase"] == "Failed").then_some(r))
+        })?;
+        let reason = r["status"]["reason"].as_str().unwrap_or_default();
+        ensure!(reason.contains("checksum mismatch"), "reason: {reason}");
+        ensure!(r["status"]["succeeded"] == false, "{}", r["status"]);
+        let evs = e2e_events(ns, "EtcdRestore", "bad")?;
+        ensure!(evs.iter().any(|(r, n)| r == "BackupRejected" && n.contains("checksum mismatch")), "{evs:?}");
+        let created = ns.run(&["get", "etcdcluster", "other", "--ignore-not-found", "-o", "name"])?;
+        ensure!(created.trim().is_empty(), "a cluster was created from a corrupt backup: {created}");
+        let pods = ns.run(&["get", "pods", "-l", "etcd_cluster=other", "-o", "name"])?;
+        ensure!(pods.trim().is_empty(), "{pods}");
+        Ok(())
+    })
+}
