@@ -203,6 +203,10 @@ build_operator() {
   out=$(tarball_for "$ref")
   root=$(new_root)
   add_binary "$root" "$bin" /usr/local/bin/etcd-operator
+  # CA certificates, as the distroless base of the Dockerfile has them: backup and restore pods
+  # speak HTTPS to S3/ABS/GCS, and the HTTP client refuses to start without a root store.
+  [ -s /etc/ssl/certs/ca-certificates.crt ] || die "/etc/ssl/certs/ca-certificates.crt missing (Debian ca-certificates)"
+  install -D -m 0644 /etc/ssl/certs/ca-certificates.crt "$root/etc/ssl/certs/ca-certificates.crt"
   config=$(jq -cn --arg path "$ETCD_PATH_ENV" '{
       Entrypoint: ["/usr/local/bin/etcd-operator"], Env: [$path], User: "65532:65532", WorkingDir: "/"
     }')

@@ -63,13 +63,13 @@ async fn stream_hash(
     let got = match store.get(&path).await {
         Ok(g) => g,
         Err(object_store::Error::NotFound { .. }) => return Err(format!("backup {} not found", loc.url())),
-        Err(e) => return Err(format!("read backup {}: {e}", loc.url())),
+        Err(e) => return Err(format!("read backup {}: {}", loc.url(), store::why(&e))),
     };
     let mut hasher = Sha256::new();
     let mut size = 0i64;
     let mut body = got.into_stream();
     while let Some(chunk) = body.next().await {
-        let chunk = chunk.map_err(|e| format!("read backup {}: {e}", loc.url()))?;
+        let chunk = chunk.map_err(|e| format!("read backup {}: {}", loc.url(), store::why(&e)))?;
         hasher.update(&chunk);
         size += chunk.len() as i64;
         if let Some(f) = sink.as_deref_mut() {

@@ -137,13 +137,13 @@ async fn save(args: &SaveArgs) -> Result<SaveReport, String> {
         .await
         .map_err(|e| format!("connect to {member}: {e}"))?;
     let mut stream = client.snapshot().await.map_err(|e| format!("snapshot from {member}: {e}"))?;
-    let upload = store.put_multipart(&path).await.map_err(|e| format!("start upload to {}: {e}", loc.url()))?;
+    let upload = store.put_multipart(&path).await.map_err(|e| format!("start upload to {}: {}", loc.url(), store::why(&e)))?;
     let mut writer = WriteMultipart::new(upload);
     let mut hashes = StreamHashes::default();
     let started = Instant::now();
     let streamed: Result<(), String> = async {
         while let Some(msg) = stream.message().await.map_err(|e| format!("snapshot stream from {member}: {e}"))? {
-            writer.wait_for_capacity(UPLOAD_CONCURRENCY).await.map_err(|e| format!("upload to {}: {e}", loc.url()))?;
+            writer.wait_for_capacity(UPLOAD_CONCURRENCY).await.map_err(|e| format!("upload to {}: {}", loc.url(), store::why(&e)))?;
             hashes.update(msg.blob());
             writer.write(msg.blob());
         }
@@ -155,7 +155,7 @@ async fn save(args: &SaveArgs) -> Result<SaveReport, String> {
         let _ = writer.abort().await;
         return Err(e);
     }
-    writer.finish().await.map_err(|e| format!("complete upload to {}: {e}", loc.url()))?;
+    writer.finish().await.map_err(|e| format!("complete upload to {}: {}", loc.url(), store::why(&e)))?;
     let transfer_seconds = started.elapsed().as_secs_f64();
 
     let meta = BackupMeta {
@@ -172,7 +172,7 @@ async fn save(args: &SaveArgs) -> Result<SaveReport, String> {
     if let Err(e) = store.put(&sidecar, PutPayload::from(body)).await {
         // A backup without its checksum cannot be restored: do not leave it looking complete.
         let _ = store.delete(&path).await;
-        return Err(format!("write checksum sidecar {}: {e}", location::sidecar_key(&key)));
+        return Err(format!("write checksum sidecar {}: {}", location::sidecar_key(&key), store::why(&e)));
     }
 
     let mut report = SaveReport { backup: meta.clone(), transfer_seconds, ..Default::default() };
@@ -183,7 +183,7 @@ async fn save(args: &SaveArgs) -> Result<SaveReport, String> {
             for k in [old.clone(), location::sidecar_key(&old)] {
                 if let Ok(p) = object_store::path::Path::parse(&k) {
                     if let Err(e) = store.delete(&p).await {
-                        eprintln!("retention: could not delete {k}: {e}");
+                        eprintln!("retention: could not delete {k}: {}", store::why(&e));
                     }
                 }
             }
@@ -215,7 +215,7 @@ async fn list_series(store: &dyn object_store::ObjectStore, base: &str) -> Resul
     let mut out = Vec::new();
     let mut list = store.list(prefix.as_ref());
     while let Some(item) = list.next().await {
-        let meta = item.map_err(|e| format!("list backups: {e}"))?;
+        let meta = item.map_err(|e| format!("list backups: {}", store::why(&e)))?;
         let k = meta.location.to_string();
         if k.starts_with(base) {
             out.push(k);

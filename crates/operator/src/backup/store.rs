@@ -65,7 +65,7 @@ pub fn open(loc: &Location, creds_dir: &FsPath, s3: &S3Options) -> Result<(Arc<d
             if !s3.endpoint.is_empty() {
                 b = b.with_endpoint(&s3.endpoint).with_allow_http(s3.endpoint.starts_with("http://"));
             }
-            Arc::new(b.build().map_err(|e| format!("S3 client: {e}"))?)
+            Arc::new(b.build().map_err(|e| format!("S3 client: {}", why(&e)))?)
         }
         Kind::Abs => {
             let account = read(creds_dir, "storage-account")?;
@@ -80,7 +80,7 @@ pub fn open(loc: &Location, creds_dir: &FsPath, s3: &S3Options) -> Result<(Arc<d
                 .with_container_name(&loc.bucket)
                 .with_allow_http(endpoint.starts_with("http://"))
                 .with_endpoint(endpoint);
-            Arc::new(b.build().map_err(|e| format!("Azure Blob client: {e}"))?)
+            Arc::new(b.build().map_err(|e| format!("Azure Blob client: {}", why(&e)))?)
         }
         Kind::Gcs => {
             let mut b = GoogleCloudStorageBuilder::new().with_bucket_name(&loc.bucket);
@@ -91,15 +91,30 @@ pub fn open(loc: &Location, creds_dir: &FsPath, s3: &S3Options) -> Result<(Arc<d
             } else {
                 return Err("the GCP Secret has neither credentials-data nor access-token".into());
             }
-            Arc::new(b.build().map_err(|e| format!("GCS client: {e}"))?)
+            Arc::new(b.build().map_err(|e| format!("GCS client: {}", why(&e)))?)
         }
         Kind::Pvc => Arc::new(
             LocalFileSystem::new_with_prefix(PVC_MOUNT)
-                .map_err(|e| format!("volume at {PVC_MOUNT}: {e}"))?
+                .map_err(|e| format!("volume at {PVC_MOUNT}: {}", why(&e)))?
                 .with_automatic_cleanup(true),
         ),
     };
     Ok((store, path))
+}
+
+/// An error with the chain of its causes, `a: b: c` (object_store and reqwest put the useful
+/// part, such as "no CA certificates found", in a source, behind a generic "builder error").
+pub fn why(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut parts: Vec<String> = vec![e.to_string()];
+    let mut cur = e.source();
+    while let Some(s) = cur {
+        let text = s.to_string();
+        if !parts.iter().any(|p| p.contains(&text)) {
+            parts.push(text);
+        }
+        cur = s.source();
+    }
+    parts.join(": ")
 }
 
 /// Account URL of a named Azure cloud.
@@ -142,6 +157,32 @@ fn ini(text: &str) -> BTreeMap<String, BTreeMap<String, String>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn errors_carry_their_causes() {
+        #[derive(Debug)]
+        struct Inner;
+        impl std::fmt::Display for Inner {
+            fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("no CA certificates found")
+            }
+        }
+        impl std::error::Error for Inner {}
+        #[derive(Debug)]
+        struct Outer(Inner);
+        impl std::fmt::Display for Outer {
+            fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("builder error")
+            }
+        }
+        impl std::error::Error for Outer {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                Some(&self.0)
+            }
+        }
+        assert_eq!(why(&Outer(Inner)), "builder error: no CA certificates found");
+        assert_eq!(why(&Inner), "no CA certificates found");
+    }
 
     #[test]
     fn aws_files_parse() {
