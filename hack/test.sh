@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The test command: installs what is missing, runs the unit tests, brings up the local
 # Kubernetes (or uses $KUBECONFIG's cluster), runs the end-to-end suite with the real operator
-# and real etcd (the operator as a process; then the lifecycle suite again with the operator
-# installed in-cluster from its manifests), and ends with one summary line "N passed, N failed".
+# and real etcd (the operator as a process; then the lifecycle suite and an S3 backup/restore
+# again with the operator installed in-cluster from its manifests), and ends with one summary
+# line "N passed, N failed".
 #   KEEP_CLUSTER=1  leave the local cluster up afterwards (default: take it down and check that
 #                   nothing is left behind, when this run brought it up).
 #   E2E_FILTER=...  run only the e2e tests whose names contain this.
@@ -55,6 +56,13 @@ log "the lifecycle suite again with the operator installed in-cluster (E2E_OPERA
 E2E_OPERATOR=in-cluster cargo test -p e2e --test lifecycle --locked -- "${E2E_ARGS[@]}" 2>&1 \
   | tee "$out/e2e-in-cluster.log" || status=1
 count "$out/e2e-in-cluster.log"
+
+log "an S3 backup and restore with the operator installed in-cluster (its shipped RBAC covers backups)"
+if [ -z "${E2E_FILTER:-}" ]; then
+  E2E_OPERATOR=in-cluster cargo test -p e2e --test backup_restore --locked -- --test-threads=1 s3_backup 2>&1 \
+    | tee "$out/e2e-in-cluster-backup.log" || status=1
+  count "$out/e2e-in-cluster-backup.log"
+fi
 
 if [ "$LOCAL_CLUSTER" = 1 ] && [ "$was_up" = 0 ] && [ -z "${KEEP_CLUSTER:-}" ]; then
   log "taking the local cluster down and checking that nothing is left"

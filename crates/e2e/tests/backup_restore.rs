@@ -78,33 +78,41 @@ fn delete_cluster(ns: &TestNamespace, name: &str) -> Result<()> {
     })
 }
 
-/// Every member pod ran the three restore init containers to success.
+/// Every member pod ran the three restore init containers to success. Polled: the operator
+/// reports members ready from etcd's answers, and the kubelet may publish the init containers'
+/// final states a little after etcd is already serving.
 fn check_members_restored(ns: &TestNamespace, name: &str, size: usize) -> Result<()> {
-    let pods = member_pods(ns, name)?;
-    ensure!(pods.len() == size, "{} member pods", pods.len());
-    for p in &pods {
-        let inits: Vec<(String, i64)> = p["status"]["initContainerStatuses"]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .map(|c| {
-                        (
-                            c["name"].as_str().unwrap_or_default().to_string(),
-                            c["state"]["terminated"]["exitCode"].as_i64().unwrap_or(-1),
-                        )
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
-        for want in ["restore-fetch", "restore-snapshot", "restore-finish"] {
-            ensure!(
-                inits.iter().any(|(n, code)| n == want && *code == 0),
-                "pod {} did not run {want} to success: {inits:?}",
-                p["metadata"]["name"]
-            );
+    wait_until(Duration::from_secs(60), "every member's restore init containers to be reported done", || {
+        let pods = member_pods(ns, name)?;
+        ensure!(pods.len() == size, "{} member pods", pods.len());
+        let mut all_done = true;
+        for p in &pods {
+            let inits: Vec<(String, Option<i64>)> = p["status"]["initContainerStatuses"]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .map(|c| {
+                            (
+                                c["name"].as_str().unwrap_or_default().to_string(),
+                                c["state"]["terminated"]["exitCode"].as_i64(),
+                            )
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            for want in ["restore-fetch", "restore-snapshot", "restore-finish"] {
+                match inits.iter().find(|(n, _)| n == want) {
+                    Some((_, Some(0))) => {}
+                    Some((_, Some(code))) => {
+                        anyhow::bail!("pod {} ran {want} with exit code {code}: {inits:?}", p["metadata"]["name"])
+                    }
+                    Some((_, None)) => all_done = false,
+                    None => anyhow::bail!("pod {} has no {want} init container: {inits:?}", p["metadata"]["name"]),
+                }
+            }
         }
-    }
-    Ok(())
+        Ok(all_done.then_some(()))
+    })
 }
 
 /// Keys → one-shot backup → delete the cluster → restore → every key back.

@@ -118,6 +118,15 @@ pub async fn publish(
     }
 }
 
+/// The object as the API has it now. The controller hands over the watch cache's copy, which may
+/// not show this controller's own last status write yet; every status field is written back on
+/// each change, so planning from a stale status would undo that write (a lost sha256, a failure
+/// counted twice). Backups and restores are few and reconciled rarely: one GET each is cheap.
+pub async fn fresh(ctx: &JobContext, obj: &DynamicObject, ar: &ApiResource) -> Result<Option<DynamicObject>, Error> {
+    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &obj.namespace().unwrap_or_default(), ar);
+    Ok(api.get_opt(&obj.name_any()).await?)
+}
+
 pub async fn patch_status<S: Serialize>(
     ctx: &JobContext,
     obj: &DynamicObject,
@@ -282,6 +291,10 @@ async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<JobContext>) -> Result<Acti
         return Ok(Action::await_change());
     }
     let ar = backup_ar();
+    let Some(obj) = fresh(&ctx, &obj, &ar).await? else { return Ok(Action::await_change()) };
+    if obj.metadata.deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
     let started = std::time::Instant::now();
     let prev: EtcdBackupStatus =
         obj.data.get("status").cloned().and_then(|s| serde_json::from_value(s).ok()).unwrap_or_default();

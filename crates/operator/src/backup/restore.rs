@@ -21,8 +21,8 @@ use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 
 use super::controller::{
-    DEFAULT_TIMEOUT_SECS, Error, JobContext, Options, PodResult, create_pod, delete_pod, job_pod_watch, job_pods,
-    patch_status, pod_result, publish,
+    DEFAULT_TIMEOUT_SECS, Error, JobContext, Options, PodResult, create_pod, delete_pod, fresh, job_pod_watch,
+    job_pods, patch_status, pod_result, publish,
 };
 use super::location::{BackupMeta, Location};
 use super::pods::{self, JobPod, RESTORE_LABEL};
@@ -99,6 +99,10 @@ async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<JobContext>) -> Result<Acti
         return Ok(Action::await_change());
     }
     let ar = restore_ar();
+    let Some(obj) = fresh(&ctx, &obj, &ar).await? else { return Ok(Action::await_change()) };
+    if obj.metadata.deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
     let prev: EtcdRestoreStatus =
         obj.data.get("status").cloned().and_then(|s| serde_json::from_value(s).ok()).unwrap_or_default();
     let generation = obj.metadata.generation.unwrap_or_default();
@@ -138,6 +142,12 @@ async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<JobContext>) -> Result<Acti
             let cs: EtcdClusterStatus =
                 c.data.get("status").cloned().and_then(|s| serde_json::from_value(s).ok()).unwrap_or_default();
             let size = c.data.pointer("/spec/size").and_then(|v| v.as_i64()).unwrap_or_default();
+            if st.sha256.is_empty() {
+                // Created, but the status write after it was lost: the cluster names its backup.
+                if let Some(sha) = c.data.pointer("/spec/restore/sha256").and_then(|v| v.as_str()) {
+                    st.sha256 = sha.to_string();
+                }
+            }
             if size > 0 && cs.ready_members as i64 == size {
                 st.succeeded = true;
                 st.phase = PHASE_RESTORED.into();
