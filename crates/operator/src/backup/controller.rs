@@ -42,6 +42,31 @@ pub struct JobContext {
     /// Pods carrying this controller's label.
     pub pods: Store<Pod>,
     pub metrics: Arc<crate::metrics::Metrics>,
+    /// Finished pods whose result is recorded and which were deleted: the pod cache can still
+    /// show one for a moment, and its result must not be counted twice.
+    pub recorded: Recorded,
+}
+
+/// UIDs of finished job pods already recorded (kept 10 minutes, far longer than a cache lags).
+#[derive(Default)]
+pub struct Recorded(std::sync::Mutex<BTreeMap<String, std::time::Instant>>);
+
+impl Recorded {
+    const KEEP: Duration = Duration::from_secs(600);
+
+    pub fn insert(&self, pod: &Pod) {
+        let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let now = std::time::Instant::now();
+        m.retain(|_, t| now.duration_since(*t) < Self::KEEP);
+        if let Some(uid) = pod.uid() {
+            m.insert(uid, now);
+        }
+    }
+
+    pub fn contains(&self, pod: &Pod) -> bool {
+        let m = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        pod.uid().is_some_and(|uid| m.contains_key(&uid))
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -140,9 +165,12 @@ pub async fn patch_status<S: Serialize>(
 }
 
 pub async fn delete_pod(ctx: &JobContext, pod: &Pod) {
+    ctx.recorded.insert(pod);
     let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &pod.namespace().unwrap_or_default());
-    if let Err(e) = api.delete(&pod.name_any(), &DeleteParams::background()).await {
-        tracing::warn!(pod = %pod.name_any(), error = %e, "could not delete a finished job pod");
+    match api.delete(&pod.name_any(), &DeleteParams::background()).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 404 => {}
+        Err(e) => tracing::warn!(pod = %pod.name_any(), error = %e, "could not delete a finished job pod"),
     }
 }
 
@@ -325,7 +353,7 @@ async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<JobContext>) -> Result<Acti
     let pods = job_pods(&ctx.pods, BACKUP_LABEL, &obj);
     let mut finished = Vec::new();
     let mut running = false;
-    for p in &pods {
+    for p in pods.iter().filter(|p| !ctx.recorded.contains(p)) {
         match pod_result::<SaveReport>(p) {
             PodResult::Running => running = true,
             PodResult::Succeeded(r) => finished.push((p.clone(), Ok(r))),
@@ -440,6 +468,7 @@ pub async fn run(opts: Options, shutdown: impl std::future::Future<Output = ()> 
         init_image: opts.init_image,
         pods: pods.clone(),
         metrics: opts.metrics,
+        recorded: Default::default(),
     });
     let synced = pods.clone();
     Controller::new_with(backups, watcher::Config::default(), ar)
@@ -490,6 +519,20 @@ mod tests {
 
     fn t(s: &str) -> DateTime<Utc> {
         DateTime::parse_from_rfc3339(s).unwrap().to_utc()
+    }
+
+    #[test]
+    fn a_recorded_pod_is_recognised_by_uid() {
+        let mut p = Pod::default();
+        p.metadata.name = Some("b-1".into());
+        p.metadata.uid = Some("u1".into());
+        let r = Recorded::default();
+        assert!(!r.contains(&p));
+        r.insert(&p);
+        assert!(r.contains(&p));
+        let mut again = p.clone();
+        again.metadata.uid = Some("u2".into()); // same name, a new pod
+        assert!(!r.contains(&again));
     }
 
     #[test]

@@ -344,6 +344,7 @@ pub async fn run(opts: Options, shutdown: impl std::future::Future<Output = ()> 
         init_image: opts.init_image,
         pods: pods.clone(),
         metrics: opts.metrics,
+        recorded: Default::default(),
     });
     let synced = pods.clone();
     Controller::new_with(restores, watcher::Config::default(), ar)
