@@ -24,6 +24,16 @@ fn registry() -> std::sync::MutexGuard<'static, Cleanup> {
     CLEANUP.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// Another process of the bench (a `kubectl --watch`) to stop on SIGINT/SIGTERM.
+pub fn track_pid(pid: u32) {
+    registry().pids.push(pid);
+}
+
+/// The process has ended: no longer ours to stop.
+pub fn untrack_pid(pid: u32) {
+    registry().pids.retain(|p| *p != pid);
+}
+
 /// On SIGINT/SIGTERM: stop the operators and request deletion of every namespace still alive.
 pub fn cleanup_everything(kubectl: &Kubectl) {
     let (namespaces, pids) = {

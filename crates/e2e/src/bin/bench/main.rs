@@ -1,19 +1,23 @@
-//! `bench`: how fast the operator creates, heals, scales and upgrades etcd clusters on a real
+//! `bench`: how fast the operator creates, heals, scales, upgrades and backs up etcd clusters on a real
 //! Kubernetes, beside baselines measured on the same cluster in the same run.
 //!
 //! A command, not a test (`cargo test` never runs it). Use `hack/bench.sh`, which builds the
 //! release operator, loads its image and runs this; or, with that done:
 //!
-//!     cargo run --release -p e2e --bin bench -- [--only create,heal,scale,upgrade,idle] [--runs N]
+//!     cargo run --release -p e2e --bin bench -- [--only create,heal,scale,upgrade,backup,idle] [--runs N]
 //!
-//! `idle` (only when named in `--only`; about 15 min) measures the operator at rest instead of a
-//! duration: RSS, CPU and its requests to the apiserver (see `idle.rs`).
+//! `backup` (about 1.5 min with 3 runs) measures the throughput of the operator's EtcdBackup (to
+//! S3 on a moto server, and to a PVC) beside `etcdctl snapshot save` of the same 3-member cluster
+//! holding `--backup-mib` of data (see `backup.rs`). `idle` (only when named in `--only`; about
+//! 15 min) measures the operator at rest instead of a duration: RSS, CPU and its requests to
+//! the apiserver (see `idle.rs`).
 //!
 //! Every sample runs in a fresh namespace that is deleted afterwards (also on errors and on
 //! Ctrl-C); operator samples start `target/release/etcd-operator run --namespace NS` as a process
 //! of this machine. Per-sample timelines (what was seen when, the operator's actions from its
 //! JSON log, pod timestamps and Events) go to stderr; the result table goes to stdout.
 
+mod backup;
 mod etcd;
 mod idle;
 mod kube;
@@ -34,15 +38,18 @@ use report::{Sample, Stats, fmt_n, fmt_s, stats};
 use scenarios::Ctx;
 
 const WORKSPACE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
-const MEASUREMENTS: [&str; 5] = ["create", "heal", "scale", "upgrade", "idle"];
+const MEASUREMENTS: [&str; 6] = ["create", "heal", "scale", "upgrade", "backup", "idle"];
 /// What runs without `--only`: `idle` takes long and is asked for by name.
-const DEFAULT_MEASUREMENTS: [&str; 4] = ["create", "heal", "scale", "upgrade"];
+const DEFAULT_MEASUREMENTS: [&str; 5] = ["create", "heal", "scale", "upgrade", "backup"];
 
 #[derive(Parser, Debug)]
 #[command(about = "Benchmark the etcd operator against baselines on the local Kubernetes")]
 struct Args {
-    /// Measurements to run, comma-separated: create, heal, scale, upgrade, idle (default: all but
-    /// idle). Each includes its baseline; idle runs once whatever --runs says.
+    /// Measurements to run, comma-separated: create, heal, scale, upgrade, backup, idle (default:
+    /// all but idle). Each includes its baseline; idle runs once whatever --runs says. backup is in
+    /// the default set (about 1.5 min with 3 runs): one set-up (a 3-member cluster filled with
+    /// --backup-mib, a moto S3 server, a PVC), then --runs S3 backups, PVC backups and `etcdctl
+    /// snapshot save` baselines in turn.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Samples of each measurement and baseline.
@@ -72,6 +79,9 @@ struct Args {
     /// Where the operators' logs go (default: target/bench-logs).
     #[arg(long)]
     log_dir: Option<PathBuf>,
+    /// backup: MiB of data (values of 1 MiB) written to the cluster before the backups.
+    #[arg(long, default_value_t = 110)]
+    backup_mib: usize,
     /// idle: length of each measured window, in seconds (shorten for a quick run).
     #[arg(long, default_value_t = 300)]
     idle_window_secs: u64,
@@ -108,7 +118,7 @@ pub(crate) fn sh(cmd: &str, args: &[&str]) -> String {
         .unwrap_or_default()
 }
 
-fn loadavg() -> String {
+pub(crate) fn loadavg() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
         .unwrap_or_else(|_| "?".into())
@@ -212,7 +222,7 @@ fn run(args: Args) -> Result<bool> {
     let started = Instant::now();
     let mut results: BTreeMap<&str, Vec<Sample>> = BTreeMap::new();
     let mut errors: Vec<String> = vec![];
-    for (i, m) in selected.iter().enumerate().filter(|(_, m)| **m != "idle") {
+    for (i, m) in selected.iter().enumerate().filter(|(_, m)| !matches!(**m, "idle" | "backup")) {
         // A measurement's operator sample and its baseline alternate, so a drift of the machine
         // affects both alike. The bare pod start is the baseline of heal (and of scale alone).
         let kinds: Vec<(&str, Scenario)> = match *m {
@@ -232,6 +242,21 @@ fn run(args: Args) -> Result<bool> {
                         errors.push(format!("{kind} run {run}: {}", format!("{e}").lines().next().unwrap_or("")));
                     }
                 }
+            }
+        }
+    }
+
+    if let Some(i) = selected.iter().position(|m| *m == "backup") {
+        eprintln!("[{}/{}] backup (load {})", i + 1, selected.len(), loadavg());
+        let opts = backup::BackupOpts { data_mib: args.backup_mib };
+        match backup::run(&ctx, args.runs, &opts) {
+            Ok(o) => {
+                results.extend(o.results);
+                errors.extend(o.errors);
+            }
+            Err(e) => {
+                eprintln!("  backup FAILED: {e:#}");
+                errors.push(format!("backup: {}", format!("{e}").lines().next().unwrap_or("")));
             }
         }
     }
@@ -392,6 +417,7 @@ fn render(selected: &[&str], r: &BTreeMap<&str, Vec<Sample>>, header: &str, took
                     ));
                 }
             }
+            "backup" => out.push_str(&backup::render(r)),
             _ => {}
         }
     }
@@ -408,6 +434,9 @@ fn render(selected: &[&str], r: &BTreeMap<&str, Vec<Sample>>, header: &str, took
         ("bare", "bare pod start (baseline)"),
         ("scale", "scale 3→5 (operator)"),
         ("upgrade", "upgrade 3.5.0→3.5.1 (operator)"),
+        (backup::S3, "backup to S3 (operator)"),
+        (backup::PVC, "backup to a PVC (operator)"),
+        (backup::BASELINE, "etcdctl snapshot save pod (baseline)"),
     ] {
         out.push_str(&breakdown(k, title, r));
     }

@@ -17,7 +17,7 @@ use crate::observe::{Marks, Observer, Snap};
 use crate::report::{Sample, operator_timeline, pod_facts, secs};
 
 pub const CLUSTER: &str = "bench";
-const SELECTOR: &str = "app=etcd,etcd_cluster=bench";
+pub(crate) const SELECTOR: &str = "app=etcd,etcd_cluster=bench";
 
 pub struct Ctx {
     pub kubectl: Kubectl,
@@ -34,7 +34,7 @@ pub struct Ctx {
 }
 
 /// Prints a sample's timeline (milestones, operator actions, planned steps, pod facts) to stderr.
-fn print_timeline(title: &str, value: Duration, marks: &Marks, steps: &[String], facts: &[String]) {
+pub(crate) fn print_timeline(title: &str, value: Duration, marks: &Marks, steps: &[String], facts: &[String]) {
     eprintln!("  {title}: {:.2}s", secs(value));
     let mut all = marks.0.clone();
     all.sort_by_key(|(_, d)| *d);
@@ -75,12 +75,12 @@ fn diagnostics(ns: &Ns, op: Option<&Operator>) -> String {
 
 /// A fresh namespace (and an operator for it when `operator`); `body` runs in it; the namespace
 /// is deleted afterwards whatever happened, and waited for so samples do not overlap.
-fn in_namespace(
+pub(crate) fn in_namespace<T>(
     ctx: &Ctx,
     prefix: &str,
     operator: bool,
-    body: impl FnOnce(&Ns, Option<&Operator>) -> Result<Sample>,
-) -> Result<Sample> {
+    body: impl FnOnce(&Ns, Option<&Operator>) -> Result<T>,
+) -> Result<T> {
     let ns = Ns::create(&ctx.kubectl, prefix)?;
     let t = Instant::now();
     let op = if operator {
@@ -124,7 +124,7 @@ fn operator_sample(title: &str, ns: &Ns, op: &Operator, obs: &Observer, at: Dura
 }
 
 /// Set-up (not measured): apply a `size`-member cluster and wait until it is healthy.
-fn healthy_cluster(ctx: &Ctx, ns: &Ns, obs: &mut Observer, size: usize, version: &str) -> Result<Snap> {
+pub(crate) fn healthy_cluster(ctx: &Ctx, ns: &Ns, obs: &mut Observer, size: usize, version: &str) -> Result<Snap> {
     ns.apply(&cluster_manifest(&ns.name, CLUSTER, size, version))?;
     let (_, snap) = obs.until(ctx.timeout, &format!("set-up: {size} healthy members at {version}"), |s, _| {
         s.live_count() == size
