@@ -160,7 +160,7 @@ async fn save(args: &SaveArgs) -> Result<SaveReport, String> {
 
     let meta = BackupMeta {
         path: loc.url(),
-        sha256: hex::encode(hashes.whole.finalize()),
+        sha256: hashes.whole_sha256(),
         size: hashes.size as i64,
         etcd_version: version,
         etcd_revision: revision,
@@ -234,22 +234,38 @@ pub async fn read_sidecar(store: &dyn object_store::ObjectStore, key: &str) -> O
 /// sha256 of the database to a snapshot, so the two must agree for a complete snapshot.
 #[derive(Default)]
 pub struct StreamHashes {
-    pub whole: Sha256,
+    /// sha256 of everything but the last 32 bytes seen so far (held back in `tail`).
     db: Sha256,
     tail: Vec<u8>,
     pub size: u64,
 }
 
 impl StreamHashes {
+    /// One sha256 pass serves both hashes: the database part is hashed as it streams, 32 bytes
+    /// behind; the whole snapshot's hash is that state plus the last 32 bytes.
     pub fn update(&mut self, chunk: &[u8]) {
-        self.whole.update(chunk);
         self.size += chunk.len() as u64;
-        self.tail.extend_from_slice(chunk);
-        if self.tail.len() > 32 {
-            let cut = self.tail.len() - 32;
-            self.db.update(&self.tail[..cut]);
-            self.tail.drain(..cut);
+        if chunk.len() >= 32 {
+            let cut = chunk.len() - 32;
+            self.db.update(&self.tail);
+            self.db.update(&chunk[..cut]);
+            self.tail.clear();
+            self.tail.extend_from_slice(&chunk[cut..]);
+        } else {
+            self.tail.extend_from_slice(chunk);
+            if self.tail.len() > 32 {
+                let cut = self.tail.len() - 32;
+                self.db.update(&self.tail[..cut]);
+                self.tail.drain(..cut);
+            }
         }
+    }
+
+    /// Hex sha256 of the whole stream.
+    pub fn whole_sha256(&self) -> String {
+        let mut h = self.db.clone();
+        h.update(&self.tail);
+        hex::encode(h.finalize())
     }
 
     pub fn check_etcd_integrity(&self) -> Result<(), String> {
@@ -273,13 +289,27 @@ mod tests {
         let db: Vec<u8> = (0..5000u32).map(|i| (i % 251) as u8).collect();
         let mut snap = db.clone();
         snap.extend_from_slice(&Sha256::digest(&db));
-        for chunk in [1, 7, 32, 33, 1000, 10_000] {
+        for chunk in [1, 7, 31, 32, 33, 1000, 10_000] {
             let mut h = StreamHashes::default();
             snap.chunks(chunk).for_each(|c| h.update(c));
             assert!(h.check_etcd_integrity().is_ok(), "chunk {chunk}");
             assert_eq!(h.size, snap.len() as u64);
-            assert_eq!(hex::encode(h.whole.finalize()), hex::encode(Sha256::digest(&snap)));
+            assert_eq!(h.whole_sha256(), hex::encode(Sha256::digest(&snap)));
         }
+        // Irregular chunks: short ones after long ones and back.
+        let mut h = StreamHashes::default();
+        let mut rest = &snap[..];
+        for n in [40, 3, 3, 100, 1, 31, 64, 5].iter().cycle() {
+            let take = (*n).min(rest.len());
+            h.update(&rest[..take]);
+            rest = &rest[take..];
+            if rest.is_empty() {
+                break;
+            }
+        }
+        assert!(h.check_etcd_integrity().is_ok());
+        assert_eq!(h.whole_sha256(), hex::encode(Sha256::digest(&snap)));
+
         let mut h = StreamHashes::default();
         h.update(&snap[..snap.len() - 100]);
         assert!(h.check_etcd_integrity().is_err(), "a truncated stream is refused");

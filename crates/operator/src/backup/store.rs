@@ -96,7 +96,9 @@ pub fn open(loc: &Location, creds_dir: &FsPath, s3: &S3Options) -> Result<(Arc<d
         Kind::Pvc => Arc::new(
             LocalFileSystem::new_with_prefix(PVC_MOUNT)
                 .map_err(|e| format!("volume at {PVC_MOUNT}: {}", why(&e)))?
-                .with_automatic_cleanup(true),
+                .with_automatic_cleanup(true)
+                // A backup reported as written must be on the volume, not in the page cache.
+                .with_fsync(true),
         ),
     };
     Ok((store, path))
