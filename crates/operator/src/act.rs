@@ -127,9 +127,10 @@ pub async fn execute(t: &Target<'_>, step: &Step) -> Result<Option<Done>, Error>
             )
         }
         Step::Bootstrap(members) => {
-            for m in members {
-                t.create_member(m).await?;
-            }
+            // All at once: a static bootstrap forms only when every member runs, so the slowest
+            // pod start is what counts. (A partial failure is as after sequential creates: the
+            // pods made so far form the cluster or are cleaned out by the next plan.)
+            futures::future::try_join_all(members.iter().map(|m| t.create_member(m))).await?;
             let names: Vec<String> = members.iter().map(|m| m.name.clone()).collect();
             Done {
                 reason: "BootstrapStarted",
