@@ -81,7 +81,10 @@ pub struct SaveReport {
 /// History entries in a report: the termination message holds at most 4 KiB.
 pub const HISTORY_LIMIT: usize = 8;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-/// Multipart chunks in flight: memory is bounded by this many 5 MiB parts.
+/// Size of one multipart part. Larger parts mean fewer requests (S3 allows 10,000 parts, so
+/// 16 MiB parts reach 156 GiB, far beyond etcd's 8 GiB database limit).
+const PART_SIZE: usize = 16 << 20;
+/// Parts in flight: memory is bounded by about this many parts (64 MiB).
 const UPLOAD_CONCURRENCY: usize = 4;
 
 pub async fn run(args: SaveArgs) -> Result<SaveReport, String> {
@@ -138,7 +141,7 @@ async fn save(args: &SaveArgs) -> Result<SaveReport, String> {
         .map_err(|e| format!("connect to {member}: {e}"))?;
     let mut stream = client.snapshot().await.map_err(|e| format!("snapshot from {member}: {e}"))?;
     let upload = store.put_multipart(&path).await.map_err(|e| format!("start upload to {}: {}", loc.url(), store::why(&e)))?;
-    let mut writer = WriteMultipart::new(upload);
+    let mut writer = WriteMultipart::new_with_chunk_size(upload, PART_SIZE);
     let mut hashes = StreamHashes::default();
     let started = Instant::now();
     let streamed: Result<(), String> = async {
