@@ -42,6 +42,10 @@ struct WriterStats {
     retried: u64,
     /// Keys whose put failed on two endpoints.
     failed: Vec<u64>,
+    /// Puts refused with "no leader" / "leader changed" (the election when leadership moves)
+    /// and sent again after a short pause, as etcd's documentation tells clients to do: such a
+    /// put was never proposed, so re-sending it is safe.
+    leader_waits: u64,
     /// The first errors seen, for the report.
     errors: Vec<String>,
     /// Puts attempted per endpoint (proof that every endpoint was used).
@@ -50,6 +54,9 @@ struct WriterStats {
 
 /// Sequential puts of unique keys, round-robin over every member's own endpoint; a put that
 /// fails is retried once on the next endpoint, and a key that fails twice is a failed write.
+/// A put refused because the cluster is electing a leader is re-sent after 50 ms, for at most
+/// [`LEADER_WAIT`] in all: a leader change (which upgrading the leader needs) takes an
+/// election, and a client of etcd is expected to retry that refusal.
 struct Writer {
     stop: Arc<AtomicBool>,
     stats: Arc<Mutex<WriterStats>>,
@@ -59,6 +66,14 @@ struct Writer {
 /// Per-put deadline, about etcd's own request timeout (5 s): a put that etcd has not answered
 /// by then is an error, counted like a refused one.
 const PUT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a put refused for want of a leader is re-sent before it counts as failed.
+const LEADER_WAIT: Duration = Duration::from_secs(2);
+
+/// etcd refused the put before proposing it because there is no leader at the moment.
+fn is_leaderless(e: &anyhow::Error) -> bool {
+    let t = format!("{e:#}");
+    t.contains("no leader") || t.contains("leader changed") || t.contains("proposal dropped")
+}
 
 fn connect_options() -> ConnectOptions {
     ConnectOptions::new().with_connect_timeout(Duration::from_secs(2)).with_timeout(PUT_TIMEOUT)
@@ -95,13 +110,20 @@ impl Writer {
                     let (key, value) = (format!("{prefix2}/{i:08}"), format!("value-{i}"));
                     let first = (i as usize) % n;
                     let mut ok = false;
-                    for attempt in 0..2 {
+                    let started = Instant::now();
+                    let mut attempt = 0;
+                    while attempt < 2 {
                         let (ep, c) = &mut clients[(first + attempt) % n];
                         *stats2.lock().unwrap().per_endpoint.entry(ep.clone()).or_default() += 1;
                         match put(c, &key, &value).await {
                             Ok(()) => {
                                 ok = true;
                                 break;
+                            }
+                            Err(e) if is_leaderless(&e) && started.elapsed() < LEADER_WAIT => {
+                                stats2.lock().unwrap().leader_waits += 1;
+                                tokio::time::sleep(Duration::from_millis(50)).await;
+                                continue;
                             }
                             Err(e) => {
                                 let mut s = stats2.lock().unwrap();
@@ -113,6 +135,7 @@ impl Writer {
                                 }
                             }
                         }
+                        attempt += 1;
                     }
                     {
                         let mut s = stats2.lock().unwrap();
@@ -290,10 +313,11 @@ fn upgrade_step(ns: &TestNamespace, name: &str, from: &str, to: &str, writer: &W
     let took = t0.elapsed();
     let w1 = writer.stats();
     eprintln!(
-        "upgrade {from} -> {to}: {:.1}s; writer during the step: {} acknowledged, {} retried on another endpoint, {} failed",
+        "upgrade {from} -> {to}: {:.1}s; writer during the step: {} acknowledged, {} retried on another endpoint, {} re-sent during a leader election, {} failed",
         took.as_secs_f64(),
         w1.acked.len() - w0.acked.len(),
         w1.retried - w0.retried,
+        w1.leader_waits - w0.leader_waits,
         w1.failed.len() - w0.failed.len()
     );
 

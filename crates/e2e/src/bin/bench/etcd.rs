@@ -112,6 +112,17 @@ pub struct WriteRecord {
     pub ok: bool,
     pub seq: u64,
     pub last_err: Option<String>,
+    /// Rounds over the members repeated because every one refused for want of a leader (an
+    /// election while leadership moves); a client of etcd is expected to re-send those.
+    pub leader_waits: u32,
+}
+
+/// How long a write refused by every member for want of a leader is re-sent (every 50 ms).
+const LEADER_WAIT: Duration = Duration::from_secs(2);
+
+/// etcd refused before proposing: no leader at the moment (safe to send again).
+pub fn is_leaderless(err: &str) -> bool {
+    err.contains("no leader") || err.contains("leader changed") || err.contains("proposal dropped")
 }
 
 /// A client writing `prefix/<seq>` continuously, one write at a time, spreading writes over all
@@ -143,38 +154,53 @@ impl Writer {
                 seq += 1;
                 let key = format!("{prefix2}/{seq:09}");
                 let started = Instant::now();
-                let (mut attempts, mut ok, mut last_err) = (0u32, false, None);
-                for k in 0..eps.len() {
-                    let ep = &eps[(seq as usize + k) % eps.len()];
-                    attempts += 1;
-                    let mut c = match clients.get(ep) {
-                        Some(c) => c.clone(),
-                        None => match Client::connect([ep.as_str()], Some(options(attempt_timeout))).await {
-                            Ok(c) => {
-                                clients.insert(ep.clone(), c.clone());
-                                c
+                let (mut attempts, mut ok, mut last_err, mut leader_waits) = (0u32, false, None::<String>, 0u32);
+                loop {
+                    for k in 0..eps.len() {
+                        let ep = &eps[(seq as usize + k) % eps.len()];
+                        attempts += 1;
+                        let mut c = match clients.get(ep) {
+                            Some(c) => c.clone(),
+                            None => match Client::connect([ep.as_str()], Some(options(attempt_timeout))).await {
+                                Ok(c) => {
+                                    clients.insert(ep.clone(), c.clone());
+                                    c
+                                }
+                                Err(e) => {
+                                    last_err = Some(format!("{ep}: {e}"));
+                                    continue;
+                                }
+                            },
+                        };
+                        match tokio::time::timeout(attempt_timeout, c.put(key.as_str(), "x", None)).await {
+                            Ok(Ok(_)) => {
+                                ok = true;
+                                break;
                             }
-                            Err(e) => {
-                                last_err = Some(format!("{ep}: {e}"));
-                                continue;
-                            }
-                        },
-                    };
-                    match tokio::time::timeout(attempt_timeout, c.put(key.as_str(), "x", None)).await {
-                        Ok(Ok(_)) => {
-                            ok = true;
-                            break;
+                            Ok(Err(e)) => last_err = Some(format!("{ep}: {e}")),
+                            Err(_) => last_err = Some(format!("{ep}: no answer within {attempt_timeout:?}")),
                         }
-                        Ok(Err(e)) => last_err = Some(format!("{ep}: {e}")),
-                        Err(_) => last_err = Some(format!("{ep}: no answer within {attempt_timeout:?}")),
+                        // A fresh connection next time: a broken one can keep failing.
+                        clients.remove(ep);
                     }
-                    // A fresh connection next time: a broken one can keep failing.
-                    clients.remove(ep);
+                    if ok || !last_err.as_deref().is_some_and(is_leaderless) || started.elapsed() >= LEADER_WAIT {
+                        break;
+                    }
+                    leader_waits += 1;
+                    tokio::time::sleep(Duration::from_millis(50)).await;
                 }
                 if eps.is_empty() {
                     last_err = Some("no member endpoint known".into());
                 }
-                records.push(WriteRecord { started, latency: started.elapsed(), attempts, ok, seq, last_err });
+                records.push(WriteRecord {
+                    started,
+                    latency: started.elapsed(),
+                    attempts,
+                    ok,
+                    seq,
+                    last_err,
+                    leader_waits,
+                });
                 tokio::time::sleep(interval).await;
             }
             records

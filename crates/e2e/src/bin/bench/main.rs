@@ -401,8 +401,9 @@ fn render(selected: &[&str], r: &BTreeMap<&str, Vec<Sample>>, header: &str, took
                 out.push('\n');
                 let e = |k| stats(&extra(r, "upgrade", k));
                 if let (Some(f), Some(rt), Some(w)) = (e("failed"), e("retries"), e("writes")) {
+                    let lw = e("leader_waits").map(fmt_n).unwrap_or_else(|| "-".into());
                     out.push_str(&format!(
-                        "  upgrade failed writes: {} (retries on another endpoint: {}; writes in the interval: {})\n",
+                        "  upgrade failed writes: {} (retries on another endpoint: {}; rounds re-sent during a leader election: {lw}; writes in the interval: {})\n",
                         fmt_n(f),
                         fmt_n(rt),
                         fmt_n(w)

@@ -332,6 +332,7 @@ pub fn upgrade(ctx: &Ctx) -> Result<Sample> {
         let during: Vec<_> = records.iter().filter(|r| r.started >= t0 && r.started <= end).collect();
         let failed = during.iter().filter(|r| !r.ok).count();
         let retries: u32 = during.iter().map(|r| r.attempts.saturating_sub(1)).sum();
+        let leader_waits: u32 = during.iter().map(|r| r.leader_waits).sum();
         let max_latency = during.iter().map(|r| r.latency).max().unwrap_or_default();
         // Longest time without a completed write, over the measured interval.
         let mut done_at: Vec<Instant> = during.iter().filter(|r| r.ok).map(|r| r.started + r.latency).collect();
@@ -357,7 +358,7 @@ pub fn upgrade(ctx: &Ctx) -> Result<Sample> {
             }
         }
         eprintln!(
-            "    writer: {} writes in the interval ({} before it), {failed} failed, {retries} retries, max latency {:.0} ms, longest gap without a completed write {:.0} ms, {} acknowledged writes in all, {} missing on read-back",
+            "    writer: {} writes in the interval ({} before it), {failed} failed, {retries} retries ({leader_waits} rounds re-sent during a leader election), max latency {:.0} ms, longest gap without a completed write {:.0} ms, {} acknowledged writes in all, {} missing on read-back",
             during.len(),
             before_t0.len(),
             max_latency.as_secs_f64() * 1000.0,
@@ -371,6 +372,7 @@ pub fn upgrade(ctx: &Ctx) -> Result<Sample> {
         sample.extra.insert("writes", during.len() as f64);
         sample.extra.insert("failed", failed as f64);
         sample.extra.insert("retries", retries as f64);
+        sample.extra.insert("leader_waits", leader_waits as f64);
         sample.extra.insert("max_latency_ms", (max_latency.as_secs_f64() * 1000.0).round());
         sample.extra.insert("longest_gap_ms", (gap.as_secs_f64() * 1000.0).round());
         sample.extra.insert("missing", missing.len() as f64);
