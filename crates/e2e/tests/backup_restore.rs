@@ -61,11 +61,7 @@ fn wait_backup_succeeded(ns: &TestNamespace, name: &str) -> Result<Value> {
     wait_until(BACKUP, &format!("EtcdBackup {name} to succeed"), || {
         let b = get(ns, "etcdbackup", name)?;
         let st = &b["status"];
-        ensure!(
-            st["consecutiveFailures"].as_i64().unwrap_or(0) < 3,
-            "backup keeps failing: {}",
-            st["reason"]
-        );
+        ensure!(st["consecutiveFailures"].as_i64().unwrap_or(0) < 3, "backup keeps failing: {}", st["reason"]);
         Ok((st["succeeded"] == true).then_some(b))
     })
 }
@@ -116,7 +112,12 @@ fn check_members_restored(ns: &TestNamespace, name: &str, size: usize) -> Result
 }
 
 /// Keys → one-shot backup → delete the cluster → restore → every key back.
-fn round_trip(ns: &TestNamespace, storage_type: &str, storage: &str, check_stored: impl Fn(&Value) -> Result<()>) -> Result<()> {
+fn round_trip(
+    ns: &TestNamespace,
+    storage_type: &str,
+    storage: &str,
+    check_stored: impl Fn(&Value) -> Result<()>,
+) -> Result<()> {
     ns.apply(&cluster_manifest(&ns.name, "ex", 3, "3.5.1", ""))?;
     wait_healthy(ns, "ex", 3, CREATE)?;
     let ep = client_endpoint(ns, "ex")?;
@@ -164,7 +165,12 @@ fn e2e_events(ns: &TestNamespace, kind: &str, name: &str) -> Result<Vec<(String,
         .into_iter()
         .flatten()
         .filter(|e| e["involvedObject"]["kind"] == kind && e["involvedObject"]["name"] == name)
-        .map(|e| (e["reason"].as_str().unwrap_or_default().to_string(), e["message"].as_str().unwrap_or_default().to_string()))
+        .map(|e| {
+            (
+                e["reason"].as_str().unwrap_or_default().to_string(),
+                e["message"].as_str().unwrap_or_default().to_string(),
+            )
+        })
         .collect())
 }
 
@@ -175,8 +181,16 @@ fn object_server_round_trip(server: &dyn ObjectServer, prefix: &str) -> Result<(
         let storage = storage_block(server, "ex/etcd.backup", "creds");
         round_trip(ns, server.storage_type(), &storage, |st| {
             let data = server.get_object(BUCKET, "ex/etcd.backup")?;
-            ensure!(data.len() as i64 == st["size"].as_i64().unwrap_or(-1), "stored {} bytes, status {}", data.len(), st["size"]);
-            ensure!(sha256_hex(&data)? == st["sha256"].as_str().unwrap_or_default(), "stored object's sha256 differs from status");
+            ensure!(
+                data.len() as i64 == st["size"].as_i64().unwrap_or(-1),
+                "stored {} bytes, status {}",
+                data.len(),
+                st["size"]
+            );
+            ensure!(
+                sha256_hex(&data)? == st["sha256"].as_str().unwrap_or_default(),
+                "stored object's sha256 differs from status"
+            );
             let sidecar: Value = serde_json::from_slice(&server.get_object(BUCKET, "ex/etcd.backup.meta.json")?)?;
             ensure!(sidecar["sha256"] == st["sha256"], "sidecar {sidecar}");
             Ok(())
@@ -252,7 +266,10 @@ fn periodic_backups_keep_only_the_newest_max_backups() -> Result<()> {
         // The 2 stored must be newer than every deleted one.
         let oldest_kept = stored.iter().map(|k| k.rsplit('_').next().unwrap_or_default()).min().unwrap_or_default();
         for k in seen.iter().filter(|k| !stored.contains(k)) {
-            ensure!(k.rsplit('_').next().unwrap_or_default() < oldest_kept, "deleted {k} is newer than a kept one: {stored:?}");
+            ensure!(
+                k.rsplit('_').next().unwrap_or_default() < oldest_kept,
+                "deleted {k} is newer than a kept one: {stored:?}"
+            );
             ensure!(!moto.object_exists(BUCKET, &format!("{k}.meta.json"))?, "sidecar of deleted {k} left behind");
         }
         for k in &stored {

@@ -181,8 +181,16 @@ fn a_missing_verb_is_reported_by_name() -> Result<()> {
                 Ok(log.text().contains(&want).then_some(()))
             })
             .with_context(|| format!("operator output:\n{}", log.text()))?;
-            ensure!(child.try_wait()?.is_none(), "the operator exited instead of waiting for permissions: {}", log.text());
-            ensure!(!log.text().contains("watch caches synced"), "the controller started without its permissions:\n{}", log.text());
+            ensure!(
+                child.try_wait()?.is_none(),
+                "the operator exited instead of waiting for permissions: {}",
+                log.text()
+            );
+            ensure!(
+                !log.text().contains("watch caches synced"),
+                "the controller started without its permissions:\n{}",
+                log.text()
+            );
             // Granting the verb back lets the same process start (it checks again every 30 s).
             ns.apply(&granted.to_string())?;
             e2e::wait_until(Duration::from_secs(90), "the operator to start once the verb is granted", || {

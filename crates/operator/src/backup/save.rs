@@ -140,13 +140,17 @@ async fn save(args: &SaveArgs) -> Result<SaveReport, String> {
         .await
         .map_err(|e| format!("connect to {member}: {e}"))?;
     let mut stream = client.snapshot().await.map_err(|e| format!("snapshot from {member}: {e}"))?;
-    let upload = store.put_multipart(&path).await.map_err(|e| format!("start upload to {}: {}", loc.url(), store::why(&e)))?;
+    let upload =
+        store.put_multipart(&path).await.map_err(|e| format!("start upload to {}: {}", loc.url(), store::why(&e)))?;
     let mut writer = WriteMultipart::new_with_chunk_size(upload, PART_SIZE);
     let mut hashes = StreamHashes::default();
     let started = Instant::now();
     let streamed: Result<(), String> = async {
         while let Some(msg) = stream.message().await.map_err(|e| format!("snapshot stream from {member}: {e}"))? {
-            writer.wait_for_capacity(UPLOAD_CONCURRENCY).await.map_err(|e| format!("upload to {}: {}", loc.url(), store::why(&e)))?;
+            writer
+                .wait_for_capacity(UPLOAD_CONCURRENCY)
+                .await
+                .map_err(|e| format!("upload to {}: {}", loc.url(), store::why(&e)))?;
             hashes.update(msg.blob());
             writer.write(msg.blob());
         }
