@@ -29,6 +29,8 @@ pub enum Error {
     Timeout(String),
     #[error("no etcd endpoint to talk to")]
     NoEndpoint,
+    #[error("etcd at {endpoint} belongs to another cluster (ID {found:x})")]
+    OtherCluster { endpoint: String, found: u64 },
 }
 
 /// A member's client endpoint by pod name, e.g. `ex-abcde` → `http://10.244.0.7:2379`.
@@ -64,7 +66,8 @@ const CLIENT_IDLE_LIMIT: Duration = Duration::from_secs(120);
 
 /// Clients connected to one member each, by client URL, reused across reconciles. A client whose
 /// call failed is dropped, so the next observation connects afresh; a URL reused by another pod
-/// later is harmless, since every answer names the member it came from.
+/// later is harmless: every answer names its member and cluster, and `observe` ignores answers
+/// from another cluster.
 #[derive(Default)]
 pub struct MemberClients {
     clients: Mutex<HashMap<String, (Client, Instant)>>,
@@ -126,25 +129,39 @@ async fn member_status(clients: &MemberClients, url: &str) -> Result<(u64, u64, 
 /// Ask every member for its status (in parallel, one client each) and the membership from the
 /// leader (or, without a leader, from any member that answers: the list is then only used to
 /// report, since nothing is changed without a quorum).
-pub async fn observe(clients: &MemberClients, endpoints: &Endpoints) -> Result<EtcdState, Error> {
+/// `cluster_id` is the cluster's ID as status last recorded it (None before the first answer):
+/// an answer from another cluster (a pod IP now held by a member of another cluster) is
+/// ignored, and without a recorded ID the ID most members report is taken.
+pub async fn observe(
+    clients: &MemberClients,
+    endpoints: &Endpoints,
+    cluster_id: Option<u64>,
+) -> Result<EtcdState, Error> {
     if endpoints.is_empty() {
         return Err(Error::NoEndpoint);
     }
     let answers = join_all(endpoints.values().map(|u| async move { (u, member_status(clients, u).await) })).await;
-    let mut statuses = BTreeMap::new();
-    let mut answered = vec![];
     let mut last_err = None;
-    let mut cluster_id = 0;
+    let mut ok = vec![];
     for (url, a) in answers {
         match a {
-            Ok((id, cid, st, client)) => {
-                cluster_id = cid;
-                answered.push((id, st.leader, url, client));
-                statuses.insert(id, st);
-            }
+            Ok(v) => ok.push((url, v)),
             Err(e) => last_err = Some(e),
         }
     }
+    let want = cluster_id.or_else(|| majority(ok.iter().map(|(_, (_, cid, _, _))| *cid)));
+    let mut statuses = BTreeMap::new();
+    let mut answered = vec![];
+    for (url, (id, cid, st, client)) in ok {
+        if Some(cid) != want {
+            clients.forget(url);
+            last_err = Some(Error::OtherCluster { endpoint: url.clone(), found: cid });
+            continue;
+        }
+        answered.push((id, st.leader, url, client));
+        statuses.insert(id, st);
+    }
+    let cluster_id = want.unwrap_or_default();
     if answered.is_empty() {
         return Err(last_err.unwrap_or(Error::NoEndpoint));
     }
@@ -213,7 +230,33 @@ pub async fn move_leader(leader_endpoint: &str, to: u64) -> Result<(), Error> {
     with_deadline(leader_endpoint, CHANGE_TIMEOUT, c.move_leader(to)).await.map(|_| ())
 }
 
+/// The value most items have (the smallest among equals), None for none.
+fn majority(items: impl Iterator<Item = u64>) -> Option<u64> {
+    let mut counts: BTreeMap<u64, usize> = BTreeMap::new();
+    for i in items {
+        *counts.entry(i).or_default() += 1;
+    }
+    counts.into_iter().max_by(|a, b| a.1.cmp(&b.1).then(b.0.cmp(&a.0))).map(|(v, _)| v)
+}
+
 /// Hex form of a member or cluster ID, as etcdctl prints it.
 pub fn hex(id: u64) -> String {
     format!("{id:x}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cluster_most_members_report_wins() {
+        assert_eq!(majority([7, 9, 7].into_iter()), Some(7));
+        assert_eq!(majority([9, 7].into_iter()), Some(7), "a tie takes the smaller, deterministically");
+        assert_eq!(majority(std::iter::empty()), None);
+    }
+
+    #[test]
+    fn ids_print_as_etcdctl_does() {
+        assert_eq!(hex(0x8e9e05c52164694d), "8e9e05c52164694d");
+    }
 }

@@ -133,7 +133,7 @@ fn main() {
         Some(Command::Run(args)) => run(args),
         Some(Command::WaitDns(a)) => wait_dns(&a.host, a.timeout_secs),
         Some(Command::BackupSave(a)) => pod_command(|| async {
-            etcd_operator::backup::save::run(a).await.and_then(|r| serde_json::to_string(&r).map_err(|e| e.to_string()))
+            etcd_operator::backup::save::run(a).await.map(etcd_operator::backup::save::report_json)
         }),
         Some(Command::BackupVerify(a)) => pod_command(|| async {
             etcd_operator::backup::fetch::verify(a)

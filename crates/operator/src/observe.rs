@@ -133,7 +133,8 @@ pub async fn observe(
     let (etcd, etcd_error) = if desired.is_err() || endpoints.is_empty() {
         (None, None)
     } else {
-        match etcd::observe(clients, &endpoints).await {
+        let recorded_id = u64::from_str_radix(&status.cluster_id, 16).ok().filter(|id| *id != 0);
+        match etcd::observe(clients, &endpoints, recorded_id).await {
             Ok(s) => (Some(s), None),
             Err(e) => (None, Some(e.to_string())),
         }

@@ -299,15 +299,29 @@ pub fn record(st: &mut EtcdBackupStatus, result: Result<SaveReport, String>) -> 
             if !r.deleted.is_empty() {
                 note.push_str(&format!("; retention deleted {}", r.deleted.join(", ")));
             }
-            (EventType::Normal, "BackupSucceeded", note)
+            if !r.warnings.is_empty() {
+                note.push_str(&format!("; warning: {}", r.warnings.join("; ")));
+            }
+            (EventType::Normal, "BackupSucceeded", event_note(note))
         }
         Err(why) => {
             st.succeeded = false;
             st.reason = why.clone();
             st.consecutive_failures += 1;
-            (EventType::Warning, "BackupFailed", why)
+            (EventType::Warning, "BackupFailed", event_note(why))
         }
     }
+}
+
+/// The apiserver refuses Event notes over 1 KiB.
+pub fn event_note(mut note: String) -> String {
+    const LIMIT: usize = 1000;
+    if note.len() > LIMIT {
+        let cut = (0..=LIMIT - 3).rev().find(|i| note.is_char_boundary(*i)).unwrap_or(0);
+        note.truncate(cut);
+        note.push_str("...");
+    }
+    note
 }
 
 fn backup_ar() -> ApiResource {
@@ -519,6 +533,13 @@ mod tests {
 
     fn t(s: &str) -> DateTime<Utc> {
         DateTime::parse_from_rfc3339(s).unwrap().to_utc()
+    }
+
+    #[test]
+    fn event_notes_fit_the_apiserver_limit() {
+        assert_eq!(event_note("short".into()), "short");
+        let long = event_note("é".repeat(900));
+        assert!(long.len() <= 1000 && long.ends_with("..."), "{}", long.len());
     }
 
     #[test]

@@ -131,15 +131,21 @@ pub fn parse_periodic(base: &str, key: &str) -> Option<(String, i64)> {
 
 /// Retention: of the periodic backups of `base` among `keys` (sidecars and other objects are
 /// ignored), the keys to delete so that the `max` newest remain. `max <= 0` keeps everything.
-/// Only called after a backup succeeded, so the newest is always a good one.
-pub fn to_delete(base: &str, keys: &[String], max: i32) -> Vec<String> {
+/// Only called after a backup succeeded. `just_written` is never deleted and counts as the
+/// newest, whatever the time in its name says (a pod on a node whose clock is behind would
+/// otherwise name its new backup "older" than the last one and delete it at once).
+pub fn to_delete(base: &str, keys: &[String], max: i32, just_written: &str) -> Vec<String> {
     if max <= 0 {
         return Vec::new();
     }
-    let mut series: Vec<((String, i64), &String)> =
-        keys.iter().filter_map(|k| parse_periodic(base, k).map(|t| (t, k))).collect();
+    let mut series: Vec<((String, i64), &String)> = keys
+        .iter()
+        .filter(|k| k.as_str() != just_written)
+        .filter_map(|k| parse_periodic(base, k).map(|t| (t, k)))
+        .collect();
     series.sort_by(|a, b| b.0.cmp(&a.0));
-    series.into_iter().skip(max as usize).map(|(_, k)| k.clone()).collect()
+    // One place of the `max` is the backup just written.
+    series.into_iter().skip(max as usize - 1).map(|(_, k)| k.clone()).collect()
 }
 
 /// What the sidecar holds, and what a backup pod reports in its termination message.
@@ -222,9 +228,24 @@ mod tests {
         .iter()
         .map(|s| s.to_string())
         .collect();
-        assert_eq!(to_delete("e", &keys, 2), ["e_v20_2026-01-02-000000", "e_v10_2026-01-01-000000"]);
-        assert_eq!(to_delete("e", &keys, 4), Vec::<String>::new());
-        assert_eq!(to_delete("e", &keys, 0), Vec::<String>::new(), "0 keeps all");
-        assert_eq!(to_delete("e", &keys, 1).len(), 3);
+        let newest = "e_v40_2026-01-04-000000";
+        assert_eq!(to_delete("e", &keys, 2, newest), ["e_v20_2026-01-02-000000", "e_v10_2026-01-01-000000"]);
+        assert_eq!(to_delete("e", &keys, 4, newest), Vec::<String>::new());
+        assert_eq!(to_delete("e", &keys, 0, newest), Vec::<String>::new(), "0 keeps all");
+        assert_eq!(to_delete("e", &keys, 1, newest).len(), 3);
+        assert!(!to_delete("e", &keys, 1, newest).contains(&newest.to_string()));
+    }
+
+    #[test]
+    fn retention_never_deletes_the_backup_just_written() {
+        // Written by a pod whose clock is a day behind: by its name it is the oldest.
+        let keys: Vec<String> = ["e_v50_2026-01-01-000000", "e_v40_2026-01-02-000000", "e_v30_2026-01-01-120000"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let d = to_delete("e", &keys, 1, "e_v50_2026-01-01-000000");
+        assert_eq!(d, ["e_v40_2026-01-02-000000", "e_v30_2026-01-01-120000"]);
+        let d = to_delete("e", &keys, 2, "e_v50_2026-01-01-000000");
+        assert_eq!(d, ["e_v30_2026-01-01-120000"]);
     }
 }

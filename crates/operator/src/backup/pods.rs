@@ -54,13 +54,26 @@ pub fn storage_args(loc: &Location, source: &BackupSource) -> Vec<String> {
 }
 
 /// Volumes and mounts that give a pod access to `loc`: the credentials Secret, or the claim.
-pub fn storage_volumes(loc: &Location, source: &BackupSource, read_only: bool) -> (Vec<Volume>, Vec<VolumeMount>) {
+/// `optional_secret` for the members of a restored cluster: their restore init containers need
+/// the credentials once, but the volume stays in the pod spec for the member's life; a Secret
+/// deleted or rotated later must not keep a member from starting again (on a pod that has its
+/// data, the init containers do not read the backup).
+pub fn storage_volumes(
+    loc: &Location,
+    source: &BackupSource,
+    read_only: bool,
+    optional_secret: bool,
+) -> (Vec<Volume>, Vec<VolumeMount>) {
     let mut volumes = Vec::new();
     let mut mounts = Vec::new();
     if let Some(secret) = credentials_secret(loc.kind, source) {
         volumes.push(Volume {
             name: "backup-credentials".into(),
-            secret: Some(SecretVolumeSource { secret_name: Some(secret), ..Default::default() }),
+            secret: Some(SecretVolumeSource {
+                secret_name: Some(secret),
+                optional: optional_secret.then_some(true),
+                ..Default::default()
+            }),
             ..Default::default()
         });
         mounts.push(VolumeMount {
@@ -120,7 +133,7 @@ pub struct JobPod<'a> {
 /// unknown (hostPath-provisioned directories are root's), so it runs as root there, still
 /// with every capability dropped and a read-only root filesystem.
 pub fn job_pod(j: JobPod) -> Pod {
-    let (volumes, mounts) = storage_volumes(j.loc, j.source, !j.writes);
+    let (volumes, mounts) = storage_volumes(j.loc, j.source, !j.writes, false);
     let user = if j.loc.kind == Kind::Pvc { 0 } else { NONROOT };
     Pod {
         metadata: ObjectMeta {
@@ -185,7 +198,7 @@ pub fn restore_init_containers(
     data_dir: &str,
     pod_security: Option<&PodSecurityContext>,
 ) -> (Vec<Container>, Vec<Volume>) {
-    let (volumes, mut mounts) = storage_volumes(loc, source, true);
+    let (volumes, mut mounts) = storage_volumes(loc, source, true, true);
     mounts.insert(0, data_mount.clone());
     let user = if pod_security.and_then(|s| s.run_as_user).is_some() { None } else { Some(0) };
     let snapshot = format!("{RESTORE_WORK_DIR}/{SNAPSHOT_FILE}");
@@ -278,8 +291,9 @@ mod tests {
                 "--s3-force-path-style"
             ]
         );
-        let (v, m) = storage_volumes(&loc, &source, true);
+        let (v, m) = storage_volumes(&loc, &source, true, false);
         assert_eq!(v[0].secret.as_ref().unwrap().secret_name.as_deref(), Some("aws"));
+        assert_eq!(v[0].secret.as_ref().unwrap().optional, None, "backup pods fail fast without their Secret");
         assert_eq!(m[0].mount_path, CREDENTIALS_MOUNT);
     }
 
@@ -322,6 +336,11 @@ mod tests {
         assert!(!restore.iter().any(|a| a.starts_with("--initial-cluster-state")), "{restore:?}");
         assert_eq!(c[1].image.as_deref(), Some("etcd:v3.5.1"));
         assert_eq!(vols.len(), 1, "the credentials Secret");
+        assert_eq!(
+            vols[0].secret.as_ref().unwrap().optional,
+            Some(true),
+            "a member must start again without the Secret once restored"
+        );
         assert_eq!(c[0].security_context.as_ref().unwrap().run_as_user, Some(0), "etcd's user: root");
 
         let v34 = Version::parse("3.4.23").unwrap();

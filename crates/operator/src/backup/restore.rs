@@ -186,14 +186,21 @@ async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<JobContext>) -> Result<Acti
         }
         None => {
             // Verify first; create only from a verified backup.
-            let job = job_pods(&ctx.pods, RESTORE_LABEL, &obj);
+            // Only this spec's verify pod counts: one left from an earlier generation checked
+            // another source (or the same one before a fix) and is removed.
+            let current = format!("{}-verify-{generation}", obj.name_any());
+            let (job, stale): (Vec<_>, Vec<_>) =
+                job_pods(&ctx.pods, RESTORE_LABEL, &obj).into_iter().partition(|p| p.name_any() == current);
+            for p in &stale {
+                delete_pod(&ctx, p).await;
+            }
             let verified = job.iter().find_map(|p| match pod_result::<BackupMeta>(p) {
                 PodResult::Running => None,
                 r => Some((p.clone(), r)),
             });
             match verified {
                 None if job.is_empty() => {
-                    let name = format!("{}-verify-{generation}", obj.name_any());
+                    let name = current.clone();
                     create_pod(&ctx, &verify_pod(&obj, &spec, &plan, &ctx.init_image, &name)?).await?;
                     st.phase = PHASE_VERIFYING.into();
                     st.reason = format!("verifying the checksum of {}", plan.location.url());

@@ -74,6 +74,9 @@ pub struct SaveReport {
     pub transfer_seconds: f64,
     /// Backups deleted by retention.
     pub deleted: Vec<String>,
+    /// What went wrong after the backup was complete (retention), for the Event.
+    #[serde(default)]
+    pub warnings: Vec<String>,
     /// The newest kept backups of the series (at most [`HISTORY_LIMIT`]), newest first.
     pub kept: Vec<BackupMeta>,
 }
@@ -86,6 +89,40 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 const PART_SIZE: usize = 16 << 20;
 /// Parts in flight: memory is bounded by about this many parts (64 MiB).
 const UPLOAD_CONCURRENCY: usize = 4;
+
+/// What the kubelet keeps of a termination message.
+pub const TERMINATION_MESSAGE_LIMIT: usize = 4096;
+
+/// The report as JSON that fits in a termination message: history entries are dropped from
+/// the oldest, then the lists of deleted paths and warnings are cut to a few entries and a
+/// count, then long entries are shortened, so that the result of a good backup is never lost to
+/// a cut-off (unreadable) report.
+pub fn report_json(mut r: SaveReport) -> String {
+    const BUDGET: usize = TERMINATION_MESSAGE_LIMIT - 96;
+    let len = |r: &SaveReport| serde_json::to_string(r).map(|j| j.len()).unwrap_or(usize::MAX);
+    while len(&r) > BUDGET && r.kept.len() > 1 {
+        r.kept.pop();
+    }
+    if len(&r) > BUDGET {
+        for list in [&mut r.deleted, &mut r.warnings] {
+            if list.len() > 3 {
+                let rest = list.len() - 3;
+                list.truncate(3);
+                list.push(format!("... and {rest} more"));
+            }
+        }
+    }
+    if len(&r) > BUDGET {
+        for entry in r.deleted.iter_mut().chain(r.warnings.iter_mut()) {
+            if entry.len() > 200 {
+                let cut = (0..=200).rev().find(|i| entry.is_char_boundary(*i)).unwrap_or(0);
+                entry.truncate(cut);
+                entry.push_str("...");
+            }
+        }
+    }
+    serde_json::to_string(&r).unwrap_or_default()
+}
 
 pub async fn run(args: SaveArgs) -> Result<SaveReport, String> {
     let timeout = Duration::from_secs(args.timeout_secs.max(1));
@@ -176,32 +213,63 @@ async fn save(args: &SaveArgs) -> Result<SaveReport, String> {
     };
     let sidecar = object_store::path::Path::parse(location::sidecar_key(&key)).map_err(|e| e.to_string())?;
     let body = serde_json::to_vec_pretty(&meta).map_err(|e| e.to_string())?;
-    if let Err(e) = store.put(&sidecar, PutPayload::from(body)).await {
-        // A backup without its checksum cannot be restored: do not leave it looking complete.
-        let _ = store.delete(&path).await;
-        return Err(format!("write checksum sidecar {}: {}", location::sidecar_key(&key), store::why(&e)));
+    // A few tries: the object is written, and without its sidecar no restore accepts it. On
+    // failure the object is left in place, not deleted: a one-shot backup has just overwritten
+    // the previous one, so deleting it would leave nothing (a restore refuses it anyway, as its
+    // sha256 does not match the old sidecar; a person can still recover it by hand).
+    let mut sidecar_err = None;
+    for attempt in 0..3u64 {
+        match store.put(&sidecar, PutPayload::from(body.clone())).await {
+            Ok(_) => {
+                sidecar_err = None;
+                break;
+            }
+            Err(e) => sidecar_err = Some(store::why(&e)),
+        }
+        tokio::time::sleep(Duration::from_secs(1 << attempt)).await;
+    }
+    if let Some(e) = sidecar_err {
+        return Err(format!(
+            "write checksum sidecar {}: {e}; the backup object {} is left in place but no restore will accept it without its sidecar",
+            location::sidecar_key(&key),
+            loc.url()
+        ));
     }
 
     let mut report = SaveReport { backup: meta.clone(), transfer_seconds, ..Default::default() };
     if args.periodic {
-        // Retention runs only now, after a complete backup and its sidecar exist.
-        let keys = list_series(&*store, &base.key).await?;
-        for old in location::to_delete(&base.key, &keys, args.max_backups) {
-            for k in [old.clone(), location::sidecar_key(&old)] {
-                if let Ok(p) = object_store::path::Path::parse(&k) {
-                    if let Err(e) = store.delete(&p).await {
-                        eprintln!("retention: could not delete {k}: {}", store::why(&e));
+        // Retention runs only now, after a complete backup and its sidecar exist. Listing or
+        // deleting may fail (a write-only credential, a transient error): the backup itself
+        // succeeded, so that is a warning in the report, never a failed backup.
+        match list_series(&*store, &base.key).await {
+            Err(e) => report.warnings.push(format!("retention skipped: {e}")),
+            Ok(keys) => {
+                for old in location::to_delete(&base.key, &keys, args.max_backups, &key) {
+                    let mut ok = true;
+                    for k in [old.clone(), location::sidecar_key(&old)] {
+                        if let Ok(p) = object_store::path::Path::parse(&k) {
+                            if let Err(e) = store.delete(&p).await {
+                                ok = false;
+                                report.warnings.push(format!("retention could not delete {k}: {}", store::why(&e)));
+                            }
+                        }
+                    }
+                    if ok {
+                        report.deleted.push(base.with_key(old).url());
                     }
                 }
             }
-            report.deleted.push(base.with_key(old).url());
         }
         let mut kept: Vec<String> = list_series(&*store, &base.key)
-            .await?
+            .await
+            .unwrap_or_else(|_| vec![key.clone()])
             .into_iter()
             .filter(|k| location::parse_periodic(&base.key, k).is_some())
             .collect();
         kept.sort_by_key(|k| std::cmp::Reverse(location::parse_periodic(&base.key, k)));
+        // The backup just written first, whatever its name's time says.
+        kept.retain(|k| *k != key);
+        kept.insert(0, key.clone());
         for k in kept.into_iter().take(HISTORY_LIMIT) {
             if k == key {
                 report.kept.push(meta.clone());
@@ -290,6 +358,29 @@ impl StreamHashes {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_long_report_is_shortened_to_fit_a_termination_message() {
+        let meta =
+            BackupMeta { path: format!("s3://b/{}", "k".repeat(300)), sha256: "a".repeat(64), ..Default::default() };
+        let r = SaveReport {
+            backup: meta.clone(),
+            transfer_seconds: 1.0,
+            deleted: (0..40).map(|i| format!("s3://b/{}-{i}", "old".repeat(80))).collect(),
+            warnings: vec!["w".repeat(5000)],
+            kept: vec![meta; HISTORY_LIMIT],
+        };
+        let j = report_json(r.clone());
+        assert!(j.len() < TERMINATION_MESSAGE_LIMIT, "{} bytes", j.len());
+        let back: SaveReport = serde_json::from_str(&j).unwrap();
+        assert_eq!(back.backup, r.backup, "the backup itself is always reported whole");
+        assert_eq!(back.kept.len(), 1);
+        assert_eq!(back.deleted.len(), 4);
+        assert_eq!(back.deleted[3], "... and 37 more");
+        // A short report is left alone.
+        let small = SaveReport { backup: r.backup.clone(), ..Default::default() };
+        assert_eq!(serde_json::from_str::<SaveReport>(&report_json(small.clone())).unwrap(), small);
+    }
 
     #[test]
     fn etcd_integrity_hash_is_checked_across_chunk_boundaries() {
