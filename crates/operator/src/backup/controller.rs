@@ -241,6 +241,32 @@ pub fn plan(spec: &EtcdBackupSpec, namespace: &str) -> Result<BackupPlan, String
     Ok(BackupPlan { location, endpoints, interval, max_backups: policy.max_backups, timeout_secs })
 }
 
+/// A pod still Pending (not started) that was created before `before`.
+fn stuck_pending(p: &Pod, before: DateTime<Utc>) -> bool {
+    let pending = p.status.as_ref().and_then(|s| s.phase.as_deref()).is_none_or(|ph| ph == "Pending");
+    let created = p.creation_timestamp().and_then(|t| DateTime::from_timestamp(t.0.as_second(), 0));
+    pending && created.is_some_and(|c| c < before)
+}
+
+/// Why a pending pod waits, from its conditions and container states.
+fn pending_reason(p: &Pod) -> String {
+    let st = p.status.clone().unwrap_or_default();
+    let waiting = st
+        .container_statuses
+        .iter()
+        .flatten()
+        .filter_map(|c| c.state.as_ref()?.waiting.as_ref())
+        .map(|w| format!("{} {}", w.reason.clone().unwrap_or_default(), w.message.clone().unwrap_or_default()))
+        .next();
+    let unscheduled = st
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == "PodScheduled" && c.status == "False")
+        .map(|c| format!("not scheduled: {}", c.message.clone().unwrap_or_default()));
+    waiting.or(unscheduled).unwrap_or_else(|| "still Pending".into()).trim().to_string()
+}
+
 /// Delay before retrying a failed one-shot backup: 10 s doubling to 5 min.
 pub fn retry_delay(failures: i32) -> Duration {
     let f = failures.clamp(1, 10) as u32;
@@ -367,8 +393,20 @@ async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<JobContext>) -> Result<Acti
     let pods = job_pods(&ctx.pods, BACKUP_LABEL, &obj);
     let mut finished = Vec::new();
     let mut running = false;
+    // A pod that never started (unschedulable, an image that cannot be pulled) is not bounded
+    // by its activeDeadlineSeconds, which counts from the start: give up on it here.
+    let start_limit = chrono::Duration::seconds(plan.timeout_secs + 2 * POD_START_SLACK_SECS);
     for p in pods.iter().filter(|p| !ctx.recorded.contains(p)) {
         match pod_result::<SaveReport>(p) {
+            PodResult::Running if stuck_pending(p, Utc::now() - start_limit) => {
+                let why = format!(
+                    "backup pod {} did not start within {}s: {}",
+                    p.name_any(),
+                    start_limit.num_seconds(),
+                    pending_reason(p)
+                );
+                finished.push((p.clone(), Err(why)));
+            }
             PodResult::Running => running = true,
             PodResult::Succeeded(r) => finished.push((p.clone(), Ok(r))),
             PodResult::Failed(why) => finished.push((p.clone(), Err(why))),
@@ -385,15 +423,28 @@ async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<JobContext>) -> Result<Acti
         Some(t) if t <= now => {
             let name = format!("{}-{}", obj.name_any(), now.timestamp());
             let pod = backup_pod(&obj, &plan, &ctx.init_image, &name)?;
-            create_pod(&ctx, &pod).await?;
             st.last_attempt_date = Some(rfc3339(now));
             st.observed_generation = generation;
-            events.push((
-                EventType::Normal,
-                "BackupStarted",
-                format!("pod {name} is taking a snapshot of {} to {}", plan.endpoints.join(","), plan.location.url()),
-            ));
-            requeue = Duration::from_secs((plan.timeout_secs + POD_START_SLACK_SECS) as u64);
+            match create_pod(&ctx, &pod).await {
+                Ok(()) => {
+                    events.push((
+                        EventType::Normal,
+                        "BackupStarted",
+                        format!(
+                            "pod {name} is taking a snapshot of {} to {}",
+                            plan.endpoints.join(","),
+                            plan.location.url()
+                        ),
+                    ));
+                    requeue = Duration::from_secs((plan.timeout_secs + POD_START_SLACK_SECS) as u64);
+                }
+                // Refused by admission (a quota, a pod security policy): a failed attempt, said
+                // in status and an Event, retried like any failed backup.
+                Err(e) => {
+                    events.push(record(&mut st, Err(format!("could not create the backup pod {name}: {e}"))));
+                    requeue = retry_delay(st.consecutive_failures).min(plan.interval.unwrap_or(Duration::MAX));
+                }
+            }
         }
         Some(t) => requeue = (t - now).to_std().unwrap_or(requeue),
         None if running => requeue = Duration::from_secs(30),
@@ -533,6 +584,29 @@ mod tests {
 
     fn t(s: &str) -> DateTime<Utc> {
         DateTime::parse_from_rfc3339(s).unwrap().to_utc()
+    }
+
+    #[test]
+    fn a_pod_that_never_started_is_given_up_with_its_reason() {
+        use k8s_openapi::api::core::v1::PodCondition;
+        let mut p = Pod::default();
+        p.metadata.creation_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time("2026-01-01T00:00:00Z".parse().unwrap()));
+        p.status = Some(PodStatus {
+            phase: Some("Pending".into()),
+            conditions: Some(vec![PodCondition {
+                type_: "PodScheduled".into(),
+                status: "False".into(),
+                message: Some("0/1 nodes are available: 1 Insufficient memory.".into()),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        });
+        assert!(stuck_pending(&p, t("2026-01-01T00:03:00Z")));
+        assert!(!stuck_pending(&p, t("2025-12-31T23:59:00Z")), "young enough");
+        assert_eq!(pending_reason(&p), "not scheduled: 0/1 nodes are available: 1 Insufficient memory.");
+        p.status.as_mut().unwrap().phase = Some("Running".into());
+        assert!(!stuck_pending(&p, t("2026-01-01T00:03:00Z")), "running pods have their deadline");
     }
 
     #[test]
