@@ -522,21 +522,27 @@ fn measure_backup(
         &facts,
     );
 
+    Ok(throughput_sample(at, marks, size, transfer, "backup container running (watch)"))
+}
+
+/// A sample of `bytes` moved: end to end in `at`, in `transfer` seconds inside the pod, the
+/// container running at the mark `running`.
+fn throughput_sample(at: Duration, marks: Marks, bytes: f64, transfer: Option<f64>, running: &str) -> Sample {
     let mut sample = Sample { value: secs(at), marks, extra: BTreeMap::new() };
-    sample.extra.insert("bytes", size);
-    if let Some(r) = mib_per_s(size, secs(at)) {
+    sample.extra.insert("bytes", bytes);
+    if let Some(r) = mib_per_s(bytes, secs(at)) {
         sample.extra.insert("e2e_mibs", r);
     }
     if let Some(t) = transfer {
         sample.extra.insert("transfer_s", t);
-        if let Some(r) = mib_per_s(size, t) {
+        if let Some(r) = mib_per_s(bytes, t) {
             sample.extra.insert("transfer_mibs", r);
         }
     }
-    if let Some(d) = sample.marks.get("backup container running (watch)") {
+    if let Some(d) = sample.marks.get(running) {
         sample.extra.insert("start_s", secs(d));
     }
-    Ok(sample)
+    sample
 }
 
 /// The baseline: `etcdctl snapshot save` in a pod → the pod Succeeded. The pod is deleted
@@ -607,21 +613,7 @@ fn measure_etcdctl(ctx: &Ctx, ns: &Ns, name: &str, member: &Target) -> Result<Sa
         &facts,
     );
 
-    let mut sample = Sample { value: secs(at), marks, extra: BTreeMap::new() };
-    sample.extra.insert("bytes", bytes);
-    if let Some(r) = mib_per_s(bytes, secs(at)) {
-        sample.extra.insert("e2e_mibs", r);
-    }
-    if let Some((t, _)) = transfer {
-        sample.extra.insert("transfer_s", t);
-        if let Some(r) = mib_per_s(bytes, t) {
-            sample.extra.insert("transfer_mibs", r);
-        }
-    }
-    if let Some(d) = sample.marks.get("etcdctl container running (watch)") {
-        sample.extra.insert("start_s", secs(d));
-    }
-    Ok(sample)
+    Ok(throughput_sample(at, marks, bytes, transfer.map(|(t, _)| t), "etcdctl container running (watch)"))
 }
 
 // --- the measurement ----------------------------------------------------------------------------
