@@ -51,9 +51,17 @@ impl Recorder {
 
     /// Publish `ev` about `regarding`: folded into the previous Event when that one had the same
     /// fold key and the same note, a new Event otherwise.
+    /// Notes longer than the apiserver accepts (1 KiB) are shortened, never refused.
     pub async fn publish(&self, ev: &Event, regarding: &ObjectReference) -> Result<(), kube::Error> {
-        let (recorder, _) = self.series_for(ev, regarding);
-        recorder.publish(ev, regarding).await
+        let ev = Event {
+            type_: ev.type_,
+            reason: ev.reason.clone(),
+            note: ev.note.clone().map(bounded_note),
+            action: ev.action.clone(),
+            secondary: ev.secondary.clone(),
+        };
+        let (recorder, _) = self.series_for(&ev, regarding);
+        recorder.publish(&ev, regarding).await
     }
 
     /// The kube recorder to publish `ev` with, and whether it starts a new Event.
@@ -82,10 +90,28 @@ impl Recorder {
     }
 }
 
+/// `note` cut to what the apiserver accepts for an Event note (1 KiB), marked with "...".
+pub fn bounded_note(mut note: String) -> String {
+    const LIMIT: usize = 1000;
+    if note.len() > LIMIT {
+        let cut = (0..=LIMIT - 3).rev().find(|i| note.is_char_boundary(*i)).unwrap_or(0);
+        note.truncate(cut);
+        note.push_str("...");
+    }
+    note
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use kube::runtime::events::EventType;
+
+    #[test]
+    fn notes_fit_the_apiserver_limit() {
+        assert_eq!(bounded_note("short".into()), "short");
+        let long = bounded_note("é".repeat(900));
+        assert!(long.len() <= 1000 && long.ends_with("..."), "{}", long.len());
+    }
 
     fn recorder() -> Recorder {
         // Two rustls providers are linked (ring via kube, aws-lc-rs via object_store): pick one,

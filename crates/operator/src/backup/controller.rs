@@ -328,26 +328,15 @@ pub fn record(st: &mut EtcdBackupStatus, result: Result<SaveReport, String>) -> 
             if !r.warnings.is_empty() {
                 note.push_str(&format!("; warning: {}", r.warnings.join("; ")));
             }
-            (EventType::Normal, "BackupSucceeded", event_note(note))
+            (EventType::Normal, "BackupSucceeded", note)
         }
         Err(why) => {
             st.succeeded = false;
             st.reason = why.clone();
             st.consecutive_failures += 1;
-            (EventType::Warning, "BackupFailed", event_note(why))
+            (EventType::Warning, "BackupFailed", why)
         }
     }
-}
-
-/// The apiserver refuses Event notes over 1 KiB.
-pub fn event_note(mut note: String) -> String {
-    const LIMIT: usize = 1000;
-    if note.len() > LIMIT {
-        let cut = (0..=LIMIT - 3).rev().find(|i| note.is_char_boundary(*i)).unwrap_or(0);
-        note.truncate(cut);
-        note.push_str("...");
-    }
-    note
 }
 
 fn backup_ar() -> ApiResource {
@@ -607,13 +596,6 @@ mod tests {
         assert_eq!(pending_reason(&p), "not scheduled: 0/1 nodes are available: 1 Insufficient memory.");
         p.status.as_mut().unwrap().phase = Some("Running".into());
         assert!(!stuck_pending(&p, t("2026-01-01T00:03:00Z")), "running pods have their deadline");
-    }
-
-    #[test]
-    fn event_notes_fit_the_apiserver_limit() {
-        assert_eq!(event_note("short".into()), "short");
-        let long = event_note("é".repeat(900));
-        assert!(long.len() <= 1000 && long.ends_with("..."), "{}", long.len());
     }
 
     #[test]
