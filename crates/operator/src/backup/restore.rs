@@ -68,7 +68,7 @@ pub fn plan(spec: &EtcdRestoreSpec) -> Result<RestorePlan, String> {
 }
 
 /// The spec of the cluster to create: the restore's, or 3 members of the backup's version;
-/// never older than the etcd that took the backup.
+/// never older than the etcd that took the backup, nor more than one minor version newer.
 pub fn cluster_spec(spec: &EtcdRestoreSpec, meta: &BackupMeta, sha256: &str) -> Result<EtcdClusterSpec, String> {
     let mut s = spec.etcd_cluster.spec.clone().unwrap_or_else(|| EtcdClusterSpec {
         size: DEFAULT_SIZE,
@@ -78,9 +78,9 @@ pub fn cluster_spec(spec: &EtcdRestoreSpec, meta: &BackupMeta, sha256: &str) -> 
     let backup_version = Version::parse(&meta.etcd_version).ok();
     let version = if s.version.is_empty() { etcd_operator_api::cluster::DEFAULT_VERSION } else { s.version.as_str() };
     if let (Some(b), Ok(v)) = (backup_version, Version::parse(version)) {
-        if v.minor_line() < b.minor_line() {
-            return Err(format!("the backup was taken by etcd {b}; restoring it with the older etcd {v} is refused"));
-        }
+        // The same rule as an upgrade of the running cluster: the same minor or the next one.
+        crate::version::check_change(&b, &v)
+            .map_err(|e| format!("the backup was taken by etcd {b}; restoring it with etcd {v} is refused: {e}"))?;
     }
     s.restore = Some(RestoreFrom {
         backup_storage_type: spec.backup_storage_type.clone(),
@@ -407,12 +407,14 @@ mod tests {
     }
 
     #[test]
-    fn restoring_with_an_older_etcd_than_the_backups_is_refused() {
-        let older = EtcdClusterSpec { size: 1, version: "3.4.23".into(), ..Default::default() };
-        let err = cluster_spec(&spec(Some(older)), &meta("3.5.1"), "x").unwrap_err();
-        assert!(err.contains("older etcd 3.4.23"), "{err}");
-        let newer = EtcdClusterSpec { size: 1, version: "3.5.1".into(), ..Default::default() };
-        assert!(cluster_spec(&spec(Some(newer)), &meta("3.4.23"), "x").is_ok());
+    fn restoring_with_an_older_or_much_newer_etcd_than_the_backups_is_refused() {
+        let with = |v: &str| EtcdClusterSpec { size: 1, version: v.into(), ..Default::default() };
+        let err = cluster_spec(&spec(Some(with("3.4.23"))), &meta("3.5.1"), "x").unwrap_err();
+        assert!(err.contains("restoring it with etcd 3.4.23 is refused") && err.contains("downgrade"), "{err}");
+        assert!(cluster_spec(&spec(Some(with("3.5.1"))), &meta("3.4.23"), "x").is_ok(), "the next minor");
+        assert!(cluster_spec(&spec(Some(with("3.5.0"))), &meta("3.5.1"), "x").is_ok(), "the same minor");
+        let err = cluster_spec(&spec(Some(with("3.6.0"))), &meta("3.4.23"), "x").unwrap_err();
+        assert!(err.contains("skips a minor version"), "{err}");
     }
 
     #[test]
