@@ -450,8 +450,11 @@ pub fn check_keys(endpoint: &str, prefix: &str, n: usize) -> Result<()> {
 }
 
 /// The etcd member list as etcdctl prints it (`id, status, name, peer, client, learner`).
+/// Like `check_keys`, the call is retried for a while: through the client Service it can land
+/// on a member that was just removed (kube-proxy drops it from the Service a moment later).
 pub fn member_list(endpoint: &str) -> Result<Vec<Vec<String>>> {
-    let out = host_etcdctl(endpoint, &["member", "list"])?;
+    let out =
+        wait_until(Duration::from_secs(30), "a member list", || Ok(host_etcdctl(endpoint, &["member", "list"]).ok()))?;
     Ok(out.lines().map(|l| l.split(", ").map(str::to_string).collect()).collect())
 }
 
