@@ -28,7 +28,7 @@ log "building"
 cargo build --workspace --all-targets --locked
 
 log "unit tests"
-cargo test --workspace --exclude e2e --locked 2>&1 | tee "$out/unit.log" || status=1
+cargo test --workspace --exclude e2e --no-fail-fast --locked 2>&1 | tee "$out/unit.log" || status=1
 cargo test -p e2e --lib --bin bench --locked 2>&1 | tee -a "$out/unit.log" || status=1
 count "$out/unit.log"
 
@@ -49,7 +49,7 @@ export ETCD_OPERATOR_INIT_IMAGE=$E2E_OPERATOR_IMAGE
 log "end-to-end tests with KUBECONFIG=$KUBECONFIG"
 E2E_ARGS=(--test-threads=1)
 [ -n "${E2E_FILTER:-}" ] && E2E_ARGS+=("$E2E_FILTER")
-E2E_OPERATOR=process cargo test -p e2e --tests --locked -- "${E2E_ARGS[@]}" 2>&1 | tee "$out/e2e.log" || status=1
+E2E_OPERATOR=process cargo test -p e2e --tests --no-fail-fast --locked -- "${E2E_ARGS[@]}" 2>&1 | tee "$out/e2e.log" || status=1
 count "$out/e2e.log"
 
 log "the lifecycle suite again with the operator installed in-cluster (E2E_OPERATOR=in-cluster)"
