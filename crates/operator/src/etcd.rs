@@ -92,15 +92,6 @@ impl MemberClients {
     fn forget(&self, url: &str) {
         self.clients.lock().unwrap_or_else(|e| e.into_inner()).remove(url);
     }
-
-    /// Number of cached clients (for tests and metrics).
-    pub fn len(&self) -> usize {
-        self.clients.lock().unwrap_or_else(|e| e.into_inner()).len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
 }
 
 /// One member's answer to Status, through a client of its own.
