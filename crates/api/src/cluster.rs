@@ -59,6 +59,31 @@ pub struct EtcdClusterSpec {
     /// join from the running cluster.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restore: Option<crate::backup::RestoreFrom>,
+    /// Additive: what the operator does when a quorum of voting members is lost for good
+    /// (fewer than a quorum can ever come back). Default: wait for a person.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recovery: Option<RecoveryPolicy>,
+}
+
+/// Quorum-loss recovery policy (additive).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RecoveryPolicy {
+    /// `Wait` (default): report the loss in the `Degraded` condition and change nothing.
+    /// `FromSurvivor`: start a new cluster from a snapshot of the surviving member with the
+    /// highest raft index (writes acknowledged after its revision are lost), then add the other
+    /// members back as learners. `FromBackup`: the same from the newest backup of the
+    /// EtcdBackup named in `backup` (also when every member is gone).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[schemars(extend("enum" = ["", "Wait", "FromSurvivor", "FromBackup"]))]
+    pub quorum_loss: String,
+    /// Seconds the loss must have lasted before recovering (0 to 86400); default 60.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 86400))]
+    pub after_seconds: Option<i64>,
+    /// Name of an EtcdBackup in this namespace, for `FromBackup`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub backup: String,
 }
 
 /// How member pods are built. Field names are CoreOS' (including `ClusterDomain`).

@@ -3,7 +3,7 @@
 
 use etcd_operator_api::EtcdCluster;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 
 use crate::OPERATOR_NAME;
@@ -20,6 +20,9 @@ pub enum Error {
     Kube(#[from] kube::Error),
     #[error("{0}")]
     Etcd(#[from] etcd::Error),
+    /// A safety check against the API itself (not the watch cache) refused the step.
+    #[error("{0}")]
+    Refused(String),
 }
 
 impl Error {
@@ -68,7 +71,7 @@ impl Target<'_> {
     async fn create_member(&self, m: &NewMember) -> Result<(), Error> {
         let ns = self.ns();
         if m.pvc {
-            if let Some(pvc) = pod_spec::member_pvc(self.cluster, self.desired(), &m.name) {
+            if let Some(pvc) = pod_spec::member_pvc(self.cluster, self.desired(), m) {
                 let api: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), &ns);
                 match api.create(&PostParams::default(), &pvc).await {
                     Err(kube::Error::Api(s)) if s.code == 409 => {} // restarting on the volume it has
@@ -80,6 +83,40 @@ impl Target<'_> {
         }
         let pod = pod_spec::member_pod(self.cluster, self.desired(), m, self.init_image);
         Api::<Pod>::namespaced(self.client.clone(), &ns).create(&PostParams::default(), &pod).await?;
+        Ok(())
+    }
+
+    /// Never bootstrap twice: right before a bootstrap, ask the API server itself (the watch
+    /// cache may lag, or an expectation may have timed out) whether anything of this cluster
+    /// exists or it ever formed.
+    async fn check_never_bootstrapped(&self) -> Result<(), Error> {
+        let ns = self.ns();
+        let name = self.cluster.name_any();
+        let uid = self.cluster.uid();
+        let lp = ListParams::default().labels(&format!("{}={name}", naming::CLUSTER_LABEL));
+        let owned = |refs: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference]| {
+            refs.iter().any(|r| Some(&r.uid) == uid.as_ref())
+        };
+        let pods = Api::<Pod>::namespaced(self.client.clone(), &ns).list_metadata(&lp).await?;
+        let pvcs = Api::<PersistentVolumeClaim>::namespaced(self.client.clone(), &ns).list_metadata(&lp).await?;
+        let left: Vec<String> = pods
+            .items
+            .iter()
+            .map(|o| &o.metadata)
+            .chain(pvcs.items.iter().map(|o| &o.metadata))
+            .filter(|m| owned(m.owner_references.as_deref().unwrap_or_default()))
+            .map(|m| m.name.clone().unwrap_or_default())
+            .collect();
+        let fresh = Api::<EtcdCluster>::namespaced(self.client.clone(), &ns).get(&name).await?;
+        let formed = fresh.annotations().get(naming::CLUSTER_ID_ANNOTATION).cloned().unwrap_or_default();
+        let formed = if formed.is_empty() { fresh.status.map(|s| s.cluster_id).unwrap_or_default() } else { formed };
+        if !left.is_empty() || !formed.is_empty() {
+            return Err(Error::Refused(format!(
+                "refusing to bootstrap: the API server shows this cluster's {} {}; the watch cache was stale",
+                if formed.is_empty() { "pods/volumes".to_string() } else { format!("cluster ID {formed} and") },
+                left.join(", ")
+            )));
+        }
         Ok(())
     }
 
@@ -100,6 +137,44 @@ fn ignore_404<T>(r: Result<T, kube::Error>) -> Result<(), kube::Error> {
         Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
         Err(e) => Err(e),
     }
+}
+
+/// What a recovery loses, said plainly: the lost members may have acknowledged writes that the
+/// data it starts from lacks.
+fn recovery_note(r: &crate::planner::Recovery, policy: &str) -> String {
+    let lost = if r.voters > 0 {
+        format!("{} of {} voting members can never come back ({})", r.lost.len(), r.voters, r.lost.join("; "))
+    } else {
+        r.lost.join("; ")
+    };
+    format!(
+        "quorum lost for good: {lost}. spec.recovery.quorumLoss={policy}: starting a new one-member cluster {} from {} at revision {}; writes the old cluster acknowledged after revision {} are lost. The other members are replaced by new ones as learners",
+        r.member.name, r.from, r.revision, r.revision
+    )
+}
+
+/// Write the durable marks (`marks::cluster_annotations`) and label member pods that predate
+/// the cluster-UID label. Bookkeeping beside the planned step: it changes no pod or member.
+pub async fn record_marks(
+    client: &Client,
+    cluster: &EtcdCluster,
+    annotations: &crate::marks::AnnotationChanges,
+    unlabelled: &[String],
+) -> Result<(), Error> {
+    let ns = cluster.namespace().unwrap_or_default();
+    if !annotations.is_empty() {
+        let patch = serde_json::json!({"metadata": {"annotations": annotations}});
+        Api::<EtcdCluster>::namespaced(client.clone(), &ns)
+            .patch(&cluster.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+    }
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let labels = pod_spec::member_labels(cluster);
+    for p in unlabelled {
+        let patch = serde_json::json!({"metadata": {"labels": labels}});
+        ignore_404(pods.patch(p, &PatchParams::default(), &Patch::Merge(&patch)).await)?;
+    }
+    Ok(())
 }
 
 fn done(reason: &'static str, note: String) -> Done {
@@ -127,6 +202,7 @@ pub async fn execute(t: &Target<'_>, step: &Step) -> Result<Option<Done>, Error>
             )
         }
         Step::Bootstrap(members) => {
+            t.check_never_bootstrapped().await?;
             // All at once: a static bootstrap forms only when every member runs, so the slowest
             // pod start is what counts. (A partial failure is as after sequential creates: the
             // pods made so far form the cluster or are cleaned out by the next plan.)
@@ -169,6 +245,26 @@ pub async fn execute(t: &Target<'_>, step: &Step) -> Result<Option<Done>, Error>
                 reason: "MemberPodCreated",
                 note: format!("created pod for member {} (already registered with etcd)", m.name),
                 created: vec![m.name.clone()],
+                deleted: vec![],
+            }
+        }
+        Step::Recover(r) => {
+            // Recorded first: should the operator stop right after, the next one knows which pod
+            // is the new cluster and asks only it.
+            let policy = match &r.member.seed {
+                Some(crate::planner::Seed::Member { .. }) => "FromSurvivor",
+                _ => "FromBackup",
+            };
+            let record = serde_json::to_string(&crate::planner::recovery::Record::of(r, policy)).unwrap_or_default();
+            let patch = serde_json::json!({"metadata": {"annotations": {naming::RECOVERY_ANNOTATION: record}}});
+            Api::<EtcdCluster>::namespaced(t.client.clone(), &ns)
+                .patch(&t.cluster.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
+                .await?;
+            t.create_member(&r.member).await?;
+            Done {
+                reason: "QuorumLossRecoveryStarted",
+                note: recovery_note(r, policy),
+                created: vec![r.member.name.clone()],
                 deleted: vec![],
             }
         }

@@ -211,11 +211,22 @@ async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action,
         return Ok(Action::requeue(Duration::from_millis(500)));
     }
     let started = Instant::now();
-    let (observed, endpoints) = observe::observe(&cluster, &ctx.caches, &ctx.etcd_clients, &ctx.cluster_domain).await;
+    let (observed, endpoints) =
+        observe::observe(&ctx.client, &cluster, &ctx.caches, &ctx.etcd_clients, &ctx.cluster_domain).await;
     let step = planner::plan(&observed);
     let reference = cluster.object_ref(&());
     tracing::debug!(cluster = %key, ?step, "planned");
 
+    // Durable marks first (cluster formed, last valid spec, quorum-loss clock, recovery done;
+    // pod labels the Services select on), so that the step below acts on what is recorded.
+    let spec_json = serde_json::to_string(&cluster.spec)?;
+    let marks = crate::marks::cluster_annotations(&observed, cluster.annotations(), &spec_json, &now_rfc3339());
+    let unlabelled = crate::marks::pods_to_label(&observed);
+    if let Err(e) = act::record_marks(&ctx.client, &cluster, &marks, &unlabelled).await {
+        // Nothing is acted on without them: a stale mark must not drive the step.
+        tracing::warn!(cluster = %key, error = %e, "could not record marks; retrying");
+        return Ok(Action::requeue(PROGRESS_PERIOD));
+    }
     let target = Target {
         client: &ctx.client,
         cluster: &cluster,
@@ -290,6 +301,7 @@ fn step_name(s: &Step) -> &'static str {
         Step::DeletePod { .. } => "DeletePod",
         Step::UpgradeMember { .. } => "UpgradeMember",
         Step::MoveLeader { .. } => "MoveLeader",
+        Step::Recover(_) => "Recover",
     }
 }
 

@@ -105,11 +105,13 @@ async fn member_status(clients: &MemberClients, url: &str) -> Result<(u64, u64, 
         }
     };
     let h = s.header().map(|h| (h.member_id(), h.cluster_id())).unwrap_or_default();
+    let revision = s.header().map(|h| h.revision()).unwrap_or_default();
     let status = MemberStatus {
         version: s.version().to_string(),
         raft_index: s.raft_index(),
         raft_applied_index: s.raft_applied_index(),
         raft_term: s.raft_term(),
+        revision,
         leader: s.leader(),
         db_size: s.db_size(),
         errors: s.errors().to_vec(),

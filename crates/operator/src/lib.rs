@@ -10,6 +10,8 @@ pub mod events;
 pub mod http;
 pub mod leader_election;
 pub mod manifests;
+pub mod marks;
+pub mod member_volume;
 pub mod metrics;
 pub mod naming;
 pub mod observe;

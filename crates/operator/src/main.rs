@@ -34,6 +34,10 @@ enum Command {
     RestorePrepare(etcd_operator::backup::fetch::PrepareArgs),
     /// Move a restored member's data into place (its last restore init container).
     RestoreFinish(etcd_operator::backup::fetch::FinishArgs),
+    /// Stream a snapshot from a surviving member to seed a recovered cluster (init container).
+    SeedFromMember(etcd_operator::backup::fetch::SeedArgs),
+    /// Check that a PVC holds this member's data before it restarts on it (init container).
+    CheckData(etcd_operator::member_volume::CheckArgs),
 }
 
 #[derive(Args, Debug)]
@@ -141,6 +145,19 @@ fn main() {
                 .and_then(|m| serde_json::to_string(&m).map_err(|e| e.to_string()))
         }),
         Some(Command::RestorePrepare(a)) => pod_command(|| etcd_operator::backup::fetch::prepare(a)),
+        Some(Command::SeedFromMember(a)) => pod_command(|| etcd_operator::backup::fetch::seed_from_member(a)),
+        Some(Command::CheckData(a)) => match etcd_operator::member_volume::check(&a) {
+            Ok(msg) => {
+                println!("{msg}");
+                Ok(())
+            }
+            Err((code, msg)) => {
+                eprintln!("{msg}");
+                // The kubelet shows this as the init container's termination message.
+                let _ = std::fs::write("/dev/termination-log", msg.as_bytes());
+                std::process::exit(code);
+            }
+        },
         Some(Command::RestoreFinish(a)) => pod_command(|| async { etcd_operator::backup::fetch::finish(a) }),
         None => run(cli.run),
     };

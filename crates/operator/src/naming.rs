@@ -13,6 +13,24 @@ pub const VERSION_ANNOTATION: &str = "etcd.version";
 pub const VERSION_CHANGED_ANNOTATION: &str = "etcd.database.coreos.com/version-changed-at";
 /// Pod annotation set on pods created by the initial bootstrap.
 pub const BOOTSTRAP_ANNOTATION: &str = "etcd.database.coreos.com/bootstrap";
+/// Label carrying the owning EtcdCluster's UID on every member pod and PVC; the Services select
+/// on it, so pods left behind by a deleted cluster of the same name never serve behind a new one.
+pub const CLUSTER_UID_LABEL: &str = "etcd.database.coreos.com/cluster-uid";
+/// EtcdCluster annotation: the etcd cluster ID (hex) once the cluster formed. Durable proof that
+/// the cluster holds data, independent of status: it is never bootstrapped again.
+pub const CLUSTER_ID_ANNOTATION: &str = "etcd.database.coreos.com/cluster-id";
+/// EtcdCluster annotation: the last spec that passed validation (JSON). An invalid edit is
+/// refused while the cluster keeps healing under this one.
+pub const LAST_VALID_SPEC_ANNOTATION: &str = "etcd.database.coreos.com/last-valid-spec";
+/// EtcdCluster annotation: RFC 3339 time since which a quorum cannot come back.
+pub const QUORUM_LOST_AT_ANNOTATION: &str = "etcd.database.coreos.com/quorum-lost-at";
+/// EtcdCluster annotation: a quorum-loss recovery under way (JSON `planner::recovery::Record`).
+pub const RECOVERY_ANNOTATION: &str = "etcd.database.coreos.com/recovery";
+/// PVC annotation: the member whose data the volume holds.
+pub const MEMBER_ANNOTATION: &str = "etcd.database.coreos.com/member";
+/// PVC annotation: that member's peer URL, to name it in `--initial-cluster` when no member
+/// answers.
+pub const PEER_URL_ANNOTATION: &str = "etcd.database.coreos.com/peer-url";
 /// Longest EtcdCluster name: `<name>-client` must be a 63-character DNS label.
 pub const MAX_CLUSTER_NAME: usize = 63 - "-client".len();
 /// Length of the random member suffix.
@@ -26,6 +44,11 @@ pub fn client_service(cluster: &str) -> String {
 /// Name of a new member (and its pod): `<cluster>-<suffix>`.
 pub fn member_name(cluster: &str, suffix: &str) -> String {
     format!("{cluster}-{suffix}")
+}
+
+/// The member a PVC name stands for (`<member>-data`).
+pub fn member_of_pvc(pvc: &str) -> Option<&str> {
+    pvc.strip_suffix("-data")
 }
 
 /// Name of a member's PersistentVolumeClaim.

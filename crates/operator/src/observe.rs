@@ -11,10 +11,12 @@ use rand::Rng;
 
 use crate::etcd;
 use crate::naming::{
-    self, BOOTSTRAP_ANNOTATION, CLIENT_PORT, CLUSTER_LABEL, VERSION_ANNOTATION, VERSION_CHANGED_ANNOTATION,
+    self, BOOTSTRAP_ANNOTATION, CLIENT_PORT, CLUSTER_ID_ANNOTATION, CLUSTER_LABEL, LAST_VALID_SPEC_ANNOTATION,
+    MEMBER_ANNOTATION, PEER_URL_ANNOTATION, QUORUM_LOST_AT_ANNOTATION, RECOVERY_ANNOTATION, VERSION_ANNOTATION,
+    VERSION_CHANGED_ANNOTATION,
 };
-use crate::observed::{Observed, PodState};
-use crate::validation::validate;
+use crate::observed::{BackupPoint, EtcdState, Observed, PodState, PvcState, QuorumLossPolicy};
+use crate::validation::{Desired, validate};
 
 /// The watch caches observation reads from.
 #[derive(Clone)]
@@ -41,6 +43,25 @@ fn owned_by<K: kube::Resource>(obj: &K, cluster: &EtcdCluster) -> bool {
     obj.meta().namespace == cluster.metadata.namespace
         && obj.labels().get(CLUSTER_LABEL) == cluster.metadata.name.as_ref()
         && obj.owner_references().iter().any(|o| Some(o.uid.as_str()) == uid)
+}
+
+/// The member data check's refusal, from its init container's last exit (see `member_volume`).
+fn volume_refusal(inits: &[ContainerStatus]) -> Option<String> {
+    let s = inits.iter().find(|s| s.name == crate::member_volume::CHECK_CONTAINER)?;
+    let terminated = [s.state.as_ref(), s.last_state.as_ref()]
+        .into_iter()
+        .flatten()
+        .find_map(|st| st.terminated.as_ref().filter(|t| t.exit_code == crate::member_volume::REFUSED_EXIT_CODE))?;
+    Some(terminated.message.clone().unwrap_or_else(|| "refused".into()).trim().to_string())
+}
+
+/// Member names in an etcd command line's `--initial-cluster=` flag.
+fn initial_cluster_names(command: &[String]) -> Vec<String> {
+    command
+        .iter()
+        .find_map(|a| a.strip_prefix("--initial-cluster="))
+        .map(|v| v.split(',').filter_map(|kv| kv.split_once('=').map(|(k, _)| k.to_string())).collect())
+        .unwrap_or_default()
 }
 
 fn problem_of(statuses: &[ContainerStatus]) -> Option<(String, String)> {
@@ -74,7 +95,13 @@ pub fn pod_state(p: &Pod, now: k8s_openapi::jiff::Timestamp) -> PodState {
             .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok())
             .map(|t| (now.as_second() - t.as_second()).max(0)),
         image: etcd_container.and_then(|c| c.image.clone()).unwrap_or_default(),
-        problem: problem_of(&inits).or_else(|| problem_of(&containers)),
+        problem: problem_of(&inits).or_else(|| problem_of(&containers)).or_else(|| unschedulable(p, now)),
+        volume_refused: volume_refusal(&inits),
+        initial_cluster: etcd_container
+            .and_then(|c| c.command.as_deref())
+            .map(initial_cluster_names)
+            .unwrap_or_default(),
+        deleting_secs: p.metadata.deletion_timestamp.as_ref().map(|t| (now.as_second() - t.0.as_second()).max(0)),
         age_secs: p
             .metadata
             .creation_timestamp
@@ -82,12 +109,83 @@ pub fn pod_state(p: &Pod, now: k8s_openapi::jiff::Timestamp) -> PodState {
             .map(|t| (now.as_second() - t.0.as_second()).max(0))
             .unwrap_or(0),
         bootstrap: p.annotations().contains_key(BOOTSTRAP_ANNOTATION),
+        labelled: p.labels().contains_key(naming::CLUSTER_UID_LABEL),
         uses_pvc: p
             .spec
             .as_ref()
             .and_then(|s| s.volumes.as_ref())
             .is_some_and(|vs| vs.iter().any(|v| v.persistent_volume_claim.is_some())),
     }
+}
+
+/// How long a pod may be unschedulable before it counts as a member that cannot run.
+pub const UNSCHEDULABLE_SECS: i64 = 120;
+
+/// A pod the scheduler could not place for a while, with the scheduler's reason.
+fn unschedulable(p: &Pod, now: k8s_openapi::jiff::Timestamp) -> Option<(String, String)> {
+    let c =
+        p.status.as_ref()?.conditions.as_ref()?.iter().find(|c| {
+            c.type_ == "PodScheduled" && c.status == "False" && c.reason.as_deref() == Some("Unschedulable")
+        })?;
+    let since = c.last_transition_time.as_ref().map(|t| now.as_second() - t.0.as_second()).unwrap_or(0);
+    (since >= UNSCHEDULABLE_SECS).then(|| {
+        ("Unschedulable".to_string(), format!("pending for {since}s: {}", c.message.clone().unwrap_or_default()))
+    })
+}
+
+/// Kubernetes' view of a member PVC.
+pub fn pvc_state(v: &PersistentVolumeClaim) -> Option<PvcState> {
+    let name = v.name_any();
+    let member =
+        v.annotations().get(MEMBER_ANNOTATION).cloned().or_else(|| naming::member_of_pvc(&name).map(str::to_string))?;
+    Some(PvcState {
+        member,
+        peer_url: v.annotations().get(PEER_URL_ANNOTATION).cloned(),
+        deleting: v.metadata.deletion_timestamp.is_some(),
+        bootstrap: v.annotations().contains_key(BOOTSTRAP_ANNOTATION),
+        name,
+    })
+}
+
+/// The spec to plan from: this one if valid; else the last valid one the operator recorded
+/// (the cluster keeps healing under it), with the reasons this one was refused.
+fn desired_of(cluster: &EtcdCluster, name: &str) -> (Result<Desired, Vec<String>>, Option<Vec<String>>) {
+    match validate(name, &cluster.spec) {
+        Ok(d) => (Ok(d), None),
+        Err(errs) => {
+            let last = cluster
+                .annotations()
+                .get(LAST_VALID_SPEC_ANNOTATION)
+                .and_then(|j| serde_json::from_str::<etcd_operator_api::EtcdClusterSpec>(j).ok())
+                .and_then(|spec| validate(name, &spec).ok());
+            match last {
+                Some(d) => (Ok(d), Some(errs)),
+                None => (Err(errs), None),
+            }
+        }
+    }
+}
+
+/// The newest backup of an EtcdBackup, as a restore source.
+async fn newest_backup(client: &kube::Client, namespace: &str, name: &str) -> Result<BackupPoint, String> {
+    let api: kube::Api<etcd_operator_api::EtcdBackup> = kube::Api::namespaced(client.clone(), namespace);
+    let b = api.get(name).await.map_err(|e| format!("cannot be read: {e}"))?;
+    let st = b.status.unwrap_or_default();
+    let (path, sha256, revision) = match st.history.first() {
+        Some(h) => (h.path.clone(), h.sha256.clone(), h.etcd_revision),
+        None if !st.sha256.is_empty() => (st.path.clone(), st.sha256.clone(), st.etcd_revision),
+        None => return Err("has no successful backup yet".into()),
+    };
+    let base = crate::backup::location::Location::of(&b.spec.storage_type, &b.spec.source)?;
+    let (bucket, key) = path
+        .split_once("://")
+        .and_then(|(_, rest)| rest.split_once('/'))
+        .ok_or_else(|| format!("backup path {path:?} is not <scheme>://<bucket>/<key>"))?;
+    let location = crate::backup::location::Location { bucket: bucket.to_string(), ..base.with_key(key.to_string()) };
+    Ok(BackupPoint {
+        restore: crate::validation::Restore { location, source: b.spec.source.clone(), sha256 },
+        revision,
+    })
 }
 
 fn random_suffix() -> String {
@@ -99,6 +197,7 @@ fn random_suffix() -> String {
 /// Observe one cluster. etcd is only contacted when the spec is valid and pods have addresses.
 /// `cluster_domain` is the operator's default for clusters whose spec names none.
 pub async fn observe(
+    client: &kube::Client,
     cluster: &EtcdCluster,
     caches: &Caches,
     clients: &etcd::MemberClients,
@@ -114,31 +213,71 @@ pub async fn observe(
         .filter(|p| owned_by(p.as_ref(), cluster))
         .map(|p| (p.name_any(), pod_state(p, now)))
         .collect();
-    let services: Vec<String> =
-        caches.services.state().iter().filter(|s| owned_by(s.as_ref(), cluster)).map(|s| s.name_any()).collect();
-    let pvcs = caches.pvcs.state().iter().filter(|s| owned_by(s.as_ref(), cluster)).map(|s| s.name_any()).collect();
+    // A Service counts once it selects on the cluster's UID (older ones are updated).
+    let services: Vec<String> = caches
+        .services
+        .state()
+        .iter()
+        .filter(|s| owned_by(s.as_ref(), cluster))
+        .filter(|s| {
+            s.spec.as_ref().and_then(|sp| sp.selector.as_ref()).and_then(|sel| sel.get(naming::CLUSTER_UID_LABEL))
+                == cluster.metadata.uid.as_ref()
+        })
+        .map(|s| s.name_any())
+        .collect();
+    let pvcs: BTreeMap<String, PvcState> = caches
+        .pvcs
+        .state()
+        .iter()
+        .filter(|s| owned_by(s.as_ref(), cluster))
+        .filter_map(|v| pvc_state(v))
+        .map(|v| (v.member.clone(), v))
+        .collect();
     let status = cluster.status.clone().unwrap_or_default();
+    let annotations = cluster.annotations();
+    let recovery_record = annotations
+        .get(RECOVERY_ANNOTATION)
+        .and_then(|j| serde_json::from_str::<crate::planner::recovery::Record>(j).ok());
+    // During a recovery the new first member is the cluster: only it is asked, whatever cluster
+    // ID it has. Otherwise answers from another cluster (a reused pod IP) are ignored.
+    let seeded = recovery_record.as_ref().filter(|r| pods.contains_key(&r.member)).map(|r| r.member.clone());
     let endpoints: etcd::Endpoints = pods
         .values()
         // A terminating or ended pod's etcd is going away: not worth a connection timeout.
         .filter(|p| !p.is_dead() && !p.deleting)
+        .filter(|p| seeded.as_ref().is_none_or(|m| *m == p.name))
         .filter_map(|p| p.ip.as_ref().map(|ip| (p.name.clone(), format!("http://{ip}:{CLIENT_PORT}"))))
         .collect();
-    let desired = validate(&name, &cluster.spec).map(|mut d| {
+    let (desired, spec_refused) = desired_of(cluster, &name);
+    let desired = desired.map(|mut d| {
         if d.pod.cluster_domain.is_empty() {
             d.pod.cluster_domain = cluster_domain.to_string();
         }
         d
     });
+    let recorded_cluster_id = annotations.get(CLUSTER_ID_ANNOTATION).cloned().unwrap_or(status.cluster_id.clone());
     let (etcd, etcd_error) = if desired.is_err() || endpoints.is_empty() {
         (None, None)
     } else {
-        let recorded_id = u64::from_str_radix(&status.cluster_id, 16).ok().filter(|id| *id != 0);
+        let recorded_id = u64::from_str_radix(&recorded_cluster_id, 16).ok().filter(|id| *id != 0 && seeded.is_none());
         match etcd::observe(clients, &endpoints, recorded_id).await {
             Ok(s) => (Some(s), None),
             Err(e) => (None, Some(e.to_string())),
         }
     };
+    let quorum_missing = etcd
+        .as_ref()
+        .is_none_or(|e| e.voters().filter(|m| m.is_healthy()).count() < EtcdState::quorum_of(e.voters().count()));
+    let recovery_backup = match desired.as_ref().map(|d| &d.recovery.quorum_loss) {
+        Ok(QuorumLossPolicy::FromBackup { backup }) if quorum_missing => {
+            Some(newest_backup(client, &namespace, backup).await)
+        }
+        _ => None,
+    };
+    let quorum_lost_secs = annotations
+        .get(QUORUM_LOST_AT_ANNOTATION)
+        .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok())
+        .map(|t| (now.as_second() - t.as_second()).max(0));
     let o = Observed {
         services_ready: services.contains(&name) && services.contains(&naming::client_service(&name)),
         name,
@@ -146,10 +285,16 @@ pub async fn observe(
         desired,
         paused: cluster.spec.paused,
         pods,
-        pvcs,
         etcd,
         etcd_error,
-        ever_bootstrapped: !status.cluster_id.is_empty(),
+        // PVCs that no bootstrap of this operator made (an earlier version's, CoreOS') may hold
+        // data: such a cluster is treated as formed.
+        ever_bootstrapped: !recorded_cluster_id.is_empty() || pvcs.values().any(|v| !v.bootstrap),
+        pvcs,
+        spec_refused,
+        quorum_lost_secs,
+        recovery_record,
+        recovery_backup,
         recorded_version: (!status.current_version.is_empty()).then_some(status.current_version),
         new_member_suffix: random_suffix(),
     };

@@ -17,15 +17,27 @@ pub struct Observed {
     pub services_ready: bool,
     /// Member pods of this cluster, by pod name.
     pub pods: BTreeMap<String, PodState>,
-    /// Names of this cluster's PersistentVolumeClaims.
-    pub pvcs: Vec<String>,
+    /// This cluster's member PersistentVolumeClaims, by member name.
+    pub pvcs: BTreeMap<String, PvcState>,
     /// What etcd said; `None` when no member answered.
     pub etcd: Option<EtcdState>,
     /// Why etcd could not be reached, when it could not.
     pub etcd_error: Option<String>,
-    /// The cluster once ran (status has a cluster ID): an empty pod list then means data loss,
-    /// not a new cluster.
+    /// The cluster once formed and may hold data: an etcd cluster ID was recorded durably (the
+    /// `cluster-id` annotation the operator writes on the EtcdCluster and its PVCs) or in status.
+    /// A cluster that formed is never bootstrapped again.
     pub ever_bootstrapped: bool,
+    /// `spec` was refused but an earlier valid spec is known (`desired` holds that one): the
+    /// cluster keeps healing under it, and nothing the refused edit asked for is done.
+    pub spec_refused: Option<Vec<String>>,
+    /// Seconds since the planner first saw this cluster without a quorum (from the annotation
+    /// the operator writes), `None` while it has one.
+    pub quorum_lost_secs: Option<i64>,
+    /// A quorum-loss recovery the operator recorded on the EtcdCluster and has not finished.
+    pub recovery_record: Option<crate::planner::recovery::Record>,
+    /// With `quorumLoss: FromBackup`: the newest backup of the named EtcdBackup, or why there
+    /// is none to use.
+    pub recovery_backup: Option<Result<BackupPoint, String>>,
     /// Version recorded in status (what the whole cluster ran last time it agreed).
     pub recorded_version: Option<String>,
     /// A fresh random suffix the planner may use to name a new member (keeps planning pure).
@@ -41,10 +53,14 @@ impl Default for Observed {
             paused: false,
             services_ready: false,
             pods: BTreeMap::new(),
-            pvcs: vec![],
+            pvcs: BTreeMap::new(),
             etcd: None,
             etcd_error: None,
             ever_bootstrapped: false,
+            spec_refused: None,
+            quorum_lost_secs: None,
+            recovery_record: None,
+            recovery_backup: None,
             recorded_version: None,
             new_member_suffix: String::new(),
         }
@@ -78,6 +94,54 @@ pub struct PodState {
     pub bootstrap: bool,
     /// Data lives on a PVC (survives the pod).
     pub uses_pvc: bool,
+    /// Carries the cluster-UID label the Services select on.
+    pub labelled: bool,
+    /// The member's data check refused its volume (it does not hold this member's data): why.
+    pub volume_refused: Option<String>,
+    /// Member names in the pod's `--initial-cluster` (what etcd was told at its first start).
+    pub initial_cluster: Vec<String>,
+    /// Seconds since deletion was requested, while the pod is terminating.
+    pub deleting_secs: Option<i64>,
+}
+
+/// Kubernetes' view of one member's PersistentVolumeClaim.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PvcState {
+    pub name: String,
+    /// The member whose data it holds.
+    pub member: String,
+    /// The member's peer URL as written at creation (annotation), if recorded.
+    pub peer_url: Option<String>,
+    /// deletionTimestamp is set: its data is going away.
+    pub deleting: bool,
+    /// Created by the initial bootstrap.
+    pub bootstrap: bool,
+}
+
+/// A backup a recovery can start from.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BackupPoint {
+    pub restore: crate::validation::Restore,
+    pub revision: i64,
+}
+
+/// `spec.recovery` as the planner reads it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Recovery {
+    pub quorum_loss: QuorumLossPolicy,
+    /// How long a quorum must have been unrecoverable before acting.
+    pub after_secs: i64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub enum QuorumLossPolicy {
+    /// Report and wait for a person (the default).
+    #[default]
+    Wait,
+    /// Start a new cluster from the surviving member with the most data.
+    FromSurvivor,
+    /// Start a new cluster from the newest verified backup of this EtcdBackup.
+    FromBackup { backup: String },
 }
 
 impl PodState {
@@ -117,6 +181,8 @@ pub struct MemberStatus {
     pub raft_index: u64,
     pub raft_applied_index: u64,
     pub raft_term: u64,
+    /// The store revision the member has applied (from its answer's header).
+    pub revision: i64,
     pub leader: u64,
     pub db_size: i64,
     pub errors: Vec<String>,

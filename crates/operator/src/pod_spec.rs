@@ -13,20 +13,32 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, 
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::Resource;
 
-use crate::naming::{self, APP_LABEL, BOOTSTRAP_ANNOTATION, CLIENT_PORT, CLUSTER_LABEL, PEER_PORT, VERSION_ANNOTATION};
-use crate::planner::NewMember;
+use crate::naming::{
+    self, APP_LABEL, BOOTSTRAP_ANNOTATION, CLIENT_PORT, CLUSTER_LABEL, CLUSTER_UID_LABEL, MEMBER_ANNOTATION, PEER_PORT,
+    PEER_URL_ANNOTATION, VERSION_ANNOTATION,
+};
+use crate::planner::{NewMember, Seed};
 use crate::validation::{Desired, image_for};
 
 /// Where etcd keeps its data inside the container.
 pub const DATA_MOUNT: &str = "/var/etcd";
 pub const DATA_DIR: &str = "/var/etcd/data";
 
-/// Labels every object of the cluster carries; also the Services' selector.
+/// Labels every object of the cluster carries (CoreOS' pair).
 pub fn selector_labels(cluster: &str) -> BTreeMap<String, String> {
     BTreeMap::from([
         (APP_LABEL.0.to_string(), APP_LABEL.1.to_string()),
         (CLUSTER_LABEL.to_string(), cluster.to_string()),
     ])
+}
+
+/// Labels of member pods and PVCs, and the Services' selector: CoreOS' pair plus the
+/// EtcdCluster's UID, so that pods of an earlier cluster of the same name (left behind by
+/// `kubectl delete --cascade=orphan`) never serve behind this one's Services.
+pub fn member_labels(c: &EtcdCluster) -> BTreeMap<String, String> {
+    let mut l = selector_labels(&cluster_name(c));
+    l.insert(CLUSTER_UID_LABEL.to_string(), c.meta().uid.clone().unwrap_or_default());
+    l
 }
 
 /// Controller owner reference to the EtcdCluster: deleting it deletes everything it made.
@@ -57,7 +69,7 @@ pub fn peer_service(c: &EtcdCluster) -> Service {
         spec: Some(ServiceSpec {
             cluster_ip: Some("None".into()),
             publish_not_ready_addresses: Some(true),
-            selector: Some(selector_labels(&name)),
+            selector: Some(member_labels(c)),
             ports: Some(vec![port("client", CLIENT_PORT), port("peer", PEER_PORT)]),
             ..Default::default()
         }),
@@ -71,7 +83,7 @@ pub fn client_service(c: &EtcdCluster) -> Service {
     Service {
         metadata: meta(c, &naming::client_service(&name), selector_labels(&name)),
         spec: Some(ServiceSpec {
-            selector: Some(selector_labels(&name)),
+            selector: Some(member_labels(c)),
             ports: Some(vec![port("client", CLIENT_PORT)]),
             ..Default::default()
         }),
@@ -89,11 +101,22 @@ fn port(name: &str, p: i32) -> ServicePort {
     }
 }
 
-/// The PVC of a PVC-backed member, from `spec.pod.persistentVolumeClaimSpec`.
-pub fn member_pvc(c: &EtcdCluster, d: &Desired, member: &str) -> Option<PersistentVolumeClaim> {
+/// The PVC of a PVC-backed member, from `spec.pod.persistentVolumeClaimSpec`. Its annotations
+/// name the member and its peer URL, so the member can be restarted on it when no member
+/// answers and no pod is left.
+pub fn member_pvc(c: &EtcdCluster, d: &Desired, m: &NewMember) -> Option<PersistentVolumeClaim> {
     let spec = d.pod.persistent_volume_claim_spec.clone()?;
+    let peer = m.initial_cluster.iter().find(|(n, _)| *n == m.name).map(|(_, u)| u.clone()).unwrap_or_default();
+    let mut annotations =
+        BTreeMap::from([(MEMBER_ANNOTATION.to_string(), m.name.clone()), (PEER_URL_ANNOTATION.to_string(), peer)]);
+    if m.bootstrap {
+        annotations.insert(BOOTSTRAP_ANNOTATION.into(), "true".into());
+    }
     Some(PersistentVolumeClaim {
-        metadata: meta(c, &naming::pvc_name(member), selector_labels(&cluster_name(c))),
+        metadata: ObjectMeta {
+            annotations: Some(annotations),
+            ..meta(c, &naming::pvc_name(&m.name), member_labels(c))
+        },
         spec: Some(spec),
         ..Default::default()
     })
@@ -127,7 +150,7 @@ pub fn member_pod(c: &EtcdCluster, d: &Desired, m: &NewMember, init_image: &str)
     let ns = c.meta().namespace.clone().unwrap_or_default();
     let host = naming::member_host(&m.name, &name, &ns, &d.pod.cluster_domain);
     let mut labels = d.pod.labels.clone();
-    labels.extend(selector_labels(&name));
+    labels.extend(member_labels(c));
     let mut annotations = d.pod.annotations.clone();
     annotations.insert(VERSION_ANNOTATION.into(), m.version.to_string());
     if m.bootstrap {
@@ -161,6 +184,7 @@ pub fn member_pod(c: &EtcdCluster, d: &Desired, m: &NewMember, init_image: &str)
         }),
         ..Default::default()
     };
+    let data_mount = VolumeMount { name: "etcd-data".into(), mount_path: DATA_MOUNT.into(), ..Default::default() };
     let etcd = Container {
         name: "etcd".into(),
         image: Some(image_for(&d.repository, &m.version)),
@@ -172,11 +196,7 @@ pub fn member_pod(c: &EtcdCluster, d: &Desired, m: &NewMember, init_image: &str)
         ]),
         env: (!d.pod.etcd_env.is_empty()).then(|| d.pod.etcd_env.clone()),
         resources: d.pod.resources.clone(),
-        volume_mounts: Some(vec![VolumeMount {
-            name: "etcd-data".into(),
-            mount_path: DATA_MOUNT.into(),
-            ..Default::default()
-        }]),
+        volume_mounts: Some(vec![data_mount.clone()]),
         // /health fails without a leader and on a learner (linearizable read), so the client
         // Service only sends clients to voting members of a working cluster.
         readiness_probe: Some(Probe {
@@ -192,23 +212,36 @@ pub fn member_pod(c: &EtcdCluster, d: &Desired, m: &NewMember, init_image: &str)
             failure_threshold: Some(3),
             ..Default::default()
         }),
-        security_context: Some(locked_down),
+        security_context: Some(locked_down.clone()),
         ..Default::default()
     };
-    // A restored cluster's bootstrap members start from the backup; later members join.
     let mut init_containers = Vec::new();
     let mut volumes = Vec::new();
-    if let Some(r) = d.restore.as_ref().filter(|_| m.bootstrap && !m.existing) {
-        let mount = etcd.volume_mounts.as_ref().expect("etcd mounts its data")[0].clone();
+    // A volume must prove it holds this member's data before the member (re)starts on it.
+    if m.pvc {
+        init_containers.push(check_data(c, m, init_image, &data_mount, &locked_down, d.pod.security_context.as_ref()));
+    }
+    // A recovered cluster's first member starts from its seed; a restored cluster's bootstrap
+    // members from the backup; later members join.
+    use crate::backup::pods::SnapshotSource;
+    let from = match (&m.seed, &d.restore) {
+        (Some(Seed::Member { client_url, .. }), _) => Some(SnapshotSource::Member { client_url }),
+        (Some(Seed::Backup(r)), _) => {
+            Some(SnapshotSource::Backup { loc: &r.location, source: &r.source, sha256: &r.sha256 })
+        }
+        (None, Some(r)) if m.bootstrap && !m.existing => {
+            Some(SnapshotSource::Backup { loc: &r.location, source: &r.source, sha256: &r.sha256 })
+        }
+        _ => None,
+    };
+    if let Some(from) = from {
         let (containers, vols) = crate::backup::pods::restore_init_containers(
-            &r.location,
-            &r.source,
-            &r.sha256,
+            from,
             init_image,
             &image_for(&d.repository, &m.version),
             &m.version,
             &etcd_command(c, d, m),
-            &mount,
+            &data_mount,
             DATA_DIR,
             d.pod.security_context.as_ref(),
         );
@@ -274,6 +307,38 @@ pub fn member_pod(c: &EtcdCluster, d: &Desired, m: &NewMember, init_image: &str)
     }
 }
 
+/// The member data check (see `member_volume`), as the etcd container's user so that it may
+/// write the marker where etcd writes its data.
+fn check_data(
+    c: &EtcdCluster,
+    m: &NewMember,
+    init_image: &str,
+    data_mount: &VolumeMount,
+    locked_down: &SecurityContext,
+    pod_security: Option<&k8s_openapi::api::core::v1::PodSecurityContext>,
+) -> Container {
+    let mut command = vec![
+        crate::OPERATOR_NAME.to_string(),
+        "check-data".into(),
+        format!("--member={}", m.name),
+        format!("--cluster-uid={}", c.meta().uid.clone().unwrap_or_default()),
+        format!("--data-dir={DATA_DIR}"),
+    ];
+    if m.restart {
+        command.push("--expect-data".into());
+    }
+    let user = if pod_security.and_then(|s| s.run_as_user).is_some() { None } else { Some(0) };
+    Container {
+        name: crate::member_volume::CHECK_CONTAINER.into(),
+        image: Some(init_image.into()),
+        image_pull_policy: Some("IfNotPresent".into()),
+        command: Some(command),
+        volume_mounts: Some(vec![data_mount.clone()]),
+        security_context: Some(SecurityContext { run_as_user: user, ..locked_down.clone() }),
+        ..Default::default()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -301,6 +366,8 @@ mod tests {
             version: Version::parse("3.5.1").unwrap(),
             pvc,
             bootstrap: !existing,
+            restart: false,
+            seed: None,
         }
     }
 
@@ -359,8 +426,72 @@ mod tests {
         let p = member_pod(&c, &d, &member(false, true), "op:1");
         let v = &p.spec.unwrap().volumes.unwrap()[0];
         assert_eq!(v.persistent_volume_claim.as_ref().unwrap().claim_name, "ex-abcde-data");
-        let pvc = member_pvc(&c, &d, "ex-abcde").unwrap();
+        let pvc = member_pvc(&c, &d, &member(false, true)).unwrap();
         assert_eq!(pvc.metadata.name.as_deref(), Some("ex-abcde-data"));
+        // Enough to restart the member on it when nothing else is left.
+        let a = pvc.metadata.annotations.unwrap();
+        assert_eq!(a[MEMBER_ANNOTATION], "ex-abcde");
+        assert_eq!(a[PEER_URL_ANNOTATION], "http://ex-abcde.ex.ns.svc:2380");
+        assert_eq!(a[BOOTSTRAP_ANNOTATION], "true");
+        assert_eq!(pvc.metadata.labels.unwrap()[CLUSTER_UID_LABEL], "uid-1");
+    }
+
+    fn init_commands(p: &Pod) -> Vec<(String, Vec<String>)> {
+        let spec = p.spec.clone().unwrap();
+        spec.init_containers.unwrap_or_default().into_iter().map(|c| (c.name, c.command.unwrap_or_default())).collect()
+    }
+
+    #[test]
+    fn a_pvc_member_checks_its_volume_first_and_a_restart_demands_its_data() {
+        let (c, d) = cluster(
+            "size: 1\nversion: 3.5.1\npod:\n  persistentVolumeClaimSpec:\n    accessModes: [ReadWriteOnce]\n    resources: {requests: {storage: 1Gi}}",
+        );
+        let first = init_commands(&member_pod(&c, &d, &member(false, true), "op:1"));
+        assert_eq!(first[0].0, crate::member_volume::CHECK_CONTAINER);
+        assert!(
+            first[0].1.contains(&"--member=ex-abcde".to_string())
+                && first[0].1.contains(&"--cluster-uid=uid-1".to_string())
+        );
+        assert!(!first[0].1.contains(&"--expect-data".to_string()), "a new member has no data yet");
+        let mut m = member(true, true);
+        m.restart = true;
+        let again = init_commands(&member_pod(&c, &d, &m, "op:1"));
+        assert!(again[0].1.contains(&"--expect-data".to_string()));
+        // emptyDir members have nothing to check.
+        let plain = init_commands(&member_pod(&c, &d, &member(false, false), "op:1"));
+        assert!(plain.iter().all(|(n, _)| n != crate::member_volume::CHECK_CONTAINER));
+    }
+
+    #[test]
+    fn a_recovery_seed_member_restores_a_survivors_snapshot_as_a_new_cluster() {
+        let (c, d) = cluster("size: 3\nversion: 3.5.1");
+        let mut m = member(false, false);
+        m.initial_cluster = vec![("ex-abcde".into(), "http://ex-abcde.ex.ns.svc:2380".into())];
+        m.seed = Some(Seed::Member { pod: "ex-a".into(), client_url: "http://10.0.0.5:2379".into() });
+        let inits = init_commands(&member_pod(&c, &d, &m, "op:1"));
+        let names: Vec<&str> = inits.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(&names[..3], ["restore-fetch", "restore-snapshot", "restore-finish"]);
+        assert!(inits[0].1.contains(&"seed-from-member".to_string()));
+        assert!(inits[0].1.contains(&"--member-url=http://10.0.0.5:2379".to_string()));
+        assert!(inits[1].1.contains(&"--initial-cluster=ex-abcde=http://ex-abcde.ex.ns.svc:2380".to_string()));
+    }
+
+    #[test]
+    fn services_select_only_members_of_this_cluster_object() {
+        let (c, _) = cluster("size: 3\nversion: 3.5.1");
+        for svc in [client_service(&c), peer_service(&c)] {
+            let sel = svc.spec.unwrap().selector.unwrap();
+            assert_eq!(
+                sel[CLUSTER_UID_LABEL], "uid-1",
+                "an orphaned pod of an earlier cluster named ex must not match"
+            );
+        }
+        let p = member_pod(&c, &d_of(&c), &member(true, false), "op:1");
+        assert_eq!(p.metadata.labels.unwrap()[CLUSTER_UID_LABEL], "uid-1");
+    }
+
+    fn d_of(c: &EtcdCluster) -> Desired {
+        validate("ex", &c.spec).unwrap()
     }
 
     #[test]

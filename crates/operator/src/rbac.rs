@@ -32,9 +32,9 @@ pub const PERMISSIONS: &[Permission] = &[
     Permission {
         group: ETCD,
         resource: "etcdclusters",
-        verbs: &["get", "list", "watch", "create"],
+        verbs: &["get", "list", "watch", "create", "patch"],
         scope: Scope::Namespaced,
-        why: "watch clusters; EtcdRestore creates one",
+        why: "watch clusters; EtcdRestore creates one; durable marks in their annotations",
     },
     Permission {
         group: ETCD,

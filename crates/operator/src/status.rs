@@ -13,6 +13,8 @@ pub const SPEC_VALID: &str = "SpecValid";
 pub const SCALING: &str = "Scaling";
 pub const RECOVERING: &str = "Recovering";
 pub const UPGRADING: &str = "Upgrading";
+/// Set once a quorum-loss recovery brought the cluster back; says from what and what was lost.
+pub const RECOVERED_FROM_QUORUM_LOSS: &str = "RecoveredFromQuorumLoss";
 /// Something needs a person: no quorum, a failing member, data lost.
 pub const DEGRADED: &str = "Degraded";
 
@@ -110,9 +112,22 @@ pub fn compute(
 
     // Conditions.
     let mut cs = std::mem::take(&mut s.conditions);
-    match &o.desired {
-        Ok(_) => condition::upsert(&mut cs, cond(SPEC_VALID, true, "Valid", ""), now),
-        Err(errs) => condition::upsert(&mut cs, cond(SPEC_VALID, false, "InvalidSpec", errs.join("; ")), now),
+    match (&o.desired, &o.spec_refused) {
+        (Ok(_), None) => condition::upsert(&mut cs, cond(SPEC_VALID, true, "Valid", ""), now),
+        (Ok(_), Some(errs)) => condition::upsert(
+            &mut cs,
+            cond(
+                SPEC_VALID,
+                false,
+                "InvalidSpec",
+                format!(
+                    "{}; the change was refused and nothing it asks for is done; the cluster keeps running and healing under the last valid spec",
+                    errs.join("; ")
+                ),
+            ),
+            now,
+        ),
+        (Err(errs), _) => condition::upsert(&mut cs, cond(SPEC_VALID, false, "InvalidSpec", errs.join("; ")), now),
     }
     let available = match &o.etcd {
         Some(e) => {
@@ -144,7 +159,40 @@ pub fn compute(
             condition::remove(&mut cs, SCALING);
         }
     }
+    if let Some(r) = &o.recovery_record {
+        let serving = o.etcd.as_ref().and_then(|e| e.member_for_pod(&r.member)).is_some_and(|m| m.is_healthy());
+        if serving {
+            let lost = if r.voters > 0 {
+                format!("{} of {} voting members were lost", r.lost, r.voters)
+            } else {
+                "every member was lost".to_string()
+            };
+            let msg = format!(
+                "recovered from quorum loss ({}): {lost}; the cluster resumed from {} at revision {}; writes acknowledged after revision {} were lost",
+                r.policy, r.from, r.revision, r.revision
+            );
+            condition::upsert(&mut cs, cond(RECOVERED_FROM_QUORUM_LOSS, true, &r.policy, msg), now);
+        }
+    }
     match step {
+        Step::Recover(r) => condition::upsert(
+            &mut cs,
+            cond(
+                RECOVERING,
+                true,
+                "QuorumLossRecovery",
+                format!("starting member {} from {} at revision {}", r.member.name, r.from, r.revision),
+            ),
+            now,
+        ),
+        Step::Wait(w) if w.reason == WaitReason::Recovering => {
+            condition::upsert(&mut cs, cond(RECOVERING, true, "QuorumLossRecovery", w.message.clone()), now)
+        }
+        Step::RemoveMember { pod, why, .. } if why.contains("volume") => condition::upsert(
+            &mut cs,
+            cond(RECOVERING, true, "ReplacingMember", format!("replacing member {pod}: {why}")),
+            now,
+        ),
         Step::RemoveMember { pod, why, .. } if why.contains("gone") || why.contains("ended") => condition::upsert(
             &mut cs,
             cond(RECOVERING, true, "ReplacingMember", format!("replacing member {pod}: {why}")),
@@ -221,6 +269,7 @@ pub fn is_warning(c: &Condition) -> bool {
         AVAILABLE => c.status == "False" && c.reason != "Bootstrapping",
         SPEC_VALID => c.status == "False",
         UPGRADING => c.status == "False",
+        RECOVERED_FROM_QUORUM_LOSS => true,
         _ => false,
     }
 }

@@ -19,6 +19,8 @@ pub struct Desired {
     pub pod: PodPolicy,
     /// Bootstrap members from this backup (checked: a valid location and a sha256).
     pub restore: Option<Restore>,
+    /// What to do when a quorum is lost for good (`spec.recovery`).
+    pub recovery: crate::observed::Recovery,
 }
 
 /// A validated `spec.restore`.
@@ -103,11 +105,45 @@ pub fn validate(name: &str, spec: &EtcdClusterSpec) -> Result<Desired, Vec<Strin
         }
         Some(Restore { location: loc, source: r.source.clone(), sha256: r.sha256.to_ascii_lowercase() })
     });
+    let recovery = recovery_policy(spec.recovery.as_ref(), &mut errs);
     if !errs.is_empty() {
         return Err(errs);
     }
     let repository = if spec.repository.is_empty() { DEFAULT_REPOSITORY.to_string() } else { spec.repository.clone() };
-    Ok(Desired { size: spec.size as usize, repository, version: version.expect("checked"), pod, restore })
+    Ok(Desired { size: spec.size as usize, repository, version: version.expect("checked"), pod, restore, recovery })
+}
+
+/// Longest wait before a quorum-loss recovery.
+pub const MAX_RECOVERY_AFTER_SECS: i64 = 86_400;
+/// Default wait before a quorum-loss recovery.
+pub const DEFAULT_RECOVERY_AFTER_SECS: i64 = 60;
+
+fn recovery_policy(
+    r: Option<&etcd_operator_api::cluster::RecoveryPolicy>,
+    errs: &mut Vec<String>,
+) -> crate::observed::Recovery {
+    use crate::observed::{QuorumLossPolicy, Recovery};
+    let Some(r) = r else { return Recovery { after_secs: DEFAULT_RECOVERY_AFTER_SECS, ..Default::default() } };
+    let after_secs = r.after_seconds.unwrap_or(DEFAULT_RECOVERY_AFTER_SECS);
+    if !(0..=MAX_RECOVERY_AFTER_SECS).contains(&after_secs) {
+        errs.push(format!(
+            "spec.recovery.afterSeconds {after_secs} is out of range: it must be between 0 and {MAX_RECOVERY_AFTER_SECS}"
+        ));
+    }
+    let quorum_loss = match r.quorum_loss.as_str() {
+        "" | "Wait" => QuorumLossPolicy::Wait,
+        "FromSurvivor" => QuorumLossPolicy::FromSurvivor,
+        "FromBackup" if r.backup.is_empty() => {
+            errs.push("spec.recovery.quorumLoss FromBackup needs spec.recovery.backup (an EtcdBackup name)".into());
+            QuorumLossPolicy::Wait
+        }
+        "FromBackup" => QuorumLossPolicy::FromBackup { backup: r.backup.clone() },
+        other => {
+            errs.push(format!("spec.recovery.quorumLoss {other:?} is not one of Wait, FromSurvivor, FromBackup"));
+            QuorumLossPolicy::Wait
+        }
+    };
+    Recovery { quorum_loss, after_secs }
 }
 
 /// etcd settings the operator derives from membership; users must not set them.

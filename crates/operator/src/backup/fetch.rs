@@ -48,6 +48,17 @@ pub struct FinishArgs {
     pub work_dir: PathBuf,
 }
 
+#[derive(clap::Args, Debug, Clone)]
+pub struct SeedArgs {
+    /// Client URL of the member whose snapshot seeds the new cluster.
+    #[arg(long)]
+    pub member_url: String,
+    #[arg(long)]
+    pub data_dir: PathBuf,
+    #[arg(long)]
+    pub work_dir: PathBuf,
+}
+
 /// File the etcd image restores from, inside the work directory.
 pub const SNAPSHOT_FILE: &str = "snapshot.db";
 /// Directory the etcd image restores into, inside the work directory.
@@ -140,6 +151,42 @@ pub async fn prepare(args: PrepareArgs) -> Result<String, String> {
     }
     std::fs::rename(&part, &snapshot).map_err(|e| format!("rename {}: {e}", part.display()))?;
     Ok(format!("fetched {} ({size} bytes, sha256 {sha})", loc.url()))
+}
+
+/// `seed-from-member`: the first init container of a quorum-loss recovery's first member. Streams
+/// a snapshot from a surviving member of the broken cluster (a member serves snapshots without a
+/// quorum) and checks etcd's own integrity hash at its end; then the etcd image restores it as a
+/// new one-member cluster, as from a backup. Idempotent like `restore-prepare`.
+pub async fn seed_from_member(args: SeedArgs) -> Result<String, String> {
+    let work = &args.work_dir;
+    let snapshot = work.join(SNAPSHOT_FILE);
+    let restored = work.join(RESTORED_DIR);
+    if restored.exists() {
+        std::fs::remove_dir_all(&restored).map_err(|e| format!("clear {}: {e}", restored.display()))?;
+    }
+    std::fs::create_dir_all(work).map_err(|e| format!("create {}: {e}", work.display()))?;
+    if has_member_data(&args.data_dir) {
+        let db = args.data_dir.join("member/snap/db");
+        std::fs::copy(&db, &snapshot).map_err(|e| format!("copy {}: {e}", db.display()))?;
+        return Ok(format!("{} already holds this member's data; kept", args.data_dir.display()));
+    }
+    let url = args.member_url.as_str();
+    let opts = etcd_client::ConnectOptions::new().with_connect_timeout(std::time::Duration::from_secs(5));
+    let mut client =
+        etcd_client::Client::connect([url], Some(opts)).await.map_err(|e| format!("connect to {url}: {e}"))?;
+    let mut stream = client.snapshot().await.map_err(|e| format!("snapshot from {url}: {e}"))?;
+    let part = work.join(format!("{SNAPSHOT_FILE}.part"));
+    let mut file = tokio::fs::File::create(&part).await.map_err(|e| format!("create {}: {e}", part.display()))?;
+    let mut hashes = super::save::StreamHashes::default();
+    while let Some(msg) = stream.message().await.map_err(|e| format!("snapshot stream from {url}: {e}"))? {
+        hashes.update(msg.blob());
+        file.write_all(msg.blob()).await.map_err(|e| format!("write {}: {e}", part.display()))?;
+    }
+    hashes.check_etcd_integrity()?;
+    file.sync_all().await.map_err(|e| format!("sync {}: {e}", part.display()))?;
+    drop(file);
+    std::fs::rename(&part, &snapshot).map_err(|e| format!("rename {}: {e}", part.display()))?;
+    Ok(format!("snapshot of {url}: {} bytes, sha256 {}", hashes.size, hashes.whole_sha256()))
 }
 
 pub fn finish(args: FinishArgs) -> Result<String, String> {

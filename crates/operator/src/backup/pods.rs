@@ -185,11 +185,19 @@ fn restore_flags(etcd_command: &[String]) -> Vec<String> {
 /// (the member's etcd image: `etcdutl` from 3.5, `etcdctl` before), move the result into
 /// place (operator image). They run as the etcd container's user (root unless the pod's
 /// security context says otherwise) so that etcd owns its files.
+/// Where a restored member's snapshot comes from.
+#[derive(Clone, Copy, Debug)]
+pub enum SnapshotSource<'a> {
+    /// A verified backup, checked again against its sha256.
+    Backup { loc: &'a Location, source: &'a BackupSource, sha256: &'a str },
+    /// A live member of another (broken) cluster, streamed over its client URL and checked
+    /// against etcd's own integrity hash (quorum-loss recovery).
+    Member { client_url: &'a str },
+}
+
 #[allow(clippy::too_many_arguments)]
 pub fn restore_init_containers(
-    loc: &Location,
-    source: &BackupSource,
-    sha256: &str,
+    from: SnapshotSource<'_>,
     init_image: &str,
     etcd_image: &str,
     version: &Version,
@@ -198,17 +206,24 @@ pub fn restore_init_containers(
     data_dir: &str,
     pod_security: Option<&PodSecurityContext>,
 ) -> (Vec<Container>, Vec<Volume>) {
-    let (volumes, mut mounts) = storage_volumes(loc, source, true, true);
-    mounts.insert(0, data_mount.clone());
     let user = if pod_security.and_then(|s| s.run_as_user).is_some() { None } else { Some(0) };
     let snapshot = format!("{RESTORE_WORK_DIR}/{SNAPSHOT_FILE}");
-    let mut prepare = vec![crate::OPERATOR_NAME.to_string(), "restore-prepare".into()];
-    prepare.extend(storage_args(loc, source));
-    prepare.extend([
-        format!("--sha256={sha256}"),
-        format!("--data-dir={data_dir}"),
-        format!("--work-dir={RESTORE_WORK_DIR}"),
-    ]);
+    let (volumes, mounts, mut prepare) = match from {
+        SnapshotSource::Backup { loc, source, sha256 } => {
+            let (volumes, mut mounts) = storage_volumes(loc, source, true, true);
+            mounts.insert(0, data_mount.clone());
+            let mut prepare = vec![crate::OPERATOR_NAME.to_string(), "restore-prepare".into()];
+            prepare.extend(storage_args(loc, source));
+            prepare.push(format!("--sha256={sha256}"));
+            (volumes, mounts, prepare)
+        }
+        SnapshotSource::Member { client_url } => (
+            vec![],
+            vec![data_mount.clone()],
+            vec![crate::OPERATOR_NAME.to_string(), "seed-from-member".into(), format!("--member-url={client_url}")],
+        ),
+    };
+    prepare.extend([format!("--data-dir={data_dir}"), format!("--work-dir={RESTORE_WORK_DIR}")]);
     let (tool, env) = if version.minor_line() >= (3, 5) {
         ("/usr/local/bin/etcdutl", None)
     } else {
@@ -314,9 +329,7 @@ mod tests {
         .collect();
         let v35 = Version::parse("3.5.1").unwrap();
         let (c, vols) = restore_init_containers(
-            &loc,
-            &source,
-            "abc",
+            SnapshotSource::Backup { loc: &loc, source: &source, sha256: "abc" },
             "op:1",
             "etcd:v3.5.1",
             &v35,
@@ -346,9 +359,7 @@ mod tests {
         let v34 = Version::parse("3.4.23").unwrap();
         let sc = PodSecurityContext { run_as_user: Some(1000), ..Default::default() };
         let (c, _) = restore_init_containers(
-            &loc,
-            &source,
-            "abc",
+            SnapshotSource::Backup { loc: &loc, source: &source, sha256: "abc" },
             "op:1",
             "etcd:v3.4.23",
             &v34,

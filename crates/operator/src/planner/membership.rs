@@ -13,17 +13,24 @@ pub const ORPHAN_GRACE_SECS: i64 = 60;
 /// itself refuses promotion below 90%).
 const LEARNER_READY_PERCENT: u64 = 90;
 
-/// No member answered: create a new cluster, wait for one that is forming, or report.
+/// How long a bootstrap member pod may stay Pending or unable to run before the bootstrap is
+/// started over (only for a bootstrap that never formed: it holds no data).
+pub const BOOTSTRAP_RETRY_SECS: i64 = 120;
+
+/// No member answered: create a new cluster, finish or repair one that is forming, or report.
+/// Members with volumes were restarted already (`volumes::restart`).
 pub(super) fn without_etcd(o: &Observed, d: &Desired) -> Step {
-    if o.pods.is_empty() {
+    if o.pods.is_empty() && o.pvcs.is_empty() {
         if o.ever_bootstrapped {
-            return wait(
-                WaitReason::DataLost,
-                "every member pod is gone and this cluster held data; the operator does not create an empty cluster in its place. \
-                 Restore it with an EtcdRestore, or delete and re-create the EtcdCluster to start empty",
-            );
+            return super::recovery::all_lost(o, d);
         }
         return bootstrap(o, d);
+    }
+    if !o.ever_bootstrapped {
+        return forming(o, d);
+    }
+    if super::recovery::nothing_left(o) {
+        return super::recovery::all_lost(o, d);
     }
     if let Some((pod, (reason, msg))) = first_problem(o.pods.values()) {
         if let Some(step) = super::upgrade::failing_member(o, d, pod, reason, msg) {
@@ -31,23 +38,61 @@ pub(super) fn without_etcd(o: &Observed, d: &Desired) -> Step {
         }
         return wait(WaitReason::MemberFailing, format!("member pod {pod} cannot run: {reason}: {msg}"));
     }
-    if !o.ever_bootstrapped {
-        // A bootstrap that never formed a cluster holds no data: clear out dead pods so that a
-        // fresh bootstrap can run.
-        if let Some(p) = o.pods.values().find(|p| p.is_dead() && !p.deleting) {
-            return Step::DeletePod {
-                pod: p.name.clone(),
-                why: format!("bootstrap pod ended ({}) before the cluster formed", p.phase),
-                keep_volume: false,
-            };
-        }
-        return wait(
-            WaitReason::Bootstrapping,
-            format!("waiting for the {} bootstrap members to form a cluster", o.pods.len()),
-        );
+    if let Some(step) = stuck_terminating(o) {
+        return step;
     }
     let err = o.etcd_error.as_deref().unwrap_or("no member pod has an address");
-    wait(WaitReason::NoQuorum, format!("no etcd member answers ({err}); nothing is changed until a quorum is back"))
+    wait(
+        WaitReason::NoQuorum,
+        format!(
+            "no etcd member answers ({err}); members with data are kept and restarted on their volumes; no membership change until a quorum is back"
+        ),
+    )
+}
+
+/// A cluster that has not formed yet (no cluster ID was ever recorded), so it holds no data:
+/// its bootstrap is finished, repaired, or started over.
+fn forming(o: &Observed, d: &Desired) -> Step {
+    // A bootstrap member whose pod was never created (or vanished with its emptyDir): create it
+    // as the bootstrap would have. (Volume members are restarted by `volumes::restart`.)
+    let peers = super::volumes::bootstrap_peers(o, d);
+    if let Some((name, _)) = peers.iter().find(|(n, _)| !o.pods.contains_key(n) && !o.pvcs.contains_key(n)) {
+        if o.pods.values().all(|p| p.bootstrap) {
+            return Step::CreatePod(NewMember {
+                name: name.clone(),
+                initial_cluster: peers.clone(),
+                existing: false,
+                version: d.version.clone(),
+                pvc: d.pod.persistent_volume_claim_spec.is_some(),
+                bootstrap: true,
+                restart: false,
+                seed: None,
+            });
+        }
+    }
+    // Dead bootstrap pods, and bootstrap pods that cannot run under a spec that has changed
+    // since (a corrected image, resources, ...): cleared, so a fresh bootstrap can run.
+    let image_now = d.image();
+    let retry = |p: &&PodState| {
+        p.bootstrap
+            && !p.deleting
+            && (p.is_dead() || (p.image != image_now && (p.problem.is_some() || p.age_secs >= BOOTSTRAP_RETRY_SECS)))
+    };
+    if let Some(p) = o.pods.values().find(retry) {
+        let why = if p.is_dead() {
+            format!("bootstrap pod ended ({}) before the cluster formed", p.phase)
+        } else {
+            "bootstrap pod cannot run and the spec changed since; the bootstrap starts over".to_string()
+        };
+        return Step::DeletePod { pod: p.name.clone(), why, keep_volume: false };
+    }
+    if let Some((pod, (reason, msg))) = first_problem(o.pods.values()) {
+        return wait(WaitReason::MemberFailing, format!("bootstrap member pod {pod} cannot run: {reason}: {msg}"));
+    }
+    wait(
+        WaitReason::Bootstrapping,
+        format!("waiting for the {} bootstrap members to form a cluster", o.pods.len().max(peers.len())),
+    )
 }
 
 fn bootstrap(o: &Observed, d: &Desired) -> Step {
@@ -65,9 +110,28 @@ fn bootstrap(o: &Observed, d: &Desired) -> Step {
                 version: d.version.clone(),
                 pvc: d.pod.persistent_volume_claim_spec.is_some(),
                 bootstrap: true,
+                restart: false,
+                seed: None,
             })
             .collect(),
     )
+}
+
+/// A member pod that has been terminating for long (its node stopped answering): reported, with
+/// what the user can do. Its volume stays attached to it until it is gone.
+fn stuck_terminating(o: &Observed) -> Option<Step> {
+    let p = o.pods.values().find(|p| p.deleting_secs.is_some_and(|s| s >= super::volumes::STUCK_TERMINATING_SECS))?;
+    let keep = if p.uses_pvc { "its volume is kept and the member restarts on it once the pod is gone" } else { "" };
+    Some(wait(
+        WaitReason::PodStuckTerminating,
+        format!(
+            "member pod {} has been terminating for {}s (its node may be down); {keep}{}if the node is gone for good, `kubectl delete pod {} --force --grace-period=0` lets it go",
+            p.name,
+            p.deleting_secs.unwrap_or_default(),
+            if keep.is_empty() { "" } else { "; " },
+            p.name
+        ),
+    ))
 }
 
 fn first_problem<'a>(pods: impl Iterator<Item = &'a PodState>) -> Option<(&'a str, &'a (String, String))> {
@@ -85,12 +149,19 @@ pub(super) fn with_etcd(o: &Observed, d: &Desired, etcd: &EtcdState) -> Step {
     let healthy_voters = etcd.voters().filter(|m| healthy(o, m)).count();
     let quorum = EtcdState::quorum_of(voters);
     if healthy_voters < quorum {
-        return wait(
-            WaitReason::NoQuorum,
-            format!(
-                "only {healthy_voters} of {voters} voting members are healthy, a quorum needs {quorum}; nothing is changed until a quorum is back"
-            ),
-        );
+        return super::recovery::no_quorum(o, d, etcd, healthy_voters);
+    }
+
+    // A member whose volume failed its data check holds no data of its own: it is replaced
+    // (removed here; a learner takes its place), never restarted empty under its old ID.
+    for m in &etcd.members {
+        if let Some(why) = o.pods.get(&m.pod).and_then(|p| p.volume_refused.as_ref()) {
+            return Step::RemoveMember {
+                id: m.id,
+                pod: m.pod.clone(),
+                why: format!("its volume does not hold its data ({why}); a new member replaces it"),
+            };
+        }
     }
 
     // A pod that cannot run is surfaced; no other member is touched meanwhile. A learner is the
@@ -106,6 +177,15 @@ pub(super) fn with_etcd(o: &Observed, d: &Desired, etcd: &EtcdState) -> Step {
                     why: format!("learner cannot start ({reason}) and the spec changed since it was added"),
                 };
             }
+            if !m.started() && o.pods.get(pod).is_some_and(|p| stale_initial_cluster(p, etcd)) {
+                return Step::RemoveMember {
+                    id: m.id,
+                    pod: pod.to_string(),
+                    why: format!(
+                        "learner cannot start ({reason}): its --initial-cluster no longer matches the membership; it is added again"
+                    ),
+                };
+            }
         }
         if let Some(step) = super::upgrade::failing_member(o, d, pod, reason, msg) {
             return step;
@@ -113,7 +193,7 @@ pub(super) fn with_etcd(o: &Observed, d: &Desired, etcd: &EtcdState) -> Step {
         return wait(WaitReason::MemberFailing, format!("member pod {pod} cannot run: {reason}: {msg}"));
     }
 
-    if let Some(step) = heal(o, d, etcd) {
+    if let Some(step) = heal(o, etcd) {
         return step;
     }
     if let Some(step) = learner_step(o, d, etcd, healthy_voters, voters) {
@@ -126,7 +206,7 @@ pub(super) fn with_etcd(o: &Observed, d: &Desired, etcd: &EtcdState) -> Step {
 }
 
 /// Members whose pod is gone or dead.
-fn heal(o: &Observed, d: &Desired, etcd: &EtcdState) -> Option<Step> {
+fn heal(o: &Observed, etcd: &EtcdState) -> Option<Step> {
     // A member on an emptyDir pod that is being deleted has lost its data already: replace it
     // now rather than after the pod object is gone (which can take long, or never end on a dead
     // node). A PVC-backed member is waited for: it restarts on its volume.
@@ -139,16 +219,17 @@ fn heal(o: &Observed, d: &Desired, etcd: &EtcdState) -> Option<Step> {
             });
         }
     }
+    if let Some(step) = stuck_terminating(o) {
+        return Some(step);
+    }
     if let Some(p) = o.pods.values().find(|p| p.deleting && etcd.member_for_pod(&p.name).is_some()) {
         return Some(wait(WaitReason::PodTerminating, format!("waiting for member pod {} to terminate", p.name)));
     }
     for m in etcd.voters() {
-        let pvc = o.pvcs.contains(&naming::pvc_name(&m.pod));
+        // Members with a volume are restarted on it by `volumes::restart`, before any of this.
+        let pvc = o.pvcs.get(&m.pod).is_some_and(|v| !v.deleting);
         match o.pods.get(&m.pod) {
-            None if pvc && m.started() => {
-                // The data survived on the volume: the same member restarts on it.
-                return Some(Step::CreatePod(restart_on_volume(o, d, etcd, m)));
-            }
+            None if pvc && m.started() => continue,
             None => {
                 return Some(Step::RemoveMember {
                     id: m.id,
@@ -156,13 +237,7 @@ fn heal(o: &Observed, d: &Desired, etcd: &EtcdState) -> Option<Step> {
                     why: "its pod is gone and its data with it".into(),
                 });
             }
-            Some(p) if p.is_dead() && pvc => {
-                return Some(Step::DeletePod {
-                    pod: p.name.clone(),
-                    why: format!("pod {} ended ({}); the member restarts on its volume", p.name, p.phase),
-                    keep_volume: true,
-                });
-            }
+            Some(p) if p.is_dead() && pvc => continue,
             Some(p) if p.is_dead() => {
                 return Some(Step::RemoveMember {
                     id: m.id,
@@ -176,15 +251,17 @@ fn heal(o: &Observed, d: &Desired, etcd: &EtcdState) -> Option<Step> {
     None
 }
 
-fn restart_on_volume(o: &Observed, d: &Desired, etcd: &EtcdState, m: &MemberState) -> NewMember {
-    NewMember {
-        name: m.pod.clone(),
-        initial_cluster: initial_cluster_of(etcd),
-        existing: true,
-        version: version_for_new_member(o, d),
-        pvc: true,
-        bootstrap: false,
+/// A learner's pod was made with an `--initial-cluster` that is not the membership any more
+/// (a member was replaced in between): etcd refuses to start it.
+fn stale_initial_cluster(p: &PodState, etcd: &EtcdState) -> bool {
+    if p.initial_cluster.is_empty() {
+        return false;
     }
+    let mut now: Vec<&str> = etcd.members.iter().map(|m| m.pod.as_str()).collect();
+    let mut then: Vec<&str> = p.initial_cluster.iter().map(String::as_str).collect();
+    now.sort_unstable();
+    then.sort_unstable();
+    now != then
 }
 
 /// The (at most one) learner: start it, promote it, or drop it.
@@ -205,14 +282,12 @@ fn learner_step(o: &Observed, d: &Desired, etcd: &EtcdState, healthy_voters: usi
                 why: "learner lost its pod after it started".into(),
             });
         }
-        return Some(Step::CreatePod(NewMember {
-            name: l.pod.clone(),
-            initial_cluster: initial_cluster_of(etcd),
-            existing: true,
-            version: version_for_new_member(o, d),
-            pvc: d.pod.persistent_volume_claim_spec.is_some(),
-            bootstrap: false,
-        }));
+        return Some(Step::CreatePod(NewMember::joining(
+            l.pod.clone(),
+            initial_cluster_of(etcd),
+            version_for_new_member(o, d),
+            d.pod.persistent_volume_claim_spec.is_some(),
+        )));
     };
     if pod.is_dead() {
         return Some(Step::RemoveMember {
@@ -271,14 +346,12 @@ fn resize(o: &Observed, d: &Desired, etcd: &EtcdState, healthy_voters: usize, vo
         let name = naming::member_name(&o.name, &o.new_member_suffix);
         let mut initial = initial_cluster_of(etcd);
         initial.push(peer_of(o, d, &name));
-        return Step::AddLearner(NewMember {
+        return Step::AddLearner(NewMember::joining(
             name,
-            initial_cluster: initial,
-            existing: true,
-            version: version_for_new_member(o, d),
-            pvc: d.pod.persistent_volume_claim_spec.is_some(),
-            bootstrap: false,
-        });
+            initial,
+            version_for_new_member(o, d),
+            d.pod.persistent_volume_claim_spec.is_some(),
+        ));
     }
     if members > d.size {
         return scale_down(etcd, healthy_voters, voters);

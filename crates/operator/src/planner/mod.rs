@@ -1,21 +1,27 @@
 //! The planner: a pure function from what was observed to the next single safe step.
 //!
 //! It holds the domain rules of running etcd:
-//! - never act without a quorum of healthy voting members (nothing here recovers from quorum
-//!   loss on its own; that takes the user's explicit EtcdRestore);
+//! - never change membership without a quorum of healthy voting members; restarting a member
+//!   on its own volume is not a change (it is how a quorum comes back) and needs none;
+//! - recover from quorum loss only when the user opted in (`spec.recovery.quorumLoss`);
 //! - one membership change at a time, and only once the previous one is healthy;
 //! - scale up by adding a *learner* and promoting it when it has caught up;
 //! - scale down one member at a time, never the leader while another member can go;
-//! - never remove the last copy of data: an empty pod list for a cluster that once ran is
-//!   reported, not re-bootstrapped;
+//! - never remove the last copy of data, never bootstrap twice: a cluster that formed is never
+//!   bootstrapped again; a volume must prove it holds its member's data before the member
+//!   restarts on it;
 //! - a failing member (image pull, crash loop) is surfaced and nothing else is touched.
 //!
 //! Steps that need a quorum check compute it against the membership *after* the step.
 
 mod membership;
+pub mod recovery;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_failures;
 pub mod upgrade;
+mod volumes;
 
 use crate::observed::{EtcdState, Observed};
 use crate::validation::Desired;
@@ -35,6 +41,9 @@ pub enum Step {
     /// Create the pod of a member etcd already knows (a learner that never started, or a
     /// PVC-backed member restarting on its volume).
     CreatePod(NewMember),
+    /// Disaster recovery the user opted into (`spec.recovery.quorumLoss`): start a new
+    /// one-member cluster from the survivor's data or a backup; the rest re-joins as learners.
+    Recover(Box<Recovery>),
     /// Make a caught-up learner a voting member.
     Promote { id: u64, pod: String },
     /// Remove a member from etcd, then delete its pod and volume.
@@ -53,6 +62,7 @@ impl Step {
     pub fn member(&self) -> Option<&str> {
         match self {
             Step::AddLearner(m) | Step::CreatePod(m) => Some(&m.name),
+            Step::Recover(r) => Some(&r.member.name),
             Step::Promote { pod, .. }
             | Step::RemoveMember { pod, .. }
             | Step::UpgradeMember { pod, .. }
@@ -77,6 +87,42 @@ pub struct NewMember {
     pub pvc: bool,
     /// Part of the initial bootstrap.
     pub bootstrap: bool,
+    /// Restarting an existing member on its volume: the volume must prove it holds this
+    /// member's data before etcd starts (else the member is replaced, never restarted empty).
+    pub restart: bool,
+    /// Start from this data instead of empty (disaster recovery).
+    pub seed: Option<Seed>,
+}
+
+impl NewMember {
+    /// A member that joins a running cluster as a learner (or restarts as a known one).
+    pub fn joining(name: String, initial_cluster: Vec<(String, String)>, version: Version, pvc: bool) -> Self {
+        NewMember { name, initial_cluster, existing: true, version, pvc, bootstrap: false, restart: false, seed: None }
+    }
+}
+
+/// Where a recovered cluster's first member takes its data from.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Seed {
+    /// A snapshot streamed from a surviving member of the old cluster.
+    Member { pod: String, client_url: String },
+    /// A verified backup.
+    Backup(crate::validation::Restore),
+}
+
+/// A quorum-loss recovery: what is started, from what, and what was lost.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Recovery {
+    /// The new first member (seeded).
+    pub member: NewMember,
+    /// The survivor pod or the EtcdBackup the data comes from.
+    pub from: String,
+    /// The revision the cluster resumes at (the survivor's, or the backup's).
+    pub revision: i64,
+    /// Voters that could never come back, with why.
+    pub lost: Vec<String>,
+    /// Voters the cluster had.
+    pub voters: usize,
 }
 
 /// Why nothing is done now.
@@ -96,8 +142,13 @@ pub enum WaitReason {
     Bootstrapping,
     /// Fewer healthy voters than a quorum: nothing destructive is done.
     NoQuorum,
-    /// Every member is gone after the cluster ran: data would be lost by re-creating it.
+    /// No pod and no volume holds this cluster's data any more: re-creating it would serve an
+    /// empty cluster in its place.
     DataLost,
+    /// A quorum-loss recovery is starting its first member.
+    Recovering,
+    /// A member pod has been terminating for too long (e.g. on a node that stopped answering).
+    PodStuckTerminating,
     /// A member is starting or restarting; the next change waits for it.
     MemberStarting,
     /// A member pod cannot run (image pull, crash loop, ...).
@@ -124,6 +175,8 @@ impl WaitReason {
             WaitReason::Bootstrapping => "Bootstrapping",
             WaitReason::NoQuorum => "NoQuorum",
             WaitReason::DataLost => "DataLost",
+            WaitReason::Recovering => "Recovering",
+            WaitReason::PodStuckTerminating => "PodStuckTerminating",
             WaitReason::MemberStarting => "MemberStarting",
             WaitReason::MemberFailing => "MemberFailing",
             WaitReason::LearnerCatchingUp => "LearnerCatchingUp",
@@ -142,6 +195,7 @@ impl WaitReason {
             WaitReason::InvalidSpec
                 | WaitReason::NoQuorum
                 | WaitReason::DataLost
+                | WaitReason::PodStuckTerminating
                 | WaitReason::MemberFailing
                 | WaitReason::WouldLoseQuorum
                 | WaitReason::UpgradeFailed
@@ -167,6 +221,12 @@ pub fn plan(o: &Observed) -> Step {
     }
     if !o.services_ready {
         return Step::CreateServices;
+    }
+    if let Some(step) = recovery::in_progress(o) {
+        return step;
+    }
+    if let Some(step) = volumes::restart(o, d) {
+        return step;
     }
     match &o.etcd {
         None => membership::without_etcd(o, d),

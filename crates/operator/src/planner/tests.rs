@@ -6,14 +6,14 @@ use crate::observed::{MemberState, MemberStatus, PodState};
 use crate::validation::validate;
 use etcd_operator_api::EtcdClusterSpec;
 
-const NS: &str = "ns";
-const NAME: &str = "ex";
+pub(super) const NS: &str = "ns";
+pub(super) const NAME: &str = "ex";
 
-fn desired(size: i32) -> Result<Desired, Vec<String>> {
+pub(super) fn desired(size: i32) -> Result<Desired, Vec<String>> {
     validate(NAME, &EtcdClusterSpec { size, version: "3.5.1".into(), ..Default::default() })
 }
 
-fn pod(name: &str) -> PodState {
+pub(super) fn pod(name: &str) -> PodState {
     PodState {
         name: name.into(),
         ip: Some("10.244.0.9".into()),
@@ -26,7 +26,7 @@ fn pod(name: &str) -> PodState {
     }
 }
 
-fn member(id: u64, name: &str, leader: u64, raft_index: u64) -> MemberState {
+pub(super) fn member(id: u64, name: &str, leader: u64, raft_index: u64) -> MemberState {
     MemberState {
         id,
         name: name.into(),
@@ -38,7 +38,7 @@ fn member(id: u64, name: &str, leader: u64, raft_index: u64) -> MemberState {
 }
 
 /// A cluster of `n` healthy voters `ex-m1..`, `ex-m1` (id 1) leading, spec size `size`.
-fn running(n: u64, size: i32) -> Observed {
+pub(super) fn running(n: u64, size: i32) -> Observed {
     let mut o = Observed {
         name: NAME.into(),
         namespace: NS.into(),
@@ -58,26 +58,48 @@ fn running(n: u64, size: i32) -> Observed {
     o
 }
 
-fn etcd(o: &mut Observed) -> &mut EtcdState {
+pub(super) fn etcd(o: &mut Observed) -> &mut EtcdState {
     o.etcd.as_mut().unwrap()
 }
 
-fn m(o: &mut Observed, id: u64) -> &mut MemberState {
+pub(super) fn m(o: &mut Observed, id: u64) -> &mut MemberState {
     etcd(o).members.iter_mut().find(|m| m.id == id).unwrap()
 }
 
-fn unhealthy(o: &mut Observed, id: u64) {
+pub(super) fn unhealthy(o: &mut Observed, id: u64) {
     m(o, id).status = None;
 }
 
-fn add_learner(o: &mut Observed, id: u64, name: &str, raft_index: u64) {
+pub(super) fn add_learner(o: &mut Observed, id: u64, name: &str, raft_index: u64) {
     let mut l = member(id, name, 1, raft_index);
     l.is_learner = true;
     etcd(o).members.push(l);
     o.pods.insert(name.into(), pod(name));
 }
 
-fn wait_reason(s: &Step) -> WaitReason {
+pub(super) fn add_pvc(o: &mut Observed, member: &str) {
+    o.pvcs.insert(
+        member.into(),
+        crate::observed::PvcState {
+            name: format!("{member}-data"),
+            member: member.into(),
+            peer_url: Some(format!("http://{member}.{NAME}.{NS}.svc:2380")),
+            ..Default::default()
+        },
+    );
+    if let Some(p) = o.pods.get_mut(member) {
+        p.uses_pvc = true;
+    }
+}
+
+pub(super) fn wait_message(s: &Step) -> String {
+    match s {
+        Step::Wait(w) => w.message.clone(),
+        other => panic!("expected a Wait, got {other:?}"),
+    }
+}
+
+pub(super) fn wait_reason(s: &Step) -> WaitReason {
     match s {
         Step::Wait(w) => w.reason,
         other => panic!("expected a Wait, got {other:?}"),
@@ -114,7 +136,7 @@ fn missing_services_are_created_first() {
 
 // ---- bootstrap ---------------------------------------------------------------------------
 
-fn fresh(size: i32) -> Observed {
+pub(super) fn fresh(size: i32) -> Observed {
     Observed {
         name: NAME.into(),
         namespace: NS.into(),
@@ -315,10 +337,10 @@ fn a_failed_pod_is_replaced_like_a_missing_one() {
 fn a_pvc_member_restarts_on_its_volume_keeping_its_identity() {
     let mut o = running(3, 3);
     o.pods.remove("ex-m2");
-    o.pvcs.push("ex-m2-data".into());
+    add_pvc(&mut o, "ex-m2");
     let Step::CreatePod(n) = plan(&o) else { panic!("expected CreatePod") };
     assert_eq!(n.name, "ex-m2");
-    assert!(n.existing && n.pvc);
+    assert!(n.existing && n.pvc && n.restart, "{n:?}");
 }
 
 #[test]
