@@ -66,13 +66,16 @@ pub struct BackupSource {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct BackupPolicy {
-    /// Time limit of one backup, in seconds; 0 means the default (60 s).
+    /// Time limit of one backup, in seconds (0 to 86400); 0 means the default (60 s).
+    #[schemars(range(min = 0, max = 86400))]
     #[serde(default)]
     pub timeout_in_second: i64,
-    /// Period of backups in seconds; 0 means one backup.
+    /// Period of backups in seconds (0 to 31536000, a year); 0 means one backup.
+    #[schemars(range(min = 0, max = 31536000))]
     #[serde(default)]
     pub backup_interval_in_second: i64,
-    /// How many backups to keep; 0 means all of them.
+    /// How many backups to keep (0 to 10000); 0 means all of them.
+    #[schemars(range(min = 0, max = 10000))]
     #[serde(default)]
     pub max_backups: i32,
 }

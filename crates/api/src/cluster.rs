@@ -121,8 +121,10 @@ pub struct PodPolicy {
     /// Pod-level security context.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub security_context: Option<PodSecurityContext>,
-    /// How long a new member waits for its own DNS name before failing; 0 means forever.
+    /// How long a new member waits for its own DNS name before failing, in seconds (0 to
+    /// 3600); 0 means forever.
     #[serde(default, rename = "DNSTimeoutInSecond", skip_serializing_if = "is_zero")]
+    #[schemars(range(min = 0, max = 3600))]
     pub dns_timeout_in_second: i64,
     /// Cluster domain for member URLs, e.g. `cluster.local`. Empty: names end at `.svc`.
     #[serde(default, rename = "ClusterDomain", skip_serializing_if = "String::is_empty")]

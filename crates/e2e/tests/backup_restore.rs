@@ -322,3 +322,55 @@ fn a_corrupt_backup_is_refused_and_nothing_is_created() -> Result<()> {
         Ok(())
     })
 }
+
+/// `spec.recovery.quorumLoss: FromBackup`: every member of a 3-member emptyDir cluster is lost
+/// at once; the operator brings the cluster back from the newest backup of a periodic
+/// EtcdBackup on its own, says so in a condition with the revision, and re-grows it to 3.
+#[test]
+fn every_member_lost_is_recovered_from_the_newest_periodic_backup() -> Result<()> {
+    let moto = MotoServer::start()?;
+    moto.create_bucket(BUCKET)?;
+    with_operator("e2e-from-backup", |ns, _op| {
+        ns.apply(&moto.secret_manifest(&ns.name, "creds"))?;
+        let recovery = "  recovery: {quorumLoss: FromBackup, afterSeconds: 5, backup: every8s}\n";
+        ns.apply(&cluster_manifest(&ns.name, "ex", 3, "3.5.1", recovery))?;
+        wait_healthy(ns, "ex", 3, CREATE)?;
+        let ep = client_endpoint(ns, "ex")?;
+        write_keys(&ep, "lost", 40)?;
+        let written = e2e::host_etcdctl(&ep, &["endpoint", "status", "-w", "json"])?;
+        let revision =
+            serde_json::from_str::<Value>(&written)?[0]["Status"]["header"]["revision"].as_i64().unwrap_or(0);
+        let storage = storage_block(&moto, "recovery/ex", "creds");
+        let policy = "  backupPolicy: {backupIntervalInSecond: 8, maxBackups: 3, timeoutInSecond: 8}\n";
+        ns.apply(&backup_manifest(&ns.name, "every8s", "ex", "S3", &storage, policy))?;
+        let newest = wait_until(BACKUP, "a backup holding every key", || {
+            let b = get(ns, "etcdbackup", "every8s")?;
+            let h = b["status"]["history"][0].clone();
+            Ok((h["etcdRevision"].as_i64().unwrap_or(0) >= revision).then_some(h))
+        })?;
+
+        let pods = pod_names(&member_pods(ns, "ex")?);
+        let mut args = vec!["delete", "pod", "--force", "--grace-period=0", "--wait=false"];
+        args.extend(pods.iter().map(String::as_str));
+        ns.run(&args)?;
+        let c = wait_until(RESTORE, "the cluster to be recovered from the backup", || {
+            let c = cluster(ns, "ex")?;
+            Ok(condition(&c, "RecoveredFromQuorumLoss").is_some().then_some(c))
+        })?;
+        let rec = condition(&c, "RecoveredFromQuorumLoss").cloned().unwrap_or_default();
+        let msg = rec["message"].as_str().unwrap_or_default();
+        ensure!(rec["reason"] == "FromBackup" && msg.contains("every8s") && msg.contains("revision"), "{rec}");
+        ensure!(msg.contains("every member was lost"), "{msg}");
+        let evs = e2e_events(ns, "EtcdCluster", "ex")?;
+        ensure!(
+            evs.iter().any(|(r, n)| r == "QuorumLossRecoveryStarted" && n.contains("recovery/ex_v")),
+            "no recovery Event naming the backup: {evs:?}"
+        );
+        wait_healthy(ns, "ex", 3, Duration::from_secs(240))?;
+        check_keys(&ep, "lost", 40)?;
+        ensure!(pod_names(&member_pods(ns, "ex")?).iter().all(|p| !pods.contains(p)), "new members");
+        ensure!(newest["sha256"].as_str().is_some_and(|s| s.len() == 64), "{newest}");
+        ns.run(&["delete", "etcdbackup", "every8s"])?;
+        Ok(())
+    })
+}

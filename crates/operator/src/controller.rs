@@ -193,6 +193,12 @@ async fn report_unreadable(obj: &DynamicObject, err: &serde_json::Error, ctx: &C
 }
 
 async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let ar = ApiResource::erase::<EtcdCluster>(&());
+    let fut = reconcile_one(obj.clone(), ctx.clone());
+    crate::panic_guard::guard("etcdcluster", &ar, &obj, &ctx.recorder, &ctx.metrics, fut).await
+}
+
+async fn reconcile_one(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, Error> {
     if !ctx.scope.manages(obj.as_ref()) || obj.metadata.deletion_timestamp.is_some() {
         // Deletion: owner references let the garbage collector remove pods, Services, PVCs.
         return Ok(Action::await_change());

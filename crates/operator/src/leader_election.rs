@@ -138,16 +138,18 @@ async fn try_hold(api: &Api<Lease>, cfg: &Config, seen: &mut Option<Seen>) -> Re
     }
 }
 
-/// Block until this replica holds the lease.
-pub async fn acquire(client: kube::Client, cfg: &Config) -> Result<(), kube::Error> {
+/// Block until this replica holds the lease. Returns when the winning write was *sent*: the
+/// lease counts as renewed from then, never from when the answer came back.
+pub async fn acquire(client: kube::Client, cfg: &Config) -> Result<Instant, kube::Error> {
     let api: Api<Lease> = Api::namespaced(client, &cfg.namespace);
     let mut seen = None;
     let mut logged = false;
     loop {
+        let sent = Instant::now();
         match try_hold(&api, cfg, &mut seen).await {
             Ok(true) => {
                 tracing::info!(lease = %cfg.name, identity = %cfg.identity, "became leader");
-                return Ok(());
+                return Ok(sent);
             }
             Ok(false) => {
                 if !logged {
@@ -164,10 +166,16 @@ pub async fn acquire(client: kube::Client, cfg: &Config) -> Result<(), kube::Err
 }
 
 /// Renew the lease until that fails for longer than the renew deadline; then return (the caller
-/// must stop acting at once).
-pub async fn hold(client: kube::Client, cfg: &Config) {
+/// must stop acting at once). `held_since` is when the write that won the lease was sent.
+///
+/// Every deadline counts from when a successful renewal was *sent*: the apiserver may have
+/// stored it at any moment up to the answer, and a standby's clock starts no earlier than that.
+/// So a leader stops at most `renew_deadline` + `retry_period` (12 s) after it sent its last
+/// successful renewal, while a standby takes over no sooner than `lease_duration` (15 s) after it
+/// first saw that renewal, itself no sooner than it was sent.
+pub async fn hold(client: kube::Client, cfg: &Config, held_since: Instant) {
     let api: Api<Lease> = Api::namespaced(client, &cfg.namespace);
-    let mut last_ok = Instant::now();
+    let mut last_ok = held_since;
     let mut seen = None;
     loop {
         tokio::time::sleep(cfg.retry_period).await;
@@ -177,8 +185,9 @@ pub async fn hold(client: kube::Client, cfg: &Config) {
             tracing::error!(lease = %cfg.name, deadline = ?cfg.renew_deadline, "could not renew the lease in time");
             return;
         }
+        let sent = Instant::now();
         match tokio::time::timeout(remaining, try_hold(&api, cfg, &mut seen)).await {
-            Ok(Ok(true)) => last_ok = Instant::now(),
+            Ok(Ok(true)) => last_ok = sent,
             Ok(Ok(false)) => {
                 tracing::error!(lease = %cfg.name, "the lease was taken by another replica");
                 return;

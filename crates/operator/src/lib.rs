@@ -16,6 +16,7 @@ pub mod metrics;
 pub mod naming;
 pub mod observe;
 pub mod observed;
+pub mod panic_guard;
 pub mod permissions;
 pub mod planner;
 pub mod pod_spec;

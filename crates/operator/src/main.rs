@@ -238,9 +238,10 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             let id = args.pod_name.clone().unwrap_or_else(|| format!("{}-{}", hostname(), std::process::id()));
             leader_election::Config::new(&lease_ns, &id)
         });
+        let mut held_since = std::time::Instant::now();
         if let Some(cfg) = &lease {
             tokio::select! {
-                r = leader_election::acquire(client.clone(), cfg) => r.map_err(|e| {
+                r = leader_election::acquire(client.clone(), cfg) => held_since = r.map_err(|e| {
                     anyhow::anyhow!("leader election on Lease {}/{}: {e}", cfg.namespace, cfg.name)
                 })?,
                 _ = stopped(stop_rx.clone()) => return Ok(()),
@@ -266,7 +267,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         };
         let holding = async {
             match &lease {
-                Some(cfg) => leader_election::hold(client.clone(), cfg).await,
+                Some(cfg) => leader_election::hold(client.clone(), cfg, held_since).await,
                 None => std::future::pending().await,
             }
         };

@@ -54,6 +54,7 @@ pub fn rules(scope: impl Fn(&Permission) -> bool) -> Vec<PolicyRule> {
             api_groups: Some(vec![p.group.to_string()]),
             resources: Some(vec![p.resource.to_string()]),
             verbs: p.verbs.iter().map(|v| v.to_string()).collect(),
+            resource_names: (!p.names.is_empty()).then(|| p.names.iter().map(|n| n.to_string()).collect()),
             ..Default::default()
         })
         .collect()
@@ -278,7 +279,16 @@ mod tests {
         let objs = objects(&opts(false)).unwrap();
         let cr = objs.iter().find(|v| v["kind"] == "ClusterRole").unwrap();
         let groups: Vec<_> = cr["rules"].as_array().unwrap().iter().map(|r| r["apiGroups"][0].clone()).collect();
-        assert_eq!(groups, [serde_json::json!("apiextensions.k8s.io")]);
+        assert!(groups.iter().all(|g| g == "apiextensions.k8s.io"), "{groups:?}");
+        // CRDs may be read and created, but changed only by name: the operator's own three.
+        for r in cr["rules"].as_array().unwrap() {
+            let verbs = r["verbs"].as_array().unwrap();
+            if verbs.iter().any(|v| v == "patch" || v == "update") {
+                assert_eq!(r["resourceNames"], serde_json::json!(crate::rbac::CRD_NAMES), "{r}");
+            } else {
+                assert!(r.get("resourceNames").is_none_or(|n| n.is_null()), "{r}");
+            }
+        }
     }
 
     #[test]

@@ -56,7 +56,10 @@ pub async fn missing(
             _ => namespace.map(str::to_string),
         };
         let (resource, subresource) = split(p.resource);
-        for verb in p.verbs {
+        // A rule limited to named objects is checked on each name.
+        let names: Vec<Option<String>> =
+            if p.names.is_empty() { vec![None] } else { p.names.iter().map(|n| Some(n.to_string())).collect() };
+        for (verb, name) in p.verbs.iter().flat_map(|v| names.iter().map(move |n| (v, n))) {
             let review = SelfSubjectAccessReview {
                 spec: SelfSubjectAccessReviewSpec {
                     resource_attributes: Some(ResourceAttributes {
@@ -65,6 +68,7 @@ pub async fn missing(
                         subresource: subresource.clone(),
                         verb: Some(verb.to_string()),
                         namespace: ns.clone(),
+                        name: name.clone(),
                         ..Default::default()
                     }),
                     ..Default::default()

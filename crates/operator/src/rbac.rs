@@ -21,11 +21,19 @@ pub struct Permission {
     pub resource: &'static str,
     pub verbs: &'static [&'static str],
     pub scope: Scope,
+    /// Only these objects (`resourceNames`); empty: any.
+    pub names: &'static [&'static str],
     /// What the verbs are used for, printed with a missing-permission error.
     pub why: &'static str,
 }
 
 const ETCD: &str = etcd_operator_api::GROUP;
+/// The operator's own CRDs: the only ones it may change.
+pub const CRD_NAMES: &[&str] = &[
+    "etcdclusters.etcd.database.coreos.com",
+    "etcdbackups.etcd.database.coreos.com",
+    "etcdrestores.etcd.database.coreos.com",
+];
 
 /// Every permission the operator needs.
 pub const PERMISSIONS: &[Permission] = &[
@@ -34,6 +42,7 @@ pub const PERMISSIONS: &[Permission] = &[
         resource: "etcdclusters",
         verbs: &["get", "list", "watch", "create", "patch"],
         scope: Scope::Namespaced,
+        names: &[],
         why: "watch clusters; EtcdRestore creates one; durable marks in their annotations",
     },
     Permission {
@@ -41,6 +50,7 @@ pub const PERMISSIONS: &[Permission] = &[
         resource: "etcdclusters/status",
         verbs: &["patch"],
         scope: Scope::Namespaced,
+        names: &[],
         why: "report cluster status",
     },
     Permission {
@@ -48,6 +58,7 @@ pub const PERMISSIONS: &[Permission] = &[
         resource: "etcdbackups",
         verbs: &["get", "list", "watch"],
         scope: Scope::Namespaced,
+        names: &[],
         why: "watch backups",
     },
     Permission {
@@ -55,6 +66,7 @@ pub const PERMISSIONS: &[Permission] = &[
         resource: "etcdbackups/status",
         verbs: &["patch"],
         scope: Scope::Namespaced,
+        names: &[],
         why: "report backup status",
     },
     Permission {
@@ -62,6 +74,7 @@ pub const PERMISSIONS: &[Permission] = &[
         resource: "etcdrestores",
         verbs: &["get", "list", "watch"],
         scope: Scope::Namespaced,
+        names: &[],
         why: "watch restores",
     },
     Permission {
@@ -69,6 +82,7 @@ pub const PERMISSIONS: &[Permission] = &[
         resource: "etcdrestores/status",
         verbs: &["patch"],
         scope: Scope::Namespaced,
+        names: &[],
         why: "report restore status",
     },
     Permission {
@@ -76,6 +90,7 @@ pub const PERMISSIONS: &[Permission] = &[
         resource: "pods",
         verbs: &["get", "list", "watch", "create", "delete", "patch"],
         scope: Scope::Namespaced,
+        names: &[],
         why: "run etcd members",
     },
     Permission {
@@ -83,6 +98,7 @@ pub const PERMISSIONS: &[Permission] = &[
         resource: "services",
         verbs: &["get", "list", "watch", "create", "patch"],
         scope: Scope::Namespaced,
+        names: &[],
         why: "peer and client Services",
     },
     Permission {
@@ -90,20 +106,15 @@ pub const PERMISSIONS: &[Permission] = &[
         resource: "persistentvolumeclaims",
         verbs: &["get", "list", "watch", "create", "delete"],
         scope: Scope::Namespaced,
+        names: &[],
         why: "member data volumes",
-    },
-    Permission {
-        group: "",
-        resource: "secrets",
-        verbs: &["get"],
-        scope: Scope::Namespaced,
-        why: "backup credentials and TLS",
     },
     Permission {
         group: "events.k8s.io",
         resource: "events",
         verbs: &["create", "patch"],
         scope: Scope::Namespaced,
+        names: &[],
         why: "report every action as an Event",
     },
     Permission {
@@ -111,14 +122,24 @@ pub const PERMISSIONS: &[Permission] = &[
         resource: "leases",
         verbs: &["get", "create", "update"],
         scope: Scope::Namespaced,
+        names: &[],
         why: "leader election",
     },
     Permission {
         group: "apiextensions.k8s.io",
         resource: "customresourcedefinitions",
-        verbs: &["get", "list", "watch", "create", "patch"],
+        verbs: &["get", "list", "watch", "create"],
         scope: Scope::Cluster,
+        names: &[],
         why: "install the CRDs at start-up (--create-crd)",
+    },
+    Permission {
+        group: "apiextensions.k8s.io",
+        resource: "customresourcedefinitions",
+        verbs: &["patch"],
+        scope: Scope::Cluster,
+        names: CRD_NAMES,
+        why: "update this operator's own CRDs at start-up (--create-crd)",
     },
 ];
 
@@ -131,7 +152,24 @@ mod tests {
         let mut seen = std::collections::BTreeSet::new();
         for p in PERMISSIONS {
             assert!(!p.verbs.contains(&"*") && p.resource != "*", "{p:?}");
-            assert!(seen.insert((p.group, p.resource)), "duplicate {p:?}");
+            assert!(seen.insert((p.group, p.resource, p.names)), "duplicate {p:?}");
         }
+    }
+
+    #[test]
+    fn crd_names_are_the_operators_own() {
+        use kube::CustomResourceExt;
+        let own = [
+            etcd_operator_api::EtcdCluster::crd_name(),
+            etcd_operator_api::EtcdBackup::crd_name(),
+            etcd_operator_api::EtcdRestore::crd_name(),
+        ];
+        assert_eq!(CRD_NAMES, own);
+    }
+
+    /// No code reads Secrets: credentials are mounted only into backup and restore pods.
+    #[test]
+    fn no_secret_access() {
+        assert!(PERMISSIONS.iter().all(|p| p.resource != "secrets"));
     }
 }

@@ -414,10 +414,26 @@ mod tests {
 
     #[test]
     fn data_loss_fails_the_phase() {
+        // A cluster that formed, with no pod and no volume left: planned, not hand-made.
         let mut o = obs(3, &[]);
         o.etcd = None;
-        let w = Step::Wait(Wait { reason: WaitReason::DataLost, message: "gone".into() });
-        let s = compute(&o, &w, &Default::default(), None, "t");
+        let step = plan(&o);
+        assert!(matches!(&step, Step::Wait(Wait { reason: WaitReason::DataLost, .. })), "{step:?}");
+        let s = compute(&o, &step, &Default::default(), None, "t");
         assert_eq!(s.phase, PHASE_FAILED);
+        let d = condition::find(&s.conditions, DEGRADED).unwrap();
+        assert_eq!(d.reason, "DataLost");
+        assert!(!d.message.contains("delete and re-create"), "never advise deleting: {}", d.message);
+    }
+
+    #[test]
+    fn a_refused_edit_says_the_cluster_runs_under_the_last_valid_spec() {
+        let mut o = obs(3, &[true, true, true]);
+        o.spec_refused = Some(vec!["spec.size 0 is out of range".into()]);
+        let s = compute(&o, &plan(&o), &Default::default(), None, "t");
+        let c = condition::find(&s.conditions, SPEC_VALID).unwrap();
+        assert_eq!(c.status, "False");
+        assert!(c.message.contains("spec.size 0") && c.message.contains("last valid spec"), "{}", c.message);
+        assert_eq!(s.phase, PHASE_RUNNING);
     }
 }

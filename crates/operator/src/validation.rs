@@ -51,9 +51,9 @@ pub fn validate(name: &str, spec: &EtcdClusterSpec) -> Result<Desired, Vec<Strin
             name.len()
         ));
     }
-    if !name.starts_with(|c: char| c.is_ascii_lowercase()) {
+    if !is_dns1035_label(name) {
         errs.push(format!(
-            "metadata.name {name:?} must start with a lowercase letter (Service names are DNS-1035 labels)"
+            "metadata.name {name:?} must be a DNS-1035 label: lowercase letters, digits and '-', starting with a letter and ending with a letter or digit (it names Services and pods)"
         ));
     }
     if spec.size < 1 || spec.size > MAX_SIZE {
@@ -81,9 +81,32 @@ pub fn validate(name: &str, spec: &EtcdClusterSpec) -> Result<Desired, Vec<Strin
         errs.push(format!("spec.pod.annotations: {VERSION_ANNOTATION:?} is reserved for the operator"));
     }
     for e in &pod.etcd_env {
-        if RESERVED_ENV.contains(&e.name.as_str()) {
-            errs.push(format!("spec.pod.etcdEnv: {} is set by the operator and cannot be overridden", e.name));
+        if RESERVED_ENV.contains(&e.name.as_str()) || e.name.starts_with("ETCD_DISCOVERY") {
+            errs.push(format!(
+                "spec.pod.etcdEnv: {} is owned by the operator (membership, data location and recovery are its job) and cannot be set",
+                e.name
+            ));
         }
+    }
+    for (k, v) in &pod.labels {
+        if let Err(why) = check_qualified_name(k).and_then(|_| check_label_value(v)) {
+            errs.push(format!("spec.pod.labels: {k:?}: {why}"));
+        }
+    }
+    for k in pod.annotations.keys() {
+        if let Err(why) = check_qualified_name(k) {
+            errs.push(format!("spec.pod.annotations: {k:?}: {why}"));
+        }
+    }
+    if !(0..=MAX_DNS_TIMEOUT_SECS).contains(&pod.dns_timeout_in_second) {
+        errs.push(format!(
+            "spec.pod.DNSTimeoutInSecond {} is out of range: it must be between 0 (wait forever) and {MAX_DNS_TIMEOUT_SECS}",
+            pod.dns_timeout_in_second
+        ));
+    }
+    let domain = pod.cluster_domain.trim_matches('.');
+    if !domain.is_empty() && (domain.len() > 253 || !domain.split('.').all(is_dns1123_label)) {
+        errs.push(format!("spec.pod.ClusterDomain {:?} is not a DNS domain name", pod.cluster_domain));
     }
     if let Some(tls) = spec.tls.as_ref().and_then(|t| t.r#static.as_ref()) {
         let server = tls.member.as_ref().is_some_and(|m| !m.server_secret.is_empty());
@@ -146,6 +169,53 @@ fn recovery_policy(
     Recovery { quorum_loss, after_secs }
 }
 
+/// Longest wait of a new member for its own DNS name.
+pub const MAX_DNS_TIMEOUT_SECS: i64 = 3600;
+
+/// `[a-z]([-a-z0-9]*[a-z0-9])?`, at most 63 characters (Service names).
+pub fn is_dns1035_label(s: &str) -> bool {
+    is_dns1123_label(s) && s.starts_with(|c: char| c.is_ascii_lowercase())
+}
+
+/// `[a-z0-9]([-a-z0-9]*[a-z0-9])?`, at most 63 characters.
+pub fn is_dns1123_label(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
+
+fn check_name_part(n: &str) -> Result<(), String> {
+    let ok = !n.is_empty()
+        && n.len() <= 63
+        && n.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+        && n.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && n.ends_with(|c: char| c.is_ascii_alphanumeric());
+    if ok {
+        Ok(())
+    } else {
+        Err("a name must be 1 to 63 characters of letters, digits, '-', '_' or '.', beginning and ending with a letter or digit".into())
+    }
+}
+
+/// A label or annotation key: `[prefix/]name`, the prefix a DNS subdomain.
+fn check_qualified_name(k: &str) -> Result<(), String> {
+    match k.split_once('/') {
+        Some((prefix, name)) => {
+            if prefix.is_empty() || prefix.len() > 253 || !prefix.split('.').all(is_dns1123_label) {
+                return Err(format!("prefix {prefix:?} is not a DNS subdomain"));
+            }
+            check_name_part(name)
+        }
+        None => check_name_part(k),
+    }
+}
+
+fn check_label_value(v: &str) -> Result<(), String> {
+    if v.is_empty() { Ok(()) } else { check_name_part(v).map_err(|e| format!("value {v:?}: {e}")) }
+}
+
 /// etcd settings the operator derives from membership; users must not set them.
 const RESERVED_ENV: &[&str] = &[
     "ETCD_NAME",
@@ -157,6 +227,10 @@ const RESERVED_ENV: &[&str] = &[
     "ETCD_ADVERTISE_CLIENT_URLS",
     "ETCD_LISTEN_PEER_URLS",
     "ETCD_LISTEN_CLIENT_URLS",
+    "ETCD_WAL_DIR",
+    "ETCD_FORCE_NEW_CLUSTER",
+    "ETCD_STRICT_RECONFIG_CHECK",
+    "ETCD_ENABLE_V2",
 ];
 
 #[cfg(test)]
@@ -202,6 +276,44 @@ mod tests {
         let e = validate(&"a".repeat(57), &spec(3, "3.5.1")).unwrap_err();
         assert!(e[0].contains("57 characters"), "{e:?}");
         assert!(validate(&"a".repeat(56), &spec(3, "3.5.1")).is_ok());
+    }
+
+    #[test]
+    fn names_that_cannot_name_a_service_are_refused() {
+        for bad in ["my.cluster", "Ex", "ex-", "9ex", "e_x", ""] {
+            assert!(validate(bad, &spec(3, "3.5.1")).is_err(), "{bad:?}");
+        }
+        assert!(validate("ex-1", &spec(3, "3.5.1")).is_ok());
+    }
+
+    #[test]
+    fn pod_fields_are_bounded() {
+        let mut s = spec(3, "3.5.1");
+        s.pod = Some(PodPolicy {
+            dns_timeout_in_second: -1,
+            labels: [("team/x y".to_string(), "v".to_string()), ("ok".to_string(), "bad value!".to_string())].into(),
+            annotations: [("/x".to_string(), String::new())].into(),
+            etcd_env: vec![
+                EnvVar { name: "ETCD_FORCE_NEW_CLUSTER".into(), value: Some("true".into()), ..Default::default() },
+                EnvVar { name: "ETCD_DISCOVERY_SRV".into(), ..Default::default() },
+                EnvVar { name: "ETCD_QUOTA_BACKEND_BYTES".into(), value: Some("1".into()), ..Default::default() },
+            ],
+            cluster_domain: "cluster..local".into(),
+            ..Default::default()
+        });
+        let e = validate("a", &s).unwrap_err().join("\n");
+        for want in [
+            "DNSTimeoutInSecond -1",
+            "\"team/x y\"",
+            "bad value!",
+            "\"/x\"",
+            "ETCD_FORCE_NEW_CLUSTER is owned by the operator",
+            "ETCD_DISCOVERY_SRV",
+            "ClusterDomain",
+        ] {
+            assert!(e.contains(want), "missing {want:?} in:\n{e}");
+        }
+        assert!(!e.contains("ETCD_QUOTA_BACKEND_BYTES"), "users may tune etcd: {e}");
     }
 
     #[test]

@@ -132,6 +132,20 @@ impl Operator {
         }
     }
 
+    /// Times the operator stopped or restarted since it was started (the process exited; or the
+    /// restart counts of its pods): 0 means it never went down.
+    pub fn restarts(&mut self) -> Result<i64> {
+        match &mut self.kind {
+            Kind::Process(child) => Ok(i64::from(child.try_wait()?.is_some())),
+            Kind::InCluster(op) => Ok(op
+                .pods()?
+                .iter()
+                .flat_map(|p| p["status"]["containerStatuses"].as_array().cloned().unwrap_or_default())
+                .map(|c| c["restartCount"].as_i64().unwrap_or(0))
+                .sum()),
+        }
+    }
+
     /// Everything the operator logged so far (in-cluster: its pods' logs, also saved to `log`).
     pub fn log_text(&self) -> String {
         match &self.kind {

@@ -224,8 +224,14 @@ pub fn plan(spec: &EtcdBackupSpec, namespace: &str) -> Result<BackupPlan, String
         return Err(format!("etcdEndpoints: {bad:?} is not an http(s) URL"));
     }
     let policy = spec.backup_policy.clone().unwrap_or_default();
-    if policy.backup_interval_in_second < 0 || policy.max_backups < 0 || policy.timeout_in_second < 0 {
-        return Err("backupPolicy values must not be negative".into());
+    for (field, value, max) in [
+        ("backupIntervalInSecond", policy.backup_interval_in_second, MAX_INTERVAL_SECS),
+        ("timeoutInSecond", policy.timeout_in_second, MAX_TIMEOUT_SECS),
+        ("maxBackups", i64::from(policy.max_backups), MAX_BACKUPS),
+    ] {
+        if !(0..=max).contains(&value) {
+            return Err(format!("backupPolicy.{field} {value} is out of range: it must be between 0 and {max}"));
+        }
     }
     let timeout_secs = if policy.timeout_in_second == 0 { DEFAULT_TIMEOUT_SECS } else { policy.timeout_in_second };
     let interval =
@@ -240,6 +246,13 @@ pub fn plan(spec: &EtcdBackupSpec, namespace: &str) -> Result<BackupPlan, String
     }
     Ok(BackupPlan { location, endpoints, interval, max_backups: policy.max_backups, timeout_secs })
 }
+
+/// Longest backup interval: a year. Longer ones would overflow time arithmetic and mean "never".
+pub const MAX_INTERVAL_SECS: i64 = 365 * 24 * 3600;
+/// Longest time limit of one backup: a day.
+pub const MAX_TIMEOUT_SECS: i64 = 24 * 3600;
+/// Most backups kept by retention.
+pub const MAX_BACKUPS: i64 = 10_000;
 
 /// A pod still Pending (not started) that was created before `before`.
 fn stuck_pending(p: &Pod, before: DateTime<Utc>) -> bool {
@@ -285,10 +298,11 @@ pub fn next_due(
     match (plan.interval, last) {
         (_, None) => Some(now),
         (_, Some(_)) if !same_spec => Some(now),
-        (Some(i), Some(l)) => Some(l + chrono::Duration::from_std(i).unwrap_or_default()),
+        // Checked: a time past chrono's range is "never", not a panic.
+        (Some(i), Some(l)) => chrono::Duration::from_std(i).ok().and_then(|d| l.checked_add_signed(d)),
         (None, Some(_)) if st.succeeded => None,
         (None, Some(l)) => {
-            Some(l + chrono::Duration::from_std(retry_delay(st.consecutive_failures)).unwrap_or_default())
+            chrono::Duration::from_std(retry_delay(st.consecutive_failures)).ok().and_then(|d| l.checked_add_signed(d))
         }
     }
 }
@@ -534,7 +548,9 @@ pub async fn run(opts: Options, shutdown: impl std::future::Future<Output = ()> 
                 async move {
                     // Results are read from pods in the cache: wait for its first full list.
                     synced.wait_until_ready().await.ok();
-                    reconcile(obj, ctx).await
+                    let ar = kube::api::ApiResource::erase::<etcd_operator_api::EtcdBackup>(&());
+                    let fut = reconcile(obj.clone(), ctx.clone());
+                    crate::panic_guard::guard("etcdbackup", &ar, &obj, &ctx.recorder, &ctx.metrics, fut).await
                 }
             },
             error_policy,
@@ -610,6 +626,28 @@ mod tests {
         let mut again = p.clone();
         again.metadata.uid = Some("u2".into()); // same name, a new pod
         assert!(!r.contains(&again));
+    }
+
+    /// Numbers far past any sensible value are refused naming the field and the range; before,
+    /// they panicked in date arithmetic and took the whole operator down.
+    #[test]
+    fn absurd_policy_numbers_are_refused_not_panicked_on() {
+        for (interval, timeout, max, field) in [
+            (100_000_000_000_000, 0, 0, "backupIntervalInSecond"),
+            (0, 10_000_000_000_000_000, 0, "timeoutInSecond"),
+            (i64::MAX, 0, 0, "backupIntervalInSecond"),
+            (-1, 0, 0, "backupIntervalInSecond"),
+            (0, 0, i32::MAX, "maxBackups"),
+        ] {
+            let mut s = spec(interval, max);
+            s.backup_policy.as_mut().unwrap().timeout_in_second = timeout;
+            let e = plan(&s, "ns").unwrap_err();
+            assert!(e.contains(field) && e.contains("between 0 and"), "{e}");
+        }
+        // The largest accepted interval still has a due time (no overflow, no panic).
+        let p = plan(&spec(MAX_INTERVAL_SECS, 0), "ns").unwrap();
+        let st = EtcdBackupStatus { last_attempt_date: Some("2026-01-01T00:00:00Z".into()), ..Default::default() };
+        assert!(next_due(&p, &st, 0, t("2026-01-01T00:00:01Z")).is_some());
     }
 
     #[test]

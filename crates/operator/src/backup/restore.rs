@@ -362,7 +362,9 @@ pub async fn run(opts: Options, shutdown: impl std::future::Future<Output = ()> 
                 let synced = synced.clone();
                 async move {
                     synced.wait_until_ready().await.ok();
-                    reconcile(obj, ctx).await
+                    let ar = kube::api::ApiResource::erase::<etcd_operator_api::EtcdRestore>(&());
+                    let fut = reconcile(obj.clone(), ctx.clone());
+                    crate::panic_guard::guard("etcdrestore", &ar, &obj, &ctx.recorder, &ctx.metrics, fut).await
                 }
             },
             error_policy,

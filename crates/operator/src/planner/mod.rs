@@ -15,6 +15,8 @@
 //! Steps that need a quorum check compute it against the membership *after* the step.
 
 mod membership;
+#[cfg(test)]
+mod proptests;
 pub mod recovery;
 #[cfg(test)]
 mod tests;

@@ -22,6 +22,7 @@ mod etcd;
 mod idle;
 mod kube;
 mod observe;
+mod recover;
 mod report;
 mod scenarios;
 
@@ -38,9 +39,9 @@ use report::{Sample, Stats, fmt_n, fmt_s, stats};
 use scenarios::Ctx;
 
 const WORKSPACE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
-const MEASUREMENTS: [&str; 6] = ["create", "heal", "scale", "upgrade", "backup", "idle"];
+const MEASUREMENTS: [&str; 7] = ["create", "heal", "scale", "upgrade", "recover", "backup", "idle"];
 /// What runs without `--only`: `idle` takes long and is asked for by name.
-const DEFAULT_MEASUREMENTS: [&str; 5] = ["create", "heal", "scale", "upgrade", "backup"];
+const DEFAULT_MEASUREMENTS: [&str; 6] = ["create", "heal", "scale", "upgrade", "recover", "backup"];
 
 #[derive(Parser, Debug)]
 #[command(about = "Benchmark the etcd operator against baselines on the local Kubernetes")]
@@ -230,6 +231,14 @@ fn run(args: Args) -> Result<bool> {
             "heal" => vec![("heal", scenarios::heal), ("bare", scenarios::bare_pod)],
             "scale" if selected.contains(&"heal") => vec![("scale", scenarios::scale)],
             "scale" => vec![("scale", scenarios::scale), ("bare", scenarios::bare_pod)],
+            "recover" if selected.contains(&"heal") => {
+                vec![("recover-pvc", recover::pvc), ("recover-survivor", recover::survivor)]
+            }
+            "recover" => vec![
+                ("recover-pvc", recover::pvc),
+                ("recover-survivor", recover::survivor),
+                ("bare", scenarios::bare_pod),
+            ],
             _ => vec![("upgrade", scenarios::upgrade)],
         };
         for run in 1..=args.runs {
@@ -396,6 +405,22 @@ fn render(selected: &[&str], r: &BTreeMap<&str, Vec<Sample>>, header: &str, took
                     out.push_str(&format!("  scale 3→5 total: {}\n", fmt_s(t)));
                 }
             }
+            "recover" => {
+                out.push_str(&line(
+                    "recover 3-member PVC cluster from 2 deleted pods (no quorum meanwhile)",
+                    st("recover-pvc"),
+                    bare,
+                    None,
+                ));
+                out.push('\n');
+                out.push_str(&line(
+                    "recover 2-of-3 emptyDir loss, FromSurvivor (afterSeconds 0) → 3 members",
+                    st("recover-survivor"),
+                    bare,
+                    None,
+                ));
+                out.push('\n');
+            }
             "upgrade" => {
                 out.push_str(&line("upgrade 3 members 3.5.0→3.5.1 under writes", st("upgrade"), None, None));
                 out.push('\n');
@@ -434,6 +459,8 @@ fn render(selected: &[&str], r: &BTreeMap<&str, Vec<Sample>>, header: &str, took
         ("heal", "heal (operator)"),
         ("bare", "bare pod start (baseline)"),
         ("scale", "scale 3→5 (operator)"),
+        ("recover-pvc", "recover PVC cluster from 2 lost pods (operator)"),
+        ("recover-survivor", "recover FromSurvivor (operator)"),
         ("upgrade", "upgrade 3.5.0→3.5.1 (operator)"),
         (backup::S3, "backup to S3 (operator)"),
         (backup::PVC, "backup to a PVC (operator)"),

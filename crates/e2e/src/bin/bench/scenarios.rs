@@ -108,7 +108,14 @@ pub(crate) fn in_namespace<T>(
 }
 
 /// Operator sample epilogue: merge the operator's actions into the marks, print the timeline.
-fn operator_sample(title: &str, ns: &Ns, op: &Operator, obs: &Observer, at: Duration, all_pods: bool) -> Sample {
+pub(crate) fn operator_sample(
+    title: &str,
+    ns: &Ns,
+    op: &Operator,
+    obs: &Observer,
+    at: Duration,
+    all_pods: bool,
+) -> Sample {
     let (op_marks, steps) = operator_timeline(&op.log_text(), obs.t0_wall, secs(at));
     let mut marks = obs.marks.clone();
     marks.0.extend(op_marks.0);
@@ -125,7 +132,19 @@ fn operator_sample(title: &str, ns: &Ns, op: &Operator, obs: &Observer, at: Dura
 
 /// Set-up (not measured): apply a `size`-member cluster and wait until it is healthy.
 pub(crate) fn healthy_cluster(ctx: &Ctx, ns: &Ns, obs: &mut Observer, size: usize, version: &str) -> Result<Snap> {
-    ns.apply(&cluster_manifest(&ns.name, CLUSTER, size, version))?;
+    healthy_cluster_with(ctx, ns, obs, size, version, "")
+}
+
+/// `healthy_cluster` with more spec lines (indented two spaces, under `spec:`).
+pub(crate) fn healthy_cluster_with(
+    ctx: &Ctx,
+    ns: &Ns,
+    obs: &mut Observer,
+    size: usize,
+    version: &str,
+    extra_spec: &str,
+) -> Result<Snap> {
+    ns.apply(&format!("{}{extra_spec}", cluster_manifest(&ns.name, CLUSTER, size, version)))?;
     let (_, snap) = obs.until(ctx.timeout, &format!("set-up: {size} healthy members at {version}"), |s, _| {
         s.live_count() == size
             && s.answering() == size

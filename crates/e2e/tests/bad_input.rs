@@ -1,0 +1,90 @@
+//! Bad input on the real cluster: absurd numbers, names that cannot name a Service, flags the
+//! operator owns. Each is refused — by the apiserver's schema where a schema can say it, by the
+//! operator otherwise, with a condition and an Event naming the field — and the operator keeps
+//! running and healing other clusters (it never restarts).
+
+mod common;
+
+use std::time::Duration;
+
+use anyhow::{Result, ensure};
+use common::*;
+use e2e::{TestNamespace, wait_until};
+
+fn backup(ns: &TestNamespace, name: &str, policy: &str) -> String {
+    format!(
+        "apiVersion: etcd.database.coreos.com/v1beta2\nkind: EtcdBackup\nmetadata: {{name: {name}, namespace: {}}}\nspec:\n  clusterName: ex\n  storageType: S3\n  s3: {{path: b/k, awsSecret: none}}\n  backupPolicy: {policy}\n",
+        ns.name
+    )
+}
+
+/// `kubectl apply` fails, and the message names the field.
+fn refused_by_schema(ns: &TestNamespace, manifest: &str, field: &str) -> Result<()> {
+    match ns.apply(manifest) {
+        Ok(()) => anyhow::bail!("the apiserver accepted {field}: {manifest}"),
+        Err(e) => {
+            let msg = format!("{e:#}");
+            ensure!(msg.contains(field), "refused, but the message does not name {field}: {msg}");
+            Ok(())
+        }
+    }
+}
+
+/// The operator refuses it: SpecValid=False naming `field`, an InvalidSpec Event, no pod.
+fn refused_by_operator(ns: &TestNamespace, name: &str, manifest: &str, field: &str) -> Result<()> {
+    ns.apply(manifest)?;
+    let c = wait_until(Duration::from_secs(60), &format!("{name}: SpecValid=False naming {field}"), || {
+        let c = cluster(ns, name)?;
+        Ok(condition(&c, "SpecValid").filter(|s| s["status"] == "False").is_some().then_some(c))
+    })?;
+    let msg = condition(&c, "SpecValid").map(|s| s["message"].to_string()).unwrap_or_default();
+    ensure!(msg.contains(field), "{name}: the condition does not name {field}: {msg}");
+    ensure!(events_for(ns, name)?.iter().any(|(r, _)| r == "InvalidSpec"), "{name}: no InvalidSpec Event");
+    ensure!(member_pods(ns, name)?.is_empty(), "{name}: pods were created");
+    Ok(())
+}
+
+#[test]
+fn absurd_input_is_refused_and_the_operator_keeps_healing_others() -> Result<()> {
+    with_operator("e2e-bad-input", |ns, op| {
+        // Numbers past any sensible value: the schema refuses them (they used to panic the
+        // operator in date arithmetic).
+        refused_by_schema(ns, &backup(ns, "huge-timeout", "{timeoutInSecond: 10000000000000000}"), "timeoutInSecond")?;
+        refused_by_schema(
+            ns,
+            &backup(ns, "huge-interval", "{backupIntervalInSecond: 100000000000000}"),
+            "backupIntervalInSecond",
+        )?;
+        let negative_dns = cluster_manifest(&ns.name, "dns", 1, "3.5.1", "  pod: {DNSTimeoutInSecond: -5}\n");
+        refused_by_schema(ns, &negative_dns, "DNSTimeoutInSecond")?;
+
+        // What a schema cannot say (metadata.name, reserved variables) the operator refuses.
+        let dotted = cluster_manifest(&ns.name, "my.cluster", 1, "3.5.1", "");
+        refused_by_operator(ns, "my.cluster", &dotted, "metadata.name")?;
+        let long = "a".repeat(60);
+        refused_by_operator(ns, &long, &cluster_manifest(&ns.name, &long, 1, "3.5.1", ""), "metadata.name is 60")?;
+        let force = "  pod:\n    etcdEnv: [{name: ETCD_FORCE_NEW_CLUSTER, value: \"true\"}]\n";
+        refused_by_operator(
+            ns,
+            "force",
+            &cluster_manifest(&ns.name, "force", 1, "3.5.1", force),
+            "ETCD_FORCE_NEW_CLUSTER",
+        )?;
+
+        // The operator is unharmed: a good cluster comes up and heals.
+        ns.apply(&cluster_manifest(&ns.name, "ex", 3, "3.5.1", ""))?;
+        wait_healthy(ns, "ex", 3, Duration::from_secs(120))?;
+        let ep = client_endpoint(ns, "ex")?;
+        write_keys(&ep, "ok", 10)?;
+        let victim = pod_names(&member_pods(ns, "ex")?)[0].clone();
+        ns.run(&["delete", "pod", &victim, "--wait=false"])?;
+        wait_until(Duration::from_secs(180), "the deleted member to be replaced", || {
+            let pods = pod_names(&member_pods(ns, "ex")?);
+            Ok((pods.len() == 3 && !pods.contains(&victim)).then_some(()))
+        })?;
+        wait_healthy(ns, "ex", 3, Duration::from_secs(180))?;
+        check_keys(&ep, "ok", 10)?;
+        ensure!(op.restarts()? == 0, "the operator went down");
+        Ok(())
+    })
+}
