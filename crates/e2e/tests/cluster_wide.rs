@@ -119,3 +119,32 @@ fn namespaced_operator_leaves_scope_annotated_clusters_alone() -> Result<()> {
         Ok(())
     })
 }
+
+/// Two cluster-wide installs in two namespaces manage the same objects: they share one Lease
+/// (kube-system/etcd-operator-cluster-wide), so exactly one acts; the other stays a standby
+/// (alive, not Ready) and says which install leads.
+#[test]
+fn two_cluster_wide_installs_never_act_at_once() -> Result<()> {
+    let home_a = TestNamespace::create("e2e-cw-a")?;
+    let home_b = TestNamespace::create("e2e-cw-b")?;
+    let apps = TestNamespace::create("e2e-cw-two")?;
+    let a = InClusterOperator::install(&home_a, &Install { cluster_wide: true, ..Install::default() })?;
+    let b = InClusterOperator::install(&home_b, &Install { cluster_wide: true, standby: true, ..Install::default() })?;
+    with_logs(&[&a, &b], || {
+        let leader = a.leader()?;
+        apps.apply(&annotated_manifest(&apps.name, "shared", "clusterwide"))?;
+        wait_healthy(&apps, "shared", 1, CREATE)?;
+        let by = reporters(&apps, "shared")?;
+        ensure!(
+            by == BTreeSet::from([leader.clone()]),
+            "Events about shared reported by {by:?}, expected only {leader}"
+        );
+        let logs = b.logs();
+        ensure!(
+            logs.contains("another replica leads") && logs.contains(&format!("{}/{leader}", home_a.name)),
+            "the standby does not say who leads:\n{logs}"
+        );
+        ensure!(b.pods()?.iter().all(|p| !e2e::condition_true(p, "Ready")), "the standby install reports Ready");
+        Ok(())
+    })
+}

@@ -177,7 +177,10 @@ fn quorum_loss_waits_by_default_and_says_what_to_do() -> Result<()> {
                 .then_some(c))
         })?;
         let msg = condition(&c, "Degraded").context("Degraded")?["message"].as_str().unwrap_or("").to_string();
-        ensure!(lost.iter().all(|m| msg.contains(m.as_str())) && msg.contains("FromSurvivor"), "{msg}");
+        // Force-deleted pods' containers may answer a moment longer: the operator can remove the
+        // first lost member while the other still answers (a quorum of 3 was there), and then
+        // reports the second as lost of 2. Either way a lost member is named.
+        ensure!(lost.iter().any(|m| msg.contains(m.as_str())) && msg.contains("FromSurvivor"), "{msg}");
         // Nothing is done: the survivor is left alone, no new pod, no recovery.
         std::thread::sleep(Duration::from_secs(10));
         ensure!(pod_names(&member_pods(ns, "ex")?) == [survivor], "only the survivor remains");
@@ -201,7 +204,13 @@ fn quorum_loss_from_survivor_brings_back_three_members_with_every_key() -> Resul
         check_keys(&ep, "after", 5)?;
         let rec = condition(&c, "RecoveredFromQuorumLoss").context("RecoveredFromQuorumLoss condition")?;
         let msg = rec["message"].as_str().unwrap_or_default();
-        ensure!(rec["reason"] == "FromSurvivor" && msg.contains("2 of 3") && msg.contains("revision"), "{rec}");
+        ensure!(
+            rec["reason"] == "FromSurvivor"
+                && (msg.contains("2 of 3") || msg.contains("1 of 2"))
+                && msg.contains("voting members were lost")
+                && msg.contains("revision"),
+            "{rec}"
+        );
         ensure!(!pod_names(&member_pods(ns, "ex")?).contains(&survivor), "the old cluster's survivor was replaced");
         ensure!(member_list(&ep)?.len() == 3, "{:?}", member_list(&ep)?);
         Ok(())

@@ -249,6 +249,18 @@ pub async fn execute(t: &Target<'_>, step: &Step) -> Result<Option<Done>, Error>
             }
         }
         Step::Recover(r) => {
+            // Never two recoveries: the watch cache of EtcdClusters may not show a record written
+            // a moment ago. Ask the API server; a recorded recovery whose member pod exists wins.
+            let fresh = Api::<EtcdCluster>::namespaced(t.client.clone(), &ns).get(&t.cluster.name_any()).await?;
+            if let Some(rec) = fresh.annotations().get(naming::RECOVERY_ANNOTATION) {
+                let member =
+                    serde_json::from_str::<crate::planner::recovery::Record>(rec).map(|r| r.member).unwrap_or_default();
+                if Api::<Pod>::namespaced(t.client.clone(), &ns).get_opt(&member).await?.is_some() {
+                    return Err(Error::Refused(format!(
+                        "a recovery is already under way (member {member}); the watch cache was stale"
+                    )));
+                }
+            }
             // Recorded first: should the operator stop right after, the next one knows which pod
             // is the new cluster and asks only it.
             let policy = match &r.member.seed {

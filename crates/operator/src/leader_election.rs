@@ -25,10 +25,13 @@ pub struct Config {
     pub retry_period: Duration,
 }
 
+/// The Lease every cluster-wide operator of a Kubernetes cluster shares.
+pub const CLUSTER_WIDE_LEASE: &str = "etcd-operator-cluster-wide";
+
 impl Config {
-    pub fn new(namespace: &str, identity: &str) -> Config {
+    pub fn new(namespace: &str, name: &str, identity: &str) -> Config {
         Config {
-            name: crate::OPERATOR_NAME.into(),
+            name: name.into(),
             namespace: namespace.into(),
             identity: identity.into(),
             lease_duration: Duration::from_secs(15),
@@ -253,7 +256,7 @@ mod tests {
 
     #[test]
     fn the_old_leader_stops_before_a_new_one_can_start() {
-        let c = Config::new("ns", "a");
+        let c = Config::new("ns", "etcd-operator", "a");
         // `hold` gives up at most one retry period after the renew deadline.
         assert!(c.renew_deadline + c.retry_period < c.lease_duration, "{c:?}");
     }

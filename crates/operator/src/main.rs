@@ -80,9 +80,14 @@ struct RunArgs {
     /// Address of /healthz and /readyz.
     #[arg(long, default_value = "0.0.0.0:8080")]
     listen_address: std::net::SocketAddr,
-    /// Elect one active replica through a Lease (in the operator's namespace).
+    /// Elect one active replica through a Lease (in the operator's namespace; cluster-wide
+    /// operators share one Lease in `--cluster-wide-lease-namespace`).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     leader_elect: bool,
+    /// Where every cluster-wide operator of the cluster takes its one Lease, so that two
+    /// cluster-wide installs in different namespaces never act at once.
+    #[arg(long, default_value = "kube-system")]
+    cluster_wide_lease_namespace: String,
     /// This replica's name, for Events and leader election.
     #[arg(long, env = "MY_POD_NAME")]
     pod_name: Option<String>,
@@ -215,7 +220,18 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
 
         // Refuse to act with missing permissions, but do not crash-loop: say what is missing, stay
         // unready, and check again until the Role is fixed.
-        let lease_ns = args.namespace.clone().unwrap_or_else(|| client.default_namespace().to_string());
+        let own_ns = args.namespace.clone().unwrap_or_else(|| client.default_namespace().to_string());
+        // Namespaced operators lock their own namespace. Cluster-wide ones manage the same
+        // objects wherever they are installed, so they also share one Lease in a well-known
+        // place; they keep taking their own namespace's Lease first, so that an operator of an
+        // earlier version (which took only that one) and this one never act at once during a
+        // rolling update.
+        let mut lease_places = vec![(own_ns.clone(), etcd_operator::OPERATOR_NAME.to_string())];
+        if args.cluster_wide {
+            lease_places
+                .push((args.cluster_wide_lease_namespace.clone(), leader_election::CLUSTER_WIDE_LEASE.to_string()));
+        }
+        let lease_ns = own_ns.clone();
         loop {
             let missing =
                 etcd_operator::permissions::missing(&client, namespace.as_deref(), &lease_ns, args.create_crd)
@@ -234,16 +250,22 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         if args.create_crd {
             crds::install(client.clone(), Duration::from_secs(60)).await?;
         }
-        let lease = args.leader_elect.then(|| {
-            let id = args.pod_name.clone().unwrap_or_else(|| format!("{}-{}", hostname(), std::process::id()));
-            leader_election::Config::new(&lease_ns, &id)
-        });
-        let mut held_since = std::time::Instant::now();
-        if let Some(cfg) = &lease {
+        let pod = args.pod_name.clone().unwrap_or_else(|| format!("{}-{}", hostname(), std::process::id()));
+        // The install's namespace in the identity: a standby of another install says whose.
+        let leases: Vec<leader_election::Config> = if args.leader_elect {
+            lease_places
+                .iter()
+                .map(|(ns, name)| leader_election::Config::new(ns, name, &format!("{own_ns}/{pod}")))
+                .collect()
+        } else {
+            vec![]
+        };
+        let mut held_since = Vec::new();
+        for cfg in &leases {
             tokio::select! {
-                r = leader_election::acquire(client.clone(), cfg) => held_since = r.map_err(|e| {
+                r = leader_election::acquire(client.clone(), cfg) => held_since.push(r.map_err(|e| {
                     anyhow::anyhow!("leader election on Lease {}/{}: {e}", cfg.namespace, cfg.name)
-                })?,
+                })?),
                 _ = stopped(stop_rx.clone()) => return Ok(()),
                 r = &mut http => { r??; }
             }
@@ -266,10 +288,15 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             reporter_instance: args.pod_name.clone(),
         };
         let holding = async {
-            match &lease {
-                Some(cfg) => leader_election::hold(client.clone(), cfg, held_since).await,
-                None => std::future::pending().await,
+            if leases.is_empty() {
+                return std::future::pending().await;
             }
+            // Losing any one of the leases ends leadership.
+            let holds = leases
+                .iter()
+                .zip(&held_since)
+                .map(|(cfg, since)| Box::pin(leader_election::hold(client.clone(), cfg, *since)));
+            futures::future::select_all(holds).await;
         };
         tokio::select! {
             _ = async {
@@ -285,7 +312,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
                 r??;
             }
         }
-        if let Some(cfg) = &lease {
+        for cfg in leases.iter().rev() {
             leader_election::release(client.clone(), cfg).await;
         }
         tracing::info!("etcd-operator stopped");

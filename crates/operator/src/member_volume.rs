@@ -76,8 +76,19 @@ pub fn judge(found: Option<&Marker>, has_data: bool, want: &Marker, expect_data:
     }
 }
 
-fn has_member_data(data_dir: &Path) -> bool {
-    data_dir.join("member").join("wal").is_dir() || data_dir.join("member").join("snap").is_dir()
+/// Whether etcd's member directory is there. An error other than "not found" (permissions, I/O)
+/// is an error, never "no data": a volume is refused only on evidence.
+fn has_member_data(data_dir: &Path) -> Result<bool, String> {
+    for dir in ["wal", "snap"] {
+        let p = data_dir.join("member").join(dir);
+        match std::fs::metadata(&p) {
+            Ok(m) if m.is_dir() => return Ok(true),
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(format!("cannot look at {}: {e}", p.display())),
+        }
+    }
+    Ok(false)
 }
 
 /// Run the check; `Err((code, message))` to exit with.
@@ -93,7 +104,8 @@ pub fn check(args: &CheckArgs) -> Result<String, (i32, String)> {
         Err(e) => return Err((1, format!("read {}: {e}", marker_path.display()))),
     };
     let want = Marker { member: args.member.clone(), cluster_uid: args.cluster_uid.clone() };
-    match judge(found.as_ref(), has_member_data(&args.data_dir), &want, args.expect_data) {
+    let has_data = has_member_data(&args.data_dir).map_err(|e| (1, e))?;
+    match judge(found.as_ref(), has_data, &want, args.expect_data) {
         Verdict::Refuse(why) => Err((REFUSED_EXIT_CODE, why)),
         Verdict::Accept { write_marker: false } => Ok(format!("volume holds member {}'s data", want.member)),
         Verdict::Accept { write_marker: true } => {

@@ -31,6 +31,8 @@ pub const MEMBER_ANNOTATION: &str = "etcd.database.coreos.com/member";
 /// PVC annotation: that member's peer URL, to name it in `--initial-cluster` when no member
 /// answers.
 pub const PEER_URL_ANNOTATION: &str = "etcd.database.coreos.com/peer-url";
+/// Pod annotation: `Desired::pod_hash` of the spec the pod was made from.
+pub const POD_SPEC_HASH_ANNOTATION: &str = "etcd.database.coreos.com/pod-spec-hash";
 /// Longest EtcdCluster name: `<name>-client` must be a 63-character DNS label.
 pub const MAX_CLUSTER_NAME: usize = 63 - "-client".len();
 /// Length of the random member suffix.

@@ -45,14 +45,22 @@ fn owned_by<K: kube::Resource>(obj: &K, cluster: &EtcdCluster) -> bool {
         && obj.owner_references().iter().any(|o| Some(o.uid.as_str()) == uid)
 }
 
-/// The member data check's refusal, from its init container's last exit (see `member_volume`).
+/// The member data check's refusal, from its init container: it ended with the refusal code
+/// now, or is waiting to retry after doing so. A check that passed since (running, exit 0) is no
+/// refusal, whatever it said before.
 fn volume_refusal(inits: &[ContainerStatus]) -> Option<String> {
-    let s = inits.iter().find(|s| s.name == crate::member_volume::CHECK_CONTAINER)?;
-    let terminated = [s.state.as_ref(), s.last_state.as_ref()]
-        .into_iter()
-        .flatten()
-        .find_map(|st| st.terminated.as_ref().filter(|t| t.exit_code == crate::member_volume::REFUSED_EXIT_CODE))?;
-    Some(terminated.message.clone().unwrap_or_else(|| "refused".into()).trim().to_string())
+    use crate::member_volume::{CHECK_CONTAINER, REFUSED_EXIT_CODE};
+    let s = inits.iter().find(|s| s.name == CHECK_CONTAINER)?;
+    let state = s.state.as_ref()?;
+    let refused = |t: &k8s_openapi::api::core::v1::ContainerStateTerminated| {
+        (t.exit_code == REFUSED_EXIT_CODE).then(|| t.message.clone().unwrap_or_else(|| "refused".into()))
+    };
+    let why = match (&state.terminated, &state.waiting) {
+        (Some(t), _) => refused(t),
+        (None, Some(_)) => s.last_state.as_ref()?.terminated.as_ref().and_then(refused),
+        _ => None,
+    }?;
+    Some(why.trim().to_string())
 }
 
 /// Member names in an etcd command line's `--initial-cluster=` flag.
@@ -95,6 +103,7 @@ pub fn pod_state(p: &Pod, now: k8s_openapi::jiff::Timestamp) -> PodState {
             .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok())
             .map(|t| (now.as_second() - t.as_second()).max(0)),
         image: etcd_container.and_then(|c| c.image.clone()).unwrap_or_default(),
+        spec_hash: p.annotations().get(naming::POD_SPEC_HASH_ANNOTATION).cloned(),
         problem: problem_of(&inits).or_else(|| problem_of(&containers)).or_else(|| unschedulable(p, now)),
         volume_refused: volume_refusal(&inits),
         initial_cluster: etcd_container
@@ -148,16 +157,21 @@ pub fn pvc_state(v: &PersistentVolumeClaim) -> Option<PvcState> {
 }
 
 /// The spec to plan from: this one if valid; else the last valid one the operator recorded
-/// (the cluster keeps healing under it), with the reasons this one was refused.
-fn desired_of(cluster: &EtcdCluster, name: &str) -> (Result<Desired, Vec<String>>, Option<Vec<String>>) {
+/// (the cluster keeps healing under it), with the reasons this one was refused. A cluster that
+/// formed under an operator version that recorded no last valid spec keeps its spec if that
+/// version's rules accepted it.
+fn desired_of(cluster: &EtcdCluster, name: &str, formed: bool) -> (Result<Desired, Vec<String>>, Option<Vec<String>>) {
     match validate(name, &cluster.spec) {
         Ok(d) => (Ok(d), None),
         Err(errs) => {
-            let last = cluster
-                .annotations()
-                .get(LAST_VALID_SPEC_ANNOTATION)
-                .and_then(|j| serde_json::from_str::<etcd_operator_api::EtcdClusterSpec>(j).ok())
-                .and_then(|spec| validate(name, &spec).ok());
+            let recorded = cluster.annotations().get(LAST_VALID_SPEC_ANNOTATION);
+            let last = match recorded {
+                Some(j) => serde_json::from_str::<etcd_operator_api::EtcdClusterSpec>(j)
+                    .ok()
+                    .and_then(|spec| validate(name, &spec).ok()),
+                None if formed => crate::validation::validate_legacy(name, &cluster.spec).ok(),
+                None => None,
+            };
             match last {
                 Some(d) => (Ok(d), Some(errs)),
                 None => (Err(errs), None),
@@ -248,7 +262,8 @@ pub async fn observe(
         .filter(|p| seeded.as_ref().is_none_or(|m| *m == p.name))
         .filter_map(|p| p.ip.as_ref().map(|ip| (p.name.clone(), format!("http://{ip}:{CLIENT_PORT}"))))
         .collect();
-    let (desired, spec_refused) = desired_of(cluster, &name);
+    let formed = annotations.contains_key(CLUSTER_ID_ANNOTATION) || !status.cluster_id.is_empty();
+    let (desired, spec_refused) = desired_of(cluster, &name, formed);
     let desired = desired.map(|mut d| {
         if d.pod.cluster_domain.is_empty() {
             d.pod.cluster_domain = cluster_domain.to_string();

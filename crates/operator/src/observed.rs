@@ -85,6 +85,8 @@ pub struct PodState {
     pub version_age_secs: Option<i64>,
     /// Image of the etcd container as specified.
     pub image: String,
+    /// `Desired::pod_hash` of the spec the pod was made from (absent on older pods).
+    pub spec_hash: Option<String>,
     /// Why the etcd container (or the init container) is not running, when Kubernetes says:
     /// e.g. `ImagePullBackOff`, `CrashLoopBackOff`, with its message.
     pub problem: Option<(String, String)>,

@@ -153,6 +153,7 @@ pub fn member_pod(c: &EtcdCluster, d: &Desired, m: &NewMember, init_image: &str)
     labels.extend(member_labels(c));
     let mut annotations = d.pod.annotations.clone();
     annotations.insert(VERSION_ANNOTATION.into(), m.version.to_string());
+    annotations.insert(naming::POD_SPEC_HASH_ANNOTATION.into(), d.pod_hash());
     if m.bootstrap {
         annotations.insert(BOOTSTRAP_ANNOTATION.into(), "true".into());
     }
@@ -225,7 +226,9 @@ pub fn member_pod(c: &EtcdCluster, d: &Desired, m: &NewMember, init_image: &str)
     // members from the backup; later members join.
     use crate::backup::pods::SnapshotSource;
     let from = match (&m.seed, &d.restore) {
-        (Some(Seed::Member { client_url, .. }), _) => Some(SnapshotSource::Member { client_url }),
+        (Some(Seed::Member { client_url, cluster_id, member_id, .. }), _) => {
+            Some(SnapshotSource::Member { client_url, cluster_id: *cluster_id, member_id: *member_id })
+        }
         (Some(Seed::Backup(r)), _) => {
             Some(SnapshotSource::Backup { loc: &r.location, source: &r.source, sha256: &r.sha256 })
         }
@@ -467,12 +470,20 @@ mod tests {
         let (c, d) = cluster("size: 3\nversion: 3.5.1");
         let mut m = member(false, false);
         m.initial_cluster = vec![("ex-abcde".into(), "http://ex-abcde.ex.ns.svc:2380".into())];
-        m.seed = Some(Seed::Member { pod: "ex-a".into(), client_url: "http://10.0.0.5:2379".into() });
+        m.seed = Some(Seed::Member {
+            pod: "ex-a".into(),
+            client_url: "http://10.0.0.5:2379".into(),
+            cluster_id: 0xabc,
+            member_id: 0x12,
+        });
         let inits = init_commands(&member_pod(&c, &d, &m, "op:1"));
         let names: Vec<&str> = inits.iter().map(|(n, _)| n.as_str()).collect();
         assert_eq!(&names[..3], ["restore-fetch", "restore-snapshot", "restore-finish"]);
         assert!(inits[0].1.contains(&"seed-from-member".to_string()));
         assert!(inits[0].1.contains(&"--member-url=http://10.0.0.5:2379".to_string()));
+        assert!(
+            inits[0].1.contains(&"--cluster-id=abc".to_string()) && inits[0].1.contains(&"--member-id=12".to_string())
+        );
         assert!(inits[1].1.contains(&"--initial-cluster=ex-abcde=http://ex-abcde.ex.ns.svc:2380".to_string()));
     }
 

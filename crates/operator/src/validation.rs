@@ -32,6 +32,14 @@ pub struct Restore {
 }
 
 impl Desired {
+    /// A short hash of what member pods are made from besides the version (image repository
+    /// and `spec.pod`): a pod carrying another one was made under an earlier spec.
+    pub fn pod_hash(&self) -> String {
+        use sha2::Digest;
+        let json = serde_json::to_vec(&(&self.repository, &self.pod)).unwrap_or_default();
+        hex::encode(&sha2::Sha256::digest(json)[..8])
+    }
+
     /// `<repository>:v<version>`.
     pub fn image(&self) -> String {
         image_for(&self.repository, &self.version)
@@ -44,6 +52,18 @@ pub fn image_for(repository: &str, version: &Version) -> String {
 
 /// Validate `spec` of the cluster named `name`. Every problem is reported, not only the first.
 pub fn validate(name: &str, spec: &EtcdClusterSpec) -> Result<Desired, Vec<String>> {
+    validate_with(name, spec, true)
+}
+
+/// Only the rules of operator versions before the bounds on names, labels, annotations, DNS
+/// timeout, cluster domain and the newer reserved `etcdEnv` names: a cluster that formed under
+/// such a version keeps healing under its spec (and is told what the current rules refuse)
+/// instead of stopping altogether.
+pub fn validate_legacy(name: &str, spec: &EtcdClusterSpec) -> Result<Desired, Vec<String>> {
+    validate_with(name, spec, false)
+}
+
+fn validate_with(name: &str, spec: &EtcdClusterSpec, strict: bool) -> Result<Desired, Vec<String>> {
     let mut errs = vec![];
     if name.len() > MAX_CLUSTER_NAME {
         errs.push(format!(
@@ -51,7 +71,7 @@ pub fn validate(name: &str, spec: &EtcdClusterSpec) -> Result<Desired, Vec<Strin
             name.len()
         ));
     }
-    if !is_dns1035_label(name) {
+    if strict && !is_dns1035_label(name) || !strict && !name.starts_with(|c: char| c.is_ascii_lowercase()) {
         errs.push(format!(
             "metadata.name {name:?} must be a DNS-1035 label: lowercase letters, digits and '-', starting with a letter and ending with a letter or digit (it names Services and pods)"
         ));
@@ -81,32 +101,17 @@ pub fn validate(name: &str, spec: &EtcdClusterSpec) -> Result<Desired, Vec<Strin
         errs.push(format!("spec.pod.annotations: {VERSION_ANNOTATION:?} is reserved for the operator"));
     }
     for e in &pod.etcd_env {
-        if RESERVED_ENV.contains(&e.name.as_str()) || e.name.starts_with("ETCD_DISCOVERY") {
+        let reserved = RESERVED_ENV.contains(&e.name.as_str())
+            || strict && (RESERVED_ENV_SINCE_0_2.contains(&e.name.as_str()) || e.name.starts_with("ETCD_DISCOVERY"));
+        if reserved {
             errs.push(format!(
                 "spec.pod.etcdEnv: {} is owned by the operator (membership, data location and recovery are its job) and cannot be set",
                 e.name
             ));
         }
     }
-    for (k, v) in &pod.labels {
-        if let Err(why) = check_qualified_name(k).and_then(|_| check_label_value(v)) {
-            errs.push(format!("spec.pod.labels: {k:?}: {why}"));
-        }
-    }
-    for k in pod.annotations.keys() {
-        if let Err(why) = check_qualified_name(k) {
-            errs.push(format!("spec.pod.annotations: {k:?}: {why}"));
-        }
-    }
-    if !(0..=MAX_DNS_TIMEOUT_SECS).contains(&pod.dns_timeout_in_second) {
-        errs.push(format!(
-            "spec.pod.DNSTimeoutInSecond {} is out of range: it must be between 0 (wait forever) and {MAX_DNS_TIMEOUT_SECS}",
-            pod.dns_timeout_in_second
-        ));
-    }
-    let domain = pod.cluster_domain.trim_matches('.');
-    if !domain.is_empty() && (domain.len() > 253 || !domain.split('.').all(is_dns1123_label)) {
-        errs.push(format!("spec.pod.ClusterDomain {:?} is not a DNS domain name", pod.cluster_domain));
+    if strict {
+        strict_pod_rules(&pod, &mut errs);
     }
     if let Some(tls) = spec.tls.as_ref().and_then(|t| t.r#static.as_ref()) {
         let server = tls.member.as_ref().is_some_and(|m| !m.server_secret.is_empty());
@@ -169,6 +174,30 @@ fn recovery_policy(
     Recovery { quorum_loss, after_secs }
 }
 
+/// Label and annotation syntax, the DNS timeout's range, the cluster domain's syntax.
+fn strict_pod_rules(pod: &PodPolicy, errs: &mut Vec<String>) {
+    for (k, v) in &pod.labels {
+        if let Err(why) = check_qualified_name(k).and_then(|_| check_label_value(v)) {
+            errs.push(format!("spec.pod.labels: {k:?}: {why}"));
+        }
+    }
+    for k in pod.annotations.keys() {
+        if let Err(why) = check_qualified_name(k) {
+            errs.push(format!("spec.pod.annotations: {k:?}: {why}"));
+        }
+    }
+    if !(0..=MAX_DNS_TIMEOUT_SECS).contains(&pod.dns_timeout_in_second) {
+        errs.push(format!(
+            "spec.pod.DNSTimeoutInSecond {} is out of range: it must be between 0 (wait forever) and {MAX_DNS_TIMEOUT_SECS}",
+            pod.dns_timeout_in_second
+        ));
+    }
+    let domain = pod.cluster_domain.trim_matches('.');
+    if !domain.is_empty() && (domain.len() > 253 || !domain.split('.').all(is_dns1123_label)) {
+        errs.push(format!("spec.pod.ClusterDomain {:?} is not a DNS domain name", pod.cluster_domain));
+    }
+}
+
 /// Longest wait of a new member for its own DNS name.
 pub const MAX_DNS_TIMEOUT_SECS: i64 = 3600;
 
@@ -227,11 +256,11 @@ const RESERVED_ENV: &[&str] = &[
     "ETCD_ADVERTISE_CLIENT_URLS",
     "ETCD_LISTEN_PEER_URLS",
     "ETCD_LISTEN_CLIENT_URLS",
-    "ETCD_WAL_DIR",
-    "ETCD_FORCE_NEW_CLUSTER",
-    "ETCD_STRICT_RECONFIG_CHECK",
-    "ETCD_ENABLE_V2",
 ];
+
+/// Reserved since this operator recovers quorum loss and checks member volumes itself (a
+/// cluster that formed before is only told, see `validate_legacy`).
+const RESERVED_ENV_SINCE_0_2: &[&str] = &["ETCD_WAL_DIR", "ETCD_FORCE_NEW_CLUSTER", "ETCD_STRICT_RECONFIG_CHECK"];
 
 #[cfg(test)]
 mod tests {
@@ -314,6 +343,23 @@ mod tests {
             assert!(e.contains(want), "missing {want:?} in:\n{e}");
         }
         assert!(!e.contains("ETCD_QUOTA_BACKEND_BYTES"), "users may tune etcd: {e}");
+    }
+
+    /// A spec an earlier version accepted still yields a `Desired` under the earlier rules
+    /// (the cluster keeps healing; SpecValid says what the current rules refuse).
+    #[test]
+    fn legacy_rules_accept_what_earlier_versions_did() {
+        let mut s = spec(3, "3.5.1");
+        s.pod = Some(PodPolicy {
+            dns_timeout_in_second: -1,
+            etcd_env: vec![EnvVar { name: "ETCD_WAL_DIR".into(), value: Some("/wal".into()), ..Default::default() }],
+            ..Default::default()
+        });
+        assert!(validate("a", &s).is_err());
+        assert!(validate_legacy("a", &s).is_ok());
+        // What earlier versions refused stays refused.
+        s.size = 0;
+        assert!(validate_legacy("a", &s).is_err());
     }
 
     #[test]

@@ -205,11 +205,14 @@ pub struct Install {
     pub replicas: u32,
     /// `manifests --cluster-wide`: a ClusterRole with everything and `-cluster-wide`.
     pub cluster_wide: bool,
+    /// Another install holds the lease: wait for this one's pod to run as a standby (alive, not
+    /// Ready, saying who leads) instead of for a Ready leader.
+    pub standby: bool,
 }
 
 impl Default for Install {
     fn default() -> Self {
-        Install { replicas: 1, cluster_wide: false }
+        Install { replicas: 1, cluster_wide: false, standby: false }
     }
 }
 
@@ -254,6 +257,13 @@ impl InClusterOperator {
         };
         // From here on, dropping `op` removes what was applied outside the namespace.
         ns.apply(&String::from_utf8(out.stdout)?)?;
+        if opts.standby {
+            wait_until(Duration::from_secs(120), "the operator to wait as a standby", || {
+                let running = op.pods()?.iter().any(|p| p["status"]["phase"] == "Running");
+                Ok((running && op.logs().contains("another replica leads")).then_some(()))
+            })?;
+            return Ok(op);
+        }
         let pod = wait_until(Duration::from_secs(120), "an operator replica to lead and be Ready", || {
             for p in op.pods()? {
                 if let Some(why) = failing(&p) {
@@ -279,10 +289,23 @@ impl InClusterOperator {
         Ok(v["items"].as_array().cloned().unwrap_or_default())
     }
 
-    /// The pod holding the Lease.
+    /// The Lease this install elects its leader on: its namespace's, or for cluster-wide
+    /// installs the one all of them share in kube-system.
+    pub fn lease(&self) -> Result<Value> {
+        if self.cluster_wide {
+            self.kubectl.json(&["-n", "kube-system", "get", "lease", "etcd-operator-cluster-wide"])
+        } else {
+            self.kubectl.json(&["-n", &self.namespace, "get", "lease", "etcd-operator"])
+        }
+    }
+
+    /// The pod holding the Lease (its identity is `<install namespace>/<pod>`).
     pub fn leader(&self) -> Result<String> {
-        let lease = self.kubectl.json(&["-n", &self.namespace, "get", "lease", "etcd-operator"])?;
-        lease["spec"]["holderIdentity"].as_str().map(str::to_string).context("no lease holder")
+        let lease = self.lease()?;
+        let holder = lease["spec"]["holderIdentity"].as_str().context("no lease holder")?;
+        let (ns, pod) = holder.split_once('/').unwrap_or(("", holder));
+        ensure!(ns.is_empty() || ns == self.namespace, "the lease is held by another install: {holder}");
+        Ok(pod.to_string())
     }
 
     /// The logs of every operator pod seen so far (deleted ones included), each line prefixed

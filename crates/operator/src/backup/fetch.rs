@@ -53,6 +53,12 @@ pub struct SeedArgs {
     /// Client URL of the member whose snapshot seeds the new cluster.
     #[arg(long)]
     pub member_url: String,
+    /// The etcd cluster ID (hex) the member must belong to.
+    #[arg(long)]
+    pub cluster_id: String,
+    /// The member ID (hex) that must answer at that URL.
+    #[arg(long)]
+    pub member_id: String,
     #[arg(long)]
     pub data_dir: PathBuf,
     #[arg(long)]
@@ -174,6 +180,24 @@ pub async fn seed_from_member(args: SeedArgs) -> Result<String, String> {
     let opts = etcd_client::ConnectOptions::new().with_connect_timeout(std::time::Duration::from_secs(5));
     let mut client =
         etcd_client::Client::connect([url], Some(opts)).await.map_err(|e| format!("connect to {url}: {e}"))?;
+    // The pod IP may have been given to another pod since: only the expected member of the
+    // expected cluster may seed, checked before and after the stream.
+    let check = |client: &mut etcd_client::Client| {
+        let mut client = client.clone();
+        let (want_cluster, want_member) = (args.cluster_id.clone(), args.member_id.clone());
+        async move {
+            let st = client.status().await.map_err(|e| format!("status of {url}: {e}"))?;
+            let h = st.header().ok_or_else(|| format!("{url} answered without a header"))?;
+            let (cluster, member) = (format!("{:x}", h.cluster_id()), format!("{:x}", h.member_id()));
+            if cluster != want_cluster || member != want_member {
+                return Err(format!(
+                    "{url} is member {member} of cluster {cluster}, not the survivor {want_member} of cluster {want_cluster}; nothing restored"
+                ));
+            }
+            Ok(())
+        }
+    };
+    check(&mut client).await?;
     let mut stream = client.snapshot().await.map_err(|e| format!("snapshot from {url}: {e}"))?;
     let part = work.join(format!("{SNAPSHOT_FILE}.part"));
     let mut file = tokio::fs::File::create(&part).await.map_err(|e| format!("create {}: {e}", part.display()))?;
@@ -183,6 +207,7 @@ pub async fn seed_from_member(args: SeedArgs) -> Result<String, String> {
         file.write_all(msg.blob()).await.map_err(|e| format!("write {}: {e}", part.display()))?;
     }
     hashes.check_etcd_integrity()?;
+    check(&mut client).await?;
     file.sync_all().await.map_err(|e| format!("sync {}: {e}", part.display()))?;
     drop(file);
     std::fs::rename(&part, &snapshot).map_err(|e| format!("rename {}: {e}", part.display()))?;

@@ -192,7 +192,7 @@ pub enum SnapshotSource<'a> {
     Backup { loc: &'a Location, source: &'a BackupSource, sha256: &'a str },
     /// A live member of another (broken) cluster, streamed over its client URL and checked
     /// against etcd's own integrity hash (quorum-loss recovery).
-    Member { client_url: &'a str },
+    Member { client_url: &'a str, cluster_id: u64, member_id: u64 },
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -217,10 +217,16 @@ pub fn restore_init_containers(
             prepare.push(format!("--sha256={sha256}"));
             (volumes, mounts, prepare)
         }
-        SnapshotSource::Member { client_url } => (
+        SnapshotSource::Member { client_url, cluster_id, member_id } => (
             vec![],
             vec![data_mount.clone()],
-            vec![crate::OPERATOR_NAME.to_string(), "seed-from-member".into(), format!("--member-url={client_url}")],
+            vec![
+                crate::OPERATOR_NAME.to_string(),
+                "seed-from-member".into(),
+                format!("--member-url={client_url}"),
+                format!("--cluster-id={cluster_id:x}"),
+                format!("--member-id={member_id:x}"),
+            ],
         ),
     };
     prepare.extend([format!("--data-dir={data_dir}"), format!("--work-dir={RESTORE_WORK_DIR}")]);

@@ -134,6 +134,13 @@ fn stuck_terminating(o: &Observed) -> Option<Step> {
     ))
 }
 
+/// The pod was made from another spec than the current one: another image, or other pod
+/// settings (resources, env, ...; the pod-spec hash it carries). Pods made before the hash
+/// existed are judged by their image alone.
+fn made_under_another_spec(p: &PodState, image_now: &str, d: &Desired) -> bool {
+    p.image != image_now || p.spec_hash.as_ref().is_some_and(|h| *h != d.pod_hash())
+}
+
 fn first_problem<'a>(pods: impl Iterator<Item = &'a PodState>) -> Option<(&'a str, &'a (String, String))> {
     pods.filter(|p| !p.deleting).find_map(|p| p.problem.as_ref().map(|pr| (p.name.as_str(), pr)))
 }
@@ -167,10 +174,13 @@ pub(super) fn with_etcd(o: &Observed, d: &Desired, etcd: &EtcdState) -> Step {
     // A pod that cannot run is surfaced; no other member is touched meanwhile. A learner is the
     // exception: it holds no unique data, so one that cannot start is removed to let a fixed spec
     // try again.
-    if let Some((pod, (reason, msg))) = first_problem(o.pods.values()) {
+    // Only members' pods: a failing pod of no member is the orphan logic's to clear, never a
+    // reason to stop (the old pods after a recovery, a restarted volume of a removed member).
+    let member_pods = o.pods.values().filter(|p| etcd.member_for_pod(&p.name).is_some());
+    if let Some((pod, (reason, msg))) = first_problem(member_pods) {
         if let Some(m) = etcd.member_for_pod(pod).filter(|m| m.is_learner) {
             let image_now = crate::validation::image_for(&d.repository, &version_for_new_member(o, d));
-            if o.pods.get(pod).is_some_and(|p| p.image != image_now) {
+            if o.pods.get(pod).is_some_and(|p| made_under_another_spec(p, &image_now, d)) {
                 return Step::RemoveMember {
                     id: m.id,
                     pod: pod.to_string(),
@@ -199,8 +209,12 @@ pub(super) fn with_etcd(o: &Observed, d: &Desired, etcd: &EtcdState) -> Step {
     if let Some(step) = learner_step(o, d, etcd, healthy_voters, voters) {
         return step;
     }
-    if let Some(step) = orphan_pods(o, etcd) {
-        return step;
+    // With a single healthy voter (right after a quorum-loss recovery) the pods of the old
+    // cluster stay until a second copy of the data exists.
+    if healthy_voters >= 2 || d.size < 2 {
+        if let Some(step) = orphan_pods(o, etcd) {
+            return step;
+        }
     }
     resize(o, d, etcd, healthy_voters, voters)
 }

@@ -106,8 +106,9 @@ impl NewMember {
 /// Where a recovered cluster's first member takes its data from.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Seed {
-    /// A snapshot streamed from a surviving member of the old cluster.
-    Member { pod: String, client_url: String },
+    /// A snapshot streamed from a surviving member of the old cluster; the seeding checks that
+    /// the member answering at that URL is this member of this cluster.
+    Member { pod: String, client_url: String, cluster_id: u64, member_id: u64 },
     /// A verified backup.
     Backup(crate::validation::Restore),
 }

@@ -57,10 +57,12 @@ fn lost_why(o: &Observed, m: &MemberState) -> Option<String> {
         Some(p) if p.volume_refused.is_some() => {
             Some(format!("its volume does not hold its data ({})", p.volume_refused.as_deref().unwrap_or_default()))
         }
-        Some(p) if !p.is_dead() && !(p.deleting && !p.uses_pvc) => None,
+        // A pod being deleted may still run (a node that stopped answering can keep a quorum
+        // serving clients on its side): it is lost only once its object is gone. A stuck one is
+        // reported as such.
+        Some(p) if !p.is_dead() => None,
         _ if volume.is_some() => None,
-        Some(p) if p.is_dead() => Some(format!("its pod ended ({}) and it had no volume", p.phase)),
-        Some(_) => Some("its pod is being deleted and its data with it".into()),
+        Some(p) => Some(format!("its pod ended ({}) and it had no volume", p.phase)),
         None => Some("its pod is gone and it had no volume".into()),
     }
 }
@@ -178,8 +180,9 @@ fn seed_member(o: &Observed, d: &Desired, version: Version, seed: Seed) -> NewMe
     }
 }
 
-/// The surviving member with the most data (highest raft index; a voter before a learner on a
-/// tie; then the highest revision) whose pod has an address.
+/// The surviving member with the most data (highest applied raft index: the last log index can
+/// include entries never committed; then the highest revision; a voter before a learner) whose
+/// pod has an address.
 fn survivor<'a>(o: &Observed, etcd: &'a EtcdState) -> Option<(&'a MemberState, String)> {
     etcd.members
         .iter()
@@ -190,7 +193,7 @@ fn survivor<'a>(o: &Observed, etcd: &'a EtcdState) -> Option<(&'a MemberState, S
         })
         .max_by_key(|(m, _)| {
             let s = m.status.as_ref().expect("filtered");
-            (s.raft_index, !m.is_learner, s.revision)
+            (s.raft_applied_index, s.revision, !m.is_learner)
         })
 }
 
@@ -204,10 +207,11 @@ fn from_survivor(
     let (m, client_url) = survivor(o, etcd).ok_or("no surviving member answers with its status")?;
     let s = m.status.as_ref().expect("a survivor answered");
     let version = Version::parse(&s.version).ok().or_else(|| running_version(o)).unwrap_or_else(|| d.version.clone());
-    let member = seed_member(o, d, version, Seed::Member { pod: m.pod.clone(), client_url });
+    let seed = Seed::Member { pod: m.pod.clone(), client_url, cluster_id: etcd.cluster_id, member_id: m.id };
+    let member = seed_member(o, d, version, seed);
     Ok(Step::Recover(Box::new(Recovery {
         member,
-        from: format!("surviving member {} (raft index {})", m.pod, s.raft_index),
+        from: format!("surviving member {} (applied raft index {})", m.pod, s.raft_applied_index),
         revision: s.revision,
         lost,
         voters,

@@ -183,15 +183,26 @@ fn from_survivor_waits_for_after_seconds_then_starts_from_the_survivor() {
     assert!(n.name.starts_with("ex-") && !["ex-m1", "ex-m2", "ex-m3"].contains(&n.name.as_str()));
     assert!(n.bootstrap && !n.existing, "a new cluster of one");
     assert_eq!(n.initial_cluster.len(), 1);
-    assert_eq!(n.seed, Some(Seed::Member { pod: "ex-m1".into(), client_url: "http://10.244.0.9:2379".into() }));
+    assert_eq!(
+        n.seed,
+        Some(Seed::Member {
+            pod: "ex-m1".into(),
+            client_url: "http://10.244.0.9:2379".into(),
+            cluster_id: 42,
+            member_id: 1
+        })
+    );
 }
 
 #[test]
-fn the_survivor_with_the_highest_raft_index_is_chosen() {
+fn the_survivor_that_applied_the_most_is_chosen() {
     let mut o = running(5, 5);
     lose_pods(&mut o, &[1, 4, 5]);
-    m(&mut o, 2).status.as_mut().unwrap().raft_index = 950;
-    m(&mut o, 3).status.as_mut().unwrap().raft_index = 900;
+    // ex-m3 has the longer log, but part of it was never committed: ex-m2 applied more.
+    let s2 = m(&mut o, 2).status.as_mut().unwrap();
+    (s2.raft_index, s2.raft_applied_index) = (950, 950);
+    let s3 = m(&mut o, 3).status.as_mut().unwrap();
+    (s3.raft_index, s3.raft_applied_index) = (990, 900);
     with_policy(&mut o, QuorumLossPolicy::FromSurvivor, Some(600));
     let Step::Recover(r) = plan(&o) else { panic!("expected Recover") };
     assert!(matches!(&r.member.seed, Some(Seed::Member { pod, .. }) if pod == "ex-m2"), "{:?}", r.member.seed);
@@ -271,16 +282,20 @@ fn a_recovery_under_way_is_waited_for_and_given_up_if_its_member_cannot_start() 
 }
 
 #[test]
-fn once_the_recovered_member_serves_the_old_members_pods_go_and_learners_join() {
+fn after_a_recovery_the_old_pods_stay_until_the_data_has_a_second_copy() {
     let mut o = running(1, 3);
     etcd(&mut o).members[0].pod = "ex-new".into();
     let p = o.pods.remove("ex-m1").unwrap();
     o.pods.insert("ex-new".into(), PodState { name: "ex-new".into(), ..p });
-    o.pods.insert("ex-m1".into(), pod("ex-m1")); // the old survivor, a member of the old cluster
+    // The old survivor, a member of the old cluster, failing or not.
+    o.pods.insert("ex-m1".into(), PodState { problem: Some(("CrashLoopBackOff".into(), "x".into())), ..pod("ex-m1") });
     o.recovery_record = Some(recovery::Record { member: "ex-new".into(), ..Default::default() });
+    // One copy only: a learner first, not a reason to stop either.
+    assert!(matches!(plan(&o), Step::AddLearner(_)), "{:?}", plan(&o));
+    etcd(&mut o).members.push(member(2, "ex-l2", 1, 1000));
+    o.pods.insert("ex-l2".into(), pod("ex-l2"));
+    // Two healthy voters: now the old cluster's pod goes.
     assert!(matches!(plan(&o), Step::DeletePod { pod, keep_volume: false, .. } if pod == "ex-m1"));
-    o.pods.remove("ex-m1");
-    assert!(matches!(plan(&o), Step::AddLearner(_)));
 }
 
 // ---- bootstraps that never formed -------------------------------------------------------------
@@ -354,6 +369,24 @@ fn a_cluster_that_formed_is_never_bootstrapped_again() {
 }
 
 // ---- stuck members ---------------------------------------------------------------------------
+
+#[test]
+fn a_learner_crash_looping_on_settings_since_fixed_is_dropped_to_be_added_again() {
+    let mut o = running(3, 4);
+    add_learner(&mut o, 9, "ex-l", 0);
+    let l = m(&mut o, 9);
+    l.name.clear();
+    l.status = None;
+    let hash_now = o.desired.as_ref().unwrap().pod_hash();
+    let p = o.pods.get_mut("ex-l").unwrap();
+    p.problem = Some(("CrashLoopBackOff".into(), "unknown flag".into()));
+    p.spec_hash = Some(hash_now.clone());
+    // Made under the current spec: reported, nothing dropped.
+    assert_eq!(wait_reason(&plan(&o)), WaitReason::MemberFailing);
+    // The user fixed etcdEnv since (same image, another pod spec): dropped, then added again.
+    o.pods.get_mut("ex-l").unwrap().spec_hash = Some("0123456789abcdef".into());
+    assert!(matches!(plan(&o), Step::RemoveMember { id: 9, .. }));
+}
 
 #[test]
 fn a_learner_started_with_a_stale_initial_cluster_is_dropped_to_be_added_again() {
