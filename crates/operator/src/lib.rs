@@ -8,6 +8,8 @@ pub mod crds;
 pub mod etcd;
 pub mod events;
 pub mod http;
+#[cfg(test)]
+mod input_fuzz;
 pub mod leader_election;
 pub mod manifests;
 pub mod marks;

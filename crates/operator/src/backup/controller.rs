@@ -378,7 +378,7 @@ async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<JobContext>) -> Result<Acti
         .cloned()
         .ok_or_else(|| "no spec".to_string())
         .and_then(|s| serde_json::from_value(s).map_err(|e| format!("spec cannot be read: {e}")));
-    let plan = spec.and_then(|s| plan(&s, &ns));
+    let plan = super::pods::check_job_owner_name(&obj.name_any()).and(spec).and_then(|s| plan(&s, &ns));
     let plan = match plan {
         Ok(p) => p,
         Err(why) => {

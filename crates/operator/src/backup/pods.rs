@@ -185,6 +185,19 @@ fn restore_flags(etcd_command: &[String]) -> Vec<String> {
 /// (the member's etcd image: `etcdutl` from 3.5, `etcdctl` before), move the result into
 /// place (operator image). They run as the etcd container's user (root unless the pod's
 /// security context says otherwise) so that etcd owns its files.
+/// The name of an EtcdBackup or EtcdRestore becomes the label value that finds its pods, and a
+/// label value holds at most 63 characters: a longer name is refused up front (it used to fail
+/// pod creation with no status and no Event).
+pub fn check_job_owner_name(name: &str) -> Result<(), String> {
+    if name.len() > 63 {
+        return Err(format!(
+            "metadata.name is {} characters; at most 63 fit, because it labels this object's pods",
+            name.len()
+        ));
+    }
+    Ok(())
+}
+
 /// Where a restored member's snapshot comes from.
 #[derive(Clone, Copy, Debug)]
 pub enum SnapshotSource<'a> {
@@ -316,6 +329,13 @@ mod tests {
         assert_eq!(v[0].secret.as_ref().unwrap().secret_name.as_deref(), Some("aws"));
         assert_eq!(v[0].secret.as_ref().unwrap().optional, None, "backup pods fail fast without their Secret");
         assert_eq!(m[0].mount_path, CREDENTIALS_MOUNT);
+    }
+
+    #[test]
+    fn names_longer_than_a_label_value_are_refused() {
+        assert!(check_job_owner_name(&"r".repeat(63)).is_ok());
+        let e = check_job_owner_name(&"r".repeat(64)).unwrap_err();
+        assert!(e.contains("64 characters") && e.contains("at most 63"), "{e}");
     }
 
     #[test]

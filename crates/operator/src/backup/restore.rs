@@ -123,7 +123,8 @@ async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<JobContext>) -> Result<Acti
         .cloned()
         .ok_or_else(|| "no spec".to_string())
         .and_then(|s| serde_json::from_value(s).map_err(|e| format!("spec cannot be read: {e}")));
-    let (spec, plan) = match spec.and_then(|s| plan(&s).map(|p| (s, p))) {
+    let named = pods::check_job_owner_name(&obj.name_any());
+    let (spec, plan) = match named.and(spec).and_then(|s| plan(&s).map(|p| (s, p))) {
         Ok(v) => v,
         Err(why) => {
             return fail(&ctx, &obj, &ar, &prev, st, "InvalidSpec", format!("invalid spec, nothing created: {why}"))
