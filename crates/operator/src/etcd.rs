@@ -145,8 +145,10 @@ pub async fn observe(
     let want = cluster_id.or_else(|| majority(ok.iter().map(|(_, (_, cid, _, _))| *cid)));
     let mut statuses = BTreeMap::new();
     let mut answered = vec![];
+    let mut foreign = vec![];
     for (url, (id, cid, st, client)) in ok {
         if Some(cid) != want {
+            foreign.extend(endpoints.iter().filter(|(_, u)| *u == url).map(|(pod, _)| pod.clone()));
             clients.forget(url);
             last_err = Some(Error::OtherCluster { endpoint: url.clone(), found: cid });
             continue;
@@ -185,7 +187,7 @@ pub async fn observe(
             status: statuses.get(&m.id()).cloned(),
         })
         .collect();
-    Ok(EtcdState { cluster_id, leader, members })
+    Ok(EtcdState { cluster_id, leader, members, foreign })
 }
 
 async fn change_client(endpoints: &[String]) -> Result<Client, Error> {

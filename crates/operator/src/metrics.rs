@@ -182,6 +182,7 @@ mod tests {
                 status: Some(MemberStatus { db_size: 4096, leader: 1, ..Default::default() }),
                 ..Default::default()
             }],
+            ..Default::default()
         });
         let st = etcd_operator_api::EtcdClusterStatus {
             ready_members: 3,

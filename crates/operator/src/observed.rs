@@ -160,6 +160,9 @@ pub struct EtcdState {
     /// Member ID of the leader, if a healthy member reported one.
     pub leader: Option<u64>,
     pub members: Vec<MemberState>,
+    /// Pods whose etcd answered as a member of another cluster (after a quorum-loss recovery:
+    /// the old cluster's pods). Certainly no member of this one.
+    pub foreign: Vec<String>,
 }
 
 /// One etcd member as the member list and its own status call describe it.

@@ -302,7 +302,7 @@ mod tests {
             new_member_suffix: "zzzzz".into(),
             ..Default::default()
         };
-        let mut e = EtcdState { cluster_id: 0xabc, leader: Some(1), members: vec![] };
+        let mut e = EtcdState { cluster_id: 0xabc, leader: Some(1), members: vec![], ..Default::default() };
         for (i, h) in healthy.iter().enumerate() {
             let name = format!("ex-m{i}");
             o.pods.insert(

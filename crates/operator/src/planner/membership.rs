@@ -333,12 +333,13 @@ fn learner_step(o: &Observed, d: &Desired, etcd: &EtcdState, healthy_voters: usi
     Some(Step::Promote { id: l.id, pod: l.pod.clone() })
 }
 
-/// Pods that belong to no member, old enough that the member list cannot simply be lagging.
+/// Pods that belong to no member, old enough that the member list cannot simply be lagging, or
+/// whose etcd answered as a member of another cluster.
 fn orphan_pods(o: &Observed, etcd: &EtcdState) -> Option<Step> {
     o.pods
         .values()
         .filter(|p| !p.deleting && etcd.member_for_pod(&p.name).is_none())
-        .find(|p| p.age_secs >= ORPHAN_GRACE_SECS || p.is_dead())
+        .find(|p| p.age_secs >= ORPHAN_GRACE_SECS || p.is_dead() || etcd.foreign.contains(&p.name))
         .map(|p| Step::DeletePod {
             pod: p.name.clone(),
             why: "it belongs to no etcd member".into(),

@@ -200,7 +200,7 @@ fn observed(g: &Gen) -> Observed {
         );
     }
     if g.etcd_answers && members.iter().any(|m| m.status.is_some()) {
-        o.etcd = Some(EtcdState { cluster_id: 7, leader: leader_id, members });
+        o.etcd = Some(EtcdState { cluster_id: 7, leader: leader_id, members, ..Default::default() });
     } else {
         o.etcd_error = Some("no member answers".into());
     }

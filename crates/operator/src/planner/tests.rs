@@ -48,7 +48,7 @@ pub(super) fn running(n: u64, size: i32) -> Observed {
         new_member_suffix: "zzzzz".into(),
         ..Default::default()
     };
-    let mut etcd = EtcdState { cluster_id: 42, leader: Some(1), members: vec![] };
+    let mut etcd = EtcdState { cluster_id: 42, leader: Some(1), members: vec![], ..Default::default() };
     for i in 1..=n {
         let name = format!("ex-m{i}");
         o.pods.insert(name.clone(), pod(&name));

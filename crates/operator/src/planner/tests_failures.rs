@@ -294,7 +294,15 @@ fn after_a_recovery_the_old_pods_stay_until_the_data_has_a_second_copy() {
     assert!(matches!(plan(&o), Step::AddLearner(_)), "{:?}", plan(&o));
     etcd(&mut o).members.push(member(2, "ex-l2", 1, 1000));
     o.pods.insert("ex-l2".into(), pod("ex-l2"));
-    // Two healthy voters: now the old cluster's pod goes.
+    // Two healthy voters: now the old cluster's pod goes, once it is old enough to be no
+    // member in flight ...
+    o.pods.get_mut("ex-m1").unwrap().age_secs = 10;
+    assert!(!matches!(plan(&o), Step::DeletePod { .. }), "{:?}", plan(&o));
+    o.pods.get_mut("ex-m1").unwrap().age_secs = 600;
+    assert!(matches!(plan(&o), Step::DeletePod { pod, keep_volume: false, .. } if pod == "ex-m1"));
+    // ... or at once when its etcd answered as a member of another cluster (the old one).
+    o.pods.get_mut("ex-m1").unwrap().age_secs = 10;
+    etcd(&mut o).foreign = vec!["ex-m1".into()];
     assert!(matches!(plan(&o), Step::DeletePod { pod, keep_volume: false, .. } if pod == "ex-m1"));
 }
 
