@@ -125,20 +125,30 @@ fn has_member_data(data_dir: &FsPath) -> bool {
     data_dir.join("member").is_dir()
 }
 
-pub async fn prepare(args: PrepareArgs) -> Result<String, String> {
-    let work = &args.work_dir;
-    let snapshot = work.join(SNAPSHOT_FILE);
+/// The common start of `restore-prepare` and `seed-from-member`: a clean work directory; and
+/// when the member already has data (restored before; init containers run again on a new pod
+/// sandbox), its own database as the snapshot, so the restore step that runs regardless gets a
+/// valid one and `restore-finish` discards its output. `Some(message)` when nothing is to fetch.
+fn begin(work: &FsPath, data_dir: &FsPath) -> Result<Option<String>, String> {
     let restored = work.join(RESTORED_DIR);
     if restored.exists() {
         std::fs::remove_dir_all(&restored).map_err(|e| format!("clear {}: {e}", restored.display()))?;
     }
     std::fs::create_dir_all(work).map_err(|e| format!("create {}: {e}", work.display()))?;
-    if has_member_data(&args.data_dir) {
-        // Restored before: the restore step runs again regardless, so give it a valid
-        // database (this member's own) and let restore-finish discard its output.
-        let db = args.data_dir.join("member/snap/db");
-        std::fs::copy(&db, &snapshot).map_err(|e| format!("copy {}: {e}", db.display()))?;
-        return Ok(format!("{} already holds this member's data; kept", args.data_dir.display()));
+    if !has_member_data(data_dir) {
+        return Ok(None);
+    }
+    let db = data_dir.join("member/snap/db");
+    let snapshot = work.join(SNAPSHOT_FILE);
+    std::fs::copy(&db, &snapshot).map_err(|e| format!("copy {}: {e}", db.display()))?;
+    Ok(Some(format!("{} already holds this member's data; kept", data_dir.display())))
+}
+
+pub async fn prepare(args: PrepareArgs) -> Result<String, String> {
+    let work = &args.work_dir;
+    let snapshot = work.join(SNAPSHOT_FILE);
+    if let Some(kept) = begin(work, &args.data_dir)? {
+        return Ok(kept);
     }
     let loc = args.storage.location()?;
     let (store, _) = store::open(&loc, &args.storage.credentials_dir, &args.storage.s3())?;
@@ -166,15 +176,8 @@ pub async fn prepare(args: PrepareArgs) -> Result<String, String> {
 pub async fn seed_from_member(args: SeedArgs) -> Result<String, String> {
     let work = &args.work_dir;
     let snapshot = work.join(SNAPSHOT_FILE);
-    let restored = work.join(RESTORED_DIR);
-    if restored.exists() {
-        std::fs::remove_dir_all(&restored).map_err(|e| format!("clear {}: {e}", restored.display()))?;
-    }
-    std::fs::create_dir_all(work).map_err(|e| format!("create {}: {e}", work.display()))?;
-    if has_member_data(&args.data_dir) {
-        let db = args.data_dir.join("member/snap/db");
-        std::fs::copy(&db, &snapshot).map_err(|e| format!("copy {}: {e}", db.display()))?;
-        return Ok(format!("{} already holds this member's data; kept", args.data_dir.display()));
+    if let Some(kept) = begin(work, &args.data_dir)? {
+        return Ok(kept);
     }
     let url = args.member_url.as_str();
     let opts = etcd_client::ConnectOptions::new().with_connect_timeout(std::time::Duration::from_secs(5));

@@ -58,16 +58,7 @@ fn forming(o: &Observed, d: &Desired) -> Step {
     let peers = super::volumes::bootstrap_peers(o, d);
     if let Some((name, _)) = peers.iter().find(|(n, _)| !o.pods.contains_key(n) && !o.pvcs.contains_key(n)) {
         if o.pods.values().all(|p| p.bootstrap) {
-            return Step::CreatePod(NewMember {
-                name: name.clone(),
-                initial_cluster: peers.clone(),
-                existing: false,
-                version: d.version.clone(),
-                pvc: d.pod.persistent_volume_claim_spec.is_some(),
-                bootstrap: true,
-                restart: false,
-                seed: None,
-            });
+            return Step::CreatePod(bootstrap_member(name.clone(), peers.clone(), d));
         }
     }
     // Dead bootstrap pods, and bootstrap pods that cannot run under a spec that has changed
@@ -100,21 +91,21 @@ fn bootstrap(o: &Observed, d: &Desired) -> Step {
         .map(|i| naming::member_name(&o.name, &format!("{}{}", &o.new_member_suffix[..naming::SUFFIX_LEN - 1], i)))
         .collect();
     let initial: Vec<_> = names.iter().map(|n| peer_of(o, d, n)).collect();
-    Step::Bootstrap(
-        names
-            .into_iter()
-            .map(|name| NewMember {
-                name,
-                initial_cluster: initial.clone(),
-                existing: false,
-                version: d.version.clone(),
-                pvc: d.pod.persistent_volume_claim_spec.is_some(),
-                bootstrap: true,
-                restart: false,
-                seed: None,
-            })
-            .collect(),
-    )
+    Step::Bootstrap(names.into_iter().map(|name| bootstrap_member(name, initial.clone(), d)).collect())
+}
+
+/// A member of a new cluster's static bootstrap.
+fn bootstrap_member(name: String, initial_cluster: Vec<(String, String)>, d: &Desired) -> NewMember {
+    NewMember {
+        name,
+        initial_cluster,
+        existing: false,
+        version: d.version.clone(),
+        pvc: d.pod.persistent_volume_claim_spec.is_some(),
+        bootstrap: true,
+        restart: false,
+        seed: None,
+    }
 }
 
 /// A member pod that has been terminating for long (its node stopped answering): reported, with
