@@ -9,7 +9,8 @@
 use std::collections::BTreeMap;
 
 use crate::naming::{
-    CLUSTER_ID_ANNOTATION, LAST_VALID_SPEC_ANNOTATION, QUORUM_LOST_AT_ANNOTATION, RECOVERY_ANNOTATION,
+    CLUSTER_ID_ANNOTATION, LAST_RECOVERY_ANNOTATION, LAST_VALID_SPEC_ANNOTATION, QUORUM_LOST_AT_ANNOTATION,
+    RECOVERY_ANNOTATION,
 };
 use crate::observed::Observed;
 use crate::planner::recovery;
@@ -42,6 +43,10 @@ pub fn cluster_annotations(
         }
     }
     if recovered {
+        // Kept as the last recovery: status reports it from there on every reconcile (a status
+        // written from a stale cache must not be able to drop what was lost).
+        let done = o.recovery_record.as_ref().and_then(|r| serde_json::to_string(r).ok());
+        set(LAST_RECOVERY_ANNOTATION, done);
         set(RECOVERY_ANNOTATION, None);
     }
     if o.desired.is_ok() && o.spec_refused.is_none() {
@@ -58,4 +63,88 @@ pub fn cluster_annotations(
 /// Member pods still missing the cluster-UID label (made by an earlier operator version).
 pub fn pods_to_label(o: &Observed) -> Vec<String> {
     o.pods.values().filter(|p| !p.labelled && !p.deleting).map(|p| p.name.clone()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::observed::{EtcdState, MemberState, MemberStatus};
+    use crate::planner::recovery::Record;
+
+    fn formed(cluster_id: u64) -> Observed {
+        let spec = etcd_operator_api::EtcdClusterSpec { size: 1, version: "3.5.1".into(), ..Default::default() };
+        let mut o = Observed {
+            desired: crate::validation::validate("ex", &spec),
+            ever_bootstrapped: true,
+            ..Default::default()
+        };
+        o.pods.insert(
+            "ex-a".into(),
+            crate::observed::PodState { name: "ex-a".into(), phase: "Running".into(), ..Default::default() },
+        );
+        o.etcd = Some(EtcdState {
+            cluster_id,
+            leader: Some(1),
+            members: vec![MemberState {
+                id: 1,
+                name: "ex-a".into(),
+                pod: "ex-a".into(),
+                status: Some(MemberStatus { leader: 1, ..Default::default() }),
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+        o
+    }
+
+    #[test]
+    fn the_cluster_id_is_recorded_once_and_the_spec_when_valid() {
+        let o = formed(0xabc);
+        let ch = cluster_annotations(&o, &BTreeMap::new(), "{}", "t");
+        assert_eq!(ch[CLUSTER_ID_ANNOTATION].as_deref(), Some("abc"));
+        assert_eq!(ch[LAST_VALID_SPEC_ANNOTATION].as_deref(), Some("{}"));
+        let current = BTreeMap::from([
+            (CLUSTER_ID_ANNOTATION.to_string(), "abc".to_string()),
+            (LAST_VALID_SPEC_ANNOTATION.to_string(), "{}".to_string()),
+        ]);
+        assert!(cluster_annotations(&o, &current, "{}", "t").is_empty(), "nothing to write twice");
+    }
+
+    #[test]
+    fn a_refused_spec_is_not_recorded_as_valid() {
+        let mut o = formed(0xabc);
+        o.spec_refused = Some(vec!["bad".into()]);
+        let ch = cluster_annotations(&o, &BTreeMap::new(), "{\"size\":0}", "t");
+        assert!(!ch.contains_key(LAST_VALID_SPEC_ANNOTATION));
+    }
+
+    #[test]
+    fn a_finished_recovery_becomes_the_last_recovery_and_the_new_cluster_id_is_recorded() {
+        let mut o = formed(5);
+        o.recovery_record = Some(Record { member: "ex-a".into(), policy: "FromSurvivor".into(), ..Default::default() });
+        let current = BTreeMap::from([
+            (CLUSTER_ID_ANNOTATION.to_string(), "old".to_string()),
+            (RECOVERY_ANNOTATION.to_string(), "{}".to_string()),
+        ]);
+        let ch = cluster_annotations(&o, &current, "{}", "t");
+        assert_eq!(ch[RECOVERY_ANNOTATION], None, "the record is removed");
+        assert!(ch[LAST_RECOVERY_ANNOTATION].as_deref().is_some_and(|j| j.contains("FromSurvivor")));
+        assert_eq!(ch[CLUSTER_ID_ANNOTATION].as_deref(), Some("5"));
+        // While the new member does not serve yet, nothing of this is written.
+        o.etcd.as_mut().unwrap().members[0].status = None;
+        let ch = cluster_annotations(&o, &current, "{}", "t");
+        assert!(!ch.contains_key(RECOVERY_ANNOTATION) && !ch.contains_key(CLUSTER_ID_ANNOTATION), "{ch:?}");
+    }
+
+    #[test]
+    fn the_quorum_loss_clock_starts_and_stops() {
+        let mut o = formed(0xabc);
+        o.pods.clear();
+        o.etcd = None; // nothing left at all: unrecoverable
+        let ch = cluster_annotations(&o, &BTreeMap::new(), "{}", "2026-01-01T00:00:00Z");
+        assert_eq!(ch[QUORUM_LOST_AT_ANNOTATION].as_deref(), Some("2026-01-01T00:00:00Z"));
+        let healthy = formed(0xabc);
+        let current = BTreeMap::from([(QUORUM_LOST_AT_ANNOTATION.to_string(), "t".to_string())]);
+        assert_eq!(cluster_annotations(&healthy, &current, "{}", "t")[QUORUM_LOST_AT_ANNOTATION], None);
+    }
 }

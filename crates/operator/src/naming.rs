@@ -26,6 +26,9 @@ pub const LAST_VALID_SPEC_ANNOTATION: &str = "etcd.database.coreos.com/last-vali
 pub const QUORUM_LOST_AT_ANNOTATION: &str = "etcd.database.coreos.com/quorum-lost-at";
 /// EtcdCluster annotation: a quorum-loss recovery under way (JSON `planner::recovery::Record`).
 pub const RECOVERY_ANNOTATION: &str = "etcd.database.coreos.com/recovery";
+/// EtcdCluster annotation: the last quorum-loss recovery that finished (JSON
+/// `planner::recovery::Record`), from which status reports `RecoveredFromQuorumLoss`.
+pub const LAST_RECOVERY_ANNOTATION: &str = "etcd.database.coreos.com/last-recovery";
 /// PVC annotation: the member whose data the volume holds.
 pub const MEMBER_ANNOTATION: &str = "etcd.database.coreos.com/member";
 /// PVC annotation: that member's peer URL, to name it in `--initial-cluster` when no member

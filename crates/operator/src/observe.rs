@@ -249,9 +249,10 @@ pub async fn observe(
         .collect();
     let status = cluster.status.clone().unwrap_or_default();
     let annotations = cluster.annotations();
-    let recovery_record = annotations
-        .get(RECOVERY_ANNOTATION)
-        .and_then(|j| serde_json::from_str::<crate::planner::recovery::Record>(j).ok());
+    let record =
+        |k: &str| annotations.get(k).and_then(|j| serde_json::from_str::<crate::planner::recovery::Record>(j).ok());
+    let recovery_record = record(RECOVERY_ANNOTATION);
+    let last_recovery = record(naming::LAST_RECOVERY_ANNOTATION);
     // During a recovery the new first member is the cluster: only it is asked, whatever cluster
     // ID it has. Otherwise answers from another cluster (a reused pod IP) are ignored.
     let seeded = recovery_record.as_ref().filter(|r| pods.contains_key(&r.member)).map(|r| r.member.clone());
@@ -309,6 +310,7 @@ pub async fn observe(
         spec_refused,
         quorum_lost_secs,
         recovery_record,
+        last_recovery,
         recovery_backup,
         recorded_version: (!status.current_version.is_empty()).then_some(status.current_version),
         new_member_suffix: random_suffix(),

@@ -35,6 +35,8 @@ pub struct Observed {
     pub quorum_lost_secs: Option<i64>,
     /// A quorum-loss recovery the operator recorded on the EtcdCluster and has not finished.
     pub recovery_record: Option<crate::planner::recovery::Record>,
+    /// The last recovery that finished, as recorded on the EtcdCluster.
+    pub last_recovery: Option<crate::planner::recovery::Record>,
     /// With `quorumLoss: FromBackup`: the newest backup of the named EtcdBackup, or why there
     /// is none to use.
     pub recovery_backup: Option<Result<BackupPoint, String>>,
@@ -60,6 +62,7 @@ impl Default for Observed {
             spec_refused: None,
             quorum_lost_secs: None,
             recovery_record: None,
+            last_recovery: None,
             recovery_backup: None,
             recorded_version: None,
             new_member_suffix: String::new(),

@@ -159,20 +159,21 @@ pub fn compute(
             condition::remove(&mut cs, SCALING);
         }
     }
-    if let Some(r) = &o.recovery_record {
-        let serving = o.etcd.as_ref().and_then(|e| e.member_for_pod(&r.member)).is_some_and(|m| m.is_healthy());
-        if serving {
-            let lost = if r.voters > 0 {
-                format!("{} of {} voting members were lost", r.lost, r.voters)
-            } else {
-                "every member was lost".to_string()
-            };
-            let msg = format!(
-                "recovered from quorum loss ({}): {lost}; the cluster resumed from {} at revision {}; writes acknowledged after revision {} were lost",
-                r.policy, r.from, r.revision, r.revision
-            );
-            condition::upsert(&mut cs, cond(RECOVERED_FROM_QUORUM_LOSS, true, &r.policy, msg), now);
-        }
+    // The recovery that just finished (its member serves), else the last one recorded.
+    let serving = |r: &&crate::planner::recovery::Record| {
+        o.etcd.as_ref().and_then(|e| e.member_for_pod(&r.member)).is_some_and(|m| m.is_healthy())
+    };
+    if let Some(r) = o.recovery_record.as_ref().filter(serving).or(o.last_recovery.as_ref()) {
+        let lost = if r.voters > 0 {
+            format!("{} of {} voting members were lost", r.lost, r.voters)
+        } else {
+            "every member was lost".to_string()
+        };
+        let msg = format!(
+            "recovered from quorum loss ({}): {lost}; the cluster resumed from {} at revision {}; writes acknowledged after revision {} were lost",
+            r.policy, r.from, r.revision, r.revision
+        );
+        condition::upsert(&mut cs, cond(RECOVERED_FROM_QUORUM_LOSS, true, &r.policy, msg), now);
     }
     match step {
         Step::Recover(r) => condition::upsert(
@@ -424,6 +425,25 @@ mod tests {
         let d = condition::find(&s.conditions, DEGRADED).unwrap();
         assert_eq!(d.reason, "DataLost");
         assert!(!d.message.contains("delete and re-create"), "never advise deleting: {}", d.message);
+    }
+
+    /// The condition comes from the recorded last recovery every time, so a status computed
+    /// from a stale cached object (without the condition) cannot drop it.
+    #[test]
+    fn a_finished_recovery_is_reported_from_its_record_whatever_the_previous_status() {
+        let mut o = obs(3, &[true, true, true]);
+        o.last_recovery = Some(crate::planner::recovery::Record {
+            member: "ex-m0".into(),
+            policy: "FromSurvivor".into(),
+            from: "surviving member ex-old".into(),
+            revision: 81,
+            lost: 2,
+            voters: 3,
+        });
+        let s = compute(&o, &plan(&o), &Default::default(), None, "t");
+        let c = condition::find(&s.conditions, RECOVERED_FROM_QUORUM_LOSS).unwrap();
+        assert_eq!((c.status.as_str(), c.reason.as_str()), ("True", "FromSurvivor"));
+        assert!(c.message.contains("2 of 3") && c.message.contains("revision 81") && c.message.contains("were lost"));
     }
 
     #[test]
