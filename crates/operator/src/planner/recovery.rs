@@ -45,8 +45,9 @@ impl Record {
     }
 }
 
-/// Voters that can never come back, each with why: no pod and no volume, a pod that ended or
-/// is being deleted with its emptyDir, or a volume its data check refused.
+/// Voters that can never come back, each with why: no pod and no volume, a pod that ended
+/// without a volume, or a volume its data check refused. (A pod still being deleted is not
+/// counted: it may still run.)
 pub fn cannot_return(o: &Observed, etcd: &EtcdState) -> Vec<String> {
     etcd.voters().filter_map(|m| lost_why(o, m).map(|why| format!("{}: {why}", m.pod))).collect()
 }
