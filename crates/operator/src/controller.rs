@@ -252,12 +252,12 @@ async fn reconcile_one(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
         Err(e) if e.is_transient() => {
             // etcd refuses membership changes for a few seconds after one (its peers must have
             // been connected for 5 s): expected, retried shortly, not worth an Event.
-            tracing::info!(cluster = %key, error = %e, step = step_name(&step), "step refused for now; retrying");
+            tracing::info!(cluster = %key, error = %e, step = step.name(), "step refused for now; retrying");
         }
         Err(e) => {
             tracing::warn!(cluster = %key, error = %e, ?step, "step failed");
-            let note = format!("{}: {e}", step_name(&step));
-            publish(&ctx, &reference, step.member(), EventType::Warning, "StepFailed", note, step_name(&step)).await;
+            let note = format!("{}: {e}", step.name());
+            publish(&ctx, &reference, step.member(), EventType::Warning, "StepFailed", note, step.name()).await;
         }
     }
 
@@ -293,22 +293,6 @@ async fn reconcile_one(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
         },
         _ => Action::requeue(Duration::from_millis(500)),
     })
-}
-
-fn step_name(s: &Step) -> &'static str {
-    match s {
-        Step::Wait(_) => "Wait",
-        Step::CreateServices => "CreateServices",
-        Step::Bootstrap(_) => "Bootstrap",
-        Step::AddLearner(_) => "AddLearner",
-        Step::CreatePod(_) => "CreatePod",
-        Step::Promote { .. } => "Promote",
-        Step::RemoveMember { .. } => "RemoveMember",
-        Step::DeletePod { .. } => "DeletePod",
-        Step::UpgradeMember { .. } => "UpgradeMember",
-        Step::MoveLeader { .. } => "MoveLeader",
-        Step::Recover(_) => "Recover",
-    }
 }
 
 fn error_policy(obj: Arc<DynamicObject>, err: &Error, _ctx: Arc<Context>) -> Action {

@@ -60,6 +60,23 @@ pub enum Step {
 }
 
 impl Step {
+    /// The step's kind, for logs, Events and counts.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Step::Wait(_) => "Wait",
+            Step::CreateServices => "CreateServices",
+            Step::Bootstrap(_) => "Bootstrap",
+            Step::AddLearner(_) => "AddLearner",
+            Step::CreatePod(_) => "CreatePod",
+            Step::Recover(_) => "Recover",
+            Step::Promote { .. } => "Promote",
+            Step::RemoveMember { .. } => "RemoveMember",
+            Step::DeletePod { .. } => "DeletePod",
+            Step::UpgradeMember { .. } => "UpgradeMember",
+            Step::MoveLeader { .. } => "MoveLeader",
+        }
+    }
+
     /// The member (pod) a step acts on, if it acts on one.
     pub fn member(&self) -> Option<&str> {
         match self {

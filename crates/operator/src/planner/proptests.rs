@@ -333,19 +333,7 @@ fn every_planned_step_keeps_the_safety_rules() {
         .run(&observations(), |g| {
             let o = observed(&g);
             let step = plan(&o);
-            let kind = match &step {
-                Step::Wait(_) => "Wait",
-                Step::CreateServices => "CreateServices",
-                Step::Bootstrap(_) => "Bootstrap",
-                Step::AddLearner(_) => "AddLearner",
-                Step::CreatePod(_) => "CreatePod",
-                Step::Recover(_) => "Recover",
-                Step::Promote { .. } => "Promote",
-                Step::RemoveMember { .. } => "RemoveMember",
-                Step::UpgradeMember { .. } => "UpgradeMember",
-                Step::MoveLeader { .. } => "MoveLeader",
-                Step::DeletePod { .. } => "DeletePod",
-            };
+            let kind = step.name();
             *kinds.borrow_mut().entry(kind).or_default() += 1;
             check(&o, &step)
         })
