@@ -1,21 +1,59 @@
 #!/usr/bin/env bash
-# Builds Kubernetes 1.20.2 (apiserver, controller-manager, scheduler, kubelet, kube-proxy, kubectl)
-# from Debian's `kubernetes` source package, and caches the binaries in $K8S_BIN.
-# A second run with the binaries present does nothing.
+# Builds Kubernetes $K8S_VERSION (apiserver, controller-manager, scheduler, kubelet, kube-proxy,
+# kubectl) and caches the binaries in $K8S_BIN. A second run with the binaries present does nothing.
+#   modern leg (1.37): from the published Go modules, hack/k8s/go.mod, with the Go at /usr/local/go;
+#   legacy leg (1.20): from Debian's `kubernetes` source package, with Debian's Go 1.19.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 
 WHAT_BINS=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl)
 # Bumped whenever the way the binaries are built changes, so cached builds are redone.
-RECIPE="vendor: reflect2 1.0.2; openapi null check as built by Go 1.15"
+if [ "$K8S_VERSION" = "$K8S_MODERN" ]; then
+  RECIPE="go modules: hack/k8s/go.sum $(sha256sum "$HACK_DIR/k8s/go.sum" | cut -c1-16); static; version ldflags"
+else
+  RECIPE="vendor: reflect2 1.0.2; openapi null check as built by Go 1.15"
+fi
 have_all() {
   for b in "${WHAT_BINS[@]}"; do [ -x "$K8S_BIN/$b" ] || return 1; done
   [ "$(cat "$K8S_BIN/.recipe" 2>/dev/null)" = "$RECIPE" ]
 }
 if have_all; then log "kubernetes $K8S_VERSION binaries cached in $K8S_BIN"; exit 0; fi
 
+build_modern() {
+  local go=/usr/local/go/bin/go out=$CACHE_DIR/kubernetes-$K8S_VERSION/build pkgs=() b v=v$K8S_VERSION date ldflags=""
+  [ -x "$go" ] || die "$go not found: the modern leg builds with the Go installed at /usr/local/go"
+  cd "$HACK_DIR/k8s"
+  # The module's own go line (1.26.0) is what this Go is; never fetch another toolchain silently.
+  export GOTOOLCHAIN=local GOFLAGS="-mod=readonly -trimpath" CGO_ENABLED=0
+  export GOCACHE=$CACHE_DIR/go-build GOMODCACHE=$CACHE_DIR/go-mod
+  log "downloading the Go modules of Kubernetes $K8S_VERSION (cached in $GOMODCACHE)"
+  "$go" mod download >"$CACHE_DIR/k8s-build.log" 2>&1 || { tail -n 20 "$CACHE_DIR/k8s-build.log" >&2; die "go mod download failed"; }
+  # Version stamps as Kubernetes' own build sets them (hack/lib/version.sh), so `kubectl version`
+  # and the Node show the real version. The build date is the module's publication time.
+  date=$("$go" mod download -json "k8s.io/kubernetes@$v" | jq -r .Time 2>/dev/null || true)
+  for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    ldflags+=" -X $p.gitVersion=$v -X $p.gitMajor=1 -X $p.gitMinor=$K8S_MINOR -X $p.gitTreeState=clean"
+    [ -n "$date" ] && ldflags+=" -X $p.buildDate=${date%%.*}Z"
+  done
+  for b in "${WHAT_BINS[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$b"); done
+  log "building kubernetes ${WHAT_BINS[*]} $K8S_VERSION from Go modules (about 10 minutes on 2 cores)"
+  rm -rf "$out"; mkdir -p "$out"
+  "$go" build -ldflags "-s -w$ldflags" -o "$out/" "${pkgs[@]}" >>"$CACHE_DIR/k8s-build.log" 2>&1 ||
+    { tail -n 30 "$CACHE_DIR/k8s-build.log" >&2; die "kubernetes build failed; log: $CACHE_DIR/k8s-build.log"; }
+  mkdir -p "$K8S_BIN"
+  for b in "${WHAT_BINS[@]}"; do install -m 0755 "$out/$b" "$K8S_BIN/$b"; done
+  rm -rf "$out"
+  echo "$RECIPE" >"$K8S_BIN/.recipe"
+  log "kubernetes $K8S_VERSION binaries in $K8S_BIN"
+}
+if [ "$K8S_VERSION" = "$K8S_MODERN" ]; then build_modern; exit 0; fi
+
 bash "$(dirname "$0")/deps.sh"
-command -v go >/dev/null || die "go not found after installing golang-go"
+# Trap: 1.20's vendored tree does not build with a newer Go (/usr/local/go is first on PATH
+# here); Debian's Go 1.19 is the one this recipe was made with.
+GO119=/usr/lib/go-1.19/bin
+[ -x "$GO119/go" ] || die "$GO119/go not found after installing golang-go (Debian's Go 1.19)"
+export PATH=$GO119:$PATH GOTOOLCHAIN=local
 
 work=$CACHE_DIR/kubernetes-src
 mkdir -p "$work"

@@ -33,7 +33,10 @@ PAUSE_IMAGE=k8s.gcr.io/pause:3.2
 IMAGES_CACHE=$CACHE_DIR/images
 HOSTPATH_PV_DIR=/tmp/hostpath_pv   # hard-coded in the in-tree host-path provisioner
 
-ctr_k8s() { ctr --address "$CONTAINERD_SOCK" --namespace k8s.io "$@"; }
+# ctr of the running leg; containerd 2's deprecation notice for cgroup v1 hosts is said once by
+# cluster.sh, not at every call.
+ctr_() { "$RUNTIME_BIN/ctr" --address "$CONTAINERD_SOCK" "$@" 2> >(grep -v 'DEPRECATION: The support for cgroup v1' >&2); }
+ctr_k8s() { ctr_ --namespace k8s.io "$@"; }
 
 # The machine's primary IPv4 address (the source address of the default route).
 node_ip() {

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# A real one-node Kubernetes 1.20.2 on this machine, for the operator's e2e tests.
+# A real one-node Kubernetes on this machine, for the operator's e2e tests. Two legs, chosen by
+# K8S_VERSION (see common.sh): 1.37 (default; Kubernetes and containerd 2 built from their Go
+# modules, Pod Security Admission on) and 1.20 (legacy; Debian's source package and containerd 1.6).
 #
 #   cluster.sh up           start (or complete) the cluster; quick no-op when it is healthy
 #   cluster.sh restart [COMPONENT...]   stop those components (all by default), then `up`
@@ -117,7 +119,7 @@ need_ports() {
 
 check_tools() {
   local t missing=()
-  for t in containerd containerd-shim-runc-v2 runc ctr etcd etcdctl dnsmasq iptables ip6tables iptables-save \
+  for t in "$RUNTIME_BIN"/{containerd,containerd-shim-runc-v2,runc,ctr} etcd etcdctl dnsmasq iptables ip6tables iptables-save \
     iptables-restore conntrack ip ss openssl curl jq setsid nohup gcc unzip; do
     command -v "$t" >/dev/null || missing+=("$t")
   done
@@ -314,9 +316,9 @@ write_kubeconfigs() {
 # ---------------------------------------------------------------------------------------------
 # configuration files
 
-write_containerd_config() {
-  mkdir -p "$STATE_DIR/containerd" "$STATE_DIR/cni/net.d" "$CONTAINERD_STATE"
-  update_file "$CONTAINERD_CONFIG" 0644 <<EOF
+# containerd 1.6 (legacy leg), config version 2.
+containerd_config_v2() {
+  cat <<EOF
 # containerd for the local cluster: own root, state and socket, never the system defaults.
 version = 2
 root = "$CONTAINERD_ROOT"
@@ -356,6 +358,54 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
     conf_dir = "$STATE_DIR/cni/net.d"
     max_conf_num = 1
 EOF
+}
+
+# containerd 2 (modern leg), config version 3: the CRI plugin is split into images and runtime.
+containerd_config_v3() {
+  cat <<EOF
+# containerd for the local cluster: own root, state and socket, never the system defaults.
+version = 3
+root = "$CONTAINERD_ROOT"
+state = "$CONTAINERD_STATE"
+disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.devmapper",
+  "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.erofs", "io.containerd.tracing.processor.v1.otlp"]
+
+[grpc]
+  address = "$CONTAINERD_SOCK"
+
+[ttrpc]
+  address = "$CONTAINERD_SOCK.ttrpc"
+
+[plugins.'io.containerd.cri.v1.images']
+  snapshotter = "$(cat "$SNAPSHOTTER_FILE")"
+  [plugins.'io.containerd.cri.v1.images'.pinned_images]
+    sandbox = "$PAUSE_IMAGE"
+
+[plugins.'io.containerd.cri.v1.runtime']
+  # Trap: this VM has no CAP_SYS_RESOURCE; without this every sandbox fails with
+  # "can't get final child's PID from pipe: EOF".
+  restrict_oom_score_adj = true
+  # Pod network namespaces under \$RUN_DIR instead of /var/run/netns: nothing left in \`ip netns\`.
+  netns_mounts_under_state_dir = true
+  enable_selinux = false
+  [plugins.'io.containerd.cri.v1.runtime'.containerd]
+    default_runtime_name = "runc"
+    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+        SystemdCgroup = false
+        BinaryName = "$RUNTIME_BIN/runc"
+        Root = "$RUN_DIR/runc"
+  [plugins.'io.containerd.cri.v1.runtime'.cni]
+    bin_dirs = ["/usr/lib/cni"]
+    conf_dir = "$STATE_DIR/cni/net.d"
+    max_conf_num = 1
+EOF
+}
+
+write_containerd_config() {
+  mkdir -p "$STATE_DIR/containerd" "$STATE_DIR/cni/net.d" "$CONTAINERD_STATE"
+  if [ "$K8S_VERSION" = "$K8S_MODERN" ]; then containerd_config_v3; else containerd_config_v2; fi | update_file "$CONTAINERD_CONFIG" 0644
   update_file "$STATE_DIR/cni/net.d/10-$CNI_NETWORK.conflist" 0644 <<EOF
 {
   "cniVersion": "0.4.0",
@@ -416,6 +466,18 @@ volumePluginDir: $STATE_DIR/kubelet-plugins
 serializeImagePulls: false
 # Faster Ready after start (status is computed every 2 s and posted when it changes).
 nodeStatusUpdateFrequency: 2s
+$(modern_kubelet_config)
+EOF
+}
+
+# Settings only the modern kubelet knows.
+modern_kubelet_config() {
+  [ "$K8S_VERSION" = "$K8S_MODERN" ] || return 0
+  cat <<EOF
+containerRuntimeEndpoint: unix://$CONTAINERD_SOCK
+# This host has cgroup v1 (/sys/fs/cgroup is a tmpfs); kubelet 1.35+ refuses to start on it
+# unless told to carry on (cgroup v1 is deprecated, kept working until its removal).
+failCgroupV1: false
 EOF
 }
 
@@ -471,7 +533,8 @@ start_etcd() {
 }
 
 start_containerd() {
-  start containerd containerd --config "$CONTAINERD_CONFIG" --log-level warn
+  # PATH: containerd finds its shim (containerd-shim-runc-v2) next to the binary of its leg.
+  start containerd env PATH="$RUNTIME_BIN:$PATH" "$RUNTIME_BIN/containerd" --config "$CONTAINERD_CONFIG" --log-level warn
 }
 
 start_dnsmasq() {
@@ -489,16 +552,23 @@ start_dnsmasq() {
     --listen-address="$POD_GATEWAY" --bind-interfaces --pid-file="$RUN_DIR/dnsmasq.pid"
 }
 
+# A flag only the legacy (1.20) components take; the modern ones removed it.
+legacy_flag() { [ "$K8S_VERSION" = "$K8S_MODERN" ] || printf '%s\n' "$@"; }
+modern_flag() { [ "$K8S_VERSION" != "$K8S_MODERN" ] || printf '%s\n' "$@"; }
+
 start_apiserver() {
   need_ports kube-apiserver "$APISERVER_PORT"
+  # PodSecurity (Pod Security Admission) is on by default from 1.25: namespaces opt in by label.
+  local ADMISSION_PLUGINS=NamespaceLifecycle,LimitRanger,ServiceAccount,DefaultStorageClass,DefaultTolerationSeconds,NodeRestriction,Priority,StorageObjectInUseProtection,MutatingAdmissionWebhook,ValidatingAdmissionWebhook,ResourceQuota
+  [ "$K8S_VERSION" = "$K8S_MODERN" ] && ADMISSION_PLUGINS+=,PodSecurity || ADMISSION_PLUGINS+=,PersistentVolumeClaimResize
   start kube-apiserver "$K8S_BIN/kube-apiserver" \
-    --advertise-address="$NODE_IP" --bind-address=0.0.0.0 --secure-port="$APISERVER_PORT" --insecure-port=0 \
+    --advertise-address="$NODE_IP" --bind-address=0.0.0.0 --secure-port="$APISERVER_PORT" $(legacy_flag --insecure-port=0) \
     --etcd-servers="http://127.0.0.1:$ETCD_CLIENT_PORT" \
     --client-ca-file="$PKI_DIR/ca.crt" \
     --tls-cert-file="$PKI_DIR/apiserver.crt" --tls-private-key-file="$PKI_DIR/apiserver.key" \
     --token-auth-file="$PKI_DIR/tokens.csv" \
     --authorization-mode=Node,RBAC \
-    --enable-admission-plugins=NamespaceLifecycle,LimitRanger,ServiceAccount,DefaultStorageClass,DefaultTolerationSeconds,NodeRestriction,Priority,StorageObjectInUseProtection,PersistentVolumeClaimResize,MutatingAdmissionWebhook,ValidatingAdmissionWebhook,ResourceQuota \
+    --enable-admission-plugins="$ADMISSION_PLUGINS" \
     --service-cluster-ip-range="$SERVICE_CIDR" \
     --service-account-issuer="https://kubernetes.default.svc.$CLUSTER_DOMAIN" \
     --api-audiences="https://kubernetes.default.svc.$CLUSTER_DOMAIN" \
@@ -516,7 +586,7 @@ start_controller_manager() {
   local kc=$STATE_DIR/kube-controller-manager.kubeconfig
   start kube-controller-manager "$K8S_BIN/kube-controller-manager" \
     --kubeconfig="$kc" --authentication-kubeconfig="$kc" --authorization-kubeconfig="$kc" \
-    --bind-address=127.0.0.1 --port=0 --leader-elect=false \
+    --bind-address=127.0.0.1 $(legacy_flag --port=0) --leader-elect=false \
     --use-service-account-credentials=true \
     --service-account-private-key-file="$PKI_DIR/sa.key" --root-ca-file="$PKI_DIR/ca.crt" \
     --cluster-signing-cert-file="$PKI_DIR/ca.crt" --cluster-signing-key-file="$PKI_DIR/ca.key" \
@@ -530,7 +600,7 @@ start_scheduler() {
   local kc=$STATE_DIR/kube-scheduler.kubeconfig
   start kube-scheduler "$K8S_BIN/kube-scheduler" \
     --kubeconfig="$kc" --authentication-kubeconfig="$kc" --authorization-kubeconfig="$kc" \
-    --bind-address=127.0.0.1 --port=0 --leader-elect=false --profiling=false --v=1
+    --bind-address=127.0.0.1 $(legacy_flag --port=0) --leader-elect=false --profiling=false --v=1
 }
 
 start_kubelet() {
@@ -538,8 +608,8 @@ start_kubelet() {
   start kubelet "$K8S_BIN/kubelet" \
     --config="$STATE_DIR/kubelet-config.yaml" --kubeconfig="$STATE_DIR/kubelet.kubeconfig" \
     --root-dir="$STATE_DIR/kubelet" --cert-dir="$PKI_DIR" \
-    --container-runtime=remote --container-runtime-endpoint="unix://$CONTAINERD_SOCK" \
-    --pod-infra-container-image="$PAUSE_IMAGE" \
+    $(legacy_flag --container-runtime=remote --container-runtime-endpoint="unix://$CONTAINERD_SOCK" \
+      --pod-infra-container-image="$PAUSE_IMAGE") \
     --hostname-override="$NODE_NAME" --node-ip="$NODE_IP" --v=1
 }
 
@@ -558,7 +628,7 @@ start_dns_sync() {
 
 kubectl_() { "$KUBECTL" --kubeconfig "$KUBECONFIG_PATH" "$@"; }
 etcd_healthy() { curl -sf --max-time 2 "http://127.0.0.1:$ETCD_CLIENT_PORT/health" | grep -q '"health":"true"'; }
-containerd_healthy() { [ -S "$CONTAINERD_SOCK" ] && ctr --address "$CONTAINERD_SOCK" version >/dev/null 2>&1; }
+containerd_healthy() { [ -S "$CONTAINERD_SOCK" ] && ctr_ version >/dev/null 2>&1; }
 apiserver_ready() {
   [ "$(curl -s --max-time 2 --cacert "$PKI_DIR/ca.crt" -H "Authorization: Bearer $(token_of admin)" \
     "https://$NODE_IP:$APISERVER_PORT/readyz")" = ok ]
@@ -573,8 +643,14 @@ all_running() {
   local c
   for c in "${COMPONENTS[@]}"; do is_running "$c" || return 1; done
 }
+# Pods can be created in namespace default (its ServiceAccount exists; on 1.20 with its token).
+default_sa_ready() {
+  local sa
+  sa=$(kubectl_ -n default get serviceaccount default -o json 2>/dev/null) || return 1
+  [ "$K8S_VERSION" = "$K8S_MODERN" ] || jq -e '.secrets[0].name' <<<"$sa" >/dev/null
+}
 healthy() {
-  [ -f "$PKI_DIR/done" ] && all_running && apiserver_ready && node_ready && dns_answers
+  [ -f "$PKI_DIR/done" ] && all_running && apiserver_ready && node_ready && dns_answers && default_sa_ready
 }
 
 apply_defaults() {
@@ -599,17 +675,24 @@ cmd_up() {
   NODE_IP=$(node_ip)
   NODE_NAME=$(node_name)
   [ -n "$NODE_IP" ] || die "cannot find the machine's primary IPv4 address (no default route?)"
+  local running
+  running=$(cat "$STATE_DIR/k8s-version" 2>/dev/null || true)
+  if [ -n "$running" ] && [ "$running" != "$K8S_VERSION" ]; then
+    die "the local cluster runs Kubernetes $running; \`hack/cluster.sh down\` first to start $K8S_VERSION"
+  fi
   if healthy 2>/dev/null; then
-    log "cluster already up: node $NODE_NAME Ready; KUBECONFIG=$KUBECONFIG_PATH"
+    log "cluster already up: Kubernetes $K8S_VERSION, node $NODE_NAME Ready; KUBECONFIG=$KUBECONFIG_PATH"
     return 0
   fi
   local t0=$SECONDS
   bash "$HACK_DIR/deps.sh"
-  check_tools
   # Never two Kubernetes builds in the same source tree at once.
   flock -o "$CACHE_DIR/build-kubernetes.lock" bash "$HACK_DIR/build-kubernetes.sh"
+  if [ "$K8S_VERSION" = "$K8S_MODERN" ]; then flock -o "$CACHE_DIR/build-kubernetes.lock" bash "$HACK_DIR/build-runtime.sh"; fi
+  check_tools
   mkdir -p "$STATE_DIR" "$RUN_DIR" "$LOG_DIR" "$PID_DIR"
   chmod 0755 "$STATE_DIR"
+  echo "$K8S_VERSION" >"$STATE_DIR/k8s-version"
   build_devkit
   bash "$HACK_DIR/images.sh" build
 
@@ -646,8 +729,12 @@ cmd_up() {
   start_dns_sync
   wait_for kubelet 60 "node $NODE_NAME Ready" node_ready
   wait_for dns-sync 30 "DNS answers kubernetes.default.svc.$CLUSTER_DOMAIN" dns_answers
+  wait_for kube-controller-manager 60 "the default ServiceAccount" default_sa_ready
   is_running dnsmasq || fail_component dnsmasq "is not running"
-  log "cluster up in $((SECONDS - t0))s: node $NODE_NAME Ready, DNS at $POD_GATEWAY"
+  if [ "$K8S_VERSION" = "$K8S_MODERN" ] && [ "$(stat -fc %T /sys/fs/cgroup)" != cgroup2fs ]; then
+    log "note: this host has cgroup v1, deprecated by containerd 2.2 and kubelet 1.35 (kept working; see kubelet failCgroupV1)"
+  fi
+  log "cluster up in $((SECONDS - t0))s: Kubernetes $K8S_VERSION, node $NODE_NAME Ready, DNS at $POD_GATEWAY"
   echo "export KUBECONFIG=$KUBECONFIG_PATH"
 }
 
@@ -825,6 +912,7 @@ cmd_status() {
   else
     printf '%-24s %s\n' "cluster DNS" "not answering"
   fi
+  printf '%-24s %s\n' "kubernetes" "$K8S_VERSION (K8S_VERSION=1.37|1.20 picks the leg at \`up\`)"
   printf '%-24s %s\n' "kubeconfig" "$KUBECONFIG_PATH"
   [ "$ready" = True ] && all_running
 }

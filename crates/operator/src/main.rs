@@ -21,7 +21,7 @@ enum Command {
     /// Run the controller (the default).
     Run(RunArgs),
     /// Print the CustomResourceDefinitions as YAML.
-    Crds,
+    Crds(CrdArgs),
     /// Print everything to apply to install the operator (CRDs, ServiceAccount, RBAC, Deployment).
     Manifests(ManifestArgs),
     /// Wait until a host name resolves (the init container of every etcd member pod).
@@ -94,6 +94,14 @@ struct RunArgs {
 }
 
 #[derive(Args, Debug)]
+struct CrdArgs {
+    /// Leave out the CEL validation rules (`x-kubernetes-validations`), for apiservers before
+    /// 1.25 (1.20 refuses the field). The operator's own start-up install detects this itself.
+    #[arg(long)]
+    no_validation_rules: bool,
+}
+
+#[derive(Args, Debug)]
 struct ManifestArgs {
     /// Namespace to install into.
     #[arg(long, default_value = "default")]
@@ -110,6 +118,9 @@ struct ManifestArgs {
     /// Leave the CRDs out (the operator installs them itself unless `--create-crd=false`).
     #[arg(long)]
     no_crds: bool,
+    /// CRDs without CEL validation rules, for apiservers before 1.25.
+    #[arg(long)]
+    no_validation_rules: bool,
 }
 
 /// Go's flag package accepts `-cluster-wide`; CoreOS manifests use that spelling. Turn
@@ -130,13 +141,14 @@ fn normalize_go_flags(args: impl Iterator<Item = String>) -> Vec<String> {
 fn main() {
     let cli = Cli::parse_from(normalize_go_flags(std::env::args()));
     let result = match cli.command {
-        Some(Command::Crds) => crds::render_yaml().and_then(print_out),
+        Some(Command::Crds(c)) => crds::render_yaml(!c.no_validation_rules).and_then(print_out),
         Some(Command::Manifests(m)) => manifests::render(&manifests::Options {
             namespace: m.namespace,
             image: m.image,
             cluster_wide: m.cluster_wide,
             replicas: m.replicas,
             with_crds: !m.no_crds,
+            validation_rules: !m.no_validation_rules,
         })
         .and_then(print_out),
         Some(Command::Run(args)) => run(args),

@@ -30,6 +30,8 @@ pub struct Options {
     pub replicas: i32,
     /// Include the CRDs (the operator can also install them itself at start-up).
     pub with_crds: bool,
+    /// CRDs with their CEL validation rules (Kubernetes 1.25+).
+    pub validation_rules: bool,
 }
 
 fn labels() -> BTreeMap<String, String> {
@@ -185,7 +187,7 @@ pub fn objects(o: &Options) -> anyhow::Result<Vec<serde_json::Value>> {
     }
     let mut out = vec![];
     if o.with_crds {
-        for crd in etcd_operator_api::crds() {
+        for crd in crate::crds::crds(o.validation_rules) {
             out.push(serde_json::to_value(crd)?);
         }
     }
@@ -252,7 +254,7 @@ mod tests {
     use super::*;
 
     fn opts(cluster_wide: bool) -> Options {
-        Options { namespace: "etcd".into(), image: "img:1".into(), cluster_wide, replicas: 1, with_crds: true }
+        Options { namespace: "etcd".into(), image: "img:1".into(), cluster_wide, replicas: 1, with_crds: true, validation_rules: true }
     }
 
     fn kinds(o: &Options) -> Vec<String> {

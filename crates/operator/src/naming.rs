@@ -37,7 +37,7 @@ pub const PEER_URL_ANNOTATION: &str = "etcd.database.coreos.com/peer-url";
 /// Pod annotation: `Desired::pod_hash` of the spec the pod was made from.
 pub const POD_SPEC_HASH_ANNOTATION: &str = "etcd.database.coreos.com/pod-spec-hash";
 /// Longest EtcdCluster name: `<name>-client` must be a 63-character DNS label.
-pub const MAX_CLUSTER_NAME: usize = 63 - "-client".len();
+pub const MAX_CLUSTER_NAME: usize = etcd_operator_api::validation_rules::MAX_CLUSTER_NAME;
 /// Length of the random member suffix.
 pub const SUFFIX_LEN: usize = 5;
 

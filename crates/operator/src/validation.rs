@@ -102,7 +102,7 @@ fn validate_with(name: &str, spec: &EtcdClusterSpec, strict: bool) -> Result<Des
     }
     for e in &pod.etcd_env {
         let reserved = RESERVED_ENV.contains(&e.name.as_str())
-            || strict && (RESERVED_ENV_SINCE_0_2.contains(&e.name.as_str()) || e.name.starts_with("ETCD_DISCOVERY"));
+            || strict && (RESERVED_ENV_SINCE_0_2.contains(&e.name.as_str()) || e.name.starts_with(OPERATOR_OWNED_ETCD_ENV_PREFIX));
         if reserved {
             errs.push(format!(
                 "spec.pod.etcdEnv: {} is owned by the operator (membership, data location and recovery are its job) and cannot be set",
@@ -186,6 +186,13 @@ fn strict_pod_rules(pod: &PodPolicy, errs: &mut Vec<String>) {
             errs.push(format!("spec.pod.annotations: {k:?}: {why}"));
         }
     }
+    let max_env = etcd_operator_api::validation_rules::MAX_ETCD_ENV;
+    if pod.etcd_env.len() as i64 > max_env {
+        errs.push(format!("spec.pod.etcdEnv has {} entries; at most {max_env} are allowed", pod.etcd_env.len()));
+    }
+    if let Some(e) = pod.etcd_env.iter().find(|e| e.name.len() > 253) {
+        errs.push(format!("spec.pod.etcdEnv: a name of {} characters is too long (at most 253)", e.name.len()));
+    }
     if !(0..=MAX_DNS_TIMEOUT_SECS).contains(&pod.dns_timeout_in_second) {
         errs.push(format!(
             "spec.pod.DNSTimeoutInSecond {} is out of range: it must be between 0 (wait forever) and {MAX_DNS_TIMEOUT_SECS}",
@@ -245,22 +252,10 @@ fn check_label_value(v: &str) -> Result<(), String> {
     if v.is_empty() { Ok(()) } else { check_name_part(v).map_err(|e| format!("value {v:?}: {e}")) }
 }
 
-/// etcd settings the operator derives from membership; users must not set them.
-const RESERVED_ENV: &[&str] = &[
-    "ETCD_NAME",
-    "ETCD_DATA_DIR",
-    "ETCD_INITIAL_CLUSTER",
-    "ETCD_INITIAL_CLUSTER_STATE",
-    "ETCD_INITIAL_CLUSTER_TOKEN",
-    "ETCD_INITIAL_ADVERTISE_PEER_URLS",
-    "ETCD_ADVERTISE_CLIENT_URLS",
-    "ETCD_LISTEN_PEER_URLS",
-    "ETCD_LISTEN_CLIENT_URLS",
-];
-
-/// Reserved since this operator recovers quorum loss and checks member volumes itself (a
-/// cluster that formed before is only told, see `validate_legacy`).
-const RESERVED_ENV_SINCE_0_2: &[&str] = &["ETCD_WAL_DIR", "ETCD_FORCE_NEW_CLUSTER", "ETCD_STRICT_RECONFIG_CHECK"];
+use etcd_operator_api::validation_rules::{
+    OPERATOR_OWNED_ETCD_ENV as RESERVED_ENV, OPERATOR_OWNED_ETCD_ENV_PREFIX,
+    OPERATOR_OWNED_ETCD_ENV_SINCE_0_2 as RESERVED_ENV_SINCE_0_2,
+};
 
 #[cfg(test)]
 mod tests {

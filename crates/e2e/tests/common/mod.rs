@@ -245,6 +245,9 @@ impl InClusterOperator {
         if opts.cluster_wide {
             args.push("--cluster-wide");
         }
+        if !ns.kubectl.has_crd_validation_rules()? {
+            args.push("--no-validation-rules");
+        }
         let out = Command::new(operator_bin()).args(&args).output().context("running etcd-operator manifests")?;
         ensure!(out.status.success(), "manifests: {}", String::from_utf8_lossy(&out.stderr));
         let op = InClusterOperator {

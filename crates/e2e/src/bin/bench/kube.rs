@@ -68,11 +68,7 @@ impl Ns {
         kubectl.run(&["create", "namespace", &name]).with_context(|| format!("creating namespace {name}"))?;
         registry().namespaces.push(name.clone());
         let ns = Ns { kubectl: kubectl.clone(), name, deleted: false };
-        // Kubernetes 1.20 rejects pods until the default ServiceAccount has its token.
-        wait_until(Duration::from_secs(60), "the default service account token", || {
-            let sa = ns.json(&["get", "serviceaccount", "default"]);
-            Ok(sa.ok().and_then(|sa| sa["secrets"][0]["name"].as_str().map(drop)))
-        })?;
+        kubectl.wait_service_account(&ns.name, "default")?;
         Ok(ns)
     }
 
