@@ -4,9 +4,14 @@
 # and real etcd (the operator as a process; then the lifecycle suite and an S3 backup/restore
 # again with the operator installed in-cluster from its manifests), and ends with one summary
 # line "N passed, N failed".
+#
+# Two legs on the local cluster: the whole suite on the modern one (Kubernetes 1.37, the
+# default), then a smoke subset (create, resize, heal, upgrade, CRDs without CEL, in-cluster
+# install) on the legacy one (1.20).
 #   KEEP_CLUSTER=1  leave the local cluster up afterwards (default: take it down and check that
-#                   nothing is left behind, when this run brought it up).
-#   E2E_FILTER=...  run only the e2e tests whose names contain this.
+#                   nothing is left behind, when this run brought it up). Skips the legacy leg.
+#   LEGACY_SMOKE=0  skip the legacy leg.
+#   E2E_FILTER=...  run only the e2e tests whose names contain this (skips the legacy leg).
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 cd "$REPO_DIR"
@@ -32,42 +37,81 @@ cargo test --workspace --exclude e2e --no-fail-fast --locked 2>&1 | tee "$out/un
 cargo test -p e2e --lib --bin bench --locked 2>&1 | tee -a "$out/unit.log" || status=1
 count "$out/unit.log"
 
-was_up=0
-[ -f "$LOCAL_KUBECONFIG" ] && bash hack/cluster.sh status >/dev/null 2>&1 && was_up=1
-use_cluster
-# The image of in-cluster installs and of the members' init container. On the local cluster a tag
-# of its own holding this build (hack/up.sh and hack/bench.sh load theirs as $OPERATOR_IMAGE; the
-# tests check that the operator pods run exactly target/debug/etcd-operator).
-if [ "$LOCAL_CLUSTER" = 1 ]; then
-  export E2E_OPERATOR_IMAGE=${E2E_OPERATOR_IMAGE:-quay.io/etcd-operator-rs/etcd-operator:e2e}
-  bash hack/images.sh operator target/debug/etcd-operator "$E2E_OPERATOR_IMAGE"
+# One leg: the cluster (local, brought up for K8S_VERSION, or $KUBECONFIG's), the operator image,
+# then the e2e tests SMOKE selects (empty: all of them, and the in-cluster runs).
+run_leg() {
+  local smoke=$1 tag=$2 was_up=0
+  [ -f "$LOCAL_KUBECONFIG" ] && bash hack/cluster.sh status >/dev/null 2>&1 && was_up=1
+  use_cluster
+  # The image of in-cluster installs and of the members' init container. On the local cluster a
+  # tag of its own holding this build (hack/up.sh and hack/bench.sh load theirs as
+  # $OPERATOR_IMAGE; the tests check that the operator pods run exactly target/debug/etcd-operator).
+  if [ "$LOCAL_CLUSTER" = 1 ]; then
+    export E2E_OPERATOR_IMAGE=${E2E_OPERATOR_IMAGE:-quay.io/etcd-operator-rs/etcd-operator:e2e}
+    bash hack/images.sh operator target/debug/etcd-operator "$E2E_OPERATOR_IMAGE"
+  else
+    export E2E_OPERATOR_IMAGE=${E2E_OPERATOR_IMAGE:-$OPERATOR_IMAGE}
+  fi
+  export ETCD_OPERATOR_INIT_IMAGE=$E2E_OPERATOR_IMAGE
+  local server
+  server=$("$K8S_BIN/kubectl" version -o json 2>/dev/null | jq -r '.serverVersion.gitVersion // "unknown"' || echo unknown)
+  log "[$tag] end-to-end tests on Kubernetes $server with KUBECONFIG=$KUBECONFIG"
+
+  E2E_ARGS=(--test-threads=1)
+  [ -n "${E2E_FILTER:-}" ] && E2E_ARGS+=("$E2E_FILTER")
+  if [ -n "$smoke" ]; then
+    local t
+    for t in $smoke; do
+      # "file:name" runs test `name` of tests/file.rs, exactly.
+      E2E_OPERATOR=${t%%@*} cargo test -p e2e --test "$(cut -d: -f1 <<<"${t#*@}")" --locked -- --test-threads=1 --exact \
+        "$(cut -d: -f2 <<<"${t#*@}")" 2>&1 | tee -a "$out/e2e-$tag.log" || status=1
+    done
+    count "$out/e2e-$tag.log"
+  else
+    E2E_OPERATOR=process cargo test -p e2e --tests --no-fail-fast --locked -- "${E2E_ARGS[@]}" 2>&1 | tee "$out/e2e-$tag.log" || status=1
+    count "$out/e2e-$tag.log"
+
+    log "[$tag] the lifecycle suite again with the operator installed in-cluster (E2E_OPERATOR=in-cluster)"
+    E2E_OPERATOR=in-cluster cargo test -p e2e --test lifecycle --locked -- "${E2E_ARGS[@]}" 2>&1 \
+      | tee "$out/e2e-$tag-in-cluster.log" || status=1
+    count "$out/e2e-$tag-in-cluster.log"
+
+    log "[$tag] an S3 backup and restore with the operator installed in-cluster (its shipped RBAC covers backups)"
+    if [ -z "${E2E_FILTER:-}" ]; then
+      E2E_OPERATOR=in-cluster cargo test -p e2e --test backup_restore --locked -- --test-threads=1 s3_backup 2>&1 \
+        | tee "$out/e2e-$tag-in-cluster-backup.log" || status=1
+      count "$out/e2e-$tag-in-cluster-backup.log"
+    fi
+  fi
+
+  if [ "$LOCAL_CLUSTER" = 1 ] && [ "$was_up" = 0 ] && [ -z "${KEEP_CLUSTER:-}" ]; then
+    log "[$tag] taking the local cluster down and checking that nothing is left"
+    bash hack/cluster.sh down
+    if bash hack/test-cluster-down.sh; then passed=$((passed + 1)); else failed=$((failed + 1)); status=1; fi
+    LEFT_DOWN=1
+  else
+    LEFT_DOWN=0
+  fi
+}
+
+# The legacy leg's smoke subset, as operator-mode@file:test.
+LEGACY_SMOKE_TESTS="process@lifecycle:create_resize_3_5_3_and_delete process@lifecycle:deleted_member_is_replaced_and_data_kept
+  process@upgrade:rolling_upgrade_3_4_to_3_5_0_to_3_5_1_under_continuous_writes
+  process@operator_cli:generated_crds_are_accepted_by_the_apiserver
+  in-cluster@lifecycle:a_pvc_member_restarts_on_its_volume_as_the_same_member"
+
+run_leg "" "$K8S_VERSION"
+if [ "${LEGACY_SMOKE:-1}" = 0 ] || [ -n "${E2E_FILTER:-}" ] || [ -n "${KEEP_CLUSTER:-}" ]; then
+  log "legacy leg skipped (LEGACY_SMOKE=0, E2E_FILTER or KEEP_CLUSTER set)"
+elif [ "$LOCAL_CLUSTER" != 1 ] || [ "$LEFT_DOWN" != 1 ] || [ "$K8S_VERSION" = "$K8S_LEGACY" ]; then
+  log "legacy leg skipped: it needs the local cluster, brought up by this run on the modern leg"
 else
-  export E2E_OPERATOR_IMAGE=${E2E_OPERATOR_IMAGE:-$OPERATOR_IMAGE}
-fi
-export ETCD_OPERATOR_INIT_IMAGE=$E2E_OPERATOR_IMAGE
-
-log "end-to-end tests with KUBECONFIG=$KUBECONFIG"
-E2E_ARGS=(--test-threads=1)
-[ -n "${E2E_FILTER:-}" ] && E2E_ARGS+=("$E2E_FILTER")
-E2E_OPERATOR=process cargo test -p e2e --tests --no-fail-fast --locked -- "${E2E_ARGS[@]}" 2>&1 | tee "$out/e2e.log" || status=1
-count "$out/e2e.log"
-
-log "the lifecycle suite again with the operator installed in-cluster (E2E_OPERATOR=in-cluster)"
-E2E_OPERATOR=in-cluster cargo test -p e2e --test lifecycle --locked -- "${E2E_ARGS[@]}" 2>&1 \
-  | tee "$out/e2e-in-cluster.log" || status=1
-count "$out/e2e-in-cluster.log"
-
-log "an S3 backup and restore with the operator installed in-cluster (its shipped RBAC covers backups)"
-if [ -z "${E2E_FILTER:-}" ]; then
-  E2E_OPERATOR=in-cluster cargo test -p e2e --test backup_restore --locked -- --test-threads=1 s3_backup 2>&1 \
-    | tee "$out/e2e-in-cluster-backup.log" || status=1
-  count "$out/e2e-in-cluster-backup.log"
-fi
-
-if [ "$LOCAL_CLUSTER" = 1 ] && [ "$was_up" = 0 ] && [ -z "${KEEP_CLUSTER:-}" ]; then
-  log "taking the local cluster down and checking that nothing is left"
-  bash hack/cluster.sh down
-  if bash hack/test-cluster-down.sh; then passed=$((passed + 1)); else failed=$((failed + 1)); status=1; fi
+  log "legacy leg: Kubernetes $K8S_LEGACY smoke subset"
+  export K8S_VERSION=$K8S_LEGACY
+  unset K8S_VERSION_CHECKED
+  resolve_k8s_version
+  unset KUBECONFIG
+  run_leg "$LEGACY_SMOKE_TESTS" "$K8S_VERSION"
 fi
 
 echo

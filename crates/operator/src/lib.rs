@@ -7,6 +7,7 @@ pub mod controller;
 pub mod crds;
 pub mod etcd;
 pub mod events;
+pub mod failpoints;
 pub mod http;
 #[cfg(test)]
 mod input_fuzz;

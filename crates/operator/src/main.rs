@@ -212,6 +212,13 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             scope = namespace.as_deref().unwrap_or("cluster-wide"),
             "etcd-operator started"
         );
+        if !etcd_operator::failpoints::active().is_empty() {
+            tracing::warn!(
+                failpoints = ?etcd_operator::failpoints::active(),
+                "failpoints armed by {} (fault injection for tests; never set this in production)",
+                etcd_operator::failpoints::ENV
+            );
+        }
         // Shutdown (SIGTERM / Ctrl-C) is broadcast to every phase below.
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         tokio::spawn(async move {

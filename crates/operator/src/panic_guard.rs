@@ -39,6 +39,10 @@ pub async fn guard<E>(
     fut: impl Future<Output = Result<Action, E>>,
 ) -> Result<Action, E> {
     let started = Instant::now();
+    let fut = async {
+        crate::failpoints::reconcile_panic(obj);
+        fut.await
+    };
     match catch(fut).await {
         Ok(r) => r,
         Err(msg) => {

@@ -102,6 +102,11 @@ impl Operator {
 
     /// The operator as a process of this machine, whatever `$E2E_OPERATOR` says.
     pub fn start_process(ns: &TestNamespace) -> Result<Operator> {
+        Operator::start_process_with_env(ns, &[])
+    }
+
+    /// [`Operator::start_process`] with extra environment variables (e.g. failpoints).
+    pub fn start_process_with_env(ns: &TestNamespace, env: &[(&str, &str)]) -> Result<Operator> {
         let log = log_dir()?.join(format!("{}.log", ns.name));
         let out = File::create(&log)?;
         let bin = operator_bin();
@@ -111,6 +116,7 @@ impl Operator {
             .args(["run", "--namespace", &ns.name, "--listen-address", "127.0.0.1:0"])
             .env("KUBECONFIG", &ns.kubectl.kubeconfig)
             .env("RUST_LOG", "info,etcd_operator=debug")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(out.try_clone()?)
             .stderr(out)
