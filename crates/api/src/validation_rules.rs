@@ -47,7 +47,12 @@ pub struct Rule {
     pub message: String,
 }
 
-fn rule(kind: &'static str, path: &'static [&'static str], rule: impl Into<String>, message: impl Into<String>) -> Rule {
+fn rule(
+    kind: &'static str,
+    path: &'static [&'static str],
+    rule: impl Into<String>,
+    message: impl Into<String>,
+) -> Rule {
     Rule { kind, path, rule: rule.into(), message: message.into() }
 }
 
@@ -62,11 +67,8 @@ fn storage_block_rule(field: &str) -> String {
 
 /// Every rule, in one place.
 pub fn rules() -> Vec<Rule> {
-    let owned: Vec<String> = OPERATOR_OWNED_ETCD_ENV
-        .iter()
-        .chain(OPERATOR_OWNED_ETCD_ENV_SINCE_0_2)
-        .map(|n| format!("'{n}'"))
-        .collect();
+    let owned: Vec<String> =
+        OPERATOR_OWNED_ETCD_ENV.iter().chain(OPERATOR_OWNED_ETCD_ENV_SINCE_0_2).map(|n| format!("'{n}'")).collect();
     vec![
         rule(
             "EtcdCluster",
@@ -79,10 +81,18 @@ pub fn rules() -> Vec<Rule> {
         rule(
             "EtcdCluster",
             &["spec", "pod", "etcdEnv", "[]"],
-            format!("!(self.name in [{}]) && !self.name.startsWith('{OPERATOR_OWNED_ETCD_ENV_PREFIX}')", owned.join(", ")),
+            format!(
+                "!(self.name in [{}]) && !self.name.startsWith('{OPERATOR_OWNED_ETCD_ENV_PREFIX}')",
+                owned.join(", ")
+            ),
             format!(
                 "spec.pod.etcdEnv: this name is owned by the operator (membership, data location and recovery are its job) and cannot be set: {}, {OPERATOR_OWNED_ETCD_ENV_PREFIX}*",
-                OPERATOR_OWNED_ETCD_ENV.iter().chain(OPERATOR_OWNED_ETCD_ENV_SINCE_0_2).copied().collect::<Vec<_>>().join(", ")
+                OPERATOR_OWNED_ETCD_ENV
+                    .iter()
+                    .chain(OPERATOR_OWNED_ETCD_ENV_SINCE_0_2)
+                    .copied()
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ),
         ),
         rule(
@@ -197,12 +207,7 @@ pub fn count(crd: &CustomResourceDefinition) -> usize {
                 _ => 0,
             }
     }
-    crd.spec
-        .versions
-        .iter()
-        .filter_map(|v| v.schema.as_ref()?.open_api_v3_schema.as_ref())
-        .map(walk)
-        .sum()
+    crd.spec.versions.iter().filter_map(|v| v.schema.as_ref()?.open_api_v3_schema.as_ref()).map(walk).sum()
 }
 
 #[cfg(test)]

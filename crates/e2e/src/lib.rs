@@ -167,7 +167,8 @@ impl Kubectl {
     /// A token of ServiceAccount `namespace/name` from the TokenRequest API (every version the
     /// project runs on serves it; `kubectl create token` is not in kubectl 1.20).
     pub fn service_account_token(&self, namespace: &str, name: &str) -> Result<String> {
-        let req = r#"{"apiVersion":"authentication.k8s.io/v1","kind":"TokenRequest","spec":{"expirationSeconds":7200}}"#;
+        let req =
+            r#"{"apiVersion":"authentication.k8s.io/v1","kind":"TokenRequest","spec":{"expirationSeconds":7200}}"#;
         let path = format!("/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token");
         let out = run_with_stdin(self.command().args(["create", "--raw", &path, "-f", "-"]), Some(req))?;
         let v: Value = serde_json::from_str(&out).with_context(|| format!("TokenRequest answer: {out}"))?;

@@ -36,7 +36,9 @@ pub async fn server_has_validation_rules(client: &kube::Client) -> anyhow::Resul
     match client.request_text(req).await {
         Ok(doc) => Ok(doc.contains("\"x-kubernetes-validations\"")),
         Err(kube::Error::Api(e)) if e.code == 404 => Ok(false),
-        Err(e) => Err(anyhow::anyhow!("cannot read the apiserver's OpenAPI v3 document of apiextensions.k8s.io/v1: {e}")),
+        Err(e) => {
+            Err(anyhow::anyhow!("cannot read the apiserver's OpenAPI v3 document of apiextensions.k8s.io/v1: {e}"))
+        }
     }
 }
 

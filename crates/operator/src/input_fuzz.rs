@@ -129,6 +129,36 @@ fn cluster_value() -> impl Strategy<Value = Value> {
         })
 }
 
+/// EtcdRestore specs that often plan: a real storage block and cluster name, the rest generated.
+fn restore_value() -> impl Strategy<Value = Value> {
+    (name(), prop::option::of(cluster_value()), prop_oneof![Just("S3"), Just("PVC"), Just("NFS")]).prop_map(
+        |(cluster, spec, kind)| {
+            let mut ec = serde_json::json!({ "name": cluster });
+            if let Some(s) = spec {
+                ec["spec"] = s;
+            }
+            serde_json::json!({
+                "backupStorageType": kind,
+                "s3": { "path": "bucket/key", "awsSecret": "aws" },
+                "pvc": { "claimName": "backups" },
+                "etcdCluster": ec,
+            })
+        },
+    )
+}
+
+/// The etcd version a backup says it was taken with: supported, unsupported, odd.
+fn backup_version() -> impl Strategy<Value = String> {
+    prop_oneof![
+        Just("3.5.1".to_string()),
+        Just("3.4.23".to_string()),
+        Just("3.6.6".to_string()),
+        Just("3.2.13".to_string()),
+        Just("".to_string()),
+        "[0-9v.a-z-]{0,12}",
+    ]
+}
+
 fn name() -> impl Strategy<Value = String> {
     prop_oneof!["[a-z][a-z0-9-]{0,70}", "[a-zA-Z0-9.-]{1,80}"]
 }
@@ -146,10 +176,17 @@ fn arbitrary_specs_never_panic_and_valid_ones_build_acceptable_objects() {
     let mut runner = runner();
     let parsed = std::cell::Cell::new(0usize);
     let valid = std::cell::Cell::new(0usize);
+    let planned_restores = std::cell::Cell::new(0usize);
     runner
         .run(
-            &(name(), prop_oneof![spec_value(), cluster_value()], spec_value(), spec_value()),
-            |(name, cluster, backup, restore)| {
+            &(
+                name(),
+                prop_oneof![spec_value(), cluster_value()],
+                spec_value(),
+                prop_oneof![spec_value(), restore_value()],
+                backup_version(),
+            ),
+            |(name, cluster, backup, restore, backup_version)| {
                 // EtcdCluster: validation, and for a valid spec the objects built from it.
                 if let Ok(spec) = serde_json::from_value::<etcd_operator_api::EtcdClusterSpec>(cluster) {
                     parsed.set(parsed.get() + 1);
@@ -185,18 +222,34 @@ fn arbitrary_specs_never_panic_and_valid_ones_build_acceptable_objects() {
                         let _ = crate::backup::controller::next_due(&p, &st, 1, chrono::Utc::now());
                     }
                 }
-                // EtcdRestore: plan.
+                // EtcdRestore: plan, then the cluster it creates from a backup of any version:
+                // whatever passes both must be a cluster the operator accepts (a restore never
+                // creates an EtcdCluster that is then refused).
                 if let Ok(spec) = serde_json::from_value::<etcd_operator_api::EtcdRestoreSpec>(restore) {
-                    let _ = crate::backup::restore::plan(&spec);
+                    if let Ok(p) = crate::backup::restore::plan(&spec) {
+                        planned_restores.set(planned_restores.get() + 1);
+                        let meta = crate::backup::location::BackupMeta {
+                            etcd_version: backup_version.clone(),
+                            ..Default::default()
+                        };
+                        if let Ok(c) = crate::backup::restore::cluster_spec(&spec, &meta, &"0".repeat(64)) {
+                            let v = crate::validation::validate(&p.cluster, &c);
+                            prop_assert!(
+                                v.is_ok(),
+                                "restore of a {backup_version} backup creates a refused cluster: {v:?}"
+                            );
+                        }
+                    }
                 }
                 Ok(())
             },
         )
         .unwrap();
     println!(
-        "input properties: {} cases passed; EtcdCluster specs that parsed: {}, of them valid: {}",
+        "input properties: {} cases passed; EtcdCluster specs that parsed: {}, of them valid: {}; EtcdRestores planned: {}",
         runner.config().cases,
         parsed.get(),
-        valid.get()
+        valid.get(),
+        planned_restores.get()
     );
 }

@@ -254,7 +254,14 @@ mod tests {
     use super::*;
 
     fn opts(cluster_wide: bool) -> Options {
-        Options { namespace: "etcd".into(), image: "img:1".into(), cluster_wide, replicas: 1, with_crds: true, validation_rules: true }
+        Options {
+            namespace: "etcd".into(),
+            image: "img:1".into(),
+            cluster_wide,
+            replicas: 1,
+            with_crds: true,
+            validation_rules: true,
+        }
     }
 
     fn kinds(o: &Options) -> Vec<String> {

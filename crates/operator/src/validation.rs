@@ -102,7 +102,9 @@ fn validate_with(name: &str, spec: &EtcdClusterSpec, strict: bool) -> Result<Des
     }
     for e in &pod.etcd_env {
         let reserved = RESERVED_ENV.contains(&e.name.as_str())
-            || strict && (RESERVED_ENV_SINCE_0_2.contains(&e.name.as_str()) || e.name.starts_with(OPERATOR_OWNED_ETCD_ENV_PREFIX));
+            || strict
+                && (RESERVED_ENV_SINCE_0_2.contains(&e.name.as_str())
+                    || e.name.starts_with(OPERATOR_OWNED_ETCD_ENV_PREFIX));
         if reserved {
             errs.push(format!(
                 "spec.pod.etcdEnv: {} is owned by the operator (membership, data location and recovery are its job) and cannot be set",

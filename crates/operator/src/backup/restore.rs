@@ -87,6 +87,15 @@ pub fn cluster_spec(spec: &EtcdRestoreSpec, meta: &BackupMeta, sha256: &str) -> 
         source: spec.source.clone(),
         sha256: sha256.to_string(),
     });
+    // Never create a cluster the operator would then refuse (e.g. a backup whose sidecar names
+    // an etcd version this operator does not run, and no version in etcdCluster.spec).
+    crate::validation::validate(&spec.etcd_cluster.name, &s).map_err(|e| {
+        format!(
+            "the EtcdCluster this restore would create is refused ({}); the backup was taken by etcd {:?}: set etcdCluster.spec.version",
+            e.join("; "),
+            meta.etcd_version
+        )
+    })?;
     Ok(s)
 }
 
@@ -412,12 +421,21 @@ mod tests {
     #[test]
     fn restoring_with_an_older_or_much_newer_etcd_than_the_backups_is_refused() {
         let with = |v: &str| EtcdClusterSpec { size: 1, version: v.into(), ..Default::default() };
-        let err = cluster_spec(&spec(Some(with("3.4.23"))), &meta("3.5.1"), "x").unwrap_err();
+        let err = cluster_spec(&spec(Some(with("3.4.23"))), &meta("3.5.1"), &"ab".repeat(32)).unwrap_err();
         assert!(err.contains("restoring it with etcd 3.4.23 is refused") && err.contains("downgrade"), "{err}");
-        assert!(cluster_spec(&spec(Some(with("3.5.1"))), &meta("3.4.23"), "x").is_ok(), "the next minor");
-        assert!(cluster_spec(&spec(Some(with("3.5.0"))), &meta("3.5.1"), "x").is_ok(), "the same minor");
-        let err = cluster_spec(&spec(Some(with("3.6.0"))), &meta("3.4.23"), "x").unwrap_err();
+        assert!(cluster_spec(&spec(Some(with("3.5.1"))), &meta("3.4.23"), &"ab".repeat(32)).is_ok(), "the next minor");
+        assert!(cluster_spec(&spec(Some(with("3.5.0"))), &meta("3.5.1"), &"ab".repeat(32)).is_ok(), "the same minor");
+        let err = cluster_spec(&spec(Some(with("3.6.0"))), &meta("3.4.23"), &"ab".repeat(32)).unwrap_err();
         assert!(err.contains("skips a minor version"), "{err}");
+    }
+
+    #[test]
+    fn a_backup_of_a_version_this_operator_does_not_run_needs_a_version_in_the_spec() {
+        let err = cluster_spec(&spec(None), &meta("3.2.13"), &"ab".repeat(32)).unwrap_err();
+        assert!(err.contains("3.2.13") && err.contains("set etcdCluster.spec.version"), "{err}");
+        let with = EtcdClusterSpec { size: 3, version: "3.4.23".into(), ..Default::default() };
+        let err = cluster_spec(&spec(Some(with)), &meta("3.2.13"), &"ab".repeat(32)).unwrap_err();
+        assert!(err.contains("skips a minor version") || err.contains("refused"), "{err}");
     }
 
     #[test]
