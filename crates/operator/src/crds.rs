@@ -32,14 +32,17 @@ pub fn render_yaml(validation_rules: bool) -> anyhow::Result<String> {
 /// field as "not declared in schema".) The install reads the CRDs back as well, because a
 /// server with the field but the feature gate off (1.23, 1.24) drops the rules silently.
 pub async fn server_has_validation_rules(client: &kube::Client) -> anyhow::Result<bool> {
-    let req = axum::http::Request::get("/openapi/v3/apis/apiextensions.k8s.io/v1").body(Vec::new())?;
-    match client.request_text(req).await {
-        Ok(doc) => Ok(doc.contains("\"x-kubernetes-validations\"")),
-        Err(kube::Error::Api(e)) if e.code == 404 => Ok(false),
-        Err(e) => {
-            Err(anyhow::anyhow!("cannot read the apiserver's OpenAPI v3 document of apiextensions.k8s.io/v1: {e}"))
-        }
+    const DOC: &str = "/openapi/v3/apis/apiextensions.k8s.io/v1";
+    let req = axum::http::Request::get(DOC).body(kube::client::Body::empty())?;
+    let res = client.send(req).await.map_err(|e| anyhow::anyhow!("cannot read {DOC} from the apiserver: {e}"))?;
+    let status = res.status();
+    // No OpenAPI v3 (before 1.24): the answer is a 404 whose body is not always a JSON Status.
+    if status == axum::http::StatusCode::NOT_FOUND {
+        return Ok(false);
     }
+    let body = res.into_body().collect_bytes().await?;
+    anyhow::ensure!(status.is_success(), "cannot read {DOC} from the apiserver: HTTP {status}: {}", String::from_utf8_lossy(&body));
+    Ok(String::from_utf8_lossy(&body).contains("\"x-kubernetes-validations\""))
 }
 
 /// Create or update every CRD with server-side apply and wait until each is Established. The CEL
