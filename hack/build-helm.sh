@@ -17,7 +17,7 @@ cd "$HACK_DIR/helm"
 export GOTOOLCHAIN=local GOFLAGS="-mod=readonly -trimpath" CGO_ENABLED=0
 export GOCACHE=$CACHE_DIR/go-build GOMODCACHE=$CACHE_DIR/go-mod
 logf=$CACHE_DIR/helm-build.log
-log "building helm $HELM_VERSION from its Go module (about 2 minutes on 2 cores)"
+log "building helm $HELM_VERSION from its Go module (about a minute on 2 cores)"
 mkdir -p "$HELM_BIN"
 "$go" build -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION" -o "$HELM_BIN/helm" \
   helm.sh/helm/v3/cmd/helm >"$logf" 2>&1 || { tail -n 20 "$logf" >&2; die "helm build failed; log: $logf"; }

@@ -36,7 +36,7 @@ build_modern() {
     [ -n "$date" ] && ldflags+=" -X $p.buildDate=${date%%.*}Z"
   done
   for b in "${WHAT_BINS[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$b"); done
-  log "building kubernetes ${WHAT_BINS[*]} $K8S_VERSION from Go modules (about 10 minutes on 2 cores)"
+  log "building kubernetes ${WHAT_BINS[*]} $K8S_VERSION from Go modules (about 5 minutes on 2 cores)"
   rm -rf "$out"; mkdir -p "$out"
   "$go" build -ldflags "-s -w$ldflags" -o "$out/" "${pkgs[@]}" >>"$CACHE_DIR/k8s-build.log" 2>&1 ||
     { tail -n 30 "$CACHE_DIR/k8s-build.log" >&2; die "kubernetes build failed; log: $CACHE_DIR/k8s-build.log"; }

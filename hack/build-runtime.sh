@@ -26,7 +26,7 @@ rm -rf "$out"; mkdir -p "$out"
 logf=$CACHE_DIR/runtime-build.log
 : >"$logf"
 run() { "$@" >>"$logf" 2>&1 || { tail -n 30 "$logf" >&2; die "runtime build failed ($*); log: $logf"; }; }
-log "building containerd $CONTAINERD_MODERN and runc from Go modules (about 3 minutes on 2 cores)"
+log "building containerd $CONTAINERD_MODERN and runc from Go modules (about a minute on 2 cores)"
 run "$go" mod download
 ver() { "$go" list -m -f '{{.Version}}' "$1"; }
 cv=$(ver github.com/containerd/containerd/v2)
