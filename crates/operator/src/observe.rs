@@ -294,7 +294,8 @@ pub async fn observe(
         .get(QUORUM_LOST_AT_ANNOTATION)
         .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok())
         .map(|t| (now.as_second() - t.as_second()).max(0));
-    let o = Observed {
+    let version_defaulted = cluster.spec.version.is_empty() && spec_refused.is_none();
+    let mut o = Observed {
         services_ready: services.contains(&name) && services.contains(&naming::client_service(&name)),
         name,
         namespace,
@@ -315,5 +316,8 @@ pub async fn observe(
         recorded_version: (!status.current_version.is_empty()).then_some(status.current_version),
         new_member_suffix: random_suffix(),
     };
+    if version_defaulted {
+        crate::planner::upgrade::keep_running_version(&mut o);
+    }
     (o, endpoints)
 }

@@ -286,7 +286,7 @@ mod tests {
     fn coreos_default_version_3_2_13_is_refused_naming_the_supported_range() {
         let e = validate("a", &spec(3, "3.2.13")).unwrap_err();
         assert_eq!(e.len(), 1);
-        assert!(e[0].contains("3.2.13") && e[0].contains("3.4.x to 3.6.x"), "{e:?}");
+        assert!(e[0].contains("3.2.13") && e[0].contains("3.4.x to 3.7.x"), "{e:?}");
     }
 
     #[test]

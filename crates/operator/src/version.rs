@@ -15,7 +15,22 @@ pub struct Version {
 /// Oldest supported minor line (inclusive). 3.4 introduced learners, which scaling relies on.
 pub const MIN_SUPPORTED: (u64, u64) = (3, 4);
 /// Newest supported minor line (inclusive).
-pub const MAX_SUPPORTED: (u64, u64) = (3, 6);
+pub const MAX_SUPPORTED: (u64, u64) = (3, 7);
+
+/// The oldest patch of a minor line from which etcd supports moving to the next minor, from the
+/// upstream upgrade guides: 3.5 → 3.6 from 3.5.26 (before 3.5.20 a learner's promotion was
+/// persisted only in the v2 store, so promoted members turn back into learners under 3.6; 3.5.26
+/// is the release upstream names for the step), 3.6 → 3.7 from 3.6.11 ("earlier 3.6 patch
+/// releases may not be compatible with a rolling upgrade to 3.7").
+pub const STEPPING_STONES: &[((u64, u64), u64)] = &[((3, 5), 26), ((3, 6), 11)];
+
+/// The stepping stone `from` must reach before moving to the next minor, if it has not yet.
+pub fn stepping_stone(from: &Version) -> Option<Version> {
+    STEPPING_STONES
+        .iter()
+        .find(|(line, patch)| *line == from.minor_line() && from.patch < *patch)
+        .map(|((major, minor), patch)| Version { major: *major, minor: *minor, patch: *patch, suffix: String::new() })
+}
 
 /// Human-readable list for messages.
 pub fn supported_range() -> String {
@@ -70,6 +85,12 @@ pub fn check_change(from: &Version, to: &Version) -> Result<(), String> {
         return Ok(());
     }
     if to.major == from.major && to.minor == from.minor + 1 {
+        if let Some(stone) = stepping_stone(from) {
+            return Err(format!(
+                "upgrade from {from} to {to} needs {stone} or later first: etcd supports {}.{} → {}.{} only from {stone}; upgrade to {}.{}.{}+ first (a patch upgrade), then to {to}",
+                from.major, from.minor, to.major, to.minor, stone.major, stone.minor, stone.patch
+            ));
+        }
         return Ok(());
     }
     if to.minor_line() < from.minor_line() {
@@ -110,7 +131,8 @@ mod tests {
         assert!(v("3.4.23").is_supported());
         assert!(v("3.5.1").is_supported());
         assert!(v("3.6.0").is_supported());
-        assert!(!v("3.7.0").is_supported());
+        assert!(v("3.7.2").is_supported());
+        assert!(!v("3.8.0").is_supported());
         assert!(!v("4.0.0").is_supported());
     }
 
@@ -121,5 +143,10 @@ mod tests {
         assert!(check_change(&v("3.5.1"), &v("3.5.0")).is_ok(), "patch rollback is allowed");
         assert!(check_change(&v("3.5.1"), &v("3.4.23")).unwrap_err().contains("downgrade"));
         assert!(check_change(&v("3.4.23"), &v("3.6.0")).unwrap_err().contains("skips a minor"));
+        let e = check_change(&v("3.5.1"), &v("3.6.6")).unwrap_err();
+        assert!(e.contains("needs 3.5.26 or later first") && e.contains("upgrade to 3.5.26+ first"), "{e}");
+        assert!(check_change(&v("3.5.26"), &v("3.6.0")).is_ok());
+        assert!(check_change(&v("3.6.10"), &v("3.7.0")).unwrap_err().contains("3.6.11"));
+        assert!(check_change(&v("3.6.11"), &v("3.7.0")).is_ok());
     }
 }

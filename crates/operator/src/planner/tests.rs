@@ -527,6 +527,51 @@ fn downgrades_and_minor_skips_are_refused_without_change() {
     assert!(w.message.contains("skips a minor"), "{}", w.message);
 }
 
+/// Upstream's stepping stones: 3.5 → 3.6 only from 3.5.26, 3.6 → 3.7 only from 3.6.11; the
+/// refusal names the patch to reach first, and a patch upgrade to it is allowed.
+#[test]
+fn a_minor_upgrade_from_below_its_stepping_stone_is_refused_naming_it() {
+    for (from, to, stone) in
+        [("3.5.1", "3.6.6", "3.5.26"), ("3.5.25", "3.6.15", "3.5.26"), ("3.6.6", "3.7.2", "3.6.11")]
+    {
+        let mut o = running(3, 3);
+        at(&mut o, from);
+        want(&mut o, 3, to);
+        let Step::Wait(w) = plan(&o) else { panic!("{from} → {to} was not refused") };
+        assert_eq!(w.reason, WaitReason::UpgradeRefused, "{from} → {to}");
+        assert!(w.message.contains(&format!("upgrade to {stone}+ first")), "{from} → {to}: {}", w.message);
+        // The stepping stone itself is a patch upgrade, allowed.
+        want(&mut o, 3, &format!("{stone}"));
+        assert!(matches!(plan(&o), Step::UpgradeMember { .. }), "{from} → {stone}");
+    }
+    for (from, to) in
+        [("3.5.26", "3.6.6"), ("3.5.34", "3.6.15"), ("3.6.11", "3.7.2"), ("3.6.15", "3.7.2"), ("3.4.1", "3.5.0")]
+    {
+        let mut o = running(3, 3);
+        at(&mut o, from);
+        want(&mut o, 3, to);
+        assert!(matches!(plan(&o), Step::UpgradeMember { .. }), "{from} → {to} should upgrade");
+    }
+}
+
+/// An empty `spec.version` is the default of the operator that created the cluster: a newer
+/// default never upgrades a running cluster; a new cluster starts at the default.
+#[test]
+fn an_empty_version_keeps_what_the_cluster_runs() {
+    let mut o = running(3, 3);
+    at(&mut o, "3.5.1");
+    o.desired = validate(NAME, &EtcdClusterSpec { size: 3, ..Default::default() });
+    assert_eq!(o.desired.as_ref().unwrap().version.to_string(), etcd_operator_api::cluster::DEFAULT_VERSION);
+    crate::planner::upgrade::keep_running_version(&mut o);
+    assert_eq!(o.desired.as_ref().unwrap().version.to_string(), "3.5.1");
+    assert_eq!(wait_reason(&plan(&o)), WaitReason::Stable);
+
+    let mut fresh = fresh(3);
+    fresh.desired = validate(NAME, &EtcdClusterSpec { size: 3, ..Default::default() });
+    crate::planner::upgrade::keep_running_version(&mut fresh);
+    assert_eq!(fresh.desired.as_ref().unwrap().version.to_string(), etcd_operator_api::cluster::DEFAULT_VERSION);
+}
+
 #[test]
 fn a_refused_version_change_does_not_stop_healing() {
     let mut o = running(3, 3);

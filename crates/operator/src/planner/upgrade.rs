@@ -31,6 +31,17 @@ pub fn running_version(o: &Observed) -> Option<Version> {
         .or_else(|| o.pods.values().filter_map(|p| Version::parse(&p.version).ok()).min())
 }
 
+/// `spec.version` left empty means "the default of the operator that created the cluster": a
+/// cluster that runs keeps the version it runs, so an operator release with a newer default never
+/// upgrades etcd by itself (users upgrade by setting `spec.version`). A new cluster gets the
+/// default.
+pub fn keep_running_version(o: &mut Observed) {
+    let Some(running) = running_version(o).filter(Version::is_supported) else { return };
+    if let Ok(d) = o.desired.as_mut() {
+        d.version = running;
+    }
+}
+
 /// A pod that cannot run (`pod` has a stuck container). If its version is not the desired one
 /// and moving it there is allowed, change its image: this rolls a failed upgrade back (or
 /// forward to a corrected version). A member that is down already cannot lose anything by it.
