@@ -360,15 +360,17 @@ fn upgrade_step(ns: &TestNamespace, name: &str, from: &str, to: &str, writer: &W
     Ok(took)
 }
 
-#[test]
-fn rolling_upgrade_3_4_to_3_5_0_to_3_5_1_under_continuous_writes() -> Result<()> {
-    with_operator("e2e-upgrade", |ns, _op| {
-        ns.apply(&cluster_manifest(&ns.name, "ex", 3, "3.4.23", ""))?;
+/// A 3-member cluster created at `start` is upgraded through `steps` (each `(from, to)`) while a
+/// writer writes through every member: every step in place, followers first, the leader last,
+/// no failed write, every acknowledged write readable afterwards.
+fn rolling_upgrade_under_writes(prefix: &str, start: &str, steps: &[(&str, &str)]) -> Result<()> {
+    with_operator(prefix, |ns, _op| {
+        ns.apply(&cluster_manifest(&ns.name, "ex", 3, start, ""))?;
         wait_healthy(ns, "ex", 3, CREATE)?;
         let ep = client_endpoint(ns, "ex")?;
         write_keys(&ep, "before", KEYS)?;
         let endpoints = endpoints_of(ns, "ex")?;
-        ensure!(all_report(ns, "ex", "3.4.23")?, "members do not all report 3.4.23");
+        ensure!(all_report(ns, "ex", start)?, "members do not all report {start}");
 
         let prefix = "writer";
         let writer = Writer::start(endpoints.clone(), prefix)?;
@@ -382,7 +384,7 @@ fn rolling_upgrade_3_4_to_3_5_0_to_3_5_1_under_continuous_writes() -> Result<()>
         })?;
 
         let mut timings = vec![];
-        for (from, to) in [("3.4.23", "3.5.0"), ("3.5.0", "3.5.1")] {
+        for &(from, to) in steps {
             timings.push((format!("{from} -> {to}"), upgrade_step(ns, "ex", from, to, &writer)?));
             // The same endpoints throughout: members are upgraded in place.
             ensure!(endpoints_of(ns, "ex")? == endpoints, "member endpoints changed");
@@ -414,10 +416,27 @@ fn rolling_upgrade_3_4_to_3_5_0_to_3_5_1_under_continuous_writes() -> Result<()>
         check_keys(&ep, "before", KEYS)?;
         for (_, member_ep) in member_endpoints(ns, "ex")? {
             let v = server_version(&member_ep)?;
-            ensure!(v == "3.5.1", "{member_ep} reports {v}");
+            let last = steps.last().map_or(start, |s| s.1);
+            ensure!(v == last, "{member_ep} reports {v}, not {last}");
         }
         Ok(())
     })
+}
+
+#[test]
+fn rolling_upgrade_3_4_to_3_5_0_to_3_5_1_under_continuous_writes() -> Result<()> {
+    rolling_upgrade_under_writes("e2e-upgrade", "3.4.23", &[("3.4.23", "3.5.0"), ("3.5.0", "3.5.1")])
+}
+
+/// The path upstream supports to the newest minor: a patch upgrade to the 3.5 stepping stone
+/// (3.5.26+), then 3.6 (past its own stepping stone to 3.7, 3.6.11), then 3.7.
+#[test]
+fn rolling_upgrade_3_5_1_to_3_5_34_to_3_6_15_to_3_7_2_under_continuous_writes() -> Result<()> {
+    rolling_upgrade_under_writes(
+        "e2e-upgrade-path",
+        "3.5.1",
+        &[("3.5.1", "3.5.34"), ("3.5.34", "3.6.15"), ("3.6.15", "3.7.2")],
+    )
 }
 
 // ---- scenario 2: refused version changes --------------------------------------------------------------
@@ -471,17 +490,21 @@ fn refused(ns: &TestNamespace, name: &str, from: &str, to: &str, words: &str) ->
 }
 
 #[test]
-fn downgrade_and_minor_skip_are_refused_and_change_nothing() -> Result<()> {
+fn downgrade_minor_skip_and_missing_stepping_stone_are_refused_and_change_nothing() -> Result<()> {
     with_operator("e2e-refuse", |ns, _op| {
         ns.apply(&cluster_manifest(&ns.name, "new", 3, "3.5.1", ""))?;
         ns.apply(&cluster_manifest(&ns.name, "old", 3, "3.4.23", ""))?;
-        for name in ["new", "old"] {
+        ns.apply(&cluster_manifest(&ns.name, "mid", 3, "3.6.6", ""))?;
+        for name in ["new", "old", "mid"] {
             wait_healthy(ns, name, 3, CREATE)?;
             write_keys(&client_endpoint(ns, name)?, name, KEYS)?;
         }
         refused(ns, "new", "3.5.1", "3.4.23", "downgrade")?;
         refused(ns, "old", "3.4.23", "3.6.0", "skips a minor")?;
-        for name in ["new", "old"] {
+        // Below the stepping stones: the refusal names the patch to reach first.
+        refused(ns, "new", "3.5.1", "3.6.6", "upgrade to 3.5.26+ first")?;
+        refused(ns, "mid", "3.6.6", "3.7.2", "upgrade to 3.6.11+ first")?;
+        for name in ["new", "old", "mid"] {
             check_keys(&client_endpoint(ns, name)?, name, KEYS)?;
         }
         Ok(())
