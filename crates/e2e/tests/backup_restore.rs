@@ -111,14 +111,16 @@ fn check_members_restored(ns: &TestNamespace, name: &str, size: usize) -> Result
     })
 }
 
-/// Keys → one-shot backup → delete the cluster → restore → every key back.
+/// Keys → one-shot backup → delete the cluster → restore → every key back, with etcd `version`
+/// (the restore runs that version's etcdutl in the members' init containers).
 fn round_trip(
     ns: &TestNamespace,
+    version: &str,
     storage_type: &str,
     storage: &str,
     check_stored: impl Fn(&Value) -> Result<()>,
 ) -> Result<()> {
-    ns.apply(&cluster_manifest(&ns.name, "ex", 3, "3.5.1", ""))?;
+    ns.apply(&cluster_manifest(&ns.name, "ex", 3, version, ""))?;
     wait_healthy(ns, "ex", 3, CREATE)?;
     let ep = client_endpoint(ns, "ex")?;
     write_keys(&ep, "backup", KEYS)?;
@@ -127,7 +129,7 @@ fn round_trip(
     let b = wait_backup_succeeded(ns, "once")?;
     let st = &b["status"];
     ensure!(st["etcdRevision"].as_i64().unwrap_or(0) > KEYS as i64, "revision {}", st["etcdRevision"]);
-    ensure!(st["etcdVersion"] == "3.5.1", "{st}");
+    ensure!(st["etcdVersion"] == version, "{st}");
     ensure!(st["sha256"].as_str().is_some_and(|s| s.len() == 64), "{st}");
     ensure!(st["lastSuccessDate"].as_str().is_some(), "{st}");
     check_stored(st)?;
@@ -146,7 +148,8 @@ fn round_trip(
         Ok((r["status"]["succeeded"] == true).then_some(r))
     })?;
     ensure!(r["status"]["sha256"] == st["sha256"], "restored {} backed up {}", r["status"]["sha256"], st["sha256"]);
-    wait_healthy(ns, "ex", 3, CREATE)?;
+    let c = wait_healthy(ns, "ex", 3, CREATE)?;
+    ensure!(c["status"]["currentVersion"] == version, "restored cluster runs {}", c["status"]["currentVersion"]);
     check_members_restored(ns, "ex", 3)?;
     let ep = client_endpoint(ns, "ex")?;
     check_keys(&ep, "backup", KEYS)?;
@@ -174,12 +177,12 @@ fn e2e_events(ns: &TestNamespace, kind: &str, name: &str) -> Result<Vec<(String,
         .collect())
 }
 
-fn object_server_round_trip(server: &dyn ObjectServer, prefix: &str) -> Result<()> {
+fn object_server_round_trip(server: &dyn ObjectServer, prefix: &str, version: &str) -> Result<()> {
     server.create_bucket(BUCKET)?;
     with_operator(prefix, |ns, _op| {
         ns.apply(&server.secret_manifest(&ns.name, "creds"))?;
         let storage = storage_block(server, "ex/etcd.backup", "creds");
-        round_trip(ns, server.storage_type(), &storage, |st| {
+        round_trip(ns, version, server.storage_type(), &storage, |st| {
             let data = server.get_object(BUCKET, "ex/etcd.backup")?;
             ensure!(
                 data.len() as i64 == st["size"].as_i64().unwrap_or(-1),
@@ -201,23 +204,23 @@ fn object_server_round_trip(server: &dyn ObjectServer, prefix: &str) -> Result<(
 #[test]
 fn s3_backup_and_restore_bring_back_every_key() -> Result<()> {
     let moto = MotoServer::start()?;
-    object_server_round_trip(&moto, "e2e-s3")
+    object_server_round_trip(&moto, "e2e-s3", "3.5.1")
 }
 
 #[test]
-fn abs_backup_and_restore_bring_back_every_key() -> Result<()> {
+fn abs_backup_and_restore_bring_back_every_key_with_etcd_3_6() -> Result<()> {
     let azurite = Azurite::start()?;
-    object_server_round_trip(&azurite, "e2e-abs")
+    object_server_round_trip(&azurite, "e2e-abs", "3.6.15")
 }
 
 #[test]
-fn pvc_backup_and_restore_bring_back_every_key() -> Result<()> {
+fn pvc_backup_and_restore_bring_back_every_key_with_etcd_3_7() -> Result<()> {
     with_operator("e2e-pvc-backup", |ns, _op| {
         ns.apply(&format!(
             "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {{name: backups, namespace: {}}}\nspec:\n  accessModes: [ReadWriteOnce]\n  resources: {{requests: {{storage: 1Gi}}}}\n",
             ns.name
         ))?;
-        round_trip(ns, "PVC", "pvc: {claimName: backups, path: ex/etcd.backup}", |st| {
+        round_trip(ns, "3.7.2", "PVC", "pvc: {claimName: backups, path: ex/etcd.backup}", |st| {
             ensure!(st["path"] == "pvc://backups/ex/etcd.backup", "{st}");
             Ok(())
         })
