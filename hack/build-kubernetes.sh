@@ -9,7 +9,7 @@ source "$(dirname "$0")/common.sh"
 WHAT_BINS=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl)
 # Bumped whenever the way the binaries are built changes, so cached builds are redone.
 if [ "$K8S_VERSION" = "$K8S_MODERN" ]; then
-  RECIPE="go modules: hack/k8s/go.sum $(sha256sum "$HACK_DIR/k8s/go.sum" | cut -c1-16); static; version ldflags"
+  RECIPE="go modules: hack/k8s/go.sum $(sha256sum "$HACK_DIR/k8s/go.sum" | cut -c1-16); static; version ldflags r2"
 else
   RECIPE="vendor: reflect2 1.0.2; openapi null check as built by Go 1.15"
 fi
@@ -30,10 +30,10 @@ build_modern() {
   "$go" mod download >"$CACHE_DIR/k8s-build.log" 2>&1 || { tail -n 20 "$CACHE_DIR/k8s-build.log" >&2; die "go mod download failed"; }
   # Version stamps as Kubernetes' own build sets them (hack/lib/version.sh), so `kubectl version`
   # and the Node show the real version. The build date is the module's publication time.
-  date=$("$go" mod download -json "k8s.io/kubernetes@$v" | jq -r .Time 2>/dev/null || true)
+  date=$("$go" list -m -json k8s.io/kubernetes | jq -r '.Time // empty' 2>/dev/null || true)
   for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
     ldflags+=" -X $p.gitVersion=$v -X $p.gitMajor=1 -X $p.gitMinor=$K8S_MINOR -X $p.gitTreeState=clean"
-    [ -n "$date" ] && ldflags+=" -X $p.buildDate=${date%%.*}Z"
+    [ -n "$date" ] && ldflags+=" -X $p.buildDate=$date"
   done
   for b in "${WHAT_BINS[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$b"); done
   log "building kubernetes ${WHAT_BINS[*]} $K8S_VERSION from Go modules (about 5 minutes on 2 cores)"

@@ -376,6 +376,10 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
 [ttrpc]
   address = "$CONTAINERD_SOCK.ttrpc"
 
+# Without this, containerd 2 creates /opt/containerd (and puts its bin first on its PATH).
+[plugins.'io.containerd.internal.v1.opt']
+  path = "$STATE_DIR/containerd/opt"
+
 [plugins.'io.containerd.cri.v1.images']
   snapshotter = "$(cat "$SNAPSHOTTER_FILE")"
   [plugins.'io.containerd.cri.v1.images'.pinned_images]
@@ -670,16 +674,22 @@ EOF
 # ---------------------------------------------------------------------------------------------
 # commands
 
+# Refuses to touch a cluster of another version (one leg at a time on this machine).
+check_running_version() {
+  local running
+  running=$(cat "$STATE_DIR/k8s-version" 2>/dev/null || true)
+  if [ -z "$running" ] && [ -f "$PKI_DIR/done" ]; then running=$K8S_LEGACY; fi
+  if [ -n "$running" ] && [ "$running" != "$K8S_VERSION" ]; then
+    die "the local cluster runs Kubernetes $running; \`hack/cluster.sh down\` first to start $K8S_VERSION"
+  fi
+}
+
 cmd_up() {
   need_root
   NODE_IP=$(node_ip)
   NODE_NAME=$(node_name)
   [ -n "$NODE_IP" ] || die "cannot find the machine's primary IPv4 address (no default route?)"
-  local running
-  running=$(cat "$STATE_DIR/k8s-version" 2>/dev/null || true)
-  if [ -n "$running" ] && [ "$running" != "$K8S_VERSION" ]; then
-    die "the local cluster runs Kubernetes $running; \`hack/cluster.sh down\` first to start $K8S_VERSION"
-  fi
+  check_running_version
   if healthy 2>/dev/null; then
     log "cluster already up: Kubernetes $K8S_VERSION, node $NODE_NAME Ready; KUBECONFIG=$KUBECONFIG_PATH"
     return 0
@@ -951,6 +961,7 @@ cmd_restart() {
   for c in "${names[@]}"; do
     [[ " ${COMPONENTS[*]} " == *" $c "* ]] || die "unknown component $c (components: ${COMPONENTS[*]})"
   done
+  check_running_version
   for c in "${names[@]}"; do stop "$c"; done
   cmd_up
 }

@@ -12,8 +12,10 @@ K8S_MODERN=1.37.2
 K8S_LEGACY=1.20.2
 CONTAINERD_MODERN=2.4.2   # hack/runtime/go.mod
 resolve_k8s_version() {
-  local want=${K8S_VERSION:-}
+  local want=${K8S_VERSION:-} explicit=${K8S_VERSION:+1}
   if [ -z "$want" ] && [ -f "$STATE_DIR/k8s-version" ]; then want=$(cat "$STATE_DIR/k8s-version"); fi
+  # A cluster started before the legs existed has no version record: it is the 1.20 one.
+  if [ -z "$want" ] && [ -f "$STATE_DIR/pki/done" ]; then want=legacy; fi
   case ${want:-modern} in
     1.20 | 1.20.2 | legacy) K8S_VERSION=$K8S_LEGACY ;;
     1.37 | 1.37.2 | modern) K8S_VERSION=$K8S_MODERN ;;
@@ -22,9 +24,18 @@ resolve_k8s_version() {
   # The modern leg needs the Go module proxy once (until its binaries are cached). Without it,
   # say so in one line and take the legacy leg, so the README's two commands still work.
   if [ "$K8S_VERSION" = "$K8S_MODERN" ] && [ -z "${K8S_VERSION_CHECKED:-}" ] &&
-    ! [ -f "$CACHE_DIR/kubernetes-$K8S_MODERN/bin/.recipe" ] && ! go_proxy_reachable; then
-    log "the Go module proxy cannot be reached: using the legacy Kubernetes $K8S_LEGACY leg"
-    K8S_VERSION=$K8S_LEGACY
+    ! { [ -f "$CACHE_DIR/kubernetes-$K8S_MODERN/bin/.recipe" ] && [ -f "$CACHE_DIR/containerd-$CONTAINERD_MODERN/bin/.recipe" ]; }; then
+    local why=""
+    if ! [ -x /usr/local/go/bin/go ]; then
+      why="there is no Go at /usr/local/go"
+    elif ! go_proxy_reachable; then
+      why="the Go module proxy cannot be reached"
+    fi
+    if [ -n "$why" ]; then
+      [ -z "$explicit" ] || die "K8S_VERSION=$want needs a build from Go modules, but $why (K8S_VERSION=1.20 runs the legacy leg)"
+      log "$why: using the legacy Kubernetes $K8S_LEGACY leg"
+      K8S_VERSION=$K8S_LEGACY
+    fi
   fi
   export K8S_VERSION K8S_VERSION_CHECKED=1
   K8S_BIN=$CACHE_DIR/kubernetes-$K8S_VERSION/bin

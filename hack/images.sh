@@ -68,7 +68,8 @@ pack_image() {
   local ref=$1 root=$2 config=$3 out=$4 work layer_sha cfg_sha
   work=$(mktemp -d "$SCRATCH/pack.XXXXXX")
   # Deterministic layer: same inputs, same digest, so re-imports are recognised as no-ops.
-  tar --sort=name --numeric-owner --mtime=@0 -C "$root" -cf "$work/layer.tar" .
+  # Every step checked: build_etcd_release runs in `( ... ) ||`, where set -e does not apply.
+  tar --sort=name --numeric-owner --mtime=@0 -C "$root" -cf "$work/layer.tar" . || die "packing $root failed"
   layer_sha=$(sha256sum "$work/layer.tar" | cut -d' ' -f1)
   mkdir "$work/$layer_sha"
   mv "$work/layer.tar" "$work/$layer_sha/layer.tar"
@@ -82,8 +83,8 @@ pack_image() {
   jq -cn --arg cfg "$cfg_sha.json" --arg ref "$ref" --arg layer "$layer_sha/layer.tar" \
     '[{Config: $cfg, RepoTags: [$ref], Layers: [$layer]}]' >"$work/manifest.json"
   tar --sort=name --owner=0 --group=0 --numeric-owner --mtime=@0 -C "$work" -cf "$out.tmp" \
-    manifest.json "$cfg_sha.json" "$layer_sha/layer.tar"
-  mv "$out.tmp" "$out"
+    manifest.json "$cfg_sha.json" "$layer_sha/layer.tar" || die "writing $out failed"
+  mv "$out.tmp" "$out" || die "writing $out failed"
   rm -rf "$work"
 }
 

@@ -62,9 +62,15 @@ run_leg() {
   if [ -n "$smoke" ]; then
     local t
     for t in $smoke; do
-      # "file:name" runs test `name` of tests/file.rs, exactly.
+      # "mode@file:name" runs test `name` of tests/file.rs, exactly, with E2E_OPERATOR=mode.
       E2E_OPERATOR=${t%%@*} cargo test -p e2e --test "$(cut -d: -f1 <<<"${t#*@}")" --locked -- --test-threads=1 --exact \
-        "$(cut -d: -f2 <<<"${t#*@}")" 2>&1 | tee -a "$out/e2e-$tag.log" || status=1
+        "$(cut -d: -f2 <<<"${t#*@}")" 2>&1 | tee "$out/one.log" || status=1
+      cat "$out/one.log" >>"$out/e2e-$tag.log"
+      # A renamed test would run nothing and pass: count that as a failure.
+      if ! grep -q '^running 1 test$' "$out/one.log"; then
+        log "[$tag] smoke test $t ran no test (renamed?)"
+        failed=$((failed + 1)); status=1
+      fi
     done
     count "$out/e2e-$tag.log"
   else

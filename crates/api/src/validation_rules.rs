@@ -66,9 +66,15 @@ fn storage_block_rule(field: &str) -> String {
 }
 
 /// Every rule, in one place.
+///
+/// Only what the operator refuses for *every* object goes here: the apiserver evaluates these
+/// rules on every write of the object, status updates and metadata patches included, and does not
+/// ratchet items of atomic lists. A rule that also refused what an older operator accepted (the
+/// `etcdEnv` names owned since 0.2, `ETCD_DISCOVERY*`) would block the status and marks of a
+/// cluster that formed under it, and with them its healing; those names stay the operator's own
+/// refusal (a condition and an Event).
 pub fn rules() -> Vec<Rule> {
-    let owned: Vec<String> =
-        OPERATOR_OWNED_ETCD_ENV.iter().chain(OPERATOR_OWNED_ETCD_ENV_SINCE_0_2).map(|n| format!("'{n}'")).collect();
+    let owned: Vec<String> = OPERATOR_OWNED_ETCD_ENV.iter().map(|n| format!("'{n}'")).collect();
     vec![
         rule(
             "EtcdCluster",
@@ -81,18 +87,10 @@ pub fn rules() -> Vec<Rule> {
         rule(
             "EtcdCluster",
             &["spec", "pod", "etcdEnv", "[]"],
+            format!("!(self.name in [{}])", owned.join(", ")),
             format!(
-                "!(self.name in [{}]) && !self.name.startsWith('{OPERATOR_OWNED_ETCD_ENV_PREFIX}')",
-                owned.join(", ")
-            ),
-            format!(
-                "spec.pod.etcdEnv: this name is owned by the operator (membership, data location and recovery are its job) and cannot be set: {}, {OPERATOR_OWNED_ETCD_ENV_PREFIX}*",
-                OPERATOR_OWNED_ETCD_ENV
-                    .iter()
-                    .chain(OPERATOR_OWNED_ETCD_ENV_SINCE_0_2)
-                    .copied()
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                "spec.pod.etcdEnv: this name is owned by the operator (membership and data location are its job) and cannot be set: {}",
+                OPERATOR_OWNED_ETCD_ENV.join(", ")
             ),
         ),
         rule(
@@ -225,11 +223,15 @@ mod tests {
     }
 
     #[test]
-    fn the_etcd_env_rule_names_every_owned_variable() {
+    fn the_etcd_env_rule_names_every_variable_always_owned_and_no_newer_one() {
         let r = rules().into_iter().find(|r| r.path.ends_with(&["etcdEnv", "[]"])).unwrap();
-        for n in OPERATOR_OWNED_ETCD_ENV.iter().chain(OPERATOR_OWNED_ETCD_ENV_SINCE_0_2) {
+        for n in OPERATOR_OWNED_ETCD_ENV {
             assert!(r.rule.contains(&format!("'{n}'")), "{n} missing from {}", r.rule);
             assert!(r.message.contains(n), "{n} missing from the message");
+        }
+        // Clusters formed under older operators may carry these: only the operator refuses them.
+        for n in OPERATOR_OWNED_ETCD_ENV_SINCE_0_2.iter().chain([&OPERATOR_OWNED_ETCD_ENV_PREFIX]) {
+            assert!(!r.rule.contains(n), "{n} in {}", r.rule);
         }
     }
 }

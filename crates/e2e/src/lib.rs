@@ -150,6 +150,14 @@ impl Kubectl {
         }
         let out = self.command().args(["get", "--raw", "/openapi/v3/apis/apiextensions.k8s.io/v1"]).output()?;
         let has = out.status.success() && String::from_utf8_lossy(&out.stdout).contains("\"x-kubernetes-validations\"");
+        // CEL is on by default from 1.25: a "no" there is a broken probe, not a fact.
+        if !has && self.server_minor()? >= 25 {
+            bail!(
+                "Kubernetes 1.{} has CEL, but its OpenAPI v3 document does not say so: {}",
+                self.server_minor()?,
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
         Ok(*HAS.get_or_init(|| has))
     }
 

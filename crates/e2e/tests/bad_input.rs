@@ -75,8 +75,19 @@ fn absurd_input_is_refused_and_the_operator_keeps_healing_others() -> Result<()>
         refused_by_operator(ns, "my.cluster", &dotted, "metadata.name")?;
         let long = "a".repeat(60);
         refused_by_rule_or_operator(ns, &long, &cluster_manifest(&ns.name, &long, 1, "3.5.1", ""), "at most 56")?;
-        let force = "  pod:\n    etcdEnv: [{name: ETCD_FORCE_NEW_CLUSTER, value: \"true\"}]\n";
+        // Names the operator owned from the start: the CEL rule where the server has CEL.
+        let initial = "  pod:\n    etcdEnv: [{name: ETCD_INITIAL_CLUSTER, value: \"x=http://x:2380\"}]\n";
         refused_by_rule_or_operator(
+            ns,
+            "initial",
+            &cluster_manifest(&ns.name, "initial", 1, "3.5.1", initial),
+            "ETCD_INITIAL_CLUSTER",
+        )?;
+        // Owned since the operator recovers quorum loss itself: a cluster formed under an older
+        // operator may carry it, so no CRD rule refuses it (it would block that cluster's status
+        // updates); the operator refuses it for new clusters.
+        let force = "  pod:\n    etcdEnv: [{name: ETCD_FORCE_NEW_CLUSTER, value: \"true\"}]\n";
+        refused_by_operator(
             ns,
             "force",
             &cluster_manifest(&ns.name, "force", 1, "3.5.1", force),

@@ -22,8 +22,8 @@ use e2e::{TestNamespace, wait_until};
 
 const CREATE: Duration = Duration::from_secs(150);
 
-/// Labels `ns` to enforce (and warn at) the `restricted` level; false when the server has no Pod
-/// Security Admission (before 1.23; the label is then inert).
+/// Labels `ns` to enforce (and warn at) the `restricted` level; false before 1.25, where Pod
+/// Security Admission is absent or not on by default (the label would be inert).
 fn enforce_restricted(ns: &TestNamespace) -> Result<bool> {
     if ns.kubectl.server_minor()? < 25 {
         eprintln!("skipped: Kubernetes 1.{} has no Pod Security Admission (1.25+)", ns.kubectl.server_minor()?);

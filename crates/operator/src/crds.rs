@@ -53,7 +53,12 @@ pub async fn server_has_validation_rules(client: &kube::Client) -> anyhow::Resul
 /// validation rules go in where the server supports them; where it does not, one log line says
 /// so (the operator validates every object itself either way).
 pub async fn install(client: kube::Client, timeout: Duration) -> anyhow::Result<()> {
-    let with_rules = server_has_validation_rules(&client).await?;
+    // Discovery that fails (a 403 under hardened RBAC, a 503) is no reason not to start: try the
+    // rules, and fall back to none if the apiserver refuses them.
+    let with_rules = server_has_validation_rules(&client).await.unwrap_or_else(|e| {
+        tracing::warn!(error = %e, "cannot tell whether this apiserver has CRD validation rules; trying them");
+        true
+    });
     if !with_rules {
         tracing::warn!(
             "this apiserver has no CRD validation rules (CEL, Kubernetes 1.25+): invalid objects are refused by the operator's own validation (a condition and an Event), not at apply time"
@@ -61,12 +66,18 @@ pub async fn install(client: kube::Client, timeout: Duration) -> anyhow::Result<
     }
     let api: Api<CustomResourceDefinition> = Api::all(client);
     let pp = PatchParams::apply(OPERATOR_NAME).force();
-    for crd in crds(with_rules) {
+    for (crd, bare) in crds(with_rules).into_iter().zip(crds(false)) {
         let name = crd.metadata.name.clone().unwrap_or_default();
-        let stored = api
-            .patch(&name, &pp, &Patch::Apply(&crd))
-            .await
-            .map_err(|e| anyhow::anyhow!("cannot apply CustomResourceDefinition {name}: {e}"))?;
+        let stored = match api.patch(&name, &pp, &Patch::Apply(&crd)).await {
+            Ok(s) => s,
+            Err(kube::Error::Api(e)) if with_rules && (e.code == 400 || e.code == 422) => {
+                tracing::warn!(crd = %name, error = %e.message, "the apiserver refused the CRD validation rules; installing it without them (the operator's own validation still applies)");
+                api.patch(&name, &pp, &Patch::Apply(&bare))
+                    .await
+                    .map_err(|e| anyhow::anyhow!("cannot apply CustomResourceDefinition {name}: {e}"))?
+            }
+            Err(e) => return Err(anyhow::anyhow!("cannot apply CustomResourceDefinition {name}: {e}")),
+        };
         let (want, have) = (validation_rules::count(&crd), validation_rules::count(&stored));
         if have < want {
             tracing::warn!(

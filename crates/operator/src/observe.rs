@@ -159,22 +159,29 @@ pub fn pvc_state(v: &PersistentVolumeClaim) -> Option<PvcState> {
 /// The spec to plan from: this one if valid; else the last valid one the operator recorded
 /// (the cluster keeps healing under it), with the reasons this one was refused. A cluster that
 /// formed under an operator version that recorded no last valid spec keeps its spec if that
-/// version's rules accepted it.
-fn desired_of(cluster: &EtcdCluster, name: &str, formed: bool) -> (Result<Desired, Vec<String>>, Option<Vec<String>>) {
+/// version's rules accepted it. The last value says whether the spec planned from left
+/// `version` empty (the default applies).
+fn desired_of(
+    cluster: &EtcdCluster,
+    name: &str,
+    formed: bool,
+) -> (Result<Desired, Vec<String>>, Option<Vec<String>>, bool) {
     match validate(name, &cluster.spec) {
-        Ok(d) => (Ok(d), None),
+        Ok(d) => (Ok(d), None, cluster.spec.version.is_empty()),
         Err(errs) => {
             let recorded = cluster.annotations().get(LAST_VALID_SPEC_ANNOTATION);
             let last = match recorded {
                 Some(j) => serde_json::from_str::<etcd_operator_api::EtcdClusterSpec>(j)
                     .ok()
-                    .and_then(|spec| validate(name, &spec).ok()),
-                None if formed => crate::validation::validate_legacy(name, &cluster.spec).ok(),
+                    .and_then(|spec| validate(name, &spec).ok().map(|d| (d, spec.version.is_empty()))),
+                None if formed => crate::validation::validate_legacy(name, &cluster.spec)
+                    .ok()
+                    .map(|d| (d, cluster.spec.version.is_empty())),
                 None => None,
             };
             match last {
-                Some(d) => (Ok(d), Some(errs)),
-                None => (Err(errs), None),
+                Some((d, empty)) => (Ok(d), Some(errs), empty),
+                None => (Err(errs), None, false),
             }
         }
     }
@@ -264,7 +271,7 @@ pub async fn observe(
         .filter_map(|p| p.ip.as_ref().map(|ip| (p.name.clone(), format!("http://{ip}:{CLIENT_PORT}"))))
         .collect();
     let formed = annotations.contains_key(CLUSTER_ID_ANNOTATION) || !status.cluster_id.is_empty();
-    let (desired, spec_refused) = desired_of(cluster, &name, formed);
+    let (desired, spec_refused, version_defaulted) = desired_of(cluster, &name, formed);
     let desired = desired.map(|mut d| {
         if d.pod.cluster_domain.is_empty() {
             d.pod.cluster_domain = cluster_domain.to_string();
@@ -294,7 +301,6 @@ pub async fn observe(
         .get(QUORUM_LOST_AT_ANNOTATION)
         .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok())
         .map(|t| (now.as_second() - t.as_second()).max(0));
-    let version_defaulted = cluster.spec.version.is_empty() && spec_refused.is_none();
     let mut o = Observed {
         services_ready: services.contains(&name) && services.contains(&naming::client_service(&name)),
         name,
@@ -320,4 +326,37 @@ pub async fn observe(
         crate::planner::upgrade::keep_running_version(&mut o);
     }
     (o, endpoints)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cluster(spec: etcd_operator_api::EtcdClusterSpec, last_valid: Option<&str>) -> EtcdCluster {
+        let mut c = EtcdCluster::new("ex", spec);
+        if let Some(j) = last_valid {
+            c.metadata.annotations = Some([(LAST_VALID_SPEC_ANNOTATION.to_string(), j.to_string())].into());
+        }
+        c
+    }
+
+    /// Whether the default version applies is a property of the spec planned from: a refused
+    /// edit of a cluster whose last valid spec left the version empty must not turn into an
+    /// upgrade to a newer default.
+    #[test]
+    fn the_version_default_follows_the_spec_planned_from() {
+        use etcd_operator_api::EtcdClusterSpec;
+        let (d, refused, empty) =
+            desired_of(&cluster(EtcdClusterSpec { size: 3, ..Default::default() }, None), "ex", true);
+        assert!(d.is_ok() && refused.is_none() && empty);
+        let pinned = EtcdClusterSpec { size: 3, version: "3.5.1".into(), ..Default::default() };
+        assert!(!desired_of(&cluster(pinned, None), "ex", true).2);
+        // An invalid edit (size 0) of a cluster last valid with an empty version.
+        let edit = EtcdClusterSpec { size: 0, version: "3.5.1".into(), ..Default::default() };
+        let (d, refused, empty) = desired_of(&cluster(edit.clone(), Some(r#"{"size":3}"#)), "ex", true);
+        assert!(d.is_ok() && refused.is_some());
+        assert!(empty, "the last valid spec left the version empty");
+        let (_, _, empty) = desired_of(&cluster(edit, Some(r#"{"size":3,"version":"3.5.1"}"#)), "ex", true);
+        assert!(!empty);
+    }
 }

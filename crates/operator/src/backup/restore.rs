@@ -75,8 +75,13 @@ pub fn cluster_spec(spec: &EtcdRestoreSpec, meta: &BackupMeta, sha256: &str) -> 
         version: meta.etcd_version.clone(),
         ..Default::default()
     });
+    // No version given: the backup's own (a restore is no place for an implicit upgrade, and a
+    // 3.5.17 backup could not step to the 3.6 default anyway).
+    if s.version.is_empty() {
+        s.version = meta.etcd_version.clone();
+    }
     let backup_version = Version::parse(&meta.etcd_version).ok();
-    let version = if s.version.is_empty() { etcd_operator_api::cluster::DEFAULT_VERSION } else { s.version.as_str() };
+    let version = s.version.as_str();
     if let (Some(b), Ok(v)) = (backup_version, Version::parse(version)) {
         // The same rule as an upgrade of the running cluster: the same minor or the next one.
         crate::version::check_change(&b, &v)
@@ -427,6 +432,13 @@ mod tests {
         assert!(cluster_spec(&spec(Some(with("3.5.0"))), &meta("3.5.1"), &"ab".repeat(32)).is_ok(), "the same minor");
         let err = cluster_spec(&spec(Some(with("3.6.0"))), &meta("3.4.23"), &"ab".repeat(32)).unwrap_err();
         assert!(err.contains("skips a minor version"), "{err}");
+    }
+
+    #[test]
+    fn a_spec_without_a_version_restores_with_the_backups_version() {
+        let with = EtcdClusterSpec { size: 1, ..Default::default() };
+        let s = cluster_spec(&spec(Some(with)), &meta("3.5.17"), &"ab".repeat(32)).unwrap();
+        assert_eq!(s.version, "3.5.17");
     }
 
     #[test]

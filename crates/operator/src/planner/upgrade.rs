@@ -33,10 +33,19 @@ pub fn running_version(o: &Observed) -> Option<Version> {
 
 /// `spec.version` left empty means "the default of the operator that created the cluster": a
 /// cluster that runs keeps the version it runs, so an operator release with a newer default never
-/// upgrades etcd by itself (users upgrade by setting `spec.version`). A new cluster gets the
-/// default.
+/// upgrades etcd by itself (users upgrade by setting `spec.version`). What it runs is what its
+/// members report, else what status recorded; pod annotations alone do not count (a bootstrap
+/// that never formed is not pinned to its image). A new cluster gets the default.
 pub fn keep_running_version(o: &mut Observed) {
-    let Some(running) = running_version(o).filter(Version::is_supported) else { return };
+    let reported = o
+        .etcd
+        .iter()
+        .flat_map(|e| e.members.iter())
+        .filter_map(|m| m.status.as_ref())
+        .filter_map(|s| Version::parse(&s.version).ok())
+        .min();
+    let running = reported.or_else(|| o.recorded_version.as_deref().and_then(|v| Version::parse(v).ok()));
+    let Some(running) = running.filter(Version::is_supported) else { return };
     if let Ok(d) = o.desired.as_mut() {
         d.version = running;
     }
