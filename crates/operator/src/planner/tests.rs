@@ -570,6 +570,13 @@ fn an_empty_version_keeps_what_the_cluster_runs() {
     fresh.desired = validate(NAME, &EtcdClusterSpec { size: 3, ..Default::default() });
     crate::planner::upgrade::keep_running_version(&mut fresh);
     assert_eq!(fresh.desired.as_ref().unwrap().version.to_string(), etcd_operator_api::cluster::DEFAULT_VERSION);
+
+    // A bootstrap that never answered is not pinned to its pods' image.
+    fresh.pods.insert("ex-b0".into(), PodState { version: "3.5.17".into(), ..pod("ex-b0") });
+    fresh.etcd = None;
+    fresh.recorded_version = None;
+    crate::planner::upgrade::keep_running_version(&mut fresh);
+    assert_eq!(fresh.desired.as_ref().unwrap().version.to_string(), etcd_operator_api::cluster::DEFAULT_VERSION);
 }
 
 #[test]

@@ -19,33 +19,27 @@ pub const CATCH_UP_MAX_LAG: u64 = 1000;
 /// The version the cluster really runs: the lowest server version its members report; without
 /// answers, what status last recorded; else the lowest version a pod is annotated with.
 pub fn running_version(o: &Observed) -> Option<Version> {
-    let reported = o
-        .etcd
+    known_version(o).or_else(|| o.pods.values().filter_map(|p| Version::parse(&p.version).ok()).min())
+}
+
+/// What members report (the lowest), else what status recorded: versions etcd itself confirmed.
+fn known_version(o: &Observed) -> Option<Version> {
+    o.etcd
         .iter()
         .flat_map(|e| e.members.iter())
         .filter_map(|m| m.status.as_ref())
         .filter_map(|s| Version::parse(&s.version).ok())
-        .min();
-    reported
+        .min()
         .or_else(|| o.recorded_version.as_deref().and_then(|v| Version::parse(v).ok()))
-        .or_else(|| o.pods.values().filter_map(|p| Version::parse(&p.version).ok()).min())
 }
 
 /// `spec.version` left empty means "the default of the operator that created the cluster": a
 /// cluster that runs keeps the version it runs, so an operator release with a newer default never
-/// upgrades etcd by itself (users upgrade by setting `spec.version`). What it runs is what its
-/// members report, else what status recorded; pod annotations alone do not count (a bootstrap
-/// that never formed is not pinned to its image). A new cluster gets the default.
+/// upgrades etcd by itself (users upgrade by setting `spec.version`). Only versions etcd confirmed
+/// count ([`known_version`]): a bootstrap that never formed is not pinned to its pods' image. A
+/// new cluster gets the default.
 pub fn keep_running_version(o: &mut Observed) {
-    let reported = o
-        .etcd
-        .iter()
-        .flat_map(|e| e.members.iter())
-        .filter_map(|m| m.status.as_ref())
-        .filter_map(|s| Version::parse(&s.version).ok())
-        .min();
-    let running = reported.or_else(|| o.recorded_version.as_deref().and_then(|v| Version::parse(v).ok()));
-    let Some(running) = running.filter(Version::is_supported) else { return };
+    let Some(running) = known_version(o).filter(Version::is_supported) else { return };
     if let Ok(d) = o.desired.as_mut() {
         d.version = running;
     }
