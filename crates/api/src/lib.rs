@@ -37,11 +37,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
 pub fn crds() -> Vec<CustomResourceDefinition> {
     use kube::CustomResourceExt;
     let mut crds = vec![EtcdCluster::crd(), EtcdBackup::crd(), EtcdRestore::crd()];
-    for v in crds.iter_mut().flat_map(|c| c.spec.versions.iter_mut()) {
-        if let Some(schema) = v.schema.as_mut().and_then(|s| s.open_api_v3_schema.as_mut()) {
-            strip_defaults(schema);
-        }
-    }
+    for_each_schema(&mut crds, &mut |s| s.default = None);
     validation_rules::add(&mut crds);
     crds
 }
@@ -54,18 +50,27 @@ pub fn crds_without_validation_rules() -> Vec<CustomResourceDefinition> {
     crds
 }
 
-fn strip_defaults(s: &mut JSONSchemaProps) {
-    s.default = None;
-    for p in s.properties.iter_mut().flat_map(|m| m.values_mut()) {
-        strip_defaults(p);
+/// Calls `f` on every schema of every version of `crds`: the roots and everything nested in them
+/// (properties, items, additionalProperties, allOf/anyOf/oneOf).
+pub(crate) fn for_each_schema(crds: &mut [CustomResourceDefinition], f: &mut impl FnMut(&mut JSONSchemaProps)) {
+    fn walk(s: &mut JSONSchemaProps, f: &mut impl FnMut(&mut JSONSchemaProps)) {
+        f(s);
+        for p in s.properties.iter_mut().flat_map(|m| m.values_mut()) {
+            walk(p, f);
+        }
+        if let Some(JSONSchemaPropsOrArray::Schema(i)) = s.items.as_mut() {
+            walk(i, f);
+        }
+        if let Some(JSONSchemaPropsOrBool::Schema(a)) = s.additional_properties.as_mut() {
+            walk(a, f);
+        }
+        for sub in [&mut s.all_of, &mut s.any_of, &mut s.one_of].into_iter().flatten().flat_map(|v| v.iter_mut()) {
+            walk(sub, f);
+        }
     }
-    if let Some(JSONSchemaPropsOrArray::Schema(i)) = s.items.as_mut() {
-        strip_defaults(i);
-    }
-    if let Some(JSONSchemaPropsOrBool::Schema(a)) = s.additional_properties.as_mut() {
-        strip_defaults(a);
-    }
-    for sub in [&mut s.all_of, &mut s.any_of, &mut s.one_of].into_iter().flatten().flat_map(|v| v.iter_mut()) {
-        strip_defaults(sub);
+    for v in crds.iter_mut().flat_map(|c| c.spec.versions.iter_mut()) {
+        if let Some(root) = v.schema.as_mut().and_then(|s| s.open_api_v3_schema.as_mut()) {
+            walk(root, f);
+        }
     }
 }

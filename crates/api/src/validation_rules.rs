@@ -179,33 +179,14 @@ pub fn add(crds: &mut [CustomResourceDefinition]) {
 
 /// The same CRDs without any validation rule, for servers that have no CEL.
 pub fn strip(crds: &mut [CustomResourceDefinition]) {
-    fn walk(s: &mut JSONSchemaProps) {
-        s.x_kubernetes_validations = None;
-        for p in s.properties.iter_mut().flat_map(|m| m.values_mut()) {
-            walk(p);
-        }
-        if let Some(JSONSchemaPropsOrArray::Schema(i)) = s.items.as_mut() {
-            walk(i);
-        }
-    }
-    for v in crds.iter_mut().flat_map(|c| c.spec.versions.iter_mut()) {
-        if let Some(root) = v.schema.as_mut().and_then(|s| s.open_api_v3_schema.as_mut()) {
-            walk(root);
-        }
-    }
+    crate::for_each_schema(crds, &mut |s| s.x_kubernetes_validations = None);
 }
 
 /// Number of validation rules in a CRD (for tests and the start-up log line).
 pub fn count(crd: &CustomResourceDefinition) -> usize {
-    fn walk(s: &JSONSchemaProps) -> usize {
-        s.x_kubernetes_validations.as_ref().map_or(0, Vec::len)
-            + s.properties.iter().flat_map(|m| m.values()).map(walk).sum::<usize>()
-            + match s.items.as_ref() {
-                Some(JSONSchemaPropsOrArray::Schema(i)) => walk(i),
-                _ => 0,
-            }
-    }
-    crd.spec.versions.iter().filter_map(|v| v.schema.as_ref()?.open_api_v3_schema.as_ref()).map(walk).sum()
+    let mut n = 0;
+    crate::for_each_schema(&mut [crd.clone()], &mut |s| n += s.x_kubernetes_validations.as_ref().map_or(0, Vec::len));
+    n
 }
 
 #[cfg(test)]
