@@ -54,6 +54,18 @@ fn refused_by_rule_or_operator(ns: &TestNamespace, name: &str, manifest: &str, f
     }
 }
 
+/// Deletes one member pod of the 3-member cluster `name` and waits until a new pod replaced it
+/// and the cluster is healthy again: the operator is still at work.
+fn heal_after_deleting_a_member(ns: &TestNamespace, name: &str) -> Result<()> {
+    let victim = pod_names(&member_pods(ns, name)?)[0].clone();
+    ns.run(&["delete", "pod", &victim, "--wait=false"])?;
+    wait_until(Duration::from_secs(180), "the deleted member to be replaced", || {
+        let pods = pod_names(&member_pods(ns, name)?);
+        Ok((pods.len() == 3 && !pods.contains(&victim)).then_some(()))
+    })?;
+    wait_healthy(ns, name, 3, Duration::from_secs(180)).map(drop)
+}
+
 #[test]
 fn absurd_input_is_refused_and_the_operator_keeps_healing_others() -> Result<()> {
     with_operator("e2e-bad-input", |ns, op| {
@@ -99,13 +111,7 @@ fn absurd_input_is_refused_and_the_operator_keeps_healing_others() -> Result<()>
         wait_healthy(ns, "ex", 3, Duration::from_secs(120))?;
         let ep = client_endpoint(ns, "ex")?;
         write_keys(&ep, "ok", 10)?;
-        let victim = pod_names(&member_pods(ns, "ex")?)[0].clone();
-        ns.run(&["delete", "pod", &victim, "--wait=false"])?;
-        wait_until(Duration::from_secs(180), "the deleted member to be replaced", || {
-            let pods = pod_names(&member_pods(ns, "ex")?);
-            Ok((pods.len() == 3 && !pods.contains(&victim)).then_some(()))
-        })?;
-        wait_healthy(ns, "ex", 3, Duration::from_secs(180))?;
+        heal_after_deleting_a_member(ns, "ex")?;
         check_keys(&ep, "ok", 10)?;
         ensure!(op.restarts()? == 0, "the operator went down");
         Ok(())
@@ -132,13 +138,7 @@ fn a_reconcile_that_panics_stays_with_its_object() -> Result<()> {
         wait_healthy(&ns, "ex", 3, Duration::from_secs(150))?;
         let ep = client_endpoint(&ns, "ex")?;
         write_keys(&ep, "panic", 10)?;
-        let victim = pod_names(&member_pods(&ns, "ex")?)[0].clone();
-        ns.run(&["delete", "pod", &victim, "--wait=false"])?;
-        wait_until(Duration::from_secs(180), "the deleted member to be replaced", || {
-            let pods = pod_names(&member_pods(&ns, "ex")?);
-            Ok((pods.len() == 3 && !pods.contains(&victim)).then_some(()))
-        })?;
-        wait_healthy(&ns, "ex", 3, Duration::from_secs(180))?;
+        heal_after_deleting_a_member(&ns, "ex")?;
         check_keys(&ep, "panic", 10)?;
 
         for name in ["boom", "boom-backup"] {
