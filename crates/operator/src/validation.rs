@@ -370,4 +370,24 @@ mod tests {
         let e = validate("a", &s).unwrap_err();
         assert_eq!(e.len(), 2, "{e:?}");
     }
+
+    #[test]
+    fn etcd_env_is_bounded_like_the_crd_schema() {
+        let env = |n: usize, len: usize| {
+            let mut s = spec(3, "3.5.1");
+            s.pod = Some(PodPolicy {
+                etcd_env: (0..n)
+                    .map(|i| EnvVar { name: format!("X{i}{}", "Y".repeat(len)), ..Default::default() })
+                    .collect(),
+                ..Default::default()
+            });
+            validate("a", &s)
+        };
+        let max = etcd_operator_api::validation_rules::MAX_ETCD_ENV as usize;
+        assert!(env(max, 1).is_ok());
+        let e = env(max + 1, 1).unwrap_err();
+        assert!(e[0].contains(&format!("{} entries; at most {max}", max + 1)), "{e:?}");
+        let e = env(1, 300).unwrap_err();
+        assert!(e[0].contains("too long (at most 253)"), "{e:?}");
+    }
 }
