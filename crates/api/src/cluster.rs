@@ -65,6 +65,62 @@ pub struct EtcdClusterSpec {
     /// (fewer than a quorum can ever come back). Default: wait for a person.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recovery: Option<RecoveryPolicy>,
+    /// Additive: keeping the database small: space quota, history compaction and
+    /// defragmentation (etcd's "maintenance" guide). Unset fields take the defaults below.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub maintenance: Option<MaintenancePolicy>,
+}
+
+/// Space quota, compaction and defragmentation (additive). Settings that etcd reads at start
+/// (`quotaBackendBytes`, `autoCompaction*`) reach existing members by a rolling restart, one
+/// member at a time; an `etcdEnv` entry for the same etcd setting (e.g.
+/// `ETCD_QUOTA_BACKEND_BYTES`, as CoreOS users configured it) is refused together with the field
+/// here and otherwise keeps working as before.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MaintenancePolicy {
+    /// etcd's `--quota-backend-bytes`: the database size at which etcd raises the NOSPACE alarm
+    /// and refuses writes, in bytes (16 MiB to 64 GiB); default 2 GiB (etcd's own default;
+    /// etcd advises at most 8 GiB).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 16777216, max = 68719476736_i64))]
+    pub quota_backend_bytes: Option<i64>,
+    /// etcd's `--auto-compaction-mode`: `periodic` (keep a time window of history, default) or
+    /// `revision` (keep a number of revisions).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[schemars(extend("enum" = ["", "periodic", "revision"]))]
+    pub auto_compaction_mode: String,
+    /// etcd's `--auto-compaction-retention`: a duration such as `1h` or `30m` for `periodic`
+    /// (default `1h`), a number of revisions such as `10000` for `revision` (default `10000`).
+    /// `0` turns automatic compaction off.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[schemars(length(max = 32))]
+    pub auto_compaction_retention: String,
+    /// When the operator defragments members (frees the space compaction left unused).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub defragmentation: Option<DefragmentationPolicy>,
+}
+
+/// Defragmentation policy (additive): a member is defragmented when at least `minFreePercent`
+/// of its database file and at least `minFreeBytes` are unused, one member at a time, followers
+/// first and the leader last (after handing leadership away), only while every member is
+/// healthy and nothing else (membership change, upgrade, rollout, backup) runs, and at most once
+/// per member every 10 minutes. A NOSPACE alarm defragments every member regardless.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DefragmentationPolicy {
+    /// `Auto` (default) or `Off` (only NOSPACE recovery defragments).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[schemars(extend("enum" = ["", "Auto", "Off"]))]
+    pub mode: String,
+    /// Share of the database file that must be unused, in percent (1 to 99); default 50.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 99))]
+    pub min_free_percent: Option<i32>,
+    /// Unused bytes needed at least (0 to 64 GiB); default 64 MiB.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 68719476736_i64))]
+    pub min_free_bytes: Option<i64>,
 }
 
 /// Quorum-loss recovery policy (additive).

@@ -10,6 +10,7 @@ use crate::OPERATOR_NAME;
 use crate::etcd::{self, Endpoints};
 use crate::naming;
 use crate::observed::Observed;
+use crate::planner::maintenance::bytes;
 use crate::planner::{NewMember, Step};
 use crate::pod_spec;
 use crate::validation::Desired;
@@ -41,6 +42,13 @@ pub struct Done {
     /// Pods created or deleted, so the controller can wait for its cache to see them.
     pub created: Vec<String>,
     pub deleted: Vec<String>,
+}
+
+impl Done {
+    /// Done, but the cluster still needs a person (reported as a Warning Event).
+    pub fn is_warning(&self) -> bool {
+        self.reason == "NoSpaceNotRecovered"
+    }
 }
 
 /// Adapters' inputs that do not come from the planner.
@@ -118,6 +126,57 @@ impl Target<'_> {
             )));
         }
         Ok(())
+    }
+
+    /// Defragment one member and mark its pod with the time; returns the database file size
+    /// before and after.
+    async fn defragment(&self, pod: &str) -> Result<(i64, i64), Error> {
+        let ep = self.endpoints.get(pod).ok_or_else(|| Error::Refused(format!("member {pod} has no address")))?;
+        let sizes = etcd::defragment(ep).await?;
+        let now = k8s_openapi::jiff::Timestamp::now().to_string();
+        let patch = serde_json::json!({"metadata": {"annotations": {naming::DEFRAGMENTED_AT_ANNOTATION: now}}});
+        ignore_404(
+            Api::<Pod>::namespaced(self.client.clone(), &self.ns())
+                .patch(pod, &PatchParams::default(), &Patch::Merge(&patch))
+                .await,
+        )?;
+        Ok(sizes)
+    }
+
+    /// NOSPACE: compact (keeping the revision-mode retention), defragment every member that
+    /// answers in the planned order, then disarm if every member is far enough below the quota.
+    async fn recover_space(&self, r: &crate::planner::SpaceRecovery) -> Result<Done, Error> {
+        let endpoints: Vec<String> = r.members.iter().filter_map(|p| self.endpoints.get(p).cloned()).collect();
+        let revision = etcd::revision(&endpoints).await?;
+        let compact_to = (revision - r.keep_revisions.unwrap_or(0)).max(1);
+        etcd::compact(&endpoints, compact_to).await?;
+        let mut sizes = vec![];
+        for pod in &r.members {
+            match self.defragment(pod).await {
+                Ok((before, after)) => sizes.push(format!("{pod} {} → {}", bytes(before), bytes(after))),
+                Err(e) => sizes.push(format!("{pod} not defragmented ({e})")),
+            }
+        }
+        let mut in_use = 0;
+        for ep in &endpoints {
+            in_use = in_use.max(etcd::db_size(ep).await?.1);
+        }
+        let what = format!("compacted to revision {compact_to}; defragmented {}", sizes.join(", "));
+        if in_use >= r.disarm_below_bytes {
+            return Ok(done(
+                "NoSpaceNotRecovered",
+                format!(
+                    "NOSPACE: {what}; still {} in use, at or above {} ({}% of the quota): the alarm stays until keys are deleted or the quota is raised",
+                    bytes(in_use),
+                    bytes(r.disarm_below_bytes),
+                    crate::planner::maintenance::DISARM_BELOW_PERCENT
+                ),
+            ));
+        }
+        for a in &r.alarms {
+            etcd::disarm(&endpoints, a).await?;
+        }
+        Ok(done("NoSpaceRecovered", format!("NOSPACE alarm disarmed: {what}; {} in use now", bytes(in_use))))
     }
 
     async fn delete_pod(&self, pod: &str, with_volume: bool) -> Result<(), Error> {
@@ -314,11 +373,25 @@ pub async fn execute(t: &Target<'_>, step: &Step) -> Result<Option<Done>, Error>
                 .await?;
             done("MemberUpgraded", format!("member {pod}: {from} → {to} (image {image})"))
         }
-        Step::MoveLeader { from_pod, to, to_pod } => {
+        Step::MoveLeader { from_pod, to, to_pod, purpose } => {
             let ep = t.endpoints.get(from_pod).cloned().unwrap_or_default();
             etcd::move_leader(&ep, *to).await?;
-            done("LeaderMoved", format!("leadership moved from {from_pod} to {to_pod} before {from_pod} restarts"))
+            done("LeaderMoved", format!("leadership moved from {from_pod} to {to_pod} before {}", purpose.as_str()))
         }
+        Step::Defragment { pod, free_bytes } => {
+            let (before, after) = t.defragment(pod).await?;
+            done(
+                "MemberDefragmented",
+                format!(
+                    "defragmented member {pod} ({} of its database was unused): {} → {}, {} reclaimed",
+                    bytes(*free_bytes),
+                    bytes(before),
+                    bytes(after),
+                    bytes(before - after)
+                ),
+            )
+        }
+        Step::RecoverSpace(r) => t.recover_space(r).await?,
         Step::DeletePod { pod, why, keep_volume } => {
             t.delete_pod(pod, !keep_volume).await?;
             Done {

@@ -245,8 +245,8 @@ async fn reconcile_one(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
         Ok(Some(done)) => {
             tracing::info!(cluster = %key, reason = done.reason, "{}", done.note);
             ctx.expectations.expect(&key, &done.created, &done.deleted);
-            publish(&ctx, &reference, step.member(), EventType::Normal, done.reason, done.note.clone(), done.reason)
-                .await;
+            let type_ = if done.is_warning() { EventType::Warning } else { EventType::Normal };
+            publish(&ctx, &reference, step.member(), type_, done.reason, done.note.clone(), done.reason).await;
         }
         Ok(None) => {}
         Err(e) if e.is_transient() => {
@@ -288,7 +288,9 @@ async fn reconcile_one(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
             | WaitReason::MemberFailing
             | WaitReason::WouldLoseQuorum
             | WaitReason::UpgradeFailed
-            | WaitReason::UpgradeRefused => Action::requeue(Duration::from_secs(5)),
+            | WaitReason::UpgradeRefused
+            | WaitReason::NoSpace => Action::requeue(Duration::from_secs(5)),
+            WaitReason::Corrupt => Action::requeue(Duration::from_secs(30)),
             _ => Action::requeue(PROGRESS_PERIOD),
         },
         _ => Action::requeue(Duration::from_millis(500)),

@@ -11,6 +11,8 @@ pub const CLUSTER_LABEL: &str = "etcd_cluster";
 pub const VERSION_ANNOTATION: &str = "etcd.version";
 /// Pod annotation with the time (RFC 3339) the operator last changed the pod's version.
 pub const VERSION_CHANGED_ANNOTATION: &str = "etcd.database.coreos.com/version-changed-at";
+/// Member pod annotation: when the operator last defragmented the member (RFC 3339).
+pub const DEFRAGMENTED_AT_ANNOTATION: &str = "etcd.database.coreos.com/defragmented-at";
 /// Pod annotation set on pods created by the initial bootstrap.
 pub const BOOTSTRAP_ANNOTATION: &str = "etcd.database.coreos.com/bootstrap";
 /// Label carrying the owning EtcdCluster's UID on every member pod and PVC; the Services select

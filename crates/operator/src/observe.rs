@@ -111,6 +111,11 @@ pub fn pod_state(p: &Pod, now: k8s_openapi::jiff::Timestamp) -> PodState {
             .map(initial_cluster_names)
             .unwrap_or_default(),
         deleting_secs: p.metadata.deletion_timestamp.as_ref().map(|t| (now.as_second() - t.0.as_second()).max(0)),
+        defragmented_secs: p
+            .annotations()
+            .get(naming::DEFRAGMENTED_AT_ANNOTATION)
+            .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok())
+            .map(|t| (now.as_second() - t.as_second()).max(0)),
         age_secs: p
             .metadata
             .creation_timestamp
@@ -207,6 +212,17 @@ async fn newest_backup(client: &kube::Client, namespace: &str, name: &str) -> Re
         restore: crate::validation::Restore { location, source: b.spec.source.clone(), sha256 },
         revision,
     })
+}
+
+/// A backup pod of this cluster that runs now (an API read, not the watch caches: backup pods
+/// are not watched by this controller). An error counts as one running: maintenance waits.
+async fn running_backup(client: &kube::Client, namespace: &str, cluster: &str) -> Option<String> {
+    let api: kube::Api<Pod> = kube::Api::namespaced(client.clone(), namespace);
+    let lp = kube::api::ListParams::default().labels(&format!("{}={cluster}", crate::backup::pods::BACKUP_OF_LABEL));
+    match api.list_metadata(&lp).await {
+        Ok(l) => l.items.iter().find(|p| p.metadata.deletion_timestamp.is_none()).map(|p| p.name_any()),
+        Err(e) => Some(format!("(unknown: listing backup pods failed: {e})")),
+    }
 }
 
 fn random_suffix() -> String {
@@ -321,7 +337,12 @@ pub async fn observe(
         recovery_backup,
         recorded_version: (!status.current_version.is_empty()).then_some(status.current_version),
         new_member_suffix: random_suffix(),
+        backup_running: None,
     };
+    // Only when a member is due for defragmentation: is a backup of this cluster running?
+    if crate::planner::may_defragment(&o) {
+        o.backup_running = running_backup(client, &o.namespace, &o.name).await;
+    }
     if version_defaulted {
         crate::planner::upgrade::keep_running_version(&mut o);
     }

@@ -44,6 +44,9 @@ pub struct Observed {
     pub recorded_version: Option<String>,
     /// A fresh random suffix the planner may use to name a new member (keeps planning pure).
     pub new_member_suffix: String,
+    /// A backup or verify pod of this cluster that is running now (its name): no
+    /// defragmentation meanwhile.
+    pub backup_running: Option<String>,
 }
 
 impl Default for Observed {
@@ -66,6 +69,7 @@ impl Default for Observed {
             recovery_backup: None,
             recorded_version: None,
             new_member_suffix: String::new(),
+            backup_running: None,
         }
     }
 }
@@ -107,6 +111,8 @@ pub struct PodState {
     pub initial_cluster: Vec<String>,
     /// Seconds since deletion was requested, while the pod is terminating.
     pub deleting_secs: Option<i64>,
+    /// Seconds since the operator last defragmented this member (pod annotation).
+    pub defragmented_secs: Option<i64>,
 }
 
 /// Kubernetes' view of one member's PersistentVolumeClaim.
@@ -166,6 +172,8 @@ pub struct EtcdState {
     /// Pods whose etcd answered as a member of another cluster (after a quorum-loss recovery:
     /// the old cluster's pods). Certainly no member of this one.
     pub foreign: Vec<String>,
+    /// Active alarms (etcd's alarm list), asked for when a member reports one.
+    pub alarms: Vec<Alarm>,
 }
 
 /// One etcd member as the member list and its own status call describe it.
@@ -192,8 +200,38 @@ pub struct MemberStatus {
     /// The store revision the member has applied (from its answer's header).
     pub revision: i64,
     pub leader: u64,
+    /// Size of the database file.
     pub db_size: i64,
+    /// Bytes of the database file in use (the rest is free space a defragmentation returns).
+    pub db_size_in_use: i64,
+    /// Errors the member reports, alarms excluded (they are the cluster's, in
+    /// [`EtcdState::alarms`]).
     pub errors: Vec<String>,
+}
+
+/// An active etcd alarm.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Alarm {
+    pub member_id: u64,
+    pub kind: AlarmKind,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum AlarmKind {
+    /// A member's database reached the space quota: the cluster refuses writes (reads and
+    /// deletes still work) until the alarm is disarmed.
+    NoSpace,
+    /// A member's data differs from the others' (corruption check): never fixed automatically.
+    Corrupt,
+}
+
+impl AlarmKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AlarmKind::NoSpace => "NOSPACE",
+            AlarmKind::Corrupt => "CORRUPT",
+        }
+    }
 }
 
 impl MemberState {
@@ -208,6 +246,10 @@ impl MemberState {
 }
 
 impl EtcdState {
+    pub fn has_alarm(&self, kind: AlarmKind) -> bool {
+        self.alarms.iter().any(|a| a.kind == kind)
+    }
+
     pub fn voters(&self) -> impl Iterator<Item = &MemberState> {
         self.members.iter().filter(|m| !m.is_learner)
     }

@@ -122,6 +122,9 @@ pub fn member_pvc(c: &EtcdCluster, d: &Desired, m: &NewMember) -> Option<Persist
     })
 }
 
+/// The readiness probe's path: etcd's `/health` without the NOSPACE alarm.
+pub const HEALTH_PATH: &str = "/health?exclude=NOSPACE";
+
 /// The etcd command line of a member.
 pub fn etcd_command(c: &EtcdCluster, d: &Desired, m: &NewMember) -> Vec<String> {
     let name = cluster_name(c);
@@ -129,7 +132,7 @@ pub fn etcd_command(c: &EtcdCluster, d: &Desired, m: &NewMember) -> Vec<String> 
     let host = naming::member_host(&m.name, &name, &ns, &d.pod.cluster_domain);
     let initial: Vec<String> = m.initial_cluster.iter().map(|(n, u)| format!("{n}={u}")).collect();
     let uid = c.meta().uid.clone().unwrap_or_default();
-    vec![
+    let mut flags = vec![
         "/usr/local/bin/etcd".into(),
         format!("--name={}", m.name),
         format!("--data-dir={DATA_DIR}"),
@@ -141,7 +144,17 @@ pub fn etcd_command(c: &EtcdCluster, d: &Desired, m: &NewMember) -> Vec<String> 
         format!("--initial-cluster-state={}", if m.existing { "existing" } else { "new" }),
         // The EtcdCluster's UID: two clusters of the same name never cross-talk.
         format!("--initial-cluster-token={uid}"),
-    ]
+    ];
+    // Space: the quota and history compaction (unless `etcdEnv` sets them: etcd refuses a
+    // setting given both ways).
+    if let Some(q) = d.maintenance.quota_flag {
+        flags.push(format!("--quota-backend-bytes={q}"));
+    }
+    if let Some((mode, retention)) = &d.maintenance.compaction_flags {
+        flags.push(format!("--auto-compaction-mode={}", mode.as_flag()));
+        flags.push(format!("--auto-compaction-retention={retention}"));
+    }
+    flags
 }
 
 /// The pod of one member.
@@ -199,10 +212,12 @@ pub fn member_pod(c: &EtcdCluster, d: &Desired, m: &NewMember, init_image: &str)
         resources: d.pod.resources.clone(),
         volume_mounts: Some(vec![data_mount.clone()]),
         // /health fails without a leader and on a learner (linearizable read), so the client
-        // Service only sends clients to voting members of a working cluster.
+        // Service only sends clients to voting members of a working cluster. A NOSPACE alarm is
+        // excluded (3.4.23+ read `exclude`): the cluster still serves reads and deletes, and
+        // emptying the Service would keep clients from freeing space.
         readiness_probe: Some(Probe {
             http_get: Some(HTTPGetAction {
-                path: Some("/health".into()),
+                path: Some(HEALTH_PATH.into()),
                 port: IntOrString::Int(CLIENT_PORT),
                 ..Default::default()
             }),

@@ -17,6 +17,10 @@ pub const UPGRADING: &str = "Upgrading";
 pub const RECOVERED_FROM_QUORUM_LOSS: &str = "RecoveredFromQuorumLoss";
 /// Something needs a person: no quorum, a failing member, data lost.
 pub const DEGRADED: &str = "Degraded";
+/// etcd's NOSPACE alarm is raised: writes are refused until the operator recovered space.
+pub const NO_SPACE: &str = "NoSpace";
+/// etcd's CORRUPT alarm is raised: names the member; never cleared by the operator.
+pub const CORRUPT: &str = "Corrupt";
 
 pub const PHASE_CREATING: &str = "Creating";
 pub const PHASE_RUNNING: &str = "Running";
@@ -214,7 +218,7 @@ pub fn compute(
             cond(UPGRADING, true, "Upgrading", format!("upgrading to {to}: member {pod} from {from}")),
             now,
         ),
-        Step::MoveLeader { from_pod, to_pod, .. } => condition::upsert(
+        Step::MoveLeader { from_pod, to_pod, purpose: crate::planner::Purpose::Upgrade, .. } => condition::upsert(
             &mut cs,
             cond(
                 UPGRADING,
@@ -234,6 +238,41 @@ pub fn compute(
         }
         Step::Wait(w) if w.reason == WaitReason::Stable => condition::remove(&mut cs, UPGRADING),
         _ => {}
+    }
+    // Alarms, while etcd reports them (only known while a member answers).
+    if let Some(e) = &o.etcd {
+        use crate::observed::AlarmKind;
+        for (type_, kind, what) in [
+            (
+                NO_SPACE,
+                AlarmKind::NoSpace,
+                "the database reached its space quota: writes are refused (reads and deletes work) until space is recovered",
+            ),
+            (
+                CORRUPT,
+                AlarmKind::Corrupt,
+                "its data differs from the other members': etcd refuses writes; the operator changes nothing until a person has looked",
+            ),
+        ] {
+            let members: Vec<String> = e
+                .alarms
+                .iter()
+                .filter(|a| a.kind == kind)
+                .map(|a| {
+                    e.members
+                        .iter()
+                        .find(|m| m.id == a.member_id)
+                        .map(|m| m.pod.clone())
+                        .unwrap_or_else(|| crate::etcd::hex(a.member_id))
+                })
+                .collect();
+            if members.is_empty() {
+                condition::remove(&mut cs, type_);
+            } else {
+                let msg = format!("{} alarm raised by {}: {what}", kind.as_str(), members.join(", "));
+                condition::upsert(&mut cs, cond(type_, true, "AlarmRaised", msg), now);
+            }
+        }
     }
     match wait {
         Some(w) if w.reason.needs_attention() && w.reason != WaitReason::InvalidSpec => {
@@ -271,6 +310,7 @@ pub fn is_warning(c: &Condition) -> bool {
         SPEC_VALID => c.status == "False",
         UPGRADING => c.status == "False",
         RECOVERED_FROM_QUORUM_LOSS => true,
+        NO_SPACE | CORRUPT => c.status == "True",
         _ => false,
     }
 }

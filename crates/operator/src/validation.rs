@@ -21,6 +21,69 @@ pub struct Desired {
     pub restore: Option<Restore>,
     /// What to do when a quorum is lost for good (`spec.recovery`).
     pub recovery: crate::observed::Recovery,
+    /// Space quota, compaction and defragmentation (`spec.maintenance`, defaults filled in).
+    pub maintenance: Maintenance,
+}
+
+/// etcd's default `--quota-backend-bytes` (2 GiB), used when nothing sets it.
+pub const DEFAULT_QUOTA_BYTES: i64 = 2 << 30;
+pub const MIN_QUOTA_BYTES: i64 = 16 << 20;
+pub const MAX_QUOTA_BYTES: i64 = 64 << 30;
+pub const DEFAULT_PERIODIC_RETENTION: &str = "1h";
+pub const DEFAULT_REVISION_RETENTION: &str = "10000";
+pub const DEFAULT_DEFRAG_FREE_PERCENT: i32 = 50;
+pub const DEFAULT_DEFRAG_FREE_BYTES: i64 = 64 << 20;
+
+/// A validated `spec.maintenance`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Maintenance {
+    /// The space quota members run with (from `spec.maintenance`, an `etcdEnv` entry, or
+    /// etcd's default).
+    pub quota_bytes: i64,
+    /// `--quota-backend-bytes` to pass, unless `etcdEnv` sets it.
+    pub quota_flag: Option<i64>,
+    /// `--auto-compaction-mode` and `-retention` to pass, unless `etcdEnv` sets either.
+    pub compaction_flags: Option<(CompactionMode, String)>,
+    /// With revision-mode compaction: how many revisions are kept (a NOSPACE recovery keeps them
+    /// too).
+    pub keep_revisions: Option<i64>,
+    /// When the policy defragments; `None`: only a NOSPACE recovery does.
+    pub defrag: Option<DefragRule>,
+    /// What the user wrote (part of the pod hash only when set, so an operator with new
+    /// defaults never restarts members by itself).
+    pub specified: Option<etcd_operator_api::cluster::MaintenancePolicy>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CompactionMode {
+    Periodic,
+    Revision,
+}
+
+impl CompactionMode {
+    pub fn as_flag(self) -> &'static str {
+        match self {
+            CompactionMode::Periodic => "periodic",
+            CompactionMode::Revision => "revision",
+        }
+    }
+}
+
+/// Defragment a member once this much of its database file is unused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DefragRule {
+    pub min_free_percent: i32,
+    pub min_free_bytes: i64,
+}
+
+impl DefragRule {
+    /// Whether a member with this database file size and in-use size is due.
+    pub fn is_due(&self, db_size: i64, in_use: i64) -> bool {
+        let free = db_size.saturating_sub(in_use);
+        free > 0
+            && free >= self.min_free_bytes
+            && (free as i128) * 100 >= (db_size as i128) * i128::from(self.min_free_percent)
+    }
 }
 
 /// A validated `spec.restore`.
@@ -32,11 +95,16 @@ pub struct Restore {
 }
 
 impl Desired {
-    /// A short hash of what member pods are made from besides the version (image repository
-    /// and `spec.pod`): a pod carrying another one was made under an earlier spec.
+    /// A short hash of what member pods are made from besides the version (image repository,
+    /// `spec.pod` and, when set, `spec.maintenance`): a pod carrying another one was made under
+    /// an earlier spec.
     pub fn pod_hash(&self) -> String {
         use sha2::Digest;
-        let json = serde_json::to_vec(&(&self.repository, &self.pod)).unwrap_or_default();
+        let json = match &self.maintenance.specified {
+            None => serde_json::to_vec(&(&self.repository, &self.pod)),
+            Some(m) => serde_json::to_vec(&(&self.repository, &self.pod, m)),
+        }
+        .unwrap_or_default();
         hex::encode(&sha2::Sha256::digest(json)[..8])
     }
 
@@ -136,11 +204,135 @@ fn validate_with(name: &str, spec: &EtcdClusterSpec, strict: bool) -> Result<Des
         Some(Restore { location: loc, source: r.source.clone(), sha256: r.sha256.to_ascii_lowercase() })
     });
     let recovery = recovery_policy(spec.recovery.as_ref(), &mut errs);
+    let maintenance = maintenance_policy(spec.maintenance.as_ref(), &pod, &mut errs);
     if !errs.is_empty() {
         return Err(errs);
     }
     let repository = if spec.repository.is_empty() { DEFAULT_REPOSITORY.to_string() } else { spec.repository.clone() };
-    Ok(Desired { size: spec.size as usize, repository, version: version.expect("checked"), pod, restore, recovery })
+    Ok(Desired {
+        size: spec.size as usize,
+        repository,
+        version: version.expect("checked"),
+        pod,
+        restore,
+        recovery,
+        maintenance,
+    })
+}
+
+/// etcd's settings that `spec.maintenance` passes as flags, by the environment variable etcd
+/// also reads them from (an `etcdEnv` entry and a flag for the same setting make etcd exit).
+const QUOTA_ENV: &str = "ETCD_QUOTA_BACKEND_BYTES";
+const COMPACTION_ENV: [&str; 2] = ["ETCD_AUTO_COMPACTION_MODE", "ETCD_AUTO_COMPACTION_RETENTION"];
+
+fn maintenance_policy(
+    m: Option<&etcd_operator_api::cluster::MaintenancePolicy>,
+    pod: &PodPolicy,
+    errs: &mut Vec<String>,
+) -> Maintenance {
+    let env = |name: &str| pod.etcd_env.iter().find(|e| e.name == name).map(|e| e.value.clone().unwrap_or_default());
+    let spec = m.cloned().unwrap_or_default();
+    // Quota.
+    let env_quota = env(QUOTA_ENV);
+    if let Some(q) = spec.quota_backend_bytes {
+        if !(MIN_QUOTA_BYTES..=MAX_QUOTA_BYTES).contains(&q) {
+            errs.push(format!(
+                "spec.maintenance.quotaBackendBytes {q} is out of range: it must be between {MIN_QUOTA_BYTES} (16 MiB) and {MAX_QUOTA_BYTES} (64 GiB)"
+            ));
+        }
+        if env_quota.is_some() {
+            errs.push(format!(
+                "spec.maintenance.quotaBackendBytes and spec.pod.etcdEnv {QUOTA_ENV} both set the quota: keep one"
+            ));
+        }
+    }
+    let quota_bytes = spec
+        .quota_backend_bytes
+        .or_else(|| env_quota.as_deref().and_then(|v| v.trim().parse::<i64>().ok()).filter(|q| *q > 0))
+        .unwrap_or(DEFAULT_QUOTA_BYTES);
+    let quota_flag = env_quota.is_none().then_some(spec.quota_backend_bytes.unwrap_or(DEFAULT_QUOTA_BYTES));
+    // Compaction.
+    let mode = match spec.auto_compaction_mode.as_str() {
+        "" | "periodic" => CompactionMode::Periodic,
+        "revision" => CompactionMode::Revision,
+        other => {
+            errs.push(format!("spec.maintenance.autoCompactionMode {other:?} is not one of periodic, revision"));
+            CompactionMode::Periodic
+        }
+    };
+    let retention = match (spec.auto_compaction_retention.as_str(), mode) {
+        ("", CompactionMode::Periodic) => DEFAULT_PERIODIC_RETENTION.to_string(),
+        ("", CompactionMode::Revision) => DEFAULT_REVISION_RETENTION.to_string(),
+        (r, _) => r.to_string(),
+    };
+    let retention_ok = match mode {
+        CompactionMode::Periodic => is_go_duration(&retention) || retention.parse::<u32>().is_ok(),
+        CompactionMode::Revision => retention.parse::<u64>().is_ok(),
+    };
+    if !retention_ok {
+        errs.push(format!(
+            "spec.maintenance.autoCompactionRetention {retention:?} does not fit autoCompactionMode {}: use a duration such as 1h or 30m for periodic, a number of revisions for revision",
+            mode.as_flag()
+        ));
+    }
+    let env_compaction = COMPACTION_ENV.iter().find(|n| env(n).is_some());
+    let specified_compaction = !spec.auto_compaction_mode.is_empty() || !spec.auto_compaction_retention.is_empty();
+    if let (Some(n), true) = (env_compaction, specified_compaction) {
+        errs.push(format!("spec.maintenance.autoCompaction* and spec.pod.etcdEnv {n} both set compaction: keep one"));
+    }
+    let compaction_flags = env_compaction.is_none().then(|| (mode, retention.clone()));
+    let keep_revisions = match compaction_flags.as_ref() {
+        Some((CompactionMode::Revision, r)) => r.parse::<i64>().ok(),
+        Some(_) => None,
+        None => (env("ETCD_AUTO_COMPACTION_MODE").as_deref() == Some("revision"))
+            .then(|| env("ETCD_AUTO_COMPACTION_RETENTION").and_then(|r| r.parse::<i64>().ok()))
+            .flatten(),
+    };
+    // Defragmentation.
+    let dp = spec.defragmentation.clone().unwrap_or_default();
+    let percent = dp.min_free_percent.unwrap_or(DEFAULT_DEFRAG_FREE_PERCENT);
+    if !(1..=99).contains(&percent) {
+        errs.push(format!(
+            "spec.maintenance.defragmentation.minFreePercent {percent} is out of range: it must be between 1 and 99"
+        ));
+    }
+    let bytes = dp.min_free_bytes.unwrap_or(DEFAULT_DEFRAG_FREE_BYTES);
+    if !(0..=MAX_QUOTA_BYTES).contains(&bytes) {
+        errs.push(format!(
+            "spec.maintenance.defragmentation.minFreeBytes {bytes} is out of range: it must be between 0 and {MAX_QUOTA_BYTES}"
+        ));
+    }
+    let defrag = match dp.mode.as_str() {
+        "" | "Auto" => Some(DefragRule { min_free_percent: percent, min_free_bytes: bytes }),
+        "Off" => None,
+        other => {
+            errs.push(format!("spec.maintenance.defragmentation.mode {other:?} is not one of Auto, Off"));
+            None
+        }
+    };
+    Maintenance { quota_bytes, quota_flag, compaction_flags, keep_revisions, defrag, specified: m.cloned() }
+}
+
+/// A Go duration as etcd parses `--auto-compaction-retention`: `1h`, `30m`, `1h30m`, `90s`.
+fn is_go_duration(s: &str) -> bool {
+    let mut rest = s;
+    if rest.is_empty() {
+        return false;
+    }
+    while !rest.is_empty() {
+        let digits = rest.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(rest.len());
+        if digits == 0 || rest[..digits].parse::<f64>().is_err() {
+            return false;
+        }
+        rest = &rest[digits..];
+        let unit =
+            ["ns", "us", "µs", "ms", "s", "m", "h"].iter().filter(|u| rest.starts_with(*u)).max_by_key(|u| u.len());
+        match unit {
+            Some(u) => rest = &rest[u.len()..],
+            None => return false,
+        }
+    }
+    true
 }
 
 /// Longest wait before a quorum-loss recovery.
@@ -369,6 +561,110 @@ mod tests {
         });
         let e = validate("a", &s).unwrap_err();
         assert_eq!(e.len(), 2, "{e:?}");
+    }
+
+    #[test]
+    fn maintenance_defaults_become_etcd_flags() {
+        let d = validate("ex", &spec(3, "3.6.15")).unwrap();
+        let m = &d.maintenance;
+        assert_eq!(m.quota_flag, Some(2 << 30), "etcd's own default, said explicitly");
+        assert_eq!(m.compaction_flags, Some((CompactionMode::Periodic, "1h".to_string())));
+        assert_eq!(m.defrag, Some(DefragRule { min_free_percent: 50, min_free_bytes: 64 << 20 }));
+        assert!(m.specified.is_none());
+    }
+
+    #[test]
+    fn maintenance_is_checked_and_etcd_env_for_the_same_setting_is_refused_with_it() {
+        use etcd_operator_api::cluster::{DefragmentationPolicy, MaintenancePolicy};
+        let with = |mp: MaintenancePolicy, env: &[(&str, &str)]| {
+            let mut s = spec(3, "3.6.15");
+            s.maintenance = Some(mp);
+            let mut pod = PodPolicy::default();
+            pod.etcd_env = env
+                .iter()
+                .map(|(n, v)| k8s_openapi::api::core::v1::EnvVar {
+                    name: n.to_string(),
+                    value: Some(v.to_string()),
+                    ..Default::default()
+                })
+                .collect();
+            s.pod = Some(pod);
+            validate("ex", &s)
+        };
+        let errs = with(
+            MaintenancePolicy {
+                quota_backend_bytes: Some(1024),
+                auto_compaction_mode: "hourly".into(),
+                auto_compaction_retention: "an hour".into(),
+                defragmentation: Some(DefragmentationPolicy {
+                    mode: "Sometimes".into(),
+                    min_free_percent: Some(0),
+                    min_free_bytes: Some(-1),
+                }),
+            },
+            &[],
+        )
+        .unwrap_err()
+        .join("\n");
+        for what in ["quotaBackendBytes 1024", "hourly", "an hour", "Sometimes", "minFreePercent 0", "minFreeBytes -1"]
+        {
+            assert!(errs.contains(what), "{what} not reported in:\n{errs}");
+        }
+        let retention = |mode: &str, r: &str| {
+            with(
+                MaintenancePolicy {
+                    auto_compaction_mode: mode.into(),
+                    auto_compaction_retention: r.into(),
+                    ..Default::default()
+                },
+                &[],
+            )
+            .is_ok()
+        };
+        assert!(retention("periodic", "30m") && retention("periodic", "1h30m") && retention("periodic", "2"));
+        assert!(retention("revision", "10000") && retention("", "0"));
+        assert!(!retention("revision", "1h") && !retention("periodic", "m") && !retention("periodic", "1d"));
+        // Set twice: refused, naming both.
+        let errs = with(
+            MaintenancePolicy { quota_backend_bytes: Some(16 << 20), ..Default::default() },
+            &[("ETCD_QUOTA_BACKEND_BYTES", "4294967296")],
+        )
+        .unwrap_err()
+        .join("\n");
+        assert!(errs.contains("quotaBackendBytes") && errs.contains("ETCD_QUOTA_BACKEND_BYTES"), "{errs}");
+        // Set once through etcdEnv (the CoreOS way): no flag (etcd exits when both are given),
+        // and the planner still knows the quota.
+        let d = with(MaintenancePolicy::default(), &[("ETCD_QUOTA_BACKEND_BYTES", "4294967296")]).unwrap();
+        assert_eq!((d.maintenance.quota_flag, d.maintenance.quota_bytes), (None, 4 << 30));
+        let d = with(
+            MaintenancePolicy::default(),
+            &[("ETCD_AUTO_COMPACTION_MODE", "revision"), ("ETCD_AUTO_COMPACTION_RETENTION", "700")],
+        )
+        .unwrap();
+        assert_eq!((d.maintenance.compaction_flags.clone(), d.maintenance.keep_revisions), (None, Some(700)));
+    }
+
+    #[test]
+    fn the_pod_hash_changes_with_maintenance_only_once_it_is_set() {
+        let plain = validate("ex", &spec(3, "3.6.15")).unwrap();
+        let mut s = spec(3, "3.6.15");
+        s.maintenance = Some(Default::default());
+        let empty_block = validate("ex", &s).unwrap();
+        s.maintenance = Some(etcd_operator_api::cluster::MaintenancePolicy {
+            quota_backend_bytes: Some(4 << 30),
+            ..Default::default()
+        });
+        let quota = validate("ex", &s).unwrap();
+        assert_ne!(plain.pod_hash(), quota.pod_hash(), "a new quota is rolled out");
+        assert_ne!(empty_block.pod_hash(), quota.pod_hash());
+        // A cluster without the block keeps the hash it had before the block existed, so an
+        // operator upgrade rolls nothing.
+        let before = {
+            use sha2::Digest;
+            let json = serde_json::to_vec(&(&plain.repository, &plain.pod)).unwrap();
+            hex::encode(&sha2::Sha256::digest(json)[..8])
+        };
+        assert_eq!(plain.pod_hash(), before);
     }
 
     #[test]

@@ -482,7 +482,13 @@ fn backup_pod(obj: &DynamicObject, plan: &BackupPlan, image: &str, name: &str) -
     Ok(pods::job_pod(JobPod {
         name: name.to_string(),
         namespace: obj.namespace().unwrap_or_default(),
-        labels: BTreeMap::from([(BACKUP_LABEL.to_string(), obj.name_any())]),
+        labels: {
+            let mut l = BTreeMap::from([(BACKUP_LABEL.to_string(), obj.name_any())]);
+            if !backup.spec.cluster_name.is_empty() {
+                l.insert(pods::BACKUP_OF_LABEL.to_string(), backup.spec.cluster_name.clone());
+            }
+            l
+        },
         owner,
         image,
         command,

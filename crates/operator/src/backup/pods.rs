@@ -20,6 +20,9 @@ use crate::version::Version;
 pub const BACKUP_LABEL: &str = "etcd_backup";
 /// Label on verify pods: the EtcdRestore they belong to.
 pub const RESTORE_LABEL: &str = "etcd_restore";
+/// Backup pod label: the EtcdCluster it backs up (when the EtcdBackup names one), so that
+/// maintenance of that cluster can wait for it.
+pub const BACKUP_OF_LABEL: &str = "etcd_backup_of";
 /// Scratch directory of a member restore, on the member's data volume.
 pub const RESTORE_WORK_DIR: &str = "/var/etcd/restore";
 const NONROOT: i64 = 65532;

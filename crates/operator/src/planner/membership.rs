@@ -149,6 +149,11 @@ pub(super) fn with_etcd(o: &Observed, d: &Desired, etcd: &EtcdState) -> Step {
     if healthy_voters < quorum {
         return super::recovery::no_quorum(o, d, etcd, healthy_voters);
     }
+    // An alarm is the cluster's, not an unhealthy member: CORRUPT stops everything, NOSPACE is
+    // recovered first.
+    if let Some(step) = super::maintenance::alarms(o, d, etcd) {
+        return step;
+    }
 
     // A member whose volume failed its data check holds no data of its own: it is replaced
     // (removed here; a learner takes its place), never restarted empty under its old ID.
@@ -272,7 +277,7 @@ fn stale_initial_cluster(p: &PodState, etcd: &EtcdState) -> bool {
 /// The (at most one) learner: start it, promote it, or drop it.
 fn learner_step(o: &Observed, d: &Desired, etcd: &EtcdState, healthy_voters: usize, voters: usize) -> Option<Step> {
     let l = etcd.learners().next()?;
-    if etcd.members.len() > d.size {
+    if etcd.members.len() > d.size && !super::rollout::replacing(o, d, etcd) {
         return Some(Step::RemoveMember {
             id: l.id,
             pod: l.pod.clone(),
@@ -360,9 +365,18 @@ fn resize(o: &Observed, d: &Desired, etcd: &EtcdState, healthy_voters: usize, vo
         ));
     }
     if members > d.size {
+        if let Some(step) = super::rollout::surplus(o, d, etcd) {
+            return step;
+        }
         return scale_down(etcd, healthy_voters, voters);
     }
     if let Some(step) = super::upgrade::next(o, d, etcd) {
+        return step;
+    }
+    if let Some(step) = super::rollout::next(o, d, etcd) {
+        return step;
+    }
+    if let Some(step) = super::maintenance::defragment(o, d, etcd) {
         return step;
     }
     wait(WaitReason::Stable, format!("{members} members healthy"))

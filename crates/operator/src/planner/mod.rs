@@ -14,12 +14,16 @@
 //!
 //! Steps that need a quorum check compute it against the membership *after* the step.
 
+pub mod maintenance;
 mod membership;
 #[cfg(test)]
 mod proptests;
 pub mod recovery;
+mod rollout;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_day2;
 #[cfg(test)]
 mod tests_failures;
 pub mod upgrade;
@@ -52,8 +56,15 @@ pub enum Step {
     RemoveMember { id: u64, pod: String, why: String },
     /// Change the etcd image of one member's pod in place (the data volume stays).
     UpgradeMember { pod: String, from: Version, to: Version },
-    /// Hand raft leadership to another voter (before the leader is restarted).
-    MoveLeader { from_pod: String, to: u64, to_pod: String },
+    /// Hand raft leadership to another voter (before the leader is restarted, replaced or
+    /// defragmented).
+    MoveLeader { from_pod: String, to: u64, to_pod: String, purpose: Purpose },
+    /// Defragment one member (the defragmentation policy): returns the space compaction left
+    /// unused in its database file to the disk. The member is unavailable meanwhile.
+    Defragment { pod: String, free_bytes: i64 },
+    /// The NOSPACE alarm is raised: compact the history, defragment every member, and disarm
+    /// once the space in use is below the quota again.
+    RecoverSpace(SpaceRecovery),
     /// Delete a pod that belongs to no member (or whose member must restart on its PVC, in
     /// which case its volume is kept).
     DeletePod { pod: String, why: String, keep_volume: bool },
@@ -74,6 +85,8 @@ impl Step {
             Step::DeletePod { .. } => "DeletePod",
             Step::UpgradeMember { .. } => "UpgradeMember",
             Step::MoveLeader { .. } => "MoveLeader",
+            Step::Defragment { .. } => "Defragment",
+            Step::RecoverSpace(_) => "RecoverSpace",
         }
     }
 
@@ -85,11 +98,44 @@ impl Step {
             Step::Promote { pod, .. }
             | Step::RemoveMember { pod, .. }
             | Step::UpgradeMember { pod, .. }
-            | Step::DeletePod { pod, .. } => Some(pod),
+            | Step::DeletePod { pod, .. }
+            | Step::Defragment { pod, .. } => Some(pod),
             Step::MoveLeader { from_pod, .. } => Some(from_pod),
-            Step::Wait(_) | Step::CreateServices | Step::Bootstrap(_) => None,
+            Step::Wait(_) | Step::CreateServices | Step::Bootstrap(_) | Step::RecoverSpace(_) => None,
         }
     }
+}
+
+/// Why leadership moves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Purpose {
+    Upgrade,
+    /// A `spec.pod` change is rolled out and the leader's pod is next.
+    Rollout,
+    Defragment,
+}
+
+impl Purpose {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Purpose::Upgrade => "its upgrade",
+            Purpose::Rollout => "its pod is replaced with the new spec",
+            Purpose::Defragment => "its defragmentation",
+        }
+    }
+}
+
+/// A NOSPACE recovery: what to compact and defragment, and when to disarm.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SpaceRecovery {
+    /// Members to defragment, by pod, followers first and the leader last.
+    pub members: Vec<String>,
+    /// Revisions of history kept by the compaction (revision-mode retention), else none.
+    pub keep_revisions: Option<i64>,
+    /// The NOSPACE alarms to disarm.
+    pub alarms: Vec<crate::observed::Alarm>,
+    /// Disarm only when every member uses less than this many bytes afterwards.
+    pub disarm_below_bytes: i64,
 }
 
 /// A member to create.
@@ -183,6 +229,12 @@ pub enum WaitReason {
     UpgradeFailed,
     /// The version change is not allowed (downgrade, skipped minor); nothing changes.
     UpgradeRefused,
+    /// The NOSPACE alarm is raised and the space in use is still too close to the quota.
+    NoSpace,
+    /// A member raised the CORRUPT alarm: nothing is changed until a person looks.
+    Corrupt,
+    /// Maintenance (defragmentation) waits for something else to finish (a backup).
+    MaintenanceDeferred,
 }
 
 impl WaitReason {
@@ -205,6 +257,9 @@ impl WaitReason {
             WaitReason::MemberUpgrading => "MemberUpgrading",
             WaitReason::UpgradeFailed => "UpgradeFailed",
             WaitReason::UpgradeRefused => "UpgradeRefused",
+            WaitReason::NoSpace => "NoSpace",
+            WaitReason::Corrupt => "Corrupt",
+            WaitReason::MaintenanceDeferred => "MaintenanceDeferred",
         }
     }
 
@@ -220,6 +275,8 @@ impl WaitReason {
                 | WaitReason::WouldLoseQuorum
                 | WaitReason::UpgradeFailed
                 | WaitReason::UpgradeRefused
+                | WaitReason::NoSpace
+                | WaitReason::Corrupt
         )
     }
 }
@@ -252,6 +309,15 @@ pub fn plan(o: &Observed) -> Step {
         None => membership::without_etcd(o, d),
         Some(etcd) => membership::with_etcd(o, d, etcd),
     }
+}
+
+/// Whether the defragmentation policy could pick a member now (observation then also asks
+/// whether a backup runs).
+pub fn may_defragment(o: &Observed) -> bool {
+    let (Ok(d), Some(etcd)) = (&o.desired, &o.etcd) else { return false };
+    d.maintenance.defrag.is_some_and(|rule| {
+        etcd.voters().filter_map(|m| m.status.as_ref()).any(|s| rule.is_due(s.db_size, s.db_size_in_use))
+    })
 }
 
 /// Version for members created now. Scaling never changes versions: a new member runs the

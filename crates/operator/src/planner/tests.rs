@@ -445,7 +445,10 @@ fn leadership_moves_to_an_upgraded_member_before_the_leader_is_upgraded() {
     want(&mut o, 3, "3.5.1");
     upgraded(&mut o, 2, "3.5.1", 30, "3.5.1");
     upgraded(&mut o, 3, "3.5.1", 10, "3.5.1");
-    assert_eq!(plan(&o), Step::MoveLeader { from_pod: "ex-m1".into(), to: 2, to_pod: "ex-m2".into() });
+    assert_eq!(
+        plan(&o),
+        Step::MoveLeader { from_pod: "ex-m1".into(), to: 2, to_pod: "ex-m2".into(), purpose: Purpose::Upgrade }
+    );
     etcd(&mut o).leader = Some(2);
     assert!(matches!(plan(&o), Step::UpgradeMember { pod, .. } if pod == "ex-m1"));
 }

@@ -138,7 +138,12 @@ pub(super) fn next(o: &Observed, d: &Desired, etcd: &EtcdState) -> Option<Step> 
     // Only the leader is left: hand leadership to an upgraded member first.
     let leader_pod = leader?;
     if let Some(to) = etcd.voters().filter(|m| m.pod != leader_pod && m.is_healthy()).min_by(|a, b| a.pod.cmp(&b.pod)) {
-        return Some(Step::MoveLeader { from_pod: leader_pod.to_string(), to: to.id, to_pod: to.pod.clone() });
+        return Some(Step::MoveLeader {
+            from_pod: leader_pod.to_string(),
+            to: to.id,
+            to_pod: to.pod.clone(),
+            purpose: super::Purpose::Upgrade,
+        });
     }
     // A one-member cluster has nobody to hand over to.
     Some(Step::UpgradeMember { pod: leader_pod.to_string(), from: from(leader_pod), to: target.clone() })

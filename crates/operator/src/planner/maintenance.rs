@@ -1,0 +1,124 @@
+//! Space maintenance: etcd's alarms and defragmentation.
+//!
+//! - An alarm is not an unhealthy member: members that raise one still count for the quorum
+//!   (etcd still serves reads and deletes under NOSPACE).
+//! - CORRUPT freezes every change and names the member: a person decides (never "fixed" here).
+//! - NOSPACE is recovered: compact the history, defragment every member (followers first, the
+//!   leader last), disarm once the space in use is well below the quota; otherwise retry while
+//!   the user frees space.
+//! - The defragmentation policy defragments one member at a time when enough of its database
+//!   file is unused, only when nothing else runs, leadership handed away from the leader first.
+
+use super::{Purpose, SpaceRecovery, Step, WaitReason, wait};
+use crate::observed::{AlarmKind, EtcdState, MemberState, Observed};
+use crate::validation::Desired;
+
+/// A member is defragmented by the policy at most this often.
+pub const DEFRAG_COOLDOWN_SECS: i64 = 600;
+/// A NOSPACE recovery that could not disarm is tried again after this long.
+pub const NOSPACE_RETRY_SECS: i64 = 15;
+/// The alarm is disarmed only when every member uses less than this share of the quota after
+/// compaction and defragmentation (else the next writes would raise it again at once).
+pub const DISARM_BELOW_PERCENT: i64 = 90;
+
+fn pod_of(etcd: &EtcdState, member_id: u64) -> String {
+    etcd.members
+        .iter()
+        .find(|m| m.id == member_id)
+        .map(|m| m.pod.clone())
+        .unwrap_or_else(|| format!("ID {}", crate::etcd::hex(member_id)))
+}
+
+/// Members in the order they are defragmented: followers (and learners) by name, the leader
+/// last.
+fn followers_first<'a>(etcd: &'a EtcdState, members: impl Iterator<Item = &'a MemberState>) -> Vec<&'a MemberState> {
+    let mut ms: Vec<&MemberState> = members.collect();
+    ms.sort_by(|a, b| (Some(a.id) == etcd.leader).cmp(&(Some(b.id) == etcd.leader)).then(a.pod.cmp(&b.pod)));
+    ms
+}
+
+/// The alarms' step, if one is raised. Called once a quorum of voters is healthy.
+pub(super) fn alarms(o: &Observed, d: &Desired, etcd: &EtcdState) -> Option<Step> {
+    if let Some(a) = etcd.alarms.iter().find(|a| a.kind == AlarmKind::Corrupt) {
+        let pod = pod_of(etcd, a.member_id);
+        return Some(wait(
+            WaitReason::Corrupt,
+            format!(
+                "member {pod} raised the CORRUPT alarm: its data differs from the other members'. etcd refuses writes; the operator changes nothing until a person has looked (compare `etcdctl endpoint hashkv`, then remove the corrupt member and disarm the alarm; a new member replaces it)"
+            ),
+        ));
+    }
+    if !etcd.has_alarm(AlarmKind::NoSpace) {
+        return None;
+    }
+    let quota = d.maintenance.quota_bytes;
+    let disarm_below_bytes = quota / 100 * DISARM_BELOW_PERCENT;
+    let answering: Vec<&MemberState> = etcd.members.iter().filter(|m| m.status.is_some()).collect();
+    let recent =
+        o.pods.values().filter(|p| answering.iter().any(|m| m.pod == p.name)).filter_map(|p| p.defragmented_secs).min();
+    if let Some(secs) = recent.filter(|s| *s < NOSPACE_RETRY_SECS) {
+        let in_use = answering.iter().filter_map(|m| m.status.as_ref()).map(|s| s.db_size_in_use).max().unwrap_or(0);
+        return Some(wait(
+            WaitReason::NoSpace,
+            format!(
+                "NOSPACE alarm: writes are refused. Compacted and defragmented {secs}s ago; {} of the quota of {} still in use (at most {DISARM_BELOW_PERCENT}% lets the alarm be disarmed). Delete keys (deletes are allowed) or raise spec.maintenance.quotaBackendBytes; retrying every {NOSPACE_RETRY_SECS}s",
+                bytes(in_use),
+                bytes(quota)
+            ),
+        ));
+    }
+    Some(Step::RecoverSpace(SpaceRecovery {
+        members: followers_first(etcd, answering.into_iter()).into_iter().map(|m| m.pod.clone()).collect(),
+        keep_revisions: d.maintenance.keep_revisions,
+        alarms: etcd.alarms.iter().filter(|a| a.kind == AlarmKind::NoSpace).cloned().collect(),
+        disarm_below_bytes,
+    }))
+}
+
+/// The defragmentation policy's next step. Called only when the cluster is otherwise stable:
+/// every voter healthy, no learner, membership, versions and pods as the spec says.
+pub(super) fn defragment(o: &Observed, d: &Desired, etcd: &EtcdState) -> Option<Step> {
+    let rule = d.maintenance.defrag?;
+    let cooled = |m: &&MemberState| {
+        o.pods.get(&m.pod).is_some_and(|p| p.defragmented_secs.is_none_or(|s| s >= DEFRAG_COOLDOWN_SECS))
+    };
+    let due: Vec<&MemberState> = etcd
+        .voters()
+        .filter(|m| m.status.as_ref().is_some_and(|s| rule.is_due(s.db_size, s.db_size_in_use)))
+        .filter(cooled)
+        .collect();
+    let first = *followers_first(etcd, due.iter().copied()).first()?;
+    if let Some(pod) = &o.backup_running {
+        return Some(wait(
+            WaitReason::MaintenanceDeferred,
+            format!("member {} is due for defragmentation; waiting for backup pod {pod} to finish", first.pod),
+        ));
+    }
+    let free = first.status.as_ref().map(|s| s.db_size - s.db_size_in_use).unwrap_or_default();
+    if Some(first.id) == etcd.leader {
+        // The leader goes last and hands leadership away first: a leader busy rewriting its
+        // database could miss heartbeats and cost an election (and the writes in flight).
+        let to = etcd.voters().filter(|m| m.id != first.id && m.is_healthy()).min_by(|a, b| a.pod.cmp(&b.pod));
+        if let Some(to) = to {
+            return Some(Step::MoveLeader {
+                from_pod: first.pod.clone(),
+                to: to.id,
+                to_pod: to.pod.clone(),
+                purpose: Purpose::Defragment,
+            });
+        }
+    }
+    Some(Step::Defragment { pod: first.pod.clone(), free_bytes: free })
+}
+
+/// Bytes in binary units, for messages.
+pub fn bytes(n: i64) -> String {
+    const UNITS: [&str; 4] = ["B", "KiB", "MiB", "GiB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v.abs() >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 { format!("{n} B") } else { format!("{v:.1} {}", UNITS[u]) }
+}
