@@ -192,6 +192,33 @@ async fn report_unreadable(obj: &DynamicObject, err: &serde_json::Error, ctx: &C
     Ok(Action::await_change())
 }
 
+/// Keep the cluster's PodDisruptionBudget as `disruption_budget` says, beside the planned step:
+/// a failure is reported and never holds up the step (healing must not wait for it).
+async fn ensure_disruption_budget(
+    ctx: &Context,
+    cluster: &EtcdCluster,
+    o: &crate::observed::Observed,
+    reference: &ObjectReference,
+) {
+    let Some((ar, store)) = &ctx.caches.budgets else { return };
+    let Some(want) = crate::disruption_budget::min_available(o) else { return };
+    let key = reflector::ObjectRef::<DynamicObject>::new_with(&cluster.name_any(), ar.clone())
+        .within(&cluster.namespace().unwrap_or_default());
+    let have = store.get(&key).and_then(|b| crate::disruption_budget::min_available_of(&b));
+    if have == Some(want) {
+        return;
+    }
+    match crate::disruption_budget::apply(&ctx.client, cluster, ar, want).await {
+        Ok(()) => tracing::info!(cluster = %key_of(cluster), min_available = want, "PodDisruptionBudget applied"),
+        Err(e) => {
+            let note =
+                format!("PodDisruptionBudget {} ({}) could not be applied: {e}", cluster.name_any(), ar.api_version);
+            tracing::warn!(cluster = %key_of(cluster), "{note}");
+            publish(ctx, reference, None, EventType::Warning, "DisruptionBudgetFailed", note, "DisruptionBudget").await;
+        }
+    }
+}
+
 async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, Error> {
     let ar = ApiResource::erase::<EtcdCluster>(&());
     let fut = reconcile_one(obj.clone(), ctx.clone());
@@ -233,6 +260,7 @@ async fn reconcile_one(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
         tracing::warn!(cluster = %key, error = %e, "could not record marks; retrying");
         return Ok(Action::requeue(PROGRESS_PERIOD));
     }
+    ensure_disruption_budget(&ctx, &cluster, &observed, &reference).await;
     let target = Target {
         client: &ctx.client,
         cluster: &cluster,
@@ -333,10 +361,28 @@ pub async fn run(client: Client, opts: Options, shutdown: impl std::future::Futu
         .default_backoff()
         .reflect(services_w)
         .touched_objects();
-    let pvc_events = watcher(scope.api::<PersistentVolumeClaim>(&client), children)
+    let pvc_events = watcher(scope.api::<PersistentVolumeClaim>(&client), children.clone())
         .default_backoff()
         .reflect(pvcs_w)
         .touched_objects();
+    // PodDisruptionBudgets in whichever policy version the server serves (discovery).
+    let budget_api = crate::disruption_budget::discover(&client).await;
+    match &budget_api {
+        Some(ar) => tracing::info!(api_version = %ar.api_version, "PodDisruptionBudgets: one per cluster"),
+        None => tracing::warn!(
+            "the API server serves no PodDisruptionBudget API (policy/v1 or v1beta1): clusters run without one, and a drain may evict several members at once"
+        ),
+    }
+    let budgets = budget_api.map(|ar| {
+        let w = reflector::store::Writer::<DynamicObject>::new(ar.clone());
+        let store = w.as_reader();
+        let api: Api<DynamicObject> = match &scope.namespace {
+            Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
+            None => Api::all_with(client.clone(), &ar),
+        };
+        let events = watcher(api, children.clone()).default_backoff().reflect(w).touched_objects();
+        (ar, store, events)
+    });
 
     let ar = ApiResource::erase::<EtcdCluster>(&());
     let clusters: Api<DynamicObject> = match &scope.namespace {
@@ -348,7 +394,12 @@ pub async fn run(client: Client, opts: Options, shutdown: impl std::future::Futu
         recorder: Recorder::new(client.clone(), reporter),
         client,
         scope,
-        caches: Caches { pods: pods.clone(), services: services.clone(), pvcs: pvcs.clone() },
+        caches: Caches {
+            pods: pods.clone(),
+            services: services.clone(),
+            pvcs: pvcs.clone(),
+            budgets: budgets.as_ref().map(|(ar, store, _)| (ar.clone(), store.clone())),
+        },
         etcd_clients: Default::default(),
         init_image: opts.init_image,
         cluster_domain: opts.cluster_domain,
@@ -366,16 +417,22 @@ pub async fn run(client: Client, opts: Options, shutdown: impl std::future::Futu
             .map(|c| crate::metrics::ClusterLabels { namespace: c.namespace().unwrap_or_default(), name: c.name_any() })
             .collect()
     }));
-    let controller = controller
-        .owns_stream_with(pod_events, ())
-        .owns_stream_with(svc_events, ())
-        .owns_stream_with(pvc_events, ())
-        .graceful_shutdown_on(async move {
-            let _ = shutdown_rx.await;
-        });
+    let controller =
+        controller.owns_stream_with(pod_events, ()).owns_stream_with(svc_events, ()).owns_stream_with(pvc_events, ());
+    let budget_store = budgets.as_ref().map(|(_, store, _)| store.clone());
+    let controller = match budgets {
+        Some((ar, _, events)) => controller.owns_stream_with(events, ar),
+        None => controller,
+    };
+    let controller = controller.graceful_shutdown_on(async move {
+        let _ = shutdown_rx.await;
+    });
     let synced_ctx = ctx.clone();
     tokio::spawn(async move {
         let _ = tokio::join!(pods.wait_until_ready(), services.wait_until_ready(), pvcs.wait_until_ready());
+        if let Some(b) = budget_store {
+            let _ = b.wait_until_ready().await;
+        }
         synced_ctx.caches_synced.store(true, std::sync::atomic::Ordering::Release);
         tracing::info!("watch caches synced");
     });

@@ -5,6 +5,7 @@ pub mod act;
 pub mod backup;
 pub mod controller;
 pub mod crds;
+pub mod disruption_budget;
 pub mod etcd;
 pub mod events;
 pub mod failpoints;

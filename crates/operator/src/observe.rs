@@ -24,6 +24,8 @@ pub struct Caches {
     pub pods: Store<Pod>,
     pub services: Store<Service>,
     pub pvcs: Store<PersistentVolumeClaim>,
+    /// PodDisruptionBudgets, in the policy version the server serves (none: no budgets).
+    pub budgets: Option<(kube::api::ApiResource, Store<kube::api::DynamicObject>)>,
 }
 
 /// Waiting reasons that mean the container will not run without a change.

@@ -282,6 +282,37 @@ pub fn member_pod(c: &EtcdCluster, d: &Desired, m: &NewMember, init_image: &str)
         Volume { name: "etcd-data".into(), empty_dir: Some(EmptyDirVolumeSource::default()), ..Default::default() }
     };
     let mut affinity = d.pod.affinity.clone();
+    let cluster_selector = LabelSelector {
+        match_labels: Some(BTreeMap::from([(CLUSTER_LABEL.to_string(), name.clone())])),
+        ..Default::default()
+    };
+    // Without an affinity of the user's: spread members over nodes and zones where the
+    // scheduler can (preferred, never blocking: a one-node cluster still schedules).
+    let spread = (affinity.is_none() && !d.pod.anti_affinity).then(|| {
+        affinity = Some(k8s_openapi::api::core::v1::Affinity {
+            pod_anti_affinity: Some(PodAntiAffinity {
+                preferred_during_scheduling_ignored_during_execution: Some(vec![
+                    k8s_openapi::api::core::v1::WeightedPodAffinityTerm {
+                        weight: 100,
+                        pod_affinity_term: PodAffinityTerm {
+                            label_selector: Some(cluster_selector.clone()),
+                            topology_key: "kubernetes.io/hostname".into(),
+                            ..Default::default()
+                        },
+                    },
+                ]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        vec![k8s_openapi::api::core::v1::TopologySpreadConstraint {
+            max_skew: 1,
+            topology_key: "topology.kubernetes.io/zone".into(),
+            when_unsatisfiable: "ScheduleAnyway".into(),
+            label_selector: Some(cluster_selector.clone()),
+            ..Default::default()
+        }]
+    });
     if d.pod.anti_affinity && affinity.is_none() {
         // CoreOS' deprecated `antiAffinity: true`: at most one member of this cluster per node.
         affinity = Some(k8s_openapi::api::core::v1::Affinity {
@@ -316,6 +347,7 @@ pub fn member_pod(c: &EtcdCluster, d: &Desired, m: &NewMember, init_image: &str)
             volumes: Some(std::iter::once(data).chain(volumes).collect()),
             node_selector: (!d.pod.node_selector.is_empty()).then(|| d.pod.node_selector.clone()),
             affinity,
+            topology_spread_constraints: spread,
             tolerations: (!d.pod.tolerations.is_empty()).then(|| d.pod.tolerations.clone()),
             security_context: d.pod.security_context.clone(),
             termination_grace_period_seconds: Some(30),
@@ -529,6 +561,61 @@ mod tests {
             aff.required_during_scheduling_ignored_during_execution.unwrap()[0].topology_key,
             "kubernetes.io/hostname"
         );
+    }
+
+    #[test]
+    fn members_are_spread_by_default_and_a_users_affinity_replaces_the_default() {
+        let (c, d) = cluster("size: 3\nversion: 3.5.1");
+        let spec = member_pod(&c, &d, &member(true, false), "op:1").spec.unwrap();
+        let preferred = spec
+            .affinity
+            .unwrap()
+            .pod_anti_affinity
+            .unwrap()
+            .preferred_during_scheduling_ignored_during_execution
+            .unwrap();
+        assert_eq!(preferred[0].pod_affinity_term.topology_key, "kubernetes.io/hostname");
+        let sel = preferred[0].pod_affinity_term.label_selector.clone().unwrap().match_labels.unwrap();
+        assert_eq!(sel[CLUSTER_LABEL], "ex", "only this cluster's members repel each other");
+        let tsc = spec.topology_spread_constraints.unwrap();
+        assert_eq!(
+            (tsc[0].topology_key.as_str(), tsc[0].when_unsatisfiable.as_str()),
+            ("topology.kubernetes.io/zone", "ScheduleAnyway")
+        );
+        // A user's affinity is taken as given; nothing is added to it.
+        let (c, d) = cluster(
+            "size: 3\nversion: 3.5.1\npod:\n  affinity:\n    nodeAffinity:\n      requiredDuringSchedulingIgnoredDuringExecution:\n        nodeSelectorTerms: [{matchExpressions: [{key: disk, operator: In, values: [ssd]}]}]",
+        );
+        let spec = member_pod(&c, &d, &member(true, false), "op:1").spec.unwrap();
+        assert!(spec.affinity.unwrap().pod_anti_affinity.is_none());
+        assert!(spec.topology_spread_constraints.is_none());
+    }
+
+    #[test]
+    fn space_settings_become_flags_unless_etcd_env_sets_them() {
+        let (c, d) = cluster("size: 3\nversion: 3.6.15");
+        let cmd = etcd_command(&c, &d, &member(true, false));
+        for f in
+            ["--quota-backend-bytes=2147483648", "--auto-compaction-mode=periodic", "--auto-compaction-retention=1h"]
+        {
+            assert!(cmd.contains(&f.to_string()), "{f} missing from {cmd:?}");
+        }
+        let (c, d) = cluster(
+            "size: 3\nversion: 3.6.15\npod:\n  etcdEnv: [{name: ETCD_QUOTA_BACKEND_BYTES, value: '4294967296'}, {name: ETCD_AUTO_COMPACTION_RETENTION, value: '2h'}]",
+        );
+        let cmd = etcd_command(&c, &d, &member(true, false));
+        assert!(
+            !cmd.iter().any(|a| a.starts_with("--quota-backend-bytes") || a.starts_with("--auto-compaction")),
+            "{cmd:?}"
+        );
+    }
+
+    #[test]
+    fn readiness_ignores_the_nospace_alarm() {
+        let (c, d) = cluster("size: 3\nversion: 3.6.15");
+        let p = member_pod(&c, &d, &member(true, false), "op:1");
+        let probe = p.spec.unwrap().containers[0].readiness_probe.clone().unwrap();
+        assert_eq!(probe.http_get.unwrap().path.as_deref(), Some("/health?exclude=NOSPACE"));
     }
 
     #[test]

@@ -110,6 +110,14 @@ pub const PERMISSIONS: &[Permission] = &[
         why: "member data volumes",
     },
     Permission {
+        group: "policy",
+        resource: "poddisruptionbudgets",
+        verbs: &["get", "list", "watch", "create", "patch"],
+        scope: Scope::Namespaced,
+        names: &[],
+        why: "one PodDisruptionBudget per cluster: a drain evicts at most one member at a time",
+    },
+    Permission {
         group: "events.k8s.io",
         resource: "events",
         verbs: &["create", "patch"],
