@@ -695,6 +695,9 @@ cmd_up() {
     return 0
   fi
   local t0=$SECONDS
+  # kubectl caches discovery per server address: a cache written by the other Kubernetes leg
+  # (same address) names API versions this one does not serve (e.g. discovery.k8s.io/v1beta1).
+  rm -rf "${HOME:-/root}/.kube/cache/discovery" "${HOME:-/root}/.kube/cache/http"
   bash "$HACK_DIR/deps.sh"
   # Never two Kubernetes builds in the same source tree at once.
   flock -o "$CACHE_DIR/build-kubernetes.lock" bash "$HACK_DIR/build-kubernetes.sh"

@@ -150,6 +150,15 @@ impl Target<'_> {
         let revision = etcd::revision(&endpoints).await?;
         let compact_to = (revision - r.keep_revisions.unwrap_or(0)).max(1);
         etcd::compact(&endpoints, compact_to).await?;
+        let now = k8s_openapi::jiff::Timestamp::now().to_string();
+        let mark = format!("{revision} {now}");
+        let patch = serde_json::json!({"metadata": {"annotations": {naming::NOSPACE_RECOVERY_ANNOTATION: mark}}});
+        Api::<EtcdCluster>::namespaced(self.client.clone(), &self.ns())
+            .patch(&self.cluster.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+        // etcd refuses writes while its database *file* is at the quota: the space compaction
+        // freed returns to the disk only by defragmenting. (Every member: what a member reports
+        // in use lags its compaction until its next commit.)
         let mut sizes = vec![];
         for pod in &r.members {
             match self.defragment(pod).await {
@@ -228,7 +237,7 @@ pub async fn record_marks(
             .await?;
     }
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
-    let labels = pod_spec::member_labels(cluster);
+    let labels = pod_spec::serving_labels(cluster);
     for p in unlabelled {
         let patch = serde_json::json!({"metadata": {"labels": labels}});
         ignore_404(pods.patch(p, &PatchParams::default(), &Patch::Merge(&patch)).await)?;
@@ -347,7 +356,11 @@ pub async fn execute(t: &Target<'_>, step: &Step) -> Result<Option<Done>, Error>
             )
         }
         Step::RemoveMember { id, pod, why } => {
-            etcd::remove(&t.change_endpoints(), *id).await?;
+            // Never through the member that leaves: it stops as soon as it applies its own
+            // removal and answers "server stopped" although the removal went through.
+            let others: Vec<String> =
+                t.change_endpoints().into_iter().filter(|ep| t.endpoints.get(pod) != Some(ep)).collect();
+            etcd::remove(&others, *id).await?;
             t.delete_pod(pod, true).await?;
             Done {
                 reason: "MemberRemoved",
@@ -392,6 +405,17 @@ pub async fn execute(t: &Target<'_>, step: &Step) -> Result<Option<Done>, Error>
             )
         }
         Step::RecoverSpace(r) => t.recover_space(r).await?,
+        Step::Drain { pod } => {
+            let now = k8s_openapi::jiff::Timestamp::now().to_string();
+            let patch = serde_json::json!({"metadata": {
+                "labels": {naming::SERVING_LABEL: "false"},
+                "annotations": {naming::DRAINED_AT_ANNOTATION: now},
+            }});
+            Api::<Pod>::namespaced(t.client.clone(), &ns)
+                .patch(pod, &PatchParams::default(), &Patch::Merge(&patch))
+                .await?;
+            done("MemberDrained", format!("member {pod} taken out of the client Service before it leaves"))
+        }
         Step::DeletePod { pod, why, keep_volume } => {
             t.delete_pod(pod, !keep_volume).await?;
             Done {

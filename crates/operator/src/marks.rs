@@ -60,9 +60,17 @@ pub fn cluster_annotations(
     out
 }
 
-/// Member pods still missing the cluster-UID label (made by an earlier operator version).
+/// Member pods missing a label the Services select on (the cluster UID, the serving label: made
+/// by an earlier operator version), and pods drained for a change that was called off.
 pub fn pods_to_label(o: &Observed) -> Vec<String> {
-    o.pods.values().filter(|p| !p.labelled && !p.deleting).map(|p| p.name.clone()).collect()
+    let stale_drain = |p: &crate::observed::PodState| {
+        p.serving == Some(false) && p.drained_secs.is_none_or(|s| s >= crate::planner::DRAIN_STALE_SECS)
+    };
+    o.pods
+        .values()
+        .filter(|p| (!p.labelled || p.serving.is_none() || stale_drain(p)) && !p.deleting)
+        .map(|p| p.name.clone())
+        .collect()
 }
 
 #[cfg(test)]
@@ -146,5 +154,25 @@ mod tests {
         let healthy = formed(0xabc);
         let current = BTreeMap::from([(QUORUM_LOST_AT_ANNOTATION.to_string(), "t".to_string())]);
         assert_eq!(cluster_annotations(&healthy, &current, "{}", "t")[QUORUM_LOST_AT_ANNOTATION], None);
+    }
+
+    #[test]
+    fn pods_get_the_labels_services_select_on_and_a_called_off_drain_is_undone() {
+        let mut o = formed(7);
+        let p = o.pods.get_mut("ex-a").unwrap();
+        p.labelled = true;
+        p.serving = Some(true);
+        assert!(pods_to_label(&o).is_empty());
+        // Made before the serving label existed: labelled (before the client Service selects on it).
+        o.pods.get_mut("ex-a").unwrap().serving = None;
+        assert_eq!(pods_to_label(&o), ["ex-a"]);
+        // Drained for a removal that is under way: left alone.
+        let p = o.pods.get_mut("ex-a").unwrap();
+        p.serving = Some(false);
+        p.drained_secs = Some(2);
+        assert!(pods_to_label(&o).is_empty());
+        // Drained long ago and still here (the change was called off): serves again.
+        o.pods.get_mut("ex-a").unwrap().drained_secs = Some(crate::planner::DRAIN_STALE_SECS);
+        assert_eq!(pods_to_label(&o), ["ex-a"]);
     }
 }

@@ -26,6 +26,9 @@ pub const CLUSTER_ID_ANNOTATION: &str = "etcd.database.coreos.com/cluster-id";
 pub const LAST_VALID_SPEC_ANNOTATION: &str = "etcd.database.coreos.com/last-valid-spec";
 /// EtcdCluster annotation: RFC 3339 time since which a quorum cannot come back.
 pub const QUORUM_LOST_AT_ANNOTATION: &str = "etcd.database.coreos.com/quorum-lost-at";
+/// EtcdCluster annotation: the store revision the operator last compacted to while recovering
+/// from NOSPACE and when, `<revision> <RFC 3339>`.
+pub const NOSPACE_RECOVERY_ANNOTATION: &str = "etcd.database.coreos.com/nospace-recovery";
 /// EtcdCluster annotation: a quorum-loss recovery under way (JSON `planner::recovery::Record`).
 pub const RECOVERY_ANNOTATION: &str = "etcd.database.coreos.com/recovery";
 /// EtcdCluster annotation: the last quorum-loss recovery that finished (JSON
@@ -36,6 +39,11 @@ pub const MEMBER_ANNOTATION: &str = "etcd.database.coreos.com/member";
 /// PVC annotation: that member's peer URL, to name it in `--initial-cluster` when no member
 /// answers.
 pub const PEER_URL_ANNOTATION: &str = "etcd.database.coreos.com/peer-url";
+/// Member pod label the client Service selects on: `true` while the member takes client
+/// traffic, `false` once it is drained before it leaves (removal, a restart by a rollout).
+pub const SERVING_LABEL: &str = "etcd.database.coreos.com/serving";
+/// Member pod annotation: when the member was drained from the client Service (RFC 3339).
+pub const DRAINED_AT_ANNOTATION: &str = "etcd.database.coreos.com/drained-at";
 /// Pod annotation: `Desired::pod_hash` of the spec the pod was made from.
 pub const POD_SPEC_HASH_ANNOTATION: &str = "etcd.database.coreos.com/pod-spec-hash";
 /// Longest EtcdCluster name: `<name>-client` must be a 63-character DNS label.

@@ -126,6 +126,12 @@ pub fn pod_state(p: &Pod, now: k8s_openapi::jiff::Timestamp) -> PodState {
             .unwrap_or(0),
         bootstrap: p.annotations().contains_key(BOOTSTRAP_ANNOTATION),
         labelled: p.labels().contains_key(naming::CLUSTER_UID_LABEL),
+        serving: p.labels().get(naming::SERVING_LABEL).map(|v| v == "true"),
+        drained_secs: p
+            .annotations()
+            .get(naming::DRAINED_AT_ANNOTATION)
+            .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok())
+            .map(|t| (now.as_second() - t.as_second()).max(0)),
         uses_pvc: p
             .spec
             .as_ref()
@@ -252,15 +258,19 @@ pub async fn observe(
         .filter(|p| owned_by(p.as_ref(), cluster))
         .map(|p| (p.name_any(), pod_state(p, now)))
         .collect();
-    // A Service counts once it selects on the cluster's UID (older ones are updated).
+    // A Service counts once it selects on the cluster's UID, and the client Service on serving
+    // members only (older ones are updated).
+    let client_service = naming::client_service(&cluster.name_any());
     let services: Vec<String> = caches
         .services
         .state()
         .iter()
         .filter(|s| owned_by(s.as_ref(), cluster))
         .filter(|s| {
-            s.spec.as_ref().and_then(|sp| sp.selector.as_ref()).and_then(|sel| sel.get(naming::CLUSTER_UID_LABEL))
-                == cluster.metadata.uid.as_ref()
+            let sel = s.spec.as_ref().and_then(|sp| sp.selector.as_ref());
+            sel.and_then(|sel| sel.get(naming::CLUSTER_UID_LABEL)) == cluster.metadata.uid.as_ref()
+                && (s.name_any() != client_service
+                    || sel.and_then(|sel| sel.get(naming::SERVING_LABEL)).map(String::as_str) == Some("true"))
         })
         .map(|s| s.name_any())
         .collect();
@@ -340,6 +350,11 @@ pub async fn observe(
         recorded_version: (!status.current_version.is_empty()).then_some(status.current_version),
         new_member_suffix: random_suffix(),
         backup_running: None,
+        nospace_recovery: annotations.get(naming::NOSPACE_RECOVERY_ANNOTATION).and_then(|v| {
+            let (rev, at) = v.split_once(' ')?;
+            let at = at.parse::<k8s_openapi::jiff::Timestamp>().ok()?;
+            Some((rev.parse().ok()?, (now.as_second() - at.as_second()).max(0)))
+        }),
     };
     // Only when a member is due for defragmentation: is a backup of this cluster running?
     if crate::planner::may_defragment(&o) {

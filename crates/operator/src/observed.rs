@@ -44,6 +44,9 @@ pub struct Observed {
     pub recorded_version: Option<String>,
     /// A fresh random suffix the planner may use to name a new member (keeps planning pure).
     pub new_member_suffix: String,
+    /// The last NOSPACE recovery attempt (EtcdCluster annotation): the revision it compacted to
+    /// and how many seconds ago.
+    pub nospace_recovery: Option<(i64, i64)>,
     /// A backup or verify pod of this cluster that is running now (its name): no
     /// defragmentation meanwhile.
     pub backup_running: Option<String>,
@@ -70,6 +73,7 @@ impl Default for Observed {
             recorded_version: None,
             new_member_suffix: String::new(),
             backup_running: None,
+            nospace_recovery: None,
         }
     }
 }
@@ -105,6 +109,11 @@ pub struct PodState {
     pub uses_pvc: bool,
     /// Carries the cluster-UID label the Services select on.
     pub labelled: bool,
+    /// The serving label: `Some(true)` in the client Service, `Some(false)` drained, `None`
+    /// made before the label existed.
+    pub serving: Option<bool>,
+    /// Seconds since the member was drained from the client Service.
+    pub drained_secs: Option<i64>,
     /// The member's data check refused its volume (it does not hold this member's data): why.
     pub volume_refused: Option<String>,
     /// Member names in the pod's `--initial-cluster` (what etcd was told at its first start).

@@ -41,6 +41,14 @@ pub fn member_labels(c: &EtcdCluster) -> BTreeMap<String, String> {
     l
 }
 
+/// [`member_labels`] and the serving label: what member pods carry while they take client
+/// traffic, and what the client Service selects on.
+pub fn serving_labels(c: &EtcdCluster) -> BTreeMap<String, String> {
+    let mut l = member_labels(c);
+    l.insert(naming::SERVING_LABEL.to_string(), "true".into());
+    l
+}
+
 /// Controller owner reference to the EtcdCluster: deleting it deletes everything it made.
 pub fn owner_ref(c: &EtcdCluster) -> OwnerReference {
     c.controller_owner_ref(&()).expect("EtcdCluster from the API has a name and uid")
@@ -83,7 +91,8 @@ pub fn client_service(c: &EtcdCluster) -> Service {
     Service {
         metadata: meta(c, &naming::client_service(&name), selector_labels(&name)),
         spec: Some(ServiceSpec {
-            selector: Some(member_labels(c)),
+            // Members drained before they leave are out of it before they stop answering.
+            selector: Some(serving_labels(c)),
             ports: Some(vec![port("client", CLIENT_PORT)]),
             ..Default::default()
         }),
@@ -163,7 +172,7 @@ pub fn member_pod(c: &EtcdCluster, d: &Desired, m: &NewMember, init_image: &str)
     let ns = c.meta().namespace.clone().unwrap_or_default();
     let host = naming::member_host(&m.name, &name, &ns, &d.pod.cluster_domain);
     let mut labels = d.pod.labels.clone();
-    labels.extend(member_labels(c));
+    labels.extend(serving_labels(c));
     let mut annotations = d.pod.annotations.clone();
     annotations.insert(VERSION_ANNOTATION.into(), m.version.to_string());
     annotations.insert(naming::POD_SPEC_HASH_ANNOTATION.into(), d.pod_hash());

@@ -10,6 +10,8 @@
 
 #![allow(dead_code)]
 
+pub mod writer;
+
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

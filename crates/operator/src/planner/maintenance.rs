@@ -15,8 +15,9 @@ use crate::validation::Desired;
 
 /// A member is defragmented by the policy at most this often.
 pub const DEFRAG_COOLDOWN_SECS: i64 = 600;
-/// A NOSPACE recovery that could not disarm is tried again after this long.
-pub const NOSPACE_RETRY_SECS: i64 = 15;
+/// A NOSPACE recovery that could not disarm is tried again when the revision moved (a delete),
+/// or after this long.
+pub const NOSPACE_BACKSTOP_SECS: i64 = 300;
 /// The alarm is disarmed only when every member uses less than this share of the quota after
 /// compaction and defragmentation (else the next writes would raise it again at once).
 pub const DISARM_BELOW_PERCENT: i64 = 90;
@@ -54,14 +55,15 @@ pub(super) fn alarms(o: &Observed, d: &Desired, etcd: &EtcdState) -> Option<Step
     let quota = d.maintenance.quota_bytes;
     let disarm_below_bytes = quota / 100 * DISARM_BELOW_PERCENT;
     let answering: Vec<&MemberState> = etcd.members.iter().filter(|m| m.status.is_some()).collect();
-    let recent =
-        o.pods.values().filter(|p| answering.iter().any(|m| m.pod == p.name)).filter_map(|p| p.defragmented_secs).min();
-    if let Some(secs) = recent.filter(|s| *s < NOSPACE_RETRY_SECS) {
+    // Under NOSPACE only deletes move the revision: retry once the user deleted something (or,
+    // as a backstop, after a while), not in a loop that rewrites full databases for nothing.
+    let revision = answering.iter().filter_map(|m| m.status.as_ref()).map(|s| s.revision).max().unwrap_or(0);
+    if let Some((compacted, secs)) = o.nospace_recovery.filter(|(r, s)| *r >= revision && *s < NOSPACE_BACKSTOP_SECS) {
         let in_use = answering.iter().filter_map(|m| m.status.as_ref()).map(|s| s.db_size_in_use).max().unwrap_or(0);
         return Some(wait(
             WaitReason::NoSpace,
             format!(
-                "NOSPACE alarm: writes are refused. Compacted and defragmented {secs}s ago; {} of the quota of {} still in use (at most {DISARM_BELOW_PERCENT}% lets the alarm be disarmed). Delete keys (deletes are allowed) or raise spec.maintenance.quotaBackendBytes; retrying every {NOSPACE_RETRY_SECS}s",
+                "NOSPACE alarm: writes are refused. {secs}s ago the history was compacted (to revision {compacted}) and every member defragmented, and {} of the quota of {} is still in use (below {DISARM_BELOW_PERCENT}% lets the alarm be disarmed). Delete keys (deletes are allowed) or raise spec.maintenance.quotaBackendBytes; the next delete starts another recovery",
                 bytes(in_use),
                 bytes(quota)
             ),

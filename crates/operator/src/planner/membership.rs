@@ -368,7 +368,7 @@ fn resize(o: &Observed, d: &Desired, etcd: &EtcdState, healthy_voters: usize, vo
         if let Some(step) = super::rollout::surplus(o, d, etcd) {
             return step;
         }
-        return scale_down(etcd, healthy_voters, voters);
+        return scale_down(o, etcd, healthy_voters, voters);
     }
     if let Some(step) = super::upgrade::next(o, d, etcd) {
         return step;
@@ -384,7 +384,7 @@ fn resize(o: &Observed, d: &Desired, etcd: &EtcdState, healthy_voters: usize, vo
 
 /// Remove one voter: never the leader while another can go; the newest-named first, so that
 /// the order is predictable.
-fn scale_down(etcd: &EtcdState, healthy_voters: usize, voters: usize) -> Step {
+fn scale_down(o: &Observed, etcd: &EtcdState, healthy_voters: usize, voters: usize) -> Step {
     let victim = etcd.voters().filter(|m| Some(m.id) != etcd.leader).max_by(|a, b| a.pod.cmp(&b.pod));
     let Some(v) = victim else {
         return wait(WaitReason::WouldLoseQuorum, "the only member left to remove is the leader");
@@ -395,6 +395,9 @@ fn scale_down(etcd: &EtcdState, healthy_voters: usize, voters: usize) -> Step {
             WaitReason::WouldLoseQuorum,
             format!("removing {} would leave {after} healthy of {} voters", v.pod, voters - 1),
         );
+    }
+    if let Some(step) = super::drained_first(o, &v.pod) {
+        return step;
     }
     Step::RemoveMember { id: v.id, pod: v.pod.clone(), why: format!("scaling down to {} members", voters - 1) }
 }

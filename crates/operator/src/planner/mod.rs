@@ -59,6 +59,9 @@ pub enum Step {
     /// Hand raft leadership to another voter (before the leader is restarted, replaced or
     /// defragmented).
     MoveLeader { from_pod: String, to: u64, to_pod: String, purpose: Purpose },
+    /// Take a member out of the client Service before it leaves (removal, or its pod deleted
+    /// to restart it): clients stop being sent to it before it stops answering.
+    Drain { pod: String },
     /// Defragment one member (the defragmentation policy): returns the space compaction left
     /// unused in its database file to the disk. The member is unavailable meanwhile.
     Defragment { pod: String, free_bytes: i64 },
@@ -86,6 +89,7 @@ impl Step {
             Step::UpgradeMember { .. } => "UpgradeMember",
             Step::MoveLeader { .. } => "MoveLeader",
             Step::Defragment { .. } => "Defragment",
+            Step::Drain { .. } => "Drain",
             Step::RecoverSpace(_) => "RecoverSpace",
         }
     }
@@ -99,7 +103,8 @@ impl Step {
             | Step::RemoveMember { pod, .. }
             | Step::UpgradeMember { pod, .. }
             | Step::DeletePod { pod, .. }
-            | Step::Defragment { pod, .. } => Some(pod),
+            | Step::Defragment { pod, .. }
+            | Step::Drain { pod } => Some(pod),
             Step::MoveLeader { from_pod, .. } => Some(from_pod),
             Step::Wait(_) | Step::CreateServices | Step::Bootstrap(_) | Step::RecoverSpace(_) => None,
         }
@@ -235,6 +240,9 @@ pub enum WaitReason {
     Corrupt,
     /// Maintenance (defragmentation) waits for something else to finish (a backup).
     MaintenanceDeferred,
+    /// A member leaving was taken out of the client Service; the change waits for every
+    /// node's proxy to follow.
+    MemberDraining,
 }
 
 impl WaitReason {
@@ -260,6 +268,7 @@ impl WaitReason {
             WaitReason::NoSpace => "NoSpace",
             WaitReason::Corrupt => "Corrupt",
             WaitReason::MaintenanceDeferred => "MaintenanceDeferred",
+            WaitReason::MemberDraining => "MemberDraining",
         }
     }
 
@@ -308,6 +317,31 @@ pub fn plan(o: &Observed) -> Step {
     match &o.etcd {
         None => membership::without_etcd(o, d),
         Some(etcd) => membership::with_etcd(o, d, etcd),
+    }
+}
+
+/// How long a drained member keeps answering before it leaves: the time for the endpoints
+/// controller and every node's proxy to drop it from the client Service.
+pub const DRAIN_SECS: i64 = 3;
+/// A member drained this long ago that is still there (the change was called off) takes client
+/// traffic again.
+pub const DRAIN_STALE_SECS: i64 = 60;
+
+/// Before a member leaves on purpose (removed, or its pod deleted to restart it) it is drained
+/// from the client Service and given [`DRAIN_SECS`]: the step for that, or `None` once done (or
+/// when its pod is going anyway).
+pub(crate) fn drained_first(o: &Observed, pod: &str) -> Option<Step> {
+    let p = o.pods.get(pod)?;
+    if p.deleting || p.is_dead() {
+        return None;
+    }
+    match (p.serving, p.drained_secs) {
+        (Some(false), Some(s)) if s >= DRAIN_SECS => None,
+        (Some(false), Some(_)) => Some(wait(
+            WaitReason::MemberDraining,
+            format!("member {pod} was taken out of the client Service; it leaves in a moment"),
+        )),
+        _ => Some(Step::Drain { pod: pod.to_string() }),
     }
 }
 

@@ -53,6 +53,9 @@ pub(super) fn surplus(o: &Observed, d: &Desired, etcd: &EtcdState) -> Option<Ste
     if Some(first.id) == etcd.leader {
         return move_leader_from(etcd, first);
     }
+    if let Some(step) = super::drained_first(o, &first.pod) {
+        return Some(step);
+    }
     Some(Step::RemoveMember {
         id: first.id,
         pod: first.pod.clone(),
@@ -67,6 +70,9 @@ pub(super) fn next(o: &Observed, d: &Desired, etcd: &EtcdState) -> Option<Step> 
     if pod.uses_pvc {
         if Some(first.id) == etcd.leader && etcd.voters().count() > 1 {
             return move_leader_from(etcd, first);
+        }
+        if let Some(step) = super::drained_first(o, &first.pod) {
+            return Some(step);
         }
         return Some(Step::DeletePod {
             pod: first.pod.clone(),

@@ -22,8 +22,16 @@ pub(super) fn pod(name: &str) -> PodState {
         version: "3.5.1".into(),
         image: "quay.io/coreos/etcd:v3.5.1".into(),
         age_secs: 600,
+        serving: Some(true),
         ..Default::default()
     }
+}
+
+/// The member was taken out of the client Service long enough ago to leave.
+pub(super) fn drained(o: &mut Observed, pod: &str) {
+    let p = o.pods.get_mut(pod).unwrap();
+    p.serving = Some(false);
+    p.drained_secs = Some(DRAIN_SECS);
 }
 
 pub(super) fn member(id: u64, name: &str, leader: u64, raft_index: u64) -> MemberState {
@@ -296,23 +304,31 @@ fn the_next_member_waits_for_the_previous_one_to_be_healthy() {
 // ---- scale down -----------------------------------------------------------------------------------
 
 #[test]
-fn scale_down_removes_one_non_leader() {
-    assert_eq!(
-        plan(&running(5, 3)),
-        Step::RemoveMember { id: 5, pod: "ex-m5".into(), why: "scaling down to 4 members".into() }
-    );
+fn scale_down_removes_one_non_leader_after_draining_it_from_the_client_service() {
+    let mut o = running(5, 3);
+    assert_eq!(plan(&o), Step::Drain { pod: "ex-m5".into() });
+    // Drained a moment ago: every node's proxy must follow before it stops answering.
+    drained(&mut o, "ex-m5");
+    o.pods.get_mut("ex-m5").unwrap().drained_secs = Some(DRAIN_SECS - 1);
+    assert_eq!(wait_reason(&plan(&o)), WaitReason::MemberDraining);
+    drained(&mut o, "ex-m5");
+    assert_eq!(plan(&o), Step::RemoveMember { id: 5, pod: "ex-m5".into(), why: "scaling down to 4 members".into() });
 }
 
 #[test]
 fn scale_down_never_picks_the_leader() {
     let mut o = running(5, 3);
     etcd(&mut o).leader = Some(5);
+    assert_eq!(plan(&o), Step::Drain { pod: "ex-m4".into() });
+    drained(&mut o, "ex-m4");
     assert!(matches!(plan(&o), Step::RemoveMember { id: 4, .. }));
 }
 
 #[test]
 fn scale_down_to_one() {
-    assert!(matches!(plan(&running(2, 1)), Step::RemoveMember { id: 2, .. }));
+    let mut o = running(2, 1);
+    drained(&mut o, "ex-m2");
+    assert!(matches!(plan(&o), Step::RemoveMember { id: 2, .. }));
 }
 
 // ---- healing ----------------------------------------------------------------------------------------

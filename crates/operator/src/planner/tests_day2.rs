@@ -2,7 +2,7 @@
 //! a changed pod spec. Same fixtures as `tests.rs`: `running(n, size)` is `n` healthy voters
 //! `ex-m1..`, `ex-m1` leading.
 
-use super::tests::{add_learner, add_pvc, desired, etcd, m, running, unhealthy, wait_message, wait_reason};
+use super::tests::{add_learner, add_pvc, desired, drained, etcd, m, running, unhealthy, wait_message, wait_reason};
 use super::*;
 use crate::observed::{Alarm, AlarmKind};
 use crate::validation::validate;
@@ -87,18 +87,26 @@ fn nospace_recovery_keeps_the_revision_retention() {
 }
 
 #[test]
-fn nospace_that_could_not_be_disarmed_waits_for_the_user_then_retries() {
+fn nospace_that_could_not_be_disarmed_waits_for_a_delete_then_retries() {
     let mut o = running(3, 3);
     with_maintenance(&mut o, 3, MaintenancePolicy { quota_backend_bytes: Some(16 * MIB), ..Default::default() });
     alarm(&mut o, 1, AlarmKind::NoSpace);
     db_all(&mut o, 16 * MIB, 15 * MIB);
-    o.pods.get_mut("ex-m1").unwrap().defragmented_secs = Some(3);
+    for mem in &mut etcd(&mut o).members {
+        mem.status.as_mut().unwrap().revision = 500;
+    }
+    // The last attempt compacted to revision 500 a minute ago and could not disarm.
+    o.nospace_recovery = Some((500, 60));
     let s = plan(&o);
     assert_eq!(wait_reason(&s), WaitReason::NoSpace);
     let msg = wait_message(&s);
     assert!(msg.contains("15.0 MiB") && msg.contains("16.0 MiB") && msg.contains("Delete keys"), "{msg}");
-    // Once the retry interval passed, it tries again.
-    o.pods.get_mut("ex-m1").unwrap().defragmented_secs = Some(maintenance::NOSPACE_RETRY_SECS);
+    // A delete moves the revision: another attempt.
+    m(&mut o, 2).status.as_mut().unwrap().revision = 501;
+    assert!(matches!(plan(&o), Step::RecoverSpace(_)));
+    // Without a delete, a backstop retry after a while.
+    m(&mut o, 2).status.as_mut().unwrap().revision = 500;
+    o.nospace_recovery = Some((500, maintenance::NOSPACE_BACKSTOP_SECS));
     assert!(matches!(plan(&o), Step::RecoverSpace(_)));
 }
 
@@ -222,7 +230,7 @@ fn defragmentation_never_runs_beside_another_change() {
     current_hash(&mut o);
     add_pvc(&mut o, "ex-m2");
     outdated_hash(&mut o, "ex-m2");
-    assert!(matches!(plan(&o), Step::DeletePod { pod, keep_volume: true, .. } if pod == "ex-m2"));
+    assert_eq!(plan(&o), Step::Drain { pod: "ex-m2".into() });
 }
 
 // ---- rolling out a changed pod spec -----------------------------------------------------------
@@ -244,6 +252,9 @@ fn a_pvc_member_restarts_on_its_volume_with_the_new_spec_leader_last() {
         add_pvc(&mut o, p);
         outdated_hash(&mut o, p);
     }
+    // Out of the client Service first, then the pod goes (its volume stays).
+    assert_eq!(plan(&o), Step::Drain { pod: "ex-m2".into() });
+    drained(&mut o, "ex-m2");
     assert!(matches!(plan(&o), Step::DeletePod { pod, keep_volume: true, .. } if pod == "ex-m2"));
     // Followers done: leadership moves before the leader's pod goes.
     let h = o.desired.as_ref().unwrap().pod_hash();
@@ -282,6 +293,8 @@ fn an_emptydir_member_is_replaced_by_a_new_member_before_it_is_removed() {
     assert_eq!(plan(&o), Step::Promote { id: 4, pod: name.clone() });
     // 3. Four voters: the outdated one goes (not the newest-named, as a scale-down would pick).
     m(&mut o, 4).is_learner = false;
+    assert_eq!(plan(&o), Step::Drain { pod: "ex-m3".into() });
+    drained(&mut o, "ex-m3");
     assert!(matches!(plan(&o), Step::RemoveMember { pod, .. } if pod == "ex-m3"));
 }
 

@@ -1,0 +1,213 @@
+//! A continuous writer for e2e tests: unique keys put one after another while the operator
+//! changes the cluster, every outcome recorded, and a check that every acknowledged write is
+//! there with its value afterwards.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail, ensure};
+use e2e::wait_until;
+use etcd_client::{Client, ConnectOptions, GetOptions};
+
+/// What the writer saw, readable while it runs.
+#[derive(Clone, Debug, Default)]
+pub struct WriterStats {
+    /// Indices of acknowledged keys (`<prefix>/<index:08>` = `value-<index>`).
+    pub acked: Vec<u64>,
+    /// Keys whose first put failed and that were retried once on another endpoint.
+    pub retried: u64,
+    /// Keys whose put failed on two endpoints.
+    pub failed: Vec<u64>,
+    /// Puts refused with "no leader" / "leader changed" (the election when leadership moves)
+    /// and sent again after a short pause, as etcd's documentation tells clients to do: such a
+    /// put was never proposed, so re-sending it is safe.
+    pub leader_waits: u64,
+    /// The first errors seen, for the report.
+    pub errors: Vec<String>,
+    /// Puts attempted per endpoint (proof that every endpoint was used).
+    pub per_endpoint: BTreeMap<String, u64>,
+}
+
+/// Sequential puts of unique keys, round-robin over every member's own endpoint; a put that
+/// fails is retried once on the next endpoint, and a key that fails twice is a failed write.
+/// A put refused because the cluster is electing a leader is re-sent after 50 ms, for at most
+/// [`LEADER_WAIT`] in all: a leader change (which upgrading the leader needs) takes an
+/// election, and a client of etcd is expected to retry that refusal.
+pub struct Writer {
+    stop: Arc<AtomicBool>,
+    stats: Arc<Mutex<WriterStats>>,
+    thread: Option<JoinHandle<Result<()>>>,
+}
+
+/// Per-put deadline, about etcd's own request timeout (5 s): a put that etcd has not answered
+/// by then is an error, counted like a refused one.
+pub const PUT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a put refused for want of a leader is re-sent before it counts as failed.
+pub const LEADER_WAIT: Duration = Duration::from_secs(2);
+
+/// etcd refused the put before proposing it because there is no leader at the moment.
+pub fn is_leaderless(e: &anyhow::Error) -> bool {
+    let t = format!("{e:#}");
+    t.contains("no leader") || t.contains("leader changed") || t.contains("proposal dropped")
+}
+
+pub fn connect_options() -> ConnectOptions {
+    ConnectOptions::new().with_connect_timeout(Duration::from_secs(2)).with_timeout(PUT_TIMEOUT)
+}
+
+pub async fn put(c: &mut Client, key: &str, value: &str) -> Result<()> {
+    match tokio::time::timeout(PUT_TIMEOUT + Duration::from_secs(1), c.put(key, value, None)).await {
+        Ok(r) => r.map(drop).map_err(Into::into),
+        Err(_) => bail!("no answer within {PUT_TIMEOUT:?}"),
+    }
+}
+
+impl Writer {
+    pub fn start(endpoints: Vec<String>, prefix: &str) -> Result<Writer> {
+        Self::start_with(endpoints, prefix, 2, false)
+    }
+
+    /// A client of the client Service, as applications use it: two connections through the
+    /// Service, and a put that fails on a connection that broke (its member left: a removed
+    /// member's connections are reset, which no Service can hide) is sent again on a new
+    /// connection, which the Service routes to a member that serves. Three attempts per key.
+    pub fn through_service(endpoint: &str, prefix: &str) -> Result<Writer> {
+        Self::start_with(vec![endpoint.to_string(), endpoint.to_string()], prefix, 3, true)
+    }
+
+    fn start_with(endpoints: Vec<String>, prefix: &str, attempts: usize, reconnect: bool) -> Result<Writer> {
+        ensure!(!endpoints.is_empty(), "no endpoints to write to");
+        let stop = Arc::new(AtomicBool::new(false));
+        let stats = Arc::new(Mutex::new(WriterStats::default()));
+        let (stop2, stats2, prefix2) = (stop.clone(), stats.clone(), prefix.to_string());
+        let thread = std::thread::spawn(move || -> Result<()> {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+            rt.block_on(async move {
+                // One client per member: etcd-client would otherwise balance over all of them and
+                // hide which endpoint failed.
+                let mut clients = vec![];
+                for ep in &endpoints {
+                    let c = Client::connect([ep.as_str()], Some(connect_options()))
+                        .await
+                        .with_context(|| format!("connecting to {ep}"))?;
+                    clients.push((ep.clone(), c));
+                }
+                let n = clients.len();
+                let mut i: u64 = 0;
+                while !stop2.load(Ordering::Relaxed) {
+                    let (key, value) = (format!("{prefix2}/{i:08}"), format!("value-{i}"));
+                    let first = (i as usize) % n;
+                    let mut ok = false;
+                    let started = Instant::now();
+                    let mut attempt = 0;
+                    while attempt < attempts {
+                        let idx = (first + attempt) % n;
+                        let ep = clients[idx].0.clone();
+                        *stats2.lock().unwrap().per_endpoint.entry(ep.clone()).or_default() += 1;
+                        match put(&mut clients[idx].1, &key, &value).await {
+                            Ok(()) => {
+                                ok = true;
+                                break;
+                            }
+                            Err(e) if is_leaderless(&e) && started.elapsed() < LEADER_WAIT => {
+                                stats2.lock().unwrap().leader_waits += 1;
+                                tokio::time::sleep(Duration::from_millis(50)).await;
+                                continue;
+                            }
+                            Err(e) => {
+                                if reconnect {
+                                    if let Ok(fresh) = Client::connect([ep.as_str()], Some(connect_options())).await {
+                                        clients[idx].1 = fresh;
+                                    }
+                                }
+                                let mut s = stats2.lock().unwrap();
+                                if attempt == 0 {
+                                    s.retried += 1;
+                                }
+                                if s.errors.len() < 20 {
+                                    s.errors.push(format!("{key} at {ep}: {e:#}"));
+                                }
+                            }
+                        }
+                        attempt += 1;
+                    }
+                    {
+                        let mut s = stats2.lock().unwrap();
+                        if ok { s.acked.push(i) } else { s.failed.push(i) }
+                    }
+                    i += 1;
+                    // Pacing only (a few hundred puts a second would just grow the range read).
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                Ok(())
+            })
+        });
+        Ok(Writer { stop, stats, thread: Some(thread) })
+    }
+
+    pub fn stats(&self) -> WriterStats {
+        self.stats.lock().unwrap().clone()
+    }
+
+    /// Stops the writer and returns what it did; fails if it could not run at all.
+    pub fn finish(mut self) -> Result<WriterStats> {
+        self.stop.store(true, Ordering::Relaxed);
+        let thread = self.thread.take().expect("joined once");
+        thread.join().map_err(|_| anyhow::anyhow!("writer thread panicked"))??;
+        Ok(self.stats())
+    }
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Every key under `prefix/` with its value, read in pages from the cluster (any member).
+pub fn read_prefix(endpoints: &[String], prefix: &str) -> Result<BTreeMap<String, String>> {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    rt.block_on(async {
+        let mut c = Client::connect(endpoints, Some(connect_options())).await?;
+        let start = format!("{prefix}/");
+        let end = format!("{prefix}0"); // '0' follows '/': the end of the prefix range
+        let mut from = start.clone();
+        let mut out = BTreeMap::new();
+        loop {
+            let r = c.get(from.as_str(), Some(GetOptions::new().with_range(end.as_str()).with_limit(5000))).await?;
+            for kv in r.kvs() {
+                out.insert(kv.key_str()?.to_string(), kv.value_str()?.to_string());
+            }
+            match (r.more(), r.kvs().last()) {
+                (true, Some(last)) => from = format!("{}\0", last.key_str()?),
+                _ => break,
+            }
+        }
+        Ok(out)
+    })
+}
+
+/// Every acknowledged write of the writer is in etcd with its value.
+pub fn check_acked(endpoints: &[String], prefix: &str, stats: &WriterStats) -> Result<()> {
+    let stored = wait_until(Duration::from_secs(30), "a range read of the writer's keys", || {
+        Ok(read_prefix(endpoints, prefix).ok())
+    })?;
+    let missing: Vec<String> = stats
+        .acked
+        .iter()
+        .map(|i| (format!("{prefix}/{i:08}"), format!("value-{i}")))
+        .filter(|(k, v)| stored.get(k) != Some(v))
+        .map(|(k, _)| k)
+        .collect();
+    ensure!(
+        missing.is_empty(),
+        "{} of {} acknowledged writes are missing or wrong, e.g. {:?}",
+        missing.len(),
+        stats.acked.len(),
+        &missing[..missing.len().min(10)]
+    );
+    Ok(())
+}
