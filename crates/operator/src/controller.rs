@@ -297,6 +297,7 @@ async fn reconcile_one(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
         publish(&ctx, &reference, None, type_, &c.reason, note, &c.type_).await;
     }
     ctx.metrics.observe_cluster(&observed, &new);
+    ctx.metrics.observe_step(&observed, &step);
     ctx.metrics.reconciled("etcdcluster", started.elapsed(), outcome.is_err());
     if new != prev {
         patch_status(&ctx, &obj, &new).await?;

@@ -17,6 +17,7 @@ pub mod manifests;
 pub mod marks;
 pub mod member_volume;
 pub mod metrics;
+pub mod monitoring;
 pub mod naming;
 pub mod observe;
 pub mod observed;

@@ -22,7 +22,8 @@ enum Command {
     Run(RunArgs),
     /// Print the CustomResourceDefinitions as YAML.
     Crds(CrdArgs),
-    /// Print everything to apply to install the operator (CRDs, ServiceAccount, RBAC, Deployment).
+    /// Print everything to apply to install the operator (CRDs, ServiceAccount, RBAC, Deployment;
+    /// with `--monitoring` also PodMonitors, a PrometheusRule and a Grafana dashboard).
     Manifests(ManifestArgs),
     /// Wait until a host name resolves (the init container of every etcd member pod).
     WaitDns(WaitDnsArgs),
@@ -121,6 +122,11 @@ struct ManifestArgs {
     /// CRDs without CEL validation rules, for apiservers before 1.25.
     #[arg(long)]
     no_validation_rules: bool,
+    /// Also print the monitoring objects: PodMonitors for the etcd members and the operator, a
+    /// PrometheusRule with alerts (Prometheus Operator, monitoring.coreos.com/v1), and a Grafana
+    /// dashboard in a ConfigMap labelled grafana_dashboard=1.
+    #[arg(long)]
+    monitoring: bool,
 }
 
 /// Go's flag package accepts `-cluster-wide`; CoreOS manifests use that spelling. Turn
@@ -149,6 +155,7 @@ fn main() {
             replicas: m.replicas,
             with_crds: !m.no_crds,
             validation_rules: !m.no_validation_rules,
+            monitoring: m.monitoring,
         })
         .and_then(print_out),
         Some(Command::Run(args)) => run(args),

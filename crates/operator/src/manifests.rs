@@ -1,5 +1,6 @@
-//! Everything a user applies to install the operator: CRDs, ServiceAccount, RBAC, Deployment.
-//! Pure builders from options to objects; `render` turns them into one YAML stream.
+//! Everything a user applies to install the operator: CRDs, ServiceAccount, RBAC, Deployment
+//! (and, when asked, the monitoring objects of `monitoring.rs`). Pure builders from options to
+//! objects; `render` turns them into one YAML stream.
 
 use std::collections::BTreeMap;
 
@@ -32,9 +33,12 @@ pub struct Options {
     pub with_crds: bool,
     /// CRDs with their CEL validation rules (Kubernetes 1.25+).
     pub validation_rules: bool,
+    /// Add the Prometheus Operator objects and the Grafana dashboard (`monitoring.rs`).
+    pub monitoring: bool,
 }
 
-fn labels() -> BTreeMap<String, String> {
+/// Labels of every object of the install, and the operator pods' selector.
+pub(crate) fn labels() -> BTreeMap<String, String> {
     BTreeMap::from([("app.kubernetes.io/name".to_string(), OPERATOR_NAME.to_string())])
 }
 
@@ -236,6 +240,9 @@ pub fn objects(o: &Options) -> anyhow::Result<Vec<serde_json::Value>> {
         },
     )?);
     out.push(v(("Deployment", "apps/v1"), deployment(o))?);
+    if o.monitoring {
+        out.extend(crate::monitoring::objects(o));
+    }
     Ok(out)
 }
 
@@ -261,6 +268,7 @@ mod tests {
             replicas: 1,
             with_crds: true,
             validation_rules: true,
+            monitoring: false,
         }
     }
 

@@ -419,6 +419,10 @@ async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<JobContext>) -> Result<Acti
     for (_, result) in &finished {
         events.push(record(&mut st, result.clone()));
     }
+    // From status, not only from a result just recorded: after an operator restart the series
+    // come back at the first reconcile.
+    let last_success = parse_time(&st.last_success_date).map(|t| t.timestamp());
+    ctx.metrics.observe_backup(&ns, &obj.name_any(), last_success, plan.interval);
     let now = Utc::now();
     let due = if running { None } else { next_due(&plan, &st, generation, now) };
     let mut requeue = plan.interval.unwrap_or(Duration::from_secs(300));
@@ -545,7 +549,16 @@ pub async fn run(opts: Options, shutdown: impl std::future::Future<Output = ()> 
         recorded: Default::default(),
     });
     let synced = pods.clone();
-    Controller::new_with(backups, watcher::Config::default(), ar)
+    let controller = Controller::new_with(backups, watcher::Config::default(), ar);
+    let store = controller.store();
+    ctx.metrics.set_live_backups(Box::new(move || {
+        store
+            .state()
+            .iter()
+            .map(|b| crate::metrics::ClusterLabels { namespace: b.namespace().unwrap_or_default(), name: b.name_any() })
+            .collect()
+    }));
+    controller
         .owns_stream_with(pod_events, ())
         .graceful_shutdown_on(shutdown)
         .run(

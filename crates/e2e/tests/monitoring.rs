@@ -1,0 +1,371 @@
+//! The monitoring objects of `etcd-operator manifests --monitoring` against a real rule checker:
+//! promtool checks the PrometheusRule's rules, then runs unit tests of the alerts (input series
+//! in, expected alerts with their rendered annotations out).
+//!
+//! Needs no cluster: only the operator binary (`cargo build -p etcd-operator`, or
+//! `$ETCD_OPERATOR_BIN`) and promtool: `$PROMTOOL`, else the path `hack/build-promtool.sh` prints
+//! (it builds promtool from the Go module proxy once, then only prints the cached binary). Without
+//! promtool these tests fail; they never pass silently.
+//!
+//! Every test name starts with `monitoring_`: `hack/test.sh` runs this file with the unit tests and
+//! skips these names in its cluster runs.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+use serde_json::{Value, json};
+
+/// The promtool to check with.
+fn promtool() -> PathBuf {
+    static PATH: OnceLock<PathBuf> = OnceLock::new();
+    PATH.get_or_init(|| {
+        if let Some(p) = std::env::var_os("PROMTOOL").filter(|p| !p.is_empty()) {
+            let p = PathBuf::from(p);
+            assert!(
+                p.is_file(),
+                "promtool not found: PROMTOOL={} is not a file (unset it to build one with hack/build-promtool.sh)",
+                p.display()
+            );
+            return p;
+        }
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../hack/build-promtool.sh");
+        let out = Command::new("bash")
+            .arg(&script)
+            .output()
+            .unwrap_or_else(|e| panic!("promtool not found: cannot run bash {}: {e}", script.display()));
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let path = stdout.lines().last().map(PathBuf::from).filter(|p| p.is_file());
+        match (out.status.success(), path) {
+            (true, Some(p)) => p,
+            _ => panic!(
+                "promtool not found: hack/build-promtool.sh (which builds it from the Go module proxy with \
+                 /usr/local/go) failed or printed no binary; set PROMTOOL to a promtool to use instead.\n\
+                 stdout: {stdout}\nstderr: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ),
+        }
+    })
+    .clone()
+}
+
+/// A fresh directory for one test's files.
+fn work_dir(test: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("monitoring").join(test);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// The objects `etcd-operator manifests --monitoring` prints.
+fn monitoring_objects() -> Vec<Value> {
+    let bin = common::operator_bin();
+    let out = Command::new(&bin)
+        .args(["manifests", "--monitoring", "--no-crds", "--namespace", "etcd"])
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {} (cargo build -p etcd-operator): {e}", bin.display()));
+    assert!(out.status.success(), "etcd-operator manifests --monitoring: {}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let mut docs = vec![String::new()];
+    for line in text.lines() {
+        if line == "---" {
+            docs.push(String::new());
+        } else {
+            let d = docs.last_mut().unwrap();
+            d.push_str(line);
+            d.push('\n');
+        }
+    }
+    docs.iter().filter(|d| !d.trim().is_empty()).map(|d| serde_yaml::from_str(d).expect("a YAML document")).collect()
+}
+
+/// The PrometheusRule's spec, a rules file as Prometheus reads it.
+fn rule_groups() -> Value {
+    let objs = monitoring_objects();
+    let rule = objs.iter().find(|o| o["kind"] == "PrometheusRule").expect("a PrometheusRule in the output");
+    assert_eq!(rule["apiVersion"], "monitoring.coreos.com/v1");
+    rule["spec"].clone()
+}
+
+fn write_rules(dir: &Path) -> PathBuf {
+    let path = dir.join("etcd-operator.rules.yaml");
+    std::fs::write(&path, serde_yaml::to_string(&rule_groups()).unwrap()).unwrap();
+    path
+}
+
+fn run_promtool(args: &[&str], dir: &Path) -> String {
+    let out = Command::new(promtool()).args(args).current_dir(dir).output().expect("running promtool");
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "promtool {args:?} failed:\n{text}");
+    text
+}
+
+#[test]
+fn monitoring_rules_pass_promtool_check() {
+    let dir = work_dir("check");
+    let rules = write_rules(&dir);
+    let out = run_promtool(&["check", "rules", "--lint=all", "--lint-fatal", rules.to_str().unwrap()], &dir);
+    let n = rule_groups()["groups"][0]["rules"].as_array().unwrap().len();
+    assert!(out.contains(&format!("SUCCESS: {n} rules found")), "{out}");
+}
+
+/// The annotation template of `alert` (of the given severity) with `{{ $labels.x }}` filled in;
+/// templates that use anything else are spelled out by the test instead.
+fn expand(groups: &Value, alert: &str, severity: &str, annotation: &str, labels: &BTreeMap<&str, &str>) -> String {
+    let rule = groups["groups"][0]["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["alert"] == alert && r["labels"]["severity"] == severity)
+        .unwrap_or_else(|| panic!("no {severity} rule {alert}"));
+    let mut text = rule["annotations"][annotation].as_str().unwrap().to_string();
+    for (k, v) in labels {
+        text = text.replace(&format!("{{{{ $labels.{k} }}}}"), v);
+    }
+    assert!(!text.contains("{{"), "{alert} {annotation} needs more than labels: {text}");
+    text
+}
+
+/// One expected alert: its labels (besides alertname), and its summary spelled out.
+fn expect(groups: &Value, alert: &str, labels: &[(&str, &str)], summary: &str) -> Value {
+    let labels: BTreeMap<&str, &str> = labels.iter().copied().collect();
+    let severity = labels["severity"];
+    json!({
+        "exp_labels": labels,
+        "exp_annotations": {
+            "summary": summary,
+            "description": expand(groups, alert, severity, "description", &labels),
+        },
+    })
+}
+
+fn series(name: &str, labels: &[(&str, &str)], values: &str) -> Value {
+    let l: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v:?}")).collect();
+    json!({ "series": format!("{name}{{{}}}", l.join(", ")), "values": values })
+}
+
+/// Labels of an etcd member's series, as the members' PodMonitor makes them.
+fn member(name: &str, pod: &str) -> Vec<(&'static str, String)> {
+    vec![
+        ("job", "etcd-members".into()),
+        ("namespace", "ns".into()),
+        ("name", name.into()),
+        ("pod", pod.into()),
+        ("instance", "10.0.0.1:2379".into()),
+    ]
+}
+
+/// Labels of the operator's per-cluster series, as its PodMonitor makes them (honorLabels).
+fn operator(name: &str) -> Vec<(&'static str, String)> {
+    vec![
+        ("job", "etcd-operator".into()),
+        ("namespace", "ns".into()),
+        ("name", name.into()),
+        ("pod", "etcd-operator-5d9c7-x2x4q".into()),
+        ("instance", "10.0.0.9:8080".into()),
+    ]
+}
+
+fn with(mut labels: Vec<(&'static str, String)>, extra: &[(&'static str, &str)]) -> Vec<(&'static str, String)> {
+    labels.extend(extra.iter().map(|(k, v)| (*k, v.to_string())));
+    labels
+}
+
+fn s(name: &str, labels: Vec<(&'static str, String)>, values: &str) -> Value {
+    let l: Vec<(&str, &str)> = labels.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    series(name, &l, values)
+}
+
+#[test]
+fn monitoring_alerts_pass_promtool_unit_tests() {
+    let dir = work_dir("unit");
+    let rules = write_rules(&dir);
+    let g = rule_groups();
+    let ns = ("namespace", "ns");
+    let critical = ("severity", "critical");
+    let warning = ("severity", "warning");
+    let tests = json!([
+        {
+            "name": "no leader",
+            "interval": "1m",
+            "input_series": [
+                s("etcd_server_has_leader", member("ex", "ex-a"), "1 1 0x6"),
+                s("etcd_server_has_leader", member("ex", "ex-b"), "1x8"),
+            ],
+            "alert_rule_test": [
+                { "eval_time": "2m", "alertname": "EtcdNoLeader", "exp_alerts": [] },
+                {
+                    "eval_time": "4m",
+                    "alertname": "EtcdNoLeader",
+                    "exp_alerts": [expect(&g, "EtcdNoLeader", &[critical, ns, ("name", "ex"), ("pod", "ex-a")],
+                        "etcd member ex-a of cluster ns/ex has no leader")],
+                },
+            ],
+        },
+        {
+            "name": "quorum at risk",
+            "interval": "1m",
+            "input_series": [
+                // 3 members, 2 ready: a quorum, one short.
+                s("etcd_operator_cluster_desired_size", operator("degraded"), "3x20"),
+                s("etcd_operator_cluster_ready_members", operator("degraded"), "3 3 2x18"),
+                // 5 members, 3 ready: still a quorum.
+                s("etcd_operator_cluster_desired_size", operator("five"), "5x20"),
+                s("etcd_operator_cluster_ready_members", operator("five"), "3x20"),
+                // 3 members, 1 ready: no quorum.
+                s("etcd_operator_cluster_desired_size", operator("lost"), "3x20"),
+                s("etcd_operator_cluster_ready_members", operator("lost"), "1x20"),
+                // Healthy, and a refused spec (size 0): nothing.
+                s("etcd_operator_cluster_desired_size", operator("healthy"), "3x20"),
+                s("etcd_operator_cluster_ready_members", operator("healthy"), "3x20"),
+                s("etcd_operator_cluster_desired_size", operator("invalid"), "0x20"),
+                s("etcd_operator_cluster_ready_members", operator("invalid"), "0x20"),
+            ],
+            "alert_rule_test": [
+                {
+                    "eval_time": "8m",
+                    "alertname": "EtcdQuorumAtRisk",
+                    "exp_alerts": [expect(&g, "EtcdQuorumAtRisk", &[critical, ns, ("name", "lost")],
+                        "etcd cluster ns/lost has lost its quorum (ready members: 1)")],
+                },
+                {
+                    "eval_time": "13m",
+                    "alertname": "EtcdQuorumAtRisk",
+                    "exp_alerts": [
+                        expect(&g, "EtcdQuorumAtRisk", &[warning, ns, ("name", "degraded")],
+                            "etcd cluster ns/degraded is down to 2 ready members"),
+                        expect(&g, "EtcdQuorumAtRisk", &[warning, ns, ("name", "five")],
+                            "etcd cluster ns/five is down to 3 ready members"),
+                        expect(&g, "EtcdQuorumAtRisk", &[critical, ns, ("name", "lost")],
+                            "etcd cluster ns/lost has lost its quorum (ready members: 1)"),
+                    ],
+                },
+            ],
+        },
+        {
+            "name": "NOSPACE and CORRUPT alarms, from the operator or from etcd",
+            "interval": "1m",
+            "input_series": [
+                // The operator sees NOSPACE from minute 2; etcd's own gauge said so all along:
+                // one alert.
+                s("etcd_operator_alarms", with(operator("full"), &[("alarm", "NOSPACE")]), "0 0 1x10"),
+                s("etcd_operator_alarms", with(operator("full"), &[("alarm", "CORRUPT")]), "0x12"),
+                s("etcd_debugging_server_alarms",
+                    with(member("full", "full-a"), &[("server_id", "8e9e05c5"), ("alarm_type", "NOSPACE")]), "1x12"),
+                // Only the operator knows (etcd's gauge starts at 0 after a restart).
+                s("etcd_operator_alarms", with(operator("op-only"), &[("alarm", "NOSPACE")]), "1x12"),
+                // Only etcd's gauge.
+                s("etcd_debugging_server_alarms",
+                    with(member("etcd-only", "etcd-only-a"), &[("server_id", "1"), ("alarm_type", "CORRUPT")]), "1x12"),
+                // No alarm.
+                s("etcd_operator_alarms", with(operator("fine"), &[("alarm", "NOSPACE")]), "0x12"),
+                s("etcd_operator_alarms", with(operator("fine"), &[("alarm", "CORRUPT")]), "0x12"),
+            ],
+            "alert_rule_test": [{
+                "eval_time": "5m",
+                "alertname": "EtcdAlarmActive",
+                "exp_alerts": [
+                    expect(&g, "EtcdAlarmActive", &[critical, ns, ("name", "full"), ("alarm", "NOSPACE")],
+                        "etcd cluster ns/full has a NOSPACE alarm"),
+                    expect(&g, "EtcdAlarmActive", &[critical, ns, ("name", "op-only"), ("alarm", "NOSPACE")],
+                        "etcd cluster ns/op-only has a NOSPACE alarm"),
+                    expect(&g, "EtcdAlarmActive", &[critical, ns, ("name", "etcd-only"), ("alarm", "CORRUPT")],
+                        "etcd cluster ns/etcd-only has a CORRUPT alarm"),
+                ],
+            }],
+        },
+        {
+            "name": "backup older than twice its interval",
+            "interval": "1m",
+            "input_series": [
+                // Last success at time 0, every 10 minutes: late from minute 20.
+                s("etcd_operator_backup_last_success_timestamp_seconds", operator("nightly"), "0x40"),
+                s("etcd_operator_backup_interval_seconds", operator("nightly"), "600x40"),
+                // Succeeds every minute.
+                s("etcd_operator_backup_last_success_timestamp_seconds", operator("fresh"), "0+60x40"),
+                s("etcd_operator_backup_interval_seconds", operator("fresh"), "600x40"),
+                // One-shot: never late.
+                s("etcd_operator_backup_last_success_timestamp_seconds", operator("once"), "0x40"),
+                s("etcd_operator_backup_interval_seconds", operator("once"), "0x40"),
+            ],
+            "alert_rule_test": [
+                { "eval_time": "22m", "alertname": "EtcdBackupTooOld", "exp_alerts": [] },
+                {
+                    "eval_time": "30m",
+                    "alertname": "EtcdBackupTooOld",
+                    "exp_alerts": [expect(&g, "EtcdBackupTooOld", &[warning, ns, ("name", "nightly")],
+                        "EtcdBackup ns/nightly last succeeded 30m 0s ago")],
+                },
+            ],
+        },
+        {
+            "name": "member down, database near its quota, upgrade stopped",
+            "interval": "1m",
+            "input_series": [
+                s("up", member("ex", "ex-a"), "1 0x10"),
+                s("up", member("ex", "ex-b"), "1x11"),
+                s("etcd_mvcc_db_total_size_in_bytes", member("ex", "ex-b"), "90x15"),
+                s("etcd_server_quota_backend_bytes", member("ex", "ex-b"), "100x15"),
+                s("etcd_mvcc_db_total_size_in_bytes", member("ex", "ex-a"), "50x15"),
+                s("etcd_server_quota_backend_bytes", member("ex", "ex-a"), "100x15"),
+                s("etcd_operator_cluster_waiting", with(operator("ex"), &[("reason", "UpgradeFailed")]), "1x5"),
+                s("etcd_operator_cluster_waiting", with(operator("other"), &[("reason", "MemberUpgrading")]), "1x5"),
+            ],
+            "alert_rule_test": [
+                {
+                    "eval_time": "7m",
+                    "alertname": "EtcdMemberDown",
+                    "exp_alerts": [{
+                        "exp_labels": {
+                            "severity": "warning", "job": "etcd-members", "namespace": "ns", "name": "ex",
+                            "pod": "ex-a", "instance": "10.0.0.1:2379",
+                        },
+                        "exp_annotations": {
+                            "summary": "etcd member ex-a of cluster ns/ex is down",
+                            "description": expand(&g, "EtcdMemberDown", "warning", "description",
+                                &BTreeMap::from([("namespace", "ns"), ("name", "ex"), ("pod", "ex-a")])),
+                        },
+                    }],
+                },
+                {
+                    "eval_time": "12m",
+                    "alertname": "EtcdDatabaseNearQuota",
+                    "exp_alerts": [expect(&g, "EtcdDatabaseNearQuota", &[warning, ns, ("name", "ex"), ("pod", "ex-b")],
+                        "etcd member ex-b of cluster ns/ex uses 90% of its space quota")],
+                },
+                {
+                    "eval_time": "3m",
+                    "alertname": "EtcdUpgradeStuck",
+                    "exp_alerts": [expect(&g, "EtcdUpgradeStuck", &[warning, ns, ("name", "ex")],
+                        "etcd cluster ns/ex: the upgrade is stopped")],
+                },
+            ],
+        },
+    ]);
+    let unit = json!({
+        "rule_files": [rules.file_name().unwrap().to_str().unwrap()],
+        "evaluation_interval": "1m",
+        "tests": tests,
+    });
+    let path = dir.join("etcd-operator.rules.test.yaml");
+    std::fs::write(&path, serde_yaml::to_string(&unit).unwrap()).unwrap();
+    let out = run_promtool(&["test", "rules", path.to_str().unwrap()], &dir);
+    assert!(out.contains("SUCCESS"), "{out}");
+}
+
+/// The other monitoring objects are there too, and parse as what they claim to be.
+#[test]
+fn monitoring_objects_parse_as_what_they_claim() {
+    let objs = monitoring_objects();
+    let kinds: Vec<_> = objs.iter().map(|o| o["kind"].as_str().unwrap()).collect();
+    for want in ["PodMonitor", "PrometheusRule", "ConfigMap"] {
+        assert!(kinds.contains(&want), "{want} missing: {kinds:?}");
+    }
+    let cm = objs.iter().find(|o| o["kind"] == "ConfigMap").unwrap();
+    assert_eq!(cm["metadata"]["labels"]["grafana_dashboard"], "1");
+    let dashboard: Value = serde_json::from_str(cm["data"]["etcd-operator.json"].as_str().unwrap()).unwrap();
+    assert!(dashboard["panels"].as_array().unwrap().len() >= 10);
+}
