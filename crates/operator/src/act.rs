@@ -35,13 +35,17 @@ impl Error {
 }
 
 /// What a step did, for the Event and the log.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Done {
     pub reason: &'static str,
     pub note: String,
     /// Pods created or deleted, so the controller can wait for its cache to see them.
     pub created: Vec<String>,
     pub deleted: Vec<String>,
+    /// Members defragmented, with the bytes each returned to the disk (for metrics).
+    pub defragmented: Vec<(String, u64)>,
+    /// A NOSPACE alarm was disarmed.
+    pub alarm_recovered: bool,
 }
 
 impl Done {
@@ -160,9 +164,13 @@ impl Target<'_> {
         // freed returns to the disk only by defragmenting. (Every member: what a member reports
         // in use lags its compaction until its next commit.)
         let mut sizes = vec![];
+        let mut defragmented = vec![];
         for pod in &r.members {
             match self.defragment(pod).await {
-                Ok((before, after)) => sizes.push(format!("{pod} {} → {}", bytes(before), bytes(after))),
+                Ok((before, after)) => {
+                    sizes.push(format!("{pod} {} → {}", bytes(before), bytes(after)));
+                    defragmented.push((pod.clone(), (before - after).max(0) as u64));
+                }
                 Err(e) => sizes.push(format!("{pod} not defragmented ({e})")),
             }
         }
@@ -172,20 +180,24 @@ impl Target<'_> {
         }
         let what = format!("compacted to revision {compact_to}; defragmented {}", sizes.join(", "));
         if in_use >= r.disarm_below_bytes {
-            return Ok(done(
-                "NoSpaceNotRecovered",
-                format!(
-                    "NOSPACE: {what}; still {} in use, at or above {} ({}% of the quota): the alarm stays until keys are deleted or the quota is raised",
-                    bytes(in_use),
-                    bytes(r.disarm_below_bytes),
-                    crate::planner::maintenance::DISARM_BELOW_PERCENT
-                ),
-            ));
+            return Ok(Done {
+                defragmented,
+                ..done(
+                    "NoSpaceNotRecovered",
+                    format!(
+                        "NOSPACE: {what}; still {} in use, at or above {} ({}% of the quota): the alarm stays until keys are deleted or the quota is raised",
+                        bytes(in_use),
+                        bytes(r.disarm_below_bytes),
+                        crate::planner::maintenance::DISARM_BELOW_PERCENT
+                    ),
+                )
+            });
         }
         for a in &r.alarms {
             etcd::disarm(&endpoints, a).await?;
         }
-        Ok(done("NoSpaceRecovered", format!("NOSPACE alarm disarmed: {what}; {} in use now", bytes(in_use))))
+        let note = format!("NOSPACE alarm disarmed: {what}; {} in use now", bytes(in_use));
+        Ok(Done { defragmented, alarm_recovered: true, ..done("NoSpaceRecovered", note) })
     }
 
     async fn delete_pod(&self, pod: &str, with_volume: bool) -> Result<(), Error> {
@@ -246,7 +258,7 @@ pub async fn record_marks(
 }
 
 fn done(reason: &'static str, note: String) -> Done {
-    Done { reason, note, created: vec![], deleted: vec![] }
+    Done { reason, note, ..Default::default() }
 }
 
 /// Perform `step`. `Wait` does nothing and returns `None`.
@@ -286,6 +298,7 @@ pub async fn execute(t: &Target<'_>, step: &Step) -> Result<Option<Done>, Error>
                 ),
                 created: names,
                 deleted: vec![],
+                ..Default::default()
             }
         }
         Step::AddLearner(m) => {
@@ -305,6 +318,7 @@ pub async fn execute(t: &Target<'_>, step: &Step) -> Result<Option<Done>, Error>
                 ),
                 created: vec![m.name.clone()],
                 deleted: vec![],
+                ..Default::default()
             }
         }
         Step::CreatePod(m) => {
@@ -314,6 +328,7 @@ pub async fn execute(t: &Target<'_>, step: &Step) -> Result<Option<Done>, Error>
                 note: format!("created pod for member {} (already registered with etcd)", m.name),
                 created: vec![m.name.clone()],
                 deleted: vec![],
+                ..Default::default()
             }
         }
         Step::Recover(r) => {
@@ -346,6 +361,7 @@ pub async fn execute(t: &Target<'_>, step: &Step) -> Result<Option<Done>, Error>
                 note: recovery_note(r, policy),
                 created: vec![r.member.name.clone()],
                 deleted: vec![],
+                ..Default::default()
             }
         }
         Step::Promote { id, pod } => {
@@ -367,6 +383,7 @@ pub async fn execute(t: &Target<'_>, step: &Step) -> Result<Option<Done>, Error>
                 note: format!("removed member {pod} (ID {}): {why}", etcd::hex(*id)),
                 created: vec![],
                 deleted: vec![pod.clone()],
+                ..Default::default()
             }
         }
         Step::UpgradeMember { pod, from, to } => {
@@ -393,16 +410,20 @@ pub async fn execute(t: &Target<'_>, step: &Step) -> Result<Option<Done>, Error>
         }
         Step::Defragment { pod, free_bytes } => {
             let (before, after) = t.defragment(pod).await?;
-            done(
-                "MemberDefragmented",
-                format!(
-                    "defragmented member {pod} ({} of its database was unused): {} → {}, {} reclaimed",
-                    bytes(*free_bytes),
-                    bytes(before),
-                    bytes(after),
-                    bytes(before - after)
-                ),
-            )
+            let reclaimed = vec![(pod.clone(), (before - after).max(0) as u64)];
+            Done {
+                defragmented: reclaimed,
+                ..done(
+                    "MemberDefragmented",
+                    format!(
+                        "defragmented member {pod} ({} of its database was unused): {} → {}, {} reclaimed",
+                        bytes(*free_bytes),
+                        bytes(before),
+                        bytes(after),
+                        bytes(before - after)
+                    ),
+                )
+            }
         }
         Step::RecoverSpace(r) => t.recover_space(r).await?,
         Step::Drain { pod } => {
@@ -423,6 +444,7 @@ pub async fn execute(t: &Target<'_>, step: &Step) -> Result<Option<Done>, Error>
                 note: format!("deleted pod {pod}: {why}"),
                 created: vec![],
                 deleted: vec![pod.clone()],
+                ..Default::default()
             }
         }
     }))

@@ -273,6 +273,13 @@ async fn reconcile_one(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
         Ok(Some(done)) => {
             tracing::info!(cluster = %key, reason = done.reason, "{}", done.note);
             ctx.expectations.expect(&key, &done.created, &done.deleted);
+            let (ns, name) = (cluster.namespace().unwrap_or_default(), cluster.name_any());
+            for (member, reclaimed) in &done.defragmented {
+                ctx.metrics.record_defrag(&ns, &name, member, *reclaimed);
+            }
+            if done.alarm_recovered {
+                ctx.metrics.record_alarm_recovery(&ns, &name);
+            }
             let type_ = if done.is_warning() { EventType::Warning } else { EventType::Normal };
             publish(&ctx, &reference, step.member(), type_, done.reason, done.note.clone(), done.reason).await;
         }
@@ -297,6 +304,11 @@ async fn reconcile_one(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
         publish(&ctx, &reference, None, type_, &c.reason, note, &c.type_).await;
     }
     ctx.metrics.observe_cluster(&observed, &new);
+    if let Some(e) = &observed.etcd {
+        use crate::observed::AlarmKind;
+        let (ns, name) = (cluster.namespace().unwrap_or_default(), cluster.name_any());
+        ctx.metrics.set_alarms(&ns, &name, e.has_alarm(AlarmKind::NoSpace), e.has_alarm(AlarmKind::Corrupt));
+    }
     ctx.metrics.observe_step(&observed, &step);
     ctx.metrics.reconciled("etcdcluster", started.elapsed(), outcome.is_err());
     if new != prev {
