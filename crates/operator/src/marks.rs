@@ -4,13 +4,15 @@
 //! - the etcd cluster ID once the cluster formed: it is never bootstrapped again;
 //! - the last valid spec: an invalid edit is refused while the cluster heals under this one;
 //! - since when a quorum cannot come back: the clock of `spec.recovery.afterSeconds`;
-//! - a recovery under way, removed once its first member serves.
+//! - a recovery under way, removed once its first member serves;
+//! - the raft index at which the cluster finished its last minor upgrade: 3.6 → 3.7 waits for a
+//!   raft snapshot past it (`planner::upgrade`).
 
 use std::collections::BTreeMap;
 
 use crate::naming::{
-    CLUSTER_ID_ANNOTATION, LAST_RECOVERY_ANNOTATION, LAST_VALID_SPEC_ANNOTATION, QUORUM_LOST_AT_ANNOTATION,
-    RECOVERY_ANNOTATION,
+    CLUSTER_ID_ANNOTATION, LAST_RECOVERY_ANNOTATION, LAST_VALID_SPEC_ANNOTATION, MINOR_SINCE_ANNOTATION,
+    QUORUM_LOST_AT_ANNOTATION, RECOVERY_ANNOTATION,
 };
 use crate::observed::Observed;
 use crate::planner::recovery;
@@ -52,12 +54,42 @@ pub fn cluster_annotations(
     if o.desired.is_ok() && o.spec_refused.is_none() {
         set(LAST_VALID_SPEC_ANNOTATION, Some(spec_json.to_string()));
     }
+    // The minor every member runs: first seen → index 0; changed → the leader's index now (the
+    // entries up to it were written by members of the earlier minor). A recovered cluster
+    // started afresh from a snapshot: no entry of an earlier minor is in its log.
+    if let Some((minor, index)) = uniform_minor(o) {
+        let recorded = current.get(MINOR_SINCE_ANNOTATION).and_then(|v| v.split_once(' ').map(|(m, _)| m.to_string()));
+        let value = match recorded {
+            Some(m) if m == minor && !recovered => None,
+            Some(_) if !recovered => Some(format!("{minor} {index}")),
+            _ => Some(format!("{minor} 0")),
+        };
+        if value.is_some() {
+            set(MINOR_SINCE_ANNOTATION, value);
+        }
+    }
     match (recovery::quorum_unrecoverable(o), current.contains_key(QUORUM_LOST_AT_ANNOTATION)) {
         (true, false) => set(QUORUM_LOST_AT_ANNOTATION, Some(now.to_string())),
         (false, true) => set(QUORUM_LOST_AT_ANNOTATION, None),
         _ => {}
     }
     out
+}
+
+/// `major.minor` when every member answered with the same minor version, with the leader's
+/// raft index.
+fn uniform_minor(o: &Observed) -> Option<(String, u64)> {
+    let e = o.etcd.as_ref()?;
+    let statuses: Option<Vec<&crate::observed::MemberStatus>> = e.members.iter().map(|m| m.status.as_ref()).collect();
+    let mut minors = statuses?
+        .into_iter()
+        .map(|s| crate::version::Version::parse(&s.version).ok().map(|v| format!("{}.{}", v.major, v.minor)));
+    let first = minors.next()??;
+    if !minors.all(|m| m.as_deref() == Some(first.as_str())) {
+        return None;
+    }
+    let index = e.leader_member().and_then(|m| m.status.as_ref()).map(|s| s.raft_index)?;
+    Some((first, index))
 }
 
 /// Member pods missing a label the Services select on (the cluster UID, the serving label: made
@@ -174,5 +206,28 @@ mod tests {
         // Drained long ago and still here (the change was called off): serves again.
         o.pods.get_mut("ex-a").unwrap().drained_secs = Some(crate::planner::DRAIN_STALE_SECS);
         assert_eq!(pods_to_label(&o), ["ex-a"]);
+    }
+
+    #[test]
+    fn the_index_of_the_last_minor_upgrade_is_recorded_when_every_member_reports_it() {
+        use crate::naming::MINOR_SINCE_ANNOTATION;
+        let mut o = formed(7);
+        let st = o.etcd.as_mut().unwrap().members[0].status.as_mut().unwrap();
+        st.version = "3.5.34".into();
+        st.raft_index = 900;
+        let at = |o: &Observed, current: &BTreeMap<String, String>| {
+            cluster_annotations(o, current, "{}", "t").get(MINOR_SINCE_ANNOTATION).cloned()
+        };
+        // First seen: started there as far as anyone knows.
+        assert_eq!(at(&o, &BTreeMap::new()), Some(Some("3.5 0".into())));
+        let mut current = BTreeMap::from([(MINOR_SINCE_ANNOTATION.to_string(), "3.5 0".to_string())]);
+        assert_eq!(at(&o, &current), None, "unchanged");
+        // Every member reports 3.6 now: the leader's index is the boundary.
+        let st = o.etcd.as_mut().unwrap().members[0].status.as_mut().unwrap();
+        st.version = "3.6.15".into();
+        st.raft_index = 1200;
+        assert_eq!(at(&o, &current), Some(Some("3.6 1200".into())));
+        current.insert(MINOR_SINCE_ANNOTATION.into(), "3.6 1200".into());
+        assert_eq!(at(&o, &current), None, "kept while the minor stays");
     }
 }

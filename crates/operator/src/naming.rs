@@ -29,6 +29,10 @@ pub const QUORUM_LOST_AT_ANNOTATION: &str = "etcd.database.coreos.com/quorum-los
 /// EtcdCluster annotation: the store revision the operator last compacted to while recovering
 /// from NOSPACE and when, `<revision> <RFC 3339>`.
 pub const NOSPACE_RECOVERY_ANNOTATION: &str = "etcd.database.coreos.com/nospace-recovery";
+/// EtcdCluster annotation: the minor version every member runs and the raft index at which the
+/// last of them reported it after a minor upgrade, `<major.minor> <index>` (index 0: the
+/// cluster started at that minor, or its history is unknown).
+pub const MINOR_SINCE_ANNOTATION: &str = "etcd.database.coreos.com/minor-since";
 /// EtcdCluster annotation: a quorum-loss recovery under way (JSON `planner::recovery::Record`).
 pub const RECOVERY_ANNOTATION: &str = "etcd.database.coreos.com/recovery";
 /// EtcdCluster annotation: the last quorum-loss recovery that finished (JSON

@@ -350,6 +350,10 @@ pub async fn observe(
         recorded_version: (!status.current_version.is_empty()).then_some(status.current_version),
         new_member_suffix: random_suffix(),
         backup_running: None,
+        minor_since: annotations.get(naming::MINOR_SINCE_ANNOTATION).and_then(|v| {
+            let (minor, index) = v.split_once(' ')?;
+            Some((minor.to_string(), index.parse().ok()?))
+        }),
         nospace_recovery: annotations.get(naming::NOSPACE_RECOVERY_ANNOTATION).and_then(|v| {
             let (rev, at) = v.split_once(' ')?;
             let at = at.parse::<k8s_openapi::jiff::Timestamp>().ok()?;

@@ -47,6 +47,9 @@ pub struct Observed {
     /// The last NOSPACE recovery attempt (EtcdCluster annotation): the revision it compacted to
     /// and how many seconds ago.
     pub nospace_recovery: Option<(i64, i64)>,
+    /// From the minor-since annotation: the minor every member runs and the raft index at which
+    /// the cluster reached it by an upgrade (0: started there, or unknown).
+    pub minor_since: Option<(String, u64)>,
     /// A backup or verify pod of this cluster that is running now (its name): no
     /// defragmentation meanwhile.
     pub backup_running: Option<String>,
@@ -74,6 +77,7 @@ impl Default for Observed {
             new_member_suffix: String::new(),
             backup_running: None,
             nospace_recovery: None,
+            minor_since: None,
         }
     }
 }

@@ -233,7 +233,9 @@ pub fn compute(
             cond(UPGRADING, true, "Upgrading", format!("upgrading to {target}: {}", w.message)),
             now,
         ),
-        Step::Wait(w) if matches!(w.reason, WaitReason::UpgradeFailed | WaitReason::UpgradeRefused) => {
+        Step::Wait(w)
+            if matches!(w.reason, WaitReason::UpgradeFailed | WaitReason::UpgradeRefused | WaitReason::UpgradeDeferred) =>
+        {
             condition::upsert(&mut cs, cond(UPGRADING, false, w.reason.as_str(), w.message.clone()), now)
         }
         Step::Wait(w) if w.reason == WaitReason::Stable => condition::remove(&mut cs, UPGRADING),

@@ -234,6 +234,8 @@ pub enum WaitReason {
     UpgradeFailed,
     /// The version change is not allowed (downgrade, skipped minor); nothing changes.
     UpgradeRefused,
+    /// The version change is allowed but must wait (3.6 → 3.7 for a raft snapshot).
+    UpgradeDeferred,
     /// The NOSPACE alarm is raised and the space in use is still too close to the quota.
     NoSpace,
     /// A member raised the CORRUPT alarm: nothing is changed until a person looks.
@@ -265,6 +267,7 @@ impl WaitReason {
             WaitReason::MemberUpgrading => "MemberUpgrading",
             WaitReason::UpgradeFailed => "UpgradeFailed",
             WaitReason::UpgradeRefused => "UpgradeRefused",
+            WaitReason::UpgradeDeferred => "UpgradeDeferred",
             WaitReason::NoSpace => "NoSpace",
             WaitReason::Corrupt => "Corrupt",
             WaitReason::MaintenanceDeferred => "MaintenanceDeferred",

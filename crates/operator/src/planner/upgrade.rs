@@ -116,6 +116,47 @@ pub(super) fn in_flight(o: &Observed, d: &Desired, etcd: &EtcdState) -> Option<S
     None
 }
 
+/// etcd 3.6's default `--snapshot-count`.
+pub const SNAPSHOT_COUNT_3_6: u64 = 10_000;
+
+/// 3.6 → 3.7 after a 3.5 → 3.6 upgrade: etcd 3.7 cannot apply the entries 3.5 members wrote
+/// (it panics replaying them at start), so the upgrade waits until every member has taken a raft
+/// snapshot past the index at which the last member reached 3.6. etcd snapshots once its
+/// applied index is more than `--snapshot-count` past its last snapshot; the leader's index
+/// passing `since + count` proves that happened on every member that keeps up.
+fn snapshot_since_last_minor(
+    o: &Observed,
+    d: &Desired,
+    etcd: &EtcdState,
+    running: &Version,
+    target: &Version,
+) -> Option<Step> {
+    if running.minor_line() != (3, 6) || target.minor_line() != (3, 7) {
+        return None;
+    }
+    let (minor, since) = o.minor_since.as_ref()?;
+    if minor != "3.6" || *since == 0 {
+        return None;
+    }
+    let count = d
+        .pod
+        .etcd_env
+        .iter()
+        .find(|e| e.name == "ETCD_SNAPSHOT_COUNT")
+        .and_then(|e| e.value.as_deref()?.trim().parse::<u64>().ok())
+        .unwrap_or(SNAPSHOT_COUNT_3_6);
+    let now = etcd.leader_member().and_then(|m| m.status.as_ref()).map(|s| s.raft_index)?;
+    let needed = since.saturating_add(count).saturating_add(1);
+    (now < needed).then(|| {
+        wait(
+            WaitReason::UpgradeDeferred,
+            format!(
+                "the upgrade to {target} waits for a raft snapshot past index {since}, where this cluster finished its upgrade from 3.5: etcd 3.7 cannot replay entries written by 3.5 members. etcd takes one every {count} entries: the upgrade starts once the raft index passes {needed} (writes bring it closer)"
+            ),
+        )
+    })
+}
+
 /// The next upgrade step, if the pods do not all run the desired version. Called only when every
 /// voter is healthy, no upgraded member is still coming back, and the membership matches the spec.
 pub(super) fn next(o: &Observed, d: &Desired, etcd: &EtcdState) -> Option<Step> {
@@ -127,6 +168,9 @@ pub(super) fn next(o: &Observed, d: &Desired, etcd: &EtcdState) -> Option<Step> 
     let running = running_version(o)?;
     if let Err(why) = check_change(&running, target) {
         return Some(wait(WaitReason::UpgradeRefused, format!("spec.version refused, nothing was changed: {why}")));
+    }
+    if let Some(step) = snapshot_since_last_minor(o, d, etcd, &running, target) {
+        return Some(step);
     }
     let leader = etcd.leader_member().map(|m| m.pod.as_str());
     let from =
