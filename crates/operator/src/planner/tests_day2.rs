@@ -347,6 +347,9 @@ fn three_seven_waits_for_a_snapshot_past_the_upgrade_from_three_five() {
     assert!(wait_message(&s).contains("15001"), "{}", wait_message(&s));
     at_version(&mut o, "3.6.15", 15_001);
     assert!(matches!(plan(&o), Step::UpgradeMember { .. }));
+    // The mark still says 3.5: every member reached 3.6 in this very observation.
+    o.minor_since = Some(("3.5".into(), 0));
+    assert_eq!(wait_reason(&plan(&o)), WaitReason::UpgradeDeferred);
     // A cluster that started at 3.6 (or whose history is unknown) upgrades at once.
     at_version(&mut o, "3.6.15", 12_000);
     o.minor_since = Some(("3.6".into(), 0));

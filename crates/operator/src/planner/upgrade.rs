@@ -134,8 +134,14 @@ fn snapshot_since_last_minor(
     if running.minor_line() != (3, 6) || target.minor_line() != (3, 7) {
         return None;
     }
-    let (minor, since) = o.minor_since.as_ref()?;
-    if minor != "3.6" || *since == 0 {
+    let now = etcd.leader_member().and_then(|m| m.status.as_ref()).map(|s| s.raft_index)?;
+    // The mark still names 3.5: the cluster reached 3.6 in this very observation (the mark is
+    // written beside this plan), so the boundary is now.
+    let since = match o.minor_since.as_ref()? {
+        (minor, since) if minor == "3.6" => *since,
+        _ => now,
+    };
+    if since == 0 {
         return None;
     }
     let count = d
@@ -145,7 +151,6 @@ fn snapshot_since_last_minor(
         .find(|e| e.name == "ETCD_SNAPSHOT_COUNT")
         .and_then(|e| e.value.as_deref()?.trim().parse::<u64>().ok())
         .unwrap_or(SNAPSHOT_COUNT_3_6);
-    let now = etcd.leader_member().and_then(|m| m.status.as_ref()).map(|s| s.raft_index)?;
     let needed = since.saturating_add(count).saturating_add(1);
     (now < needed).then(|| {
         wait(
