@@ -352,3 +352,93 @@ fn a_pod_spec_change_is_rolled_to_every_member_one_at_a_time() -> Result<()> {
         Ok(())
     })
 }
+
+/// A 3-member PVC cluster asked for bigger volumes on a StorageClass that cannot expand (the
+/// local cluster's host-path provisioner): the refusal is a Warning Event naming the PVC and what
+/// the StorageClass lacks, the PVCs stay as they are, and the changed pod spec is rolled: each
+/// member restarts on its own volume (same name, new pod), one at a time, keys and writes kept.
+#[test]
+fn bigger_volumes_are_refused_clearly_and_pvc_members_roll_on_their_volumes() -> Result<()> {
+    with_operator("e2e-grow", |ns, _op| {
+        let pvc = |size: &str| {
+            format!(
+                "  pod:\n    persistentVolumeClaimSpec:\n      accessModes: [ReadWriteOnce]\n      resources: {{requests: {{storage: {size}}}}}\n"
+            )
+        };
+        ns.apply(&cluster_manifest(&ns.name, "ex", 3, "3.6.15", &pvc("64Mi")))?;
+        wait_healthy(ns, "ex", 3, CREATE)?;
+        let ep = client_endpoint(ns, "ex")?;
+        write_keys(&ep, "keep", KEYS)?;
+        let uids_before: BTreeMap<String, String> = member_pods(ns, "ex")?
+            .iter()
+            .map(|p| {
+                (
+                    p["metadata"]["name"].as_str().unwrap_or("").into(),
+                    p["metadata"]["uid"].as_str().unwrap_or("").into(),
+                )
+            })
+            .collect();
+        let marks = event_marks(ns, "ex")?;
+        let writer = Writer::through_service(&ep, "w")?;
+        patch_spec(
+            ns,
+            "ex",
+            r#"{"pod":{"persistentVolumeClaimSpec":{"accessModes":["ReadWriteOnce"],"resources":{"requests":{"storage":"128Mi"}}}}}"#,
+        )?;
+        let refused = wait_until(Duration::from_secs(60), "a VolumeExpansionRefused Warning", || {
+            Ok(events_since(ns, "ex", &marks)?.into_iter().find(|e| e.reason == "VolumeExpansionRefused"))
+        })?;
+        eprintln!("{}", refused.note);
+        ensure!(refused.type_ == "Warning" && refused.note.contains("allowVolumeExpansion"), "{refused:?}");
+        ensure!(
+            uids_before.keys().any(|m| refused.note.contains(&format!("{m}-data"))),
+            "names no PVC: {}",
+            refused.note
+        );
+        // The members restart on their volumes with the new spec, one at a time.
+        let t0 = Instant::now();
+        wait_until(Duration::from_secs(400), "every member restarted on its volume", || {
+            let pods = member_pods(ns, "ex")?;
+            let renewed = pods
+                .iter()
+                .filter(|p| {
+                    let name = p["metadata"]["name"].as_str().unwrap_or("");
+                    uids_before.get(name).is_some_and(|u| p["metadata"]["uid"].as_str() != Some(u))
+                })
+                .count();
+            let c = cluster(ns, "ex")?;
+            Ok((renewed == 3 && pods.len() == 3 && c["status"]["readyMembers"] == 3).then_some(()))
+        })?;
+        let stats = writer.finish()?;
+        eprintln!(
+            "3 PVC members rolled in {:.1}s; writer: {} acknowledged, {} retried, {} failed",
+            t0.elapsed().as_secs_f64(),
+            stats.acked.len(),
+            stats.retried,
+            stats.failed.len()
+        );
+        let names: Vec<String> = pod_names(&member_pods(ns, "ex")?);
+        ensure!(names.iter().all(|n| uids_before.contains_key(n)), "members were replaced, not restarted: {names:?}");
+        let deletes: Vec<String> = events_since(ns, "ex", &marks)?
+            .into_iter()
+            .filter(|e| ["PodDeleted", "MemberRemoved", "MemberAdded"].contains(&e.reason.as_str()))
+            .map(|e| format!("{} {}", e.reason, e.related))
+            .collect();
+        ensure!(
+            deletes.len() == 3 && deletes.iter().all(|d| d.starts_with("PodDeleted")),
+            "each member's pod deleted once, none removed or added: {deletes:?}"
+        );
+        for (_, size) in ns.json(&["get", "pvc", "-l", "etcd_cluster=ex"])?["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|v| (v["metadata"]["name"].clone(), v["spec"]["resources"]["requests"]["storage"].clone()))
+        {
+            ensure!(size == "64Mi", "a PVC changed although the API refused: {size}");
+        }
+        ensure!(stats.failed.is_empty(), "failed writes: {:?}", stats.errors);
+        check_acked(&[ep.clone()], "w", &stats)?;
+        check_keys(&ep, "keep", KEYS)?;
+        Ok(())
+    })
+}

@@ -113,6 +113,8 @@ pub struct Context {
     pub metrics: Arc<crate::metrics::Metrics>,
     /// Set once every watch cache holds its first full list.
     pub caches_synced: Arc<std::sync::atomic::AtomicBool>,
+    /// Volume growths the API server refused (reported once).
+    pub refused_volume_sizes: crate::volume_size::Refused,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -219,6 +221,52 @@ async fn ensure_disruption_budget(
     }
 }
 
+/// Raise member PVCs' storage requests to the spec's (`volume_size`), beside the planned step; a
+/// refusal is reported once per PVC and size and never holds anything up.
+async fn grow_volumes(
+    ctx: &Context,
+    cluster: &EtcdCluster,
+    o: &crate::observed::Observed,
+    reference: &ObjectReference,
+) {
+    let ns = cluster.namespace().unwrap_or_default();
+    let api: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
+    for (pvc, size) in crate::volume_size::to_grow(o) {
+        let key = (format!("{ns}/{pvc}"), size.clone());
+        if ctx.refused_volume_sizes.contains(&key) {
+            continue;
+        }
+        let patch = serde_json::json!({"spec": {"resources": {"requests": {"storage": size}}}});
+        match api.patch(&pvc, &PatchParams::default(), &Patch::Merge(&patch)).await {
+            Ok(_) => {
+                let note = format!("volume {pvc} asked to grow to {size} (spec.pod.persistentVolumeClaimSpec)");
+                tracing::info!(cluster = %key_of(cluster), "{note}");
+                publish(ctx, reference, None, EventType::Normal, "VolumeExpansionRequested", note, "GrowVolume").await;
+            }
+            Err(e) => {
+                let why = match &e {
+                    kube::Error::Api(s) => s.message.clone(),
+                    other => other.to_string(),
+                };
+                let class = ctx
+                    .caches
+                    .pvcs
+                    .state()
+                    .iter()
+                    .find(|v| v.name_any() == pvc && v.namespace().as_deref() == Some(ns.as_str()))
+                    .and_then(|v| v.spec.as_ref()?.storage_class_name.clone())
+                    .unwrap_or_else(|| "(default)".into());
+                let note = format!(
+                    "volume {pvc} cannot grow to {size}: {why}. Its StorageClass {class} must allow volume expansion (allowVolumeExpansion: true) and its provisioner support it; the member keeps its current volume, new members get {size}"
+                );
+                tracing::warn!(cluster = %key_of(cluster), "{note}");
+                publish(ctx, reference, None, EventType::Warning, "VolumeExpansionRefused", note, "GrowVolume").await;
+                ctx.refused_volume_sizes.insert(key);
+            }
+        }
+    }
+}
+
 async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, Error> {
     let ar = ApiResource::erase::<EtcdCluster>(&());
     let fut = reconcile_one(obj.clone(), ctx.clone());
@@ -261,6 +309,7 @@ async fn reconcile_one(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
         return Ok(Action::requeue(PROGRESS_PERIOD));
     }
     ensure_disruption_budget(&ctx, &cluster, &observed, &reference).await;
+    grow_volumes(&ctx, &cluster, &observed, &reference).await;
     let target = Target {
         client: &ctx.client,
         cluster: &cluster,
@@ -419,6 +468,7 @@ pub async fn run(client: Client, opts: Options, shutdown: impl std::future::Futu
         expectations: Expectations::default(),
         caches_synced: opts.ready.clone(),
         metrics: opts.metrics.clone(),
+        refused_volume_sizes: Default::default(),
     });
     tracing::info!(crd = EtcdCluster::crd_name(), "watching EtcdClusters");
     let controller = Controller::new_with(clusters, watcher::Config::default(), ar.clone());

@@ -30,6 +30,7 @@ pub mod status;
 pub mod telemetry;
 pub mod validation;
 pub mod version;
+pub mod volume_size;
 
 /// The name this operator writes as field manager, Event reporter and Lease holder prefix.
 pub const OPERATOR_NAME: &str = "etcd-operator";

@@ -165,6 +165,11 @@ pub fn pvc_state(v: &PersistentVolumeClaim) -> Option<PvcState> {
         peer_url: v.annotations().get(PEER_URL_ANNOTATION).cloned(),
         deleting: v.metadata.deletion_timestamp.is_some(),
         bootstrap: v.annotations().contains_key(BOOTSTRAP_ANNOTATION),
+        storage: v
+            .spec
+            .as_ref()
+            .and_then(|s| s.resources.as_ref()?.requests.as_ref()?.get("storage"))
+            .map(|q| q.0.clone()),
         name,
     })
 }

@@ -140,6 +140,8 @@ pub struct PvcState {
     pub deleting: bool,
     /// Created by the initial bootstrap.
     pub bootstrap: bool,
+    /// The storage it requests (a Kubernetes quantity).
+    pub storage: Option<String>,
 }
 
 /// A backup a recovery can start from.

@@ -104,10 +104,10 @@ pub const PERMISSIONS: &[Permission] = &[
     Permission {
         group: "",
         resource: "persistentvolumeclaims",
-        verbs: &["get", "list", "watch", "create", "delete"],
+        verbs: &["get", "list", "watch", "create", "patch", "delete"],
         scope: Scope::Namespaced,
         names: &[],
-        why: "member data volumes",
+        why: "member data volumes (patch: grow them when the spec asks for more)",
     },
     Permission {
         group: "policy",

@@ -234,7 +234,10 @@ pub fn compute(
             now,
         ),
         Step::Wait(w)
-            if matches!(w.reason, WaitReason::UpgradeFailed | WaitReason::UpgradeRefused | WaitReason::UpgradeDeferred) =>
+            if matches!(
+                w.reason,
+                WaitReason::UpgradeFailed | WaitReason::UpgradeRefused | WaitReason::UpgradeDeferred
+            ) =>
         {
             condition::upsert(&mut cs, cond(UPGRADING, false, w.reason.as_str(), w.message.clone()), now)
         }
