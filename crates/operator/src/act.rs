@@ -134,7 +134,7 @@ impl Target<'_> {
 
     /// Defragment one member and mark its pod with the time; returns the database file size
     /// before and after.
-    async fn defragment(&self, pod: &str) -> Result<(i64, i64), Error> {
+    async fn defragment(&self, pod: &str) -> Result<(i64, i64, std::time::Duration), Error> {
         let ep = self.endpoints.get(pod).ok_or_else(|| Error::Refused(format!("member {pod} has no address")))?;
         let sizes = etcd::defragment(ep).await?;
         let now = k8s_openapi::jiff::Timestamp::now().to_string();
@@ -167,8 +167,8 @@ impl Target<'_> {
         let mut defragmented = vec![];
         for pod in &r.members {
             match self.defragment(pod).await {
-                Ok((before, after)) => {
-                    sizes.push(format!("{pod} {} → {}", bytes(before), bytes(after)));
+                Ok((before, after, took)) => {
+                    sizes.push(format!("{pod} {} → {} in {:.2}s", bytes(before), bytes(after), took.as_secs_f64()));
                     defragmented.push((pod.clone(), (before - after).max(0) as u64));
                 }
                 Err(e) => sizes.push(format!("{pod} not defragmented ({e})")),
@@ -409,21 +409,17 @@ pub async fn execute(t: &Target<'_>, step: &Step) -> Result<Option<Done>, Error>
             done("LeaderMoved", format!("leadership moved from {from_pod} to {to_pod} before {}", purpose.as_str()))
         }
         Step::Defragment { pod, free_bytes } => {
-            let (before, after) = t.defragment(pod).await?;
+            let (before, after, took) = t.defragment(pod).await?;
             let reclaimed = vec![(pod.clone(), (before - after).max(0) as u64)];
-            Done {
-                defragmented: reclaimed,
-                ..done(
-                    "MemberDefragmented",
-                    format!(
-                        "defragmented member {pod} ({} of its database was unused): {} → {}, {} reclaimed",
-                        bytes(*free_bytes),
-                        bytes(before),
-                        bytes(after),
-                        bytes(before - after)
-                    ),
-                )
-            }
+            let note = format!(
+                "defragmented member {pod} ({} of its database was unused): {} → {}, {} reclaimed in {:.2}s",
+                bytes(*free_bytes),
+                bytes(before),
+                bytes(after),
+                bytes(before - after),
+                took.as_secs_f64()
+            );
+            Done { defragmented: reclaimed, ..done("MemberDefragmented", note) }
         }
         Step::RecoverSpace(r) => t.recover_space(r).await?,
         Step::Drain { pod } => {

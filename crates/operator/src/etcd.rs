@@ -293,13 +293,15 @@ pub async fn db_size(endpoint: &str) -> Result<(i64, i64), Error> {
 }
 
 /// Defragment one member (only the member behind `endpoint`); returns its database file size
-/// before and after.
-pub async fn defragment(endpoint: &str) -> Result<(i64, i64), Error> {
+/// before and after, and how long the defragmentation call took.
+pub async fn defragment(endpoint: &str) -> Result<(i64, i64, Duration), Error> {
     let before = db_size(endpoint).await?.0;
     let mut c = connect(&[endpoint.to_string()], DEFRAG_TIMEOUT).await?;
+    let started = Instant::now();
     with_deadline(endpoint, DEFRAG_TIMEOUT, c.defragment()).await?;
+    let took = started.elapsed();
     let after = db_size(endpoint).await?.0;
-    Ok((before, after))
+    Ok((before, after, took))
 }
 
 /// Deactivate one alarm.

@@ -25,6 +25,7 @@ mod observe;
 mod recover;
 mod report;
 mod scenarios;
+mod space;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -39,14 +40,15 @@ use report::{Sample, Stats, fmt_n, fmt_s, stats};
 use scenarios::Ctx;
 
 const WORKSPACE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
-const MEASUREMENTS: [&str; 7] = ["create", "heal", "scale", "upgrade", "recover", "backup", "idle"];
+const MEASUREMENTS: [&str; 9] = ["create", "heal", "scale", "upgrade", "recover", "defrag", "nospace", "backup", "idle"];
 /// What runs without `--only`: `idle` takes long and is asked for by name.
-const DEFAULT_MEASUREMENTS: [&str; 6] = ["create", "heal", "scale", "upgrade", "recover", "backup"];
+const DEFAULT_MEASUREMENTS: [&str; 8] = ["create", "heal", "scale", "upgrade", "recover", "defrag", "nospace", "backup"];
 
 #[derive(Parser, Debug)]
 #[command(about = "Benchmark the etcd operator against baselines on the local Kubernetes")]
 struct Args {
-    /// Measurements to run, comma-separated: create, heal, scale, upgrade, backup, idle (default:
+    /// Measurements to run, comma-separated: create, heal, scale, upgrade, recover, defrag, nospace,
+    /// backup, idle (default:
     /// all but idle). Each includes its baseline; idle runs once whatever --runs says. backup is in
     /// the default set (about 1.5 min with 3 runs): one set-up (a 3-member cluster filled with
     /// --backup-mib, a moto S3 server, a PVC), then --runs S3 backups, PVC backups and `etcdctl
@@ -239,6 +241,8 @@ fn run(args: Args) -> Result<bool> {
                 ("recover-survivor", recover::survivor),
                 ("bare", scenarios::bare_pod),
             ],
+            "defrag" => vec![("defrag", space::defrag), ("defrag-etcdctl", space::defrag_etcdctl)],
+            "nospace" => vec![("nospace", space::nospace), ("nospace-manual", space::nospace_manual)],
             _ => vec![("upgrade", scenarios::upgrade)],
         };
         for run in 1..=args.runs {
@@ -442,6 +446,30 @@ fn render(selected: &[&str], r: &BTreeMap<&str, Vec<Sample>>, header: &str, took
                         fmt_n(mi)
                     ));
                 }
+            }
+            "defrag" => {
+                out.push_str(&line(
+                    "defrag 1 member, s per 100 MiB of database (operator policy)",
+                    st("defrag"),
+                    st("defrag-etcdctl").map(|b| ("defragment call by hand", b)),
+                    None,
+                ));
+                out.push('\n');
+                if let Some(t) = stats(&extra(r, "defrag", "total")) {
+                    out.push_str(&format!(
+                        "  defrag 3 members, compaction → all shrunk (includes the ≤15 s health-check wait): {}\n",
+                        fmt_s(t)
+                    ));
+                }
+            }
+            "nospace" => {
+                out.push_str(&line(
+                    "NOSPACE 16 MiB quota: keys deleted → writable again",
+                    st("nospace"),
+                    st("nospace-manual").map(|b| ("scripted compact+defrag+disarm", b)),
+                    None,
+                ));
+                out.push('\n');
             }
             "backup" => out.push_str(&backup::render(r)),
             _ => {}
