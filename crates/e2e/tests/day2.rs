@@ -442,3 +442,69 @@ fn bigger_volumes_are_refused_clearly_and_pvc_members_roll_on_their_volumes() ->
         Ok(())
     })
 }
+
+// ---- CORRUPT ----------------------------------------------------------------------------------------
+
+/// Raises or clears etcd's CORRUPT alarm for member `id` through the alarm API (what etcd's own
+/// corruption check does when it finds a member whose data differs).
+fn corrupt_alarm(endpoint: &str, id: u64, on: bool) -> Result<()> {
+    use etcd_client::{AlarmAction, AlarmOptions, AlarmType};
+    rt()?.block_on(async {
+        let mut c = Client::connect([endpoint], None).await?;
+        let mut o = AlarmOptions::new();
+        o.with_member(id);
+        let action = if on { AlarmAction::Activate } else { AlarmAction::Deactivate };
+        c.alarm(action, AlarmType::Corrupt, Some(o)).await?;
+        Ok(())
+    })
+}
+
+/// A CORRUPT alarm names the member in a `Corrupt` condition and freezes every change: a lost
+/// member is not even replaced while it is raised. Once a person cleared it, healing resumes.
+#[test]
+fn a_corrupt_alarm_names_the_member_and_freezes_every_change() -> Result<()> {
+    with_operator("e2e-corrupt", |ns, _op| {
+        ns.apply(&cluster_manifest(&ns.name, "ex", 3, "3.6.15", ""))?;
+        wait_healthy(ns, "ex", 3, CREATE)?;
+        let ep = client_endpoint(ns, "ex")?;
+        write_keys(&ep, "keep", KEYS)?;
+        let members = member_endpoints(ns, "ex")?;
+        let (suspect, suspect_ep) = members[0].clone();
+        let out = host_etcdctl(&suspect_ep, &["endpoint", "status", "-w", "json"])?;
+        let v: Value = serde_json::from_str(&out)?;
+        let id = v[0]["Status"]["header"]["member_id"].as_u64().context("member id")?;
+        corrupt_alarm(&suspect_ep, id, true)?;
+        let c = wait_until(Duration::from_secs(60), "the Corrupt condition", || {
+            let c = cluster(ns, "ex")?;
+            Ok((cond_str(&c, "Corrupt", "status") == "True").then_some(c))
+        })?;
+        let msg = cond_str(&c, "Corrupt", "message");
+        ensure!(msg.contains(&suspect), "the condition does not name {suspect}: {msg}");
+        wait_until(Duration::from_secs(30), "Degraded=Corrupt", || {
+            Ok((cond_str(&cluster(ns, "ex")?, "Degraded", "reason") == "Corrupt").then_some(()))
+        })?;
+        // Another member is lost: nothing is done about it while the alarm is raised.
+        let (victim, _) = members[1].clone();
+        let marks = event_marks(ns, "ex")?;
+        ns.run(&["delete", "pod", &victim, "--wait=false"])?;
+        let until = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < until {
+            let acted: Vec<String> = events_since(ns, "ex", &marks)?
+                .into_iter()
+                .filter(|e| {
+                    ["MemberRemoved", "MemberAdded", "PodDeleted", "MemberPodCreated"].contains(&e.reason.as_str())
+                })
+                .map(|e| format!("{}: {}", e.reason, e.note))
+                .collect();
+            ensure!(acted.is_empty(), "the operator acted under a CORRUPT alarm: {acted:?}");
+            std::thread::sleep(Duration::from_millis(500));
+        }
+        // A person cleared it: the lost member is replaced.
+        corrupt_alarm(&suspect_ep, id, false)?;
+        let c = wait_healthy(ns, "ex", 3, CREATE)?;
+        ensure!(condition(&c, "Corrupt").is_none(), "Corrupt left after the alarm was cleared: {}", c["status"]);
+        ensure!(!pod_names(&member_pods(ns, "ex")?).contains(&victim), "the lost member was not replaced");
+        check_keys(&ep, "keep", KEYS)?;
+        Ok(())
+    })
+}

@@ -1,7 +1,9 @@
 //! Property tests: `plan` over generated observations — voters and a learner in every state
 //! (healthy, not answering, pod gone, pod dead, pod terminating, volume refused), PVC and
 //! emptyDir members with and without their volumes, an orphan pod, upgrades in progress, paused
-//! and invalid specs, unreachable etcd, clusters that did or did not form, each recovery policy.
+//! and invalid specs, unreachable etcd, clusters that did or did not form, each recovery policy;
+//! day 2: pods made from an older pod spec (rollouts), fragmented databases, NOSPACE and CORRUPT
+//! alarms, members drained or being drained from the client Service, a running backup.
 //! Each property is checked on the Step itself, against etcd's own definition of a quorum
 //! (a majority of voters), not against the planner's helpers.
 //!
@@ -15,7 +17,7 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 
 use super::*;
-use crate::observed::{MemberState, MemberStatus, PodState, PvcState, QuorumLossPolicy};
+use crate::observed::{AlarmKind, MemberState, MemberStatus, PodState, PvcState, QuorumLossPolicy};
 use crate::validation::validate;
 use etcd_operator_api::EtcdClusterSpec;
 
@@ -46,6 +48,15 @@ struct Gen {
     invalid: bool,
     policy: u8,
     lost_for: Option<i64>,
+    /// Per voter: its pod was made from an older pod spec.
+    outdated: Vec<bool>,
+    /// Per voter: 0 serving, 1 drained a moment ago, 2 drained long enough to leave.
+    drained: Vec<u8>,
+    /// Every member's database file mostly free space.
+    fragmented: bool,
+    /// 0 none, 1 NOSPACE, 2 CORRUPT (raised by member 1).
+    alarm: u8,
+    backup_running: bool,
 }
 
 fn pod_state() -> impl Strategy<Value = Pod> {
@@ -81,12 +92,25 @@ fn observations() -> impl Strategy<Value = Gen> {
                 0u8..3,
                 proptest::option::of(0i64..200),
             ),
+            (
+                proptest::collection::vec(prop::bool::weighted(0.2), n),
+                proptest::collection::vec(prop_oneof![6 => Just(0u8), 1 => Just(1u8), 1 => Just(2u8)], n),
+                prop::bool::weighted(0.2),
+                prop_oneof![8 => Just(0u8), 1 => Just(1u8), 1 => Just(2u8)],
+                prop::bool::weighted(0.1),
+            ),
         )
             .prop_map(
                 |(
                     (pods, pvc, volumes, leader, learner, orphan),
                     (size, old_version, etcd_answers, formed, paused, invalid, policy, lost_for),
+                    (outdated, drained, fragmented, alarm, backup_running),
                 )| Gen {
+                    outdated,
+                    drained,
+                    fragmented,
+                    alarm,
+                    backup_running,
                     pods,
                     pvc,
                     volumes,
@@ -133,12 +157,15 @@ fn observed(g: &Gen) -> Observed {
         new_member_suffix: "zzzzz".into(),
         ..Default::default()
     };
+    let hash = o.desired.as_ref().map(|d| d.pod_hash()).unwrap_or_default();
+    o.backup_running = g.backup_running.then(|| "a-backup".to_string());
     let leader_id = g.leader.filter(|&l| g.pods[l] == Pod::Healthy).map(|l| l as u64 + 1);
     let mut members = vec![];
     let mut add =
         |o: &mut Observed, i: usize, id: u64, state: Pod, learner: bool, started: bool, index: u64, old: bool| {
             let n = name(i);
             let version = if old { "3.5.0" } else { "3.5.1" };
+            let (outdated, drained) = if learner { (false, 0) } else { (g.outdated[i], g.drained[i]) };
             if !matches!(state, Pod::Gone) {
                 o.pods.insert(
                     n.clone(),
@@ -155,6 +182,13 @@ fn observed(g: &Gen) -> Observed {
                         age_secs: 600,
                         uses_pvc: g.pvc,
                         volume_refused: (state == Pod::VolumeRefused).then(|| "emptied".to_string()),
+                        spec_hash: Some(if outdated { "older-spec".to_string() } else { hash.clone() }),
+                        serving: Some(drained == 0),
+                        drained_secs: match drained {
+                            0 => None,
+                            1 => Some(0),
+                            _ => Some(DRAIN_SECS),
+                        },
                         ..Default::default()
                     },
                 );
@@ -170,6 +204,8 @@ fn observed(g: &Gen) -> Observed {
                     version: version.into(),
                     raft_index: index,
                     leader: leader_id.unwrap_or(0),
+                    db_size: if g.fragmented { 400 << 20 } else { 100 << 20 },
+                    db_size_in_use: 100 << 20,
                     ..Default::default()
                 }),
             });
@@ -200,7 +236,12 @@ fn observed(g: &Gen) -> Observed {
         );
     }
     if g.etcd_answers && members.iter().any(|m| m.status.is_some()) {
-        o.etcd = Some(EtcdState { cluster_id: 7, leader: leader_id, members, ..Default::default() });
+        let alarms = match g.alarm {
+            1 => vec![crate::observed::Alarm { member_id: 1, kind: AlarmKind::NoSpace }],
+            2 => vec![crate::observed::Alarm { member_id: 1, kind: AlarmKind::Corrupt }],
+            _ => vec![],
+        };
+        o.etcd = Some(EtcdState { cluster_id: 7, leader: leader_id, members, alarms, ..Default::default() });
     } else {
         o.etcd_error = Some("no member answers".into());
     }
@@ -228,6 +269,10 @@ fn majority(n: usize) -> usize {
     n / 2 + 1
 }
 
+fn member_of_pod_id(o: &Observed, id: u64) -> Option<&MemberState> {
+    o.etcd.as_ref()?.members.iter().find(|m| m.id == id)
+}
+
 fn member_of_pod<'a>(o: &'a Observed, pod: &str) -> Option<&'a MemberState> {
     o.etcd.as_ref()?.members.iter().find(|m| m.pod == pod)
 }
@@ -239,6 +284,20 @@ fn check(o: &Observed, step: &Step) -> Result<(), TestCaseError> {
     if o.paused || o.desired.is_err() {
         prop_assert!(matches!(step, Step::Wait(_)), "paused or invalid must change nothing: {step:?}");
     }
+    let corrupt = o.etcd.as_ref().is_some_and(|e| e.has_alarm(AlarmKind::Corrupt));
+    if corrupt && had_quorum {
+        // Only restarting a member that is down on its own volume (no change to anything) may
+        // still happen; nothing else is touched while a person must look.
+        prop_assert!(
+            matches!(step, Step::Wait(_))
+                || matches!(step, Step::CreatePod(m) if m.restart)
+                || matches!(step, Step::DeletePod { pod, keep_volume: true, .. } if o.pods.get(pod).is_some_and(|p| p.is_dead())),
+            "acted under a CORRUPT alarm: {step:?}"
+        );
+    }
+    let drained_long = |pod: &str| {
+        o.pods.get(pod).is_some_and(|p| p.serving == Some(false) && p.drained_secs.is_some_and(|s| s >= DRAIN_SECS))
+    };
     match step {
         Step::Bootstrap(_) => {
             prop_assert!(!o.ever_bootstrapped, "bootstrapped a cluster that formed");
@@ -264,6 +323,34 @@ fn check(o: &Observed, step: &Step) -> Result<(), TestCaseError> {
             if Some(*id) == leader {
                 prop_assert!(voters.len() == 1, "removed the leader while another voter could go");
             }
+            // A healthy voter leaves on purpose only after it left the client Service.
+            if healthy.contains(id) {
+                let pod = member_of_pod_id(o, *id).map(|m| m.pod.clone()).unwrap_or_default();
+                let serving_pod = o.pods.get(&pod).is_some_and(|p| !p.deleting && p.volume_refused.is_none());
+                prop_assert!(!serving_pod || drained_long(&pod), "removed healthy voter {pod} before draining it");
+            }
+        }
+        Step::Defragment { pod, .. } => {
+            prop_assert!(had_quorum, "defragmented without a quorum");
+            let e = o.etcd.as_ref().expect("etcd answered");
+            prop_assert!(healthy.len() == voters.len(), "defragmented beside an unhealthy voter");
+            prop_assert!(e.members.iter().all(|m| !m.is_learner), "defragmented beside a learner");
+            prop_assert!(o.backup_running.is_none(), "defragmented while a backup runs");
+            let m = member_of_pod(o, pod).expect("a member");
+            prop_assert!(
+                Some(m.id) != e.leader || voters.len() == 1,
+                "defragmented the leader before handing leadership away"
+            );
+        }
+        Step::RecoverSpace(_) => {
+            prop_assert!(had_quorum, "NOSPACE recovery without a quorum");
+            prop_assert!(
+                o.etcd.as_ref().is_some_and(|e| e.has_alarm(AlarmKind::NoSpace)),
+                "space recovery without NOSPACE"
+            );
+        }
+        Step::Drain { pod } => {
+            prop_assert!(o.pods.get(pod).is_some_and(|p| !p.deleting), "drained a pod that is going anyway");
         }
         Step::UpgradeMember { pod, .. } => {
             // Restarting a healthy voter must leave a quorum among the others. Clusters of one or
@@ -275,8 +362,15 @@ fn check(o: &Observed, step: &Step) -> Result<(), TestCaseError> {
             }
         }
         Step::DeletePod { pod, keep_volume, .. } => {
-            if let Some(m) = member_of_pod(o, pod) {
-                prop_assert!(!healthy.contains(&m.id), "deleted the pod of healthy voter {pod}");
+            if let Some(m) = member_of_pod(o, pod).filter(|m| healthy.contains(&m.id)) {
+                // Only a rollout restarts a healthy voter: on its volume, drained first, with a
+                // quorum among the others (clusters of one or two voters excepted, as upgrades).
+                prop_assert!(*keep_volume && o.pvcs.contains_key(pod), "deleted healthy voter {pod} and its data");
+                prop_assert!(drained_long(pod), "deleted healthy voter {pod} before draining it");
+                if voters.len() > 2 {
+                    let others = healthy.iter().filter(|h| **h != m.id).count();
+                    prop_assert!(others >= majority(voters.len()), "restart of {pod} drops the quorum");
+                }
             }
             let live_volume = o.pvcs.get(pod).is_some_and(|v| !v.deleting);
             if live_volume && !keep_volume {
@@ -341,7 +435,19 @@ fn every_planned_step_keeps_the_safety_rules() {
     let kinds = kinds.into_inner();
     println!("planner properties: {n} cases passed; steps planned: {kinds:?}");
     // The generator reaches the interesting steps (else the properties prove little).
-    for k in ["RemoveMember", "CreatePod", "DeletePod", "AddLearner", "Recover", "Promote", "UpgradeMember"] {
+    for k in [
+        "RemoveMember",
+        "CreatePod",
+        "DeletePod",
+        "AddLearner",
+        "Recover",
+        "Promote",
+        "UpgradeMember",
+        "Drain",
+        "Defragment",
+        "RecoverSpace",
+        "MoveLeader",
+    ] {
         assert!(kinds.get(k).is_some_and(|c| *c > 0) || n < 500, "no {k} in {n} cases: {kinds:?}");
     }
 }

@@ -40,9 +40,11 @@ use report::{Sample, Stats, fmt_n, fmt_s, stats};
 use scenarios::Ctx;
 
 const WORKSPACE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
-const MEASUREMENTS: [&str; 9] = ["create", "heal", "scale", "upgrade", "recover", "defrag", "nospace", "backup", "idle"];
+const MEASUREMENTS: [&str; 9] =
+    ["create", "heal", "scale", "upgrade", "recover", "defrag", "nospace", "backup", "idle"];
 /// What runs without `--only`: `idle` takes long and is asked for by name.
-const DEFAULT_MEASUREMENTS: [&str; 8] = ["create", "heal", "scale", "upgrade", "recover", "defrag", "nospace", "backup"];
+const DEFAULT_MEASUREMENTS: [&str; 8] =
+    ["create", "heal", "scale", "upgrade", "recover", "defrag", "nospace", "backup"];
 
 #[derive(Parser, Debug)]
 #[command(about = "Benchmark the etcd operator against baselines on the local Kubernetes")]
