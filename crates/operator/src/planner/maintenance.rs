@@ -84,9 +84,10 @@ pub(super) fn defragment(o: &Observed, d: &Desired, etcd: &EtcdState) -> Option<
     let cooled = |m: &&MemberState| {
         o.pods.get(&m.pod).is_some_and(|p| p.defragmented_secs.is_none_or(|s| s >= DEFRAG_COOLDOWN_SECS))
     };
+    let in_use = least_in_use(etcd);
     let due: Vec<&MemberState> = etcd
         .voters()
-        .filter(|m| m.status.as_ref().is_some_and(|s| rule.is_due(s.db_size, s.db_size_in_use)))
+        .filter(|m| m.status.as_ref().is_some_and(|s| rule.is_due(s.db_size, s.db_size_in_use.min(in_use))))
         .filter(cooled)
         .collect();
     let first = *followers_first(etcd, due.iter().copied()).first()?;
@@ -96,7 +97,7 @@ pub(super) fn defragment(o: &Observed, d: &Desired, etcd: &EtcdState) -> Option<
             format!("member {} is due for defragmentation; waiting for backup pod {pod} to finish", first.pod),
         ));
     }
-    let free = first.status.as_ref().map(|s| s.db_size - s.db_size_in_use).unwrap_or_default();
+    let free = first.status.as_ref().map(|s| s.db_size - s.db_size_in_use.min(in_use)).unwrap_or_default();
     if Some(first.id) == etcd.leader {
         // The leader goes last and hands leadership away first: a leader busy rewriting its
         // database could miss heartbeats and cost an election (and the writes in flight).
@@ -111,6 +112,14 @@ pub(super) fn defragment(o: &Observed, d: &Desired, etcd: &EtcdState) -> Option<
         }
     }
     Some(Step::Defragment { pod: first.pod.clone(), free_bytes: free })
+}
+
+/// The least database space any voter reports in use. Every member holds the same keys and
+/// revisions, but a member shows the pages a compaction freed only after its next write (bbolt
+/// keeps them pending until then): on a quiet cluster one member's figure is current while the
+/// others' still count the compacted history.
+pub fn least_in_use(etcd: &EtcdState) -> i64 {
+    etcd.voters().filter_map(|m| m.status.as_ref()).map(|s| s.db_size_in_use).filter(|u| *u > 0).min().unwrap_or(0)
 }
 
 /// Bytes in binary units, for messages.

@@ -145,6 +145,15 @@ fn a_fragmented_follower_is_defragmented_before_the_leader() {
 }
 
 #[test]
+fn a_follower_whose_in_use_figure_lags_its_compaction_is_still_due() {
+    // Only the leader wrote since the compaction: the followers still count the compacted pages.
+    let mut o = running(3, 3);
+    db_all(&mut o, 400 * MIB, 400 * MIB);
+    db(&mut o, 1, 400 * MIB, 100 * MIB);
+    assert_eq!(plan(&o), Step::Defragment { pod: "ex-m2".into(), free_bytes: 300 * MIB });
+}
+
+#[test]
 fn a_single_member_is_defragmented_in_place() {
     let mut o = running(1, 1);
     db_all(&mut o, 400 * MIB, 100 * MIB);
