@@ -378,8 +378,9 @@ async fn reconcile_one(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
             | WaitReason::MemberFailing
             | WaitReason::WouldLoseQuorum
             | WaitReason::UpgradeFailed
-            | WaitReason::UpgradeRefused
-            | WaitReason::NoSpace => Action::requeue(Duration::from_secs(5)),
+            | WaitReason::UpgradeRefused => Action::requeue(Duration::from_secs(5)),
+            // Writes are refused: look again every second for the delete that frees space.
+            WaitReason::NoSpace => Action::requeue(Duration::from_secs(1)),
             WaitReason::Corrupt => Action::requeue(Duration::from_secs(30)),
             _ => Action::requeue(PROGRESS_PERIOD),
         },

@@ -451,7 +451,7 @@ fn render(selected: &[&str], r: &BTreeMap<&str, Vec<Sample>>, header: &str, took
             }
             "defrag" => {
                 out.push_str(&line(
-                    "defrag 1 member, s per 100 MiB of database (operator policy)",
+                    "defrag 1 member, s per 100 MiB rewritten (operator policy)",
                     st("defrag"),
                     st("defrag-etcdctl").map(|b| ("defragment call by hand", b)),
                     None,
