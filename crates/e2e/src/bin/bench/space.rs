@@ -67,9 +67,10 @@ async fn fragment(eps: &[String], mib: usize) -> Result<()> {
     for i in 0..mib {
         c.put(format!("junk/{i:05}"), blob(MIB, i as u64), None).await?;
     }
-    c.delete("junk/", Some(DeleteOptions::new().with_prefix())).await?;
-    let rev = c.status().await?.header().map(|h| h.revision()).unwrap_or(0);
-    c.compact(rev, Some(CompactionOptions::new().with_physical())).await?;
+    // The delete's own revision: a status call may be answered by a member that has not
+    // applied the delete yet, and a compaction below it frees nothing.
+    let rev = c.delete("junk/", Some(DeleteOptions::new().with_prefix())).await?.header().map(|h| h.revision());
+    c.compact(rev.context("no revision in the delete's answer")?, Some(CompactionOptions::new().with_physical())).await?;
     Ok(())
 }
 
@@ -203,7 +204,7 @@ fn delete_and_wait_writable(ctx: &Ctx, eps: &[String], manual: bool) -> Result<D
         c.delete("fill/", Some(DeleteOptions::new().with_prefix())).await?;
         if manual {
             // etcd's documented procedure, scripted: compact, defragment each member, disarm.
-            let rev = c.status().await?.header().map(|h| h.revision()).unwrap_or(0);
+            let rev = c.get("after", None).await?.header().map(|h| h.revision()).unwrap_or(0);
             c.compact(rev, Some(CompactionOptions::new().with_physical())).await?;
             for ep in eps {
                 Client::connect([ep.as_str()], Some(options())).await?.defragment().await?;
