@@ -193,9 +193,26 @@ impl Target<'_> {
                 )
             });
         }
+        // Every NOSPACE alarm raised by now, not only those planned from: members reach the quota
+        // one after another, and one left raised keeps refusing writes.
+        let mut raised: Vec<crate::observed::Alarm> = etcd::alarms_of(&endpoints)
+            .await?
+            .into_iter()
+            .filter(|a| a.kind == crate::observed::AlarmKind::NoSpace)
+            .collect();
         for a in &r.alarms {
+            if !raised.contains(a) {
+                raised.push(a.clone());
+            }
+        }
+        for a in &raised {
             etcd::disarm(&endpoints, a).await?;
         }
+        // Done: the next NOSPACE episode starts afresh.
+        let patch = serde_json::json!({"metadata": {"annotations": {naming::NOSPACE_RECOVERY_ANNOTATION: null}}});
+        Api::<EtcdCluster>::namespaced(self.client.clone(), &self.ns())
+            .patch(&self.cluster.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
         let note = format!("NOSPACE alarm disarmed: {what}; {} in use now", bytes(in_use));
         Ok(Done { defragmented, alarm_recovered: true, ..done("NoSpaceRecovered", note) })
     }

@@ -307,6 +307,12 @@ pub async fn defragment(endpoint: &str) -> Result<(i64, i64, Duration), Error> {
     Ok((before, after, took))
 }
 
+/// The alarms raised now (through any of `endpoints`).
+pub async fn alarms_of(endpoints: &[String]) -> Result<Vec<Alarm>, Error> {
+    let mut c = change_client(endpoints).await?;
+    alarms(&mut c).await
+}
+
 /// Deactivate one alarm.
 pub async fn disarm(endpoints: &[String], alarm: &Alarm) -> Result<(), Error> {
     use etcd_client::{AlarmAction, AlarmOptions, AlarmType};

@@ -70,7 +70,8 @@ async fn fragment(eps: &[String], mib: usize) -> Result<()> {
     // The delete's own revision: a status call may be answered by a member that has not
     // applied the delete yet, and a compaction below it frees nothing.
     let rev = c.delete("junk/", Some(DeleteOptions::new().with_prefix())).await?.header().map(|h| h.revision());
-    c.compact(rev.context("no revision in the delete's answer")?, Some(CompactionOptions::new().with_physical())).await?;
+    c.compact(rev.context("no revision in the delete's answer")?, Some(CompactionOptions::new().with_physical()))
+        .await?;
     Ok(())
 }
 
@@ -126,7 +127,12 @@ pub fn defrag(ctx: &Ctx) -> Result<Sample> {
                             .block_on(async {
                                 let mut c = Client::connect([e.as_str()], Some(options())).await?;
                                 let s = c.status().await?;
-                                Ok::<_, anyhow::Error>(format!("{}: {} of {} in use", e, s.raft_used_db_size(), s.db_size()))
+                                Ok::<_, anyhow::Error>(format!(
+                                    "{}: {} of {} in use",
+                                    e,
+                                    s.raft_used_db_size(),
+                                    s.db_size()
+                                ))
                             })
                             .unwrap_or_else(|err| format!("{e}: {err}"))
                     })
