@@ -217,7 +217,7 @@ fn fragmented_members_are_defragmented_followers_first_without_failed_writes() -
             .context("leadership was not handed away before the leader's defragmentation")?;
         ensure!(moved.last < done[2].last, "leadership moved after the leader's defragmentation");
         ensure!(stats.failed.is_empty(), "failed writes: {:?}", stats.errors);
-        check_acked(&[ep.clone()], "w", &stats)?;
+        check_acked(std::slice::from_ref(&ep), "w", &stats)?;
         check_keys(&ep, "keep", KEYS)?;
         for (pod, mep) in member_endpoints(ns, "ex")? {
             let (size, _, _) = db_status(&mep)?;
@@ -347,7 +347,7 @@ fn a_pod_spec_change_is_rolled_to_every_member_one_at_a_time() -> Result<()> {
         let want: Vec<&str> = ["MemberAdded", "LearnerPromoted", "MemberRemoved"].repeat(3);
         ensure!(steps == want, "steps: {steps:?}");
         ensure!(stats.failed.is_empty(), "failed writes: {:?}", stats.errors);
-        check_acked(&[ep.clone()], "w", &stats)?;
+        check_acked(std::slice::from_ref(&ep), "w", &stats)?;
         check_keys(&ep, "keep", KEYS)?;
         Ok(())
     })
@@ -437,7 +437,7 @@ fn bigger_volumes_are_refused_clearly_and_pvc_members_roll_on_their_volumes() ->
             ensure!(size == "64Mi", "a PVC changed although the API refused: {size}");
         }
         ensure!(stats.failed.is_empty(), "failed writes: {:?}", stats.errors);
-        check_acked(&[ep.clone()], "w", &stats)?;
+        check_acked(std::slice::from_ref(&ep), "w", &stats)?;
         check_keys(&ep, "keep", KEYS)?;
         Ok(())
     })

@@ -118,10 +118,10 @@ impl Writer {
                                 continue;
                             }
                             Err(e) => {
-                                if reconnect {
-                                    if let Ok(fresh) = Client::connect([ep.as_str()], Some(connect_options())).await {
-                                        clients[idx].1 = fresh;
-                                    }
+                                if reconnect
+                                    && let Ok(fresh) = Client::connect([ep.as_str()], Some(connect_options())).await
+                                {
+                                    clients[idx].1 = fresh;
                                 }
                                 let mut s = stats2.lock().unwrap();
                                 if attempt == 0 {

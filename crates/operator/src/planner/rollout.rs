@@ -70,7 +70,7 @@ pub(super) fn next(o: &Observed, d: &Desired, etcd: &EtcdState) -> Option<Step> 
     if pod.uses_pvc {
         // Its volume must be there to restart on (a claim the cache does not show, or one going
         // away, is never a reason to delete the pod).
-        if !o.pvcs.get(&first.pod).is_some_and(|v| !v.deleting) {
+        if o.pvcs.get(&first.pod).is_none_or(|v| v.deleting) {
             return None;
         }
         if Some(first.id) == etcd.leader && etcd.voters().count() > 1 {
