@@ -234,17 +234,25 @@ pub fn plan(spec: &EtcdBackupSpec, namespace: &str) -> Result<BackupPlan, String
         }
     }
     let timeout_secs = if policy.timeout_in_second == 0 { DEFAULT_TIMEOUT_SECS } else { policy.timeout_in_second };
+    // An interval shorter than the time limit is accepted (the CoreOS upgrade guide runs
+    // backups every 30 s with the default 60 s limit): a backup still running when the next is
+    // due delays it, never two at once (`delayed_note` says so in status).
     let interval =
         (policy.backup_interval_in_second > 0).then(|| Duration::from_secs(policy.backup_interval_in_second as u64));
-    if let Some(i) = interval {
-        if (i.as_secs() as i64) < timeout_secs {
-            return Err(format!(
-                "backupIntervalInSecond ({}) is shorter than the backup time limit ({timeout_secs}s)",
-                i.as_secs()
-            ));
-        }
-    }
     Ok(BackupPlan { location, endpoints, interval, max_backups: policy.max_backups, timeout_secs })
+}
+
+/// Prefix of the status reason while a due backup waits for a running one.
+const DELAYED: &str = "the backup due at ";
+
+/// When the next backup is due but one is still running: what status says (the next starts once
+/// the running one ends; two never run at once).
+pub fn delayed_note(running: Option<&str>, due: Option<DateTime<Utc>>, now: DateTime<Utc>) -> Option<String> {
+    let (pod, due) = (running?, due.filter(|d| *d <= now)?);
+    Some(format!(
+        "{DELAYED}{} waits for the backup still running (pod {pod}): backups never overlap, so one that takes longer than backupIntervalInSecond delays the next",
+        rfc3339(due)
+    ))
 }
 
 /// Longest backup interval: a year. Longer ones would overflow time arithmetic and mean "never".
@@ -395,7 +403,7 @@ async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<JobContext>) -> Result<Acti
 
     let pods = job_pods(&ctx.pods, BACKUP_LABEL, &obj);
     let mut finished = Vec::new();
-    let mut running = false;
+    let mut running: Option<String> = None;
     // A pod that never started (unschedulable, an image that cannot be pulled) is not bounded
     // by its activeDeadlineSeconds, which counts from the start: give up on it here.
     let start_limit = chrono::Duration::seconds(plan.timeout_secs + 2 * POD_START_SLACK_SECS);
@@ -410,7 +418,7 @@ async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<JobContext>) -> Result<Acti
                 );
                 finished.push((p.clone(), Err(why)));
             }
-            PodResult::Running => running = true,
+            PodResult::Running => running = Some(p.name_any()),
             PodResult::Succeeded(r) => finished.push((p.clone(), Ok(r))),
             PodResult::Failed(why) => finished.push((p.clone(), Err(why))),
         }
@@ -424,7 +432,13 @@ async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<JobContext>) -> Result<Acti
     let last_success = parse_time(&st.last_success_date).map(|t| t.timestamp());
     ctx.metrics.observe_backup(&ns, &obj.name_any(), last_success, plan.interval);
     let now = Utc::now();
-    let due = if running { None } else { next_due(&plan, &st, generation, now) };
+    let due = next_due(&plan, &st, generation, now);
+    match delayed_note(running.as_deref(), due, now) {
+        Some(note) => st.reason = note,
+        None if st.reason.starts_with(DELAYED) => st.reason.clear(),
+        None => {}
+    }
+    let due = if running.is_some() { None } else { due };
     let mut requeue = plan.interval.unwrap_or(Duration::from_secs(300));
     match due {
         Some(t) if t <= now => {
@@ -454,7 +468,7 @@ async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<JobContext>) -> Result<Acti
             }
         }
         Some(t) => requeue = (t - now).to_std().unwrap_or(requeue),
-        None if running => requeue = Duration::from_secs(30),
+        None if running.is_some() => requeue = Duration::from_secs(30),
         None => {}
     }
     for (type_, reason, note) in events {
@@ -685,13 +699,23 @@ mod tests {
         let mut s = spec(0, 0);
         s.cluster_name.clear();
         assert!(plan(&s, "ns").unwrap_err().contains("no cluster"));
-        assert!(plan(&spec(30, 2), "ns").unwrap_err().contains("shorter than the backup time limit"));
+        // The CoreOS upgrade guide's policy: every 30 s with the default 60 s limit.
+        assert!(plan(&spec(30, 2), "ns").is_ok());
         let mut s = spec(0, 0);
         s.client_tls_secret = "tls".into();
         assert!(plan(&s, "ns").unwrap_err().contains("clientTLSSecret"));
         let mut s = spec(0, 0);
         s.storage_type = "NFS".into();
         assert!(plan(&s, "ns").unwrap_err().contains("NFS"));
+    }
+
+    #[test]
+    fn a_backup_due_while_one_runs_waits_and_status_says_so() {
+        let now = t("2026-01-01T00:01:00Z");
+        let note = delayed_note(Some("b-1"), Some(t("2026-01-01T00:00:30Z")), now).unwrap();
+        assert!(note.contains("b-1") && note.contains("00:00:30") && note.contains("never overlap"), "{note}");
+        assert_eq!(delayed_note(None, Some(now), now), None, "nothing running: it starts");
+        assert_eq!(delayed_note(Some("b-1"), Some(t("2026-01-01T00:01:30Z")), now), None, "not due yet");
     }
 
     #[test]
