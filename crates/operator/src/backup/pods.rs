@@ -7,8 +7,9 @@ use std::collections::BTreeMap;
 use etcd_operator_api::backup::BackupSource;
 use k8s_openapi::api::core::v1::{
     Capabilities, Container, EnvVar, PersistentVolumeClaimVolumeSource, Pod, PodSecurityContext, PodSpec,
-    SecretVolumeSource, SecurityContext, Volume, VolumeMount,
+    ResourceRequirements, SecretVolumeSource, SecurityContext, Volume, VolumeMount,
 };
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
 use super::fetch::{RESTORED_DIR, SNAPSHOT_FILE};
@@ -116,6 +117,19 @@ fn locked_down(user: Option<i64>) -> SecurityContext {
     }
 }
 
+/// Resources of backup and verify pods: they stream (a few upload parts of
+/// `save::PART_SIZE` in flight, a hash), so their memory does not grow with the backup's size.
+/// Requests let the scheduler place them where they fit; the memory limit keeps a runaway from
+/// taking the node's memory from etcd.
+pub fn job_resources() -> ResourceRequirements {
+    let q = |s: &str| Quantity(s.to_string());
+    ResourceRequirements {
+        requests: Some([("cpu".to_string(), q("100m")), ("memory".to_string(), q("64Mi"))].into()),
+        limits: Some([("memory".to_string(), q("512Mi"))].into()),
+        ..Default::default()
+    }
+}
+
 /// What a one-container job pod needs.
 pub struct JobPod<'a> {
     pub name: String,
@@ -166,6 +180,7 @@ pub fn job_pod(j: JobPod) -> Pod {
                 volume_mounts: (!mounts.is_empty()).then_some(mounts),
                 termination_message_policy: Some("FallbackToLogsOnError".into()),
                 security_context: Some(locked_down(Some(user))),
+                resources: Some(job_resources()),
                 ..Default::default()
             }],
             volumes: (!volumes.is_empty()).then_some(volumes),
@@ -332,6 +347,30 @@ mod tests {
         assert_eq!(v[0].secret.as_ref().unwrap().secret_name.as_deref(), Some("aws"));
         assert_eq!(v[0].secret.as_ref().unwrap().optional, None, "backup pods fail fast without their Secret");
         assert_eq!(m[0].mount_path, CREDENTIALS_MOUNT);
+    }
+
+    #[test]
+    fn backup_and_verify_pods_request_resources_and_bound_memory() {
+        let (loc, source) = s3();
+        let owner = OwnerReference { name: "b".into(), uid: "u".into(), ..Default::default() };
+        let p = job_pod(JobPod {
+            name: "b-1".into(),
+            namespace: "ns".into(),
+            labels: BTreeMap::new(),
+            owner,
+            image: "op:1",
+            command: vec!["etcd-operator".into(), "backup-save".into()],
+            loc: &loc,
+            source: &source,
+            deadline_secs: 60,
+            writes: true,
+        });
+        let r = p.spec.unwrap().containers[0].resources.clone().expect("resources");
+        let requests = r.requests.unwrap();
+        assert!(requests.contains_key("cpu") && requests.contains_key("memory"));
+        // The upload keeps up to 4 parts of 16 MiB in flight: the limit leaves room for them.
+        let limit = crate::volume_size::parse_quantity(&r.limits.unwrap()["memory"].0).unwrap();
+        assert!(limit >= 4 * (16 << 20) * 2, "memory limit {limit} too tight for the upload");
     }
 
     #[test]
