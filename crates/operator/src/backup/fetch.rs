@@ -15,8 +15,9 @@ use sha2::{Digest, Sha256};
 use tokio::io::AsyncWriteExt;
 
 use super::location::{self, BackupMeta};
-use super::save::{StorageArgs, read_sidecar};
+use super::save::StorageArgs;
 use super::store;
+use super::verify_policy::REFUSED;
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct VerifyArgs {
@@ -79,7 +80,9 @@ async fn stream_hash(
     let path = object_store::path::Path::parse(&loc.key).map_err(|e| e.to_string())?;
     let got = match store.get(&path).await {
         Ok(g) => g,
-        Err(object_store::Error::NotFound { .. }) => return Err(format!("backup {} not found", loc.url())),
+        Err(object_store::Error::NotFound { .. }) => {
+            return Err(format!("{REFUSED}backup {} not found", loc.url()));
+        }
         Err(e) => return Err(format!("read backup {}: {}", loc.url(), store::why(&e))),
     };
     let mut hasher = Sha256::new();
@@ -96,27 +99,41 @@ async fn stream_hash(
     Ok((hex::encode(hasher.finalize()), size))
 }
 
+/// Check a backup against its sidecar. A failure that no retry can change (the backup or its
+/// sidecar missing or wrong) starts with [`REFUSED`]; any other (the store unreachable, a read cut
+/// off) is worth another attempt (`verify_policy`).
 pub async fn verify(args: VerifyArgs) -> Result<BackupMeta, String> {
     let loc = args.storage.location()?;
     let (store, _) = store::open(&loc, &args.storage.credentials_dir, &args.storage.s3())?;
-    let meta = read_sidecar(&*store, &loc.key).await.ok_or_else(|| {
-        format!(
-            "backup {} has no readable checksum sidecar {}: refusing a backup that cannot be verified",
-            loc.url(),
-            location::sidecar_key(&loc.key)
-        )
-    })?;
+    let sidecar = location::sidecar_key(&loc.key);
+    let path = object_store::path::Path::parse(sidecar.as_str()).map_err(|e| format!("{REFUSED}{e}"))?;
+    let bytes = match store.get(&path).await {
+        Ok(g) => g.bytes().await.map_err(|e| format!("read sidecar {sidecar}: {}", store::why(&e)))?,
+        Err(object_store::Error::NotFound { .. }) => {
+            return Err(format!(
+                "{REFUSED}backup {} has no checksum sidecar {sidecar}: refusing a backup that cannot be verified",
+                loc.url()
+            ));
+        }
+        Err(e) => return Err(format!("read sidecar {sidecar}: {}", store::why(&e))),
+    };
+    let meta: BackupMeta = serde_json::from_slice(&bytes)
+        .map_err(|e| format!("{REFUSED}sidecar {sidecar} of backup {} is not valid: {e}", loc.url()))?;
     let (sha, size) = stream_hash(&*store, &loc, None).await?;
     if sha != meta.sha256 {
         return Err(format!(
-            "checksum mismatch: backup {} has sha256 {sha} ({size} bytes), its sidecar records {} ({} bytes)",
+            "{REFUSED}checksum mismatch: backup {} has sha256 {sha} ({size} bytes), its sidecar records {} ({} bytes)",
             loc.url(),
             meta.sha256,
             meta.size
         ));
     }
     if size != meta.size {
-        return Err(format!("size mismatch: backup {} has {size} bytes, its sidecar records {}", loc.url(), meta.size));
+        return Err(format!(
+            "{REFUSED}size mismatch: backup {} has {size} bytes, its sidecar records {}",
+            loc.url(),
+            meta.size
+        ));
     }
     Ok(meta)
 }

@@ -7,6 +7,7 @@
 //! - [`save`]: `backup-save`, run by backup pods.
 //! - [`fetch`]: `backup-verify`, `restore-prepare`, `restore-finish`, run by restore pods.
 //! - [`pods`]: builders of those pods and init containers (pure).
+//! - [`verify_policy`]: when a failed verify pod is retried and with how much time (pure).
 //! - [`controller`]: the EtcdBackup controller; [`restore`]: the EtcdRestore controller.
 
 pub mod controller;
@@ -16,3 +17,4 @@ pub mod pods;
 pub mod restore;
 pub mod save;
 pub mod store;
+pub mod verify_policy;

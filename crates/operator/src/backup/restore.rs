@@ -21,11 +21,12 @@ use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 
 use super::controller::{
-    DEFAULT_TIMEOUT_SECS, Error, JobContext, Options, PodResult, create_pod, delete_pod, fresh, job_pod_watch,
-    job_pods, patch_status, pod_result, publish,
+    Error, JobContext, Options, PodResult, create_pod, delete_pod, fresh, job_pod_watch, job_pods, patch_status,
+    pod_result, publish,
 };
 use super::location::{BackupMeta, Location};
 use super::pods::{self, JobPod, RESTORE_LABEL};
+use super::verify_policy;
 use crate::version::Version;
 
 /// Annotation on an EtcdCluster created by a restore: the EtcdRestore's UID.
@@ -201,44 +202,85 @@ async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<JobContext>) -> Result<Acti
         }
         None => {
             // Verify first; create only from a verified backup.
-            // Only this spec's verify pod counts: one left from an earlier generation checked
-            // another source (or the same one before a fix) and is removed.
-            let current = format!("{}-verify-{generation}", obj.name_any());
+            // Only this spec's verify pods count (one per attempt, `verify_policy`): one left from
+            // an earlier generation checked another source (or the same one before a fix) and is
+            // removed.
+            let (name, generation_now) = (obj.name_any(), generation);
+            let attempt_of = |p: &Arc<k8s_openapi::api::core::v1::Pod>| {
+                verify_policy::attempt_of(&p.name_any(), &name, generation_now)
+            };
             let (job, stale): (Vec<_>, Vec<_>) =
-                job_pods(&ctx.pods, RESTORE_LABEL, &obj).into_iter().partition(|p| p.name_any() == current);
+                job_pods(&ctx.pods, RESTORE_LABEL, &obj).into_iter().partition(|p| attempt_of(p).is_some());
             for p in &stale {
                 delete_pod(&ctx, p).await;
             }
-            let verified = job.iter().find_map(|p| match pod_result::<BackupMeta>(p) {
-                PodResult::Running => None,
-                r => Some((p.clone(), r)),
-            });
+            let latest = job.iter().max_by_key(|p| attempt_of(p)).cloned();
+            let verified = latest.as_ref().map(|p| (p.clone(), pod_result::<BackupMeta>(p)));
             match verified {
-                None if job.is_empty() => {
-                    let name = current.clone();
-                    create_pod(&ctx, &verify_pod(&obj, &spec, &plan, &ctx.init_image, &name)?).await?;
+                None => {
+                    let pod = verify_policy::pod_name(&name, generation, 0);
+                    create_pod(&ctx, &verify_pod(&obj, &spec, &plan, &ctx.init_image, &pod, 0)?).await?;
                     st.phase = PHASE_VERIFYING.into();
                     st.reason = format!("verifying the checksum of {}", plan.location.url());
                     events.push((
                         EventType::Normal,
                         "VerifyStarted",
-                        format!("pod {name} is checking {}", plan.location.url()),
+                        format!("pod {pod} is checking {}", plan.location.url()),
                     ));
                 }
-                None => st.phase = PHASE_VERIFYING.into(),
+                Some((_, PodResult::Running)) => st.phase = PHASE_VERIFYING.into(),
                 Some((pod, PodResult::Failed(why))) => {
-                    let r = fail(
-                        &ctx,
-                        &obj,
-                        &ar,
-                        &prev,
-                        st,
-                        "BackupRejected",
-                        format!("backup refused, nothing created: {why}"),
-                    )
-                    .await;
-                    delete_pod(&ctx, &pod).await;
-                    return r;
+                    let attempt = attempt_of(&pod).unwrap_or(0);
+                    match verify_policy::after_failure(attempt, &why, finished_secs(&pod)) {
+                        verify_policy::AfterFailure::Refuse(why) => {
+                            let r = fail(
+                                &ctx,
+                                &obj,
+                                &ar,
+                                &prev,
+                                st,
+                                "BackupRejected",
+                                format!("backup refused, nothing created: {why}"),
+                            )
+                            .await;
+                            delete_pod(&ctx, &pod).await;
+                            return r;
+                        }
+                        verify_policy::AfterFailure::GiveUp(why) => {
+                            let r =
+                                fail(&ctx, &obj, &ar, &prev, st, "BackupUnreadable", format!("nothing created: {why}"))
+                                    .await;
+                            delete_pod(&ctx, &pod).await;
+                            return r;
+                        }
+                        verify_policy::AfterFailure::Retry { wait_secs, .. } if wait_secs > 0 => {
+                            st.phase = PHASE_VERIFYING.into();
+                            let note = format!(
+                                "verify attempt {} of {} failed: {why}; trying again in {wait_secs}s",
+                                attempt + 1,
+                                verify_policy::VERIFY_ATTEMPTS
+                            );
+                            // One Event per failed attempt (the wait in the note counts down).
+                            if !st.reason.starts_with(&format!("verify attempt {} of", attempt + 1)) {
+                                events.push((EventType::Warning, "VerifyRetrying", note.clone()));
+                            }
+                            st.reason = note;
+                            requeue = Duration::from_secs(wait_secs as u64);
+                        }
+                        verify_policy::AfterFailure::Retry { attempt: next, .. } => {
+                            delete_pod(&ctx, &pod).await;
+                            let name = verify_policy::pod_name(&name, generation, next);
+                            create_pod(&ctx, &verify_pod(&obj, &spec, &plan, &ctx.init_image, &name, next)?).await?;
+                            st.phase = PHASE_VERIFYING.into();
+                            st.reason = format!(
+                                "verifying the checksum of {} (attempt {} of {}, {}s allowed)",
+                                plan.location.url(),
+                                next + 1,
+                                verify_policy::VERIFY_ATTEMPTS,
+                                verify_policy::deadline_secs(next)
+                            );
+                        }
+                    }
                 }
                 Some((pod, PodResult::Succeeded(meta))) => {
                     st.sha256 = meta.sha256.clone();
@@ -287,7 +329,6 @@ async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<JobContext>) -> Result<Acti
                     delete_pod(&ctx, &pod).await;
                     requeue = Duration::from_millis(500);
                 }
-                Some((_, PodResult::Running)) => unreachable!("filtered above"),
             }
         }
     }
@@ -320,12 +361,22 @@ async fn fail(
     Ok(Action::await_change())
 }
 
+/// Seconds since the pod's container ended (0 if unknown).
+fn finished_secs(p: &k8s_openapi::api::core::v1::Pod) -> i64 {
+    let finished = p
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref()?.first()?.state.as_ref()?.terminated.as_ref()?.finished_at.clone());
+    finished.map(|t| (k8s_openapi::jiff::Timestamp::now().as_second() - t.0.as_second()).max(0)).unwrap_or(0)
+}
+
 fn verify_pod(
     obj: &DynamicObject,
     spec: &EtcdRestoreSpec,
     plan: &RestorePlan,
     image: &str,
     name: &str,
+    attempt: u32,
 ) -> Result<k8s_openapi::api::core::v1::Pod, Error> {
     let restore: EtcdRestore = serde_json::from_value(serde_json::to_value(obj)?)?;
     let owner = restore.controller_owner_ref(&()).expect("EtcdRestore from the API has a name and uid");
@@ -340,7 +391,7 @@ fn verify_pod(
         command,
         loc: &plan.location,
         source: &spec.source,
-        deadline_secs: DEFAULT_TIMEOUT_SECS * 10,
+        deadline_secs: verify_policy::deadline_secs(attempt),
         writes: false,
     }))
 }
