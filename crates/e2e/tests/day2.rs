@@ -55,18 +55,6 @@ fn leader_pod(ns: &TestNamespace, name: &str) -> Result<String> {
     bail!("no member of {name} says it leads")
 }
 
-fn event_marks(ns: &TestNamespace, name: &str) -> Result<BTreeMap<String, String>> {
-    Ok(events_v1(ns, name)?.into_iter().map(|e| (e.name, e.last)).collect())
-}
-
-fn events_since(ns: &TestNamespace, name: &str, before: &BTreeMap<String, String>) -> Result<Vec<EventRecord>> {
-    Ok(events_v1(ns, name)?.into_iter().filter(|e| before.get(&e.name) != Some(&e.last)).collect())
-}
-
-fn cond_str(c: &Value, type_: &str, field: &str) -> String {
-    condition(c, type_).and_then(|x| x[field].as_str()).unwrap_or("").to_string()
-}
-
 /// Ready addresses behind the client Service (what clients can reach). The core Endpoints
 /// object: served by every Kubernetes version of both legs.
 fn client_service_ready(ns: &TestNamespace, name: &str) -> Result<usize> {

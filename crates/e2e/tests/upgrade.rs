@@ -9,7 +9,7 @@
 
 mod common;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -58,10 +58,6 @@ fn all_report(ns: &TestNamespace, name: &str, version: &str) -> Result<bool> {
     Ok(true)
 }
 
-fn cond_str(c: &Value, type_: &str, field: &str) -> String {
-    condition(c, type_).and_then(|x| x[field].as_str()).unwrap_or("").to_string()
-}
-
 /// status says the whole cluster runs `version`: current == it, no target, `size` ready
 /// members, no Upgrading condition left True and nothing Degraded.
 fn settled_at(c: &Value, version: &str, size: usize) -> bool {
@@ -99,15 +95,6 @@ fn hold_unchanged(ns: &TestNamespace, name: &str, before: &[PodVersion], hold: D
         std::thread::sleep(Duration::from_millis(500));
     }
     Ok(())
-}
-
-/// Events of `name` that are new or were observed again since `before` (name → last).
-fn events_since(ns: &TestNamespace, name: &str, before: &BTreeMap<String, String>) -> Result<Vec<EventRecord>> {
-    Ok(events_v1(ns, name)?.into_iter().filter(|e| before.get(&e.name) != Some(&e.last)).collect())
-}
-
-fn event_marks(ns: &TestNamespace, name: &str) -> Result<BTreeMap<String, String>> {
-    Ok(events_v1(ns, name)?.into_iter().map(|e| (e.name, e.last)).collect())
 }
 
 // ---- scenario 1: a two-step rolling upgrade under writes ---------------------------------------------

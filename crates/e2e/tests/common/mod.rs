@@ -618,3 +618,22 @@ pub fn events_v1(ns: &TestNamespace, name: &str) -> Result<Vec<EventRecord>> {
     out.sort_by(|a, b| a.last.cmp(&b.last));
     Ok(out)
 }
+
+/// Events of `name` by Event name → when last observed, to tell later ones apart.
+pub fn event_marks(ns: &TestNamespace, name: &str) -> Result<std::collections::BTreeMap<String, String>> {
+    Ok(events_v1(ns, name)?.into_iter().map(|e| (e.name, e.last)).collect())
+}
+
+/// Events of `name` that are new or were observed again since `before` (from `event_marks`).
+pub fn events_since(
+    ns: &TestNamespace,
+    name: &str,
+    before: &std::collections::BTreeMap<String, String>,
+) -> Result<Vec<EventRecord>> {
+    Ok(events_v1(ns, name)?.into_iter().filter(|e| before.get(&e.name) != Some(&e.last)).collect())
+}
+
+/// A field of condition `type_` of an object, "" when absent.
+pub fn cond_str(c: &Value, type_: &str, field: &str) -> String {
+    condition(c, type_).and_then(|x| x[field].as_str()).unwrap_or("").to_string()
+}
