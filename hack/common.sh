@@ -97,3 +97,30 @@ HACK_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO_DIR=$(cd "$HACK_DIR/.." && pwd)
 export PATH=$HOME/.cargo/bin:$PATH
 resolve_k8s_version
+
+# build_go_tool NAME MODDIR PKG VERSION LDFLAGS [NOTE]: builds the command PKG of the Go module
+# required by hack/MODDIR/go.mod with the Go at /usr/local/go, static, into
+# $CACHE_DIR/NAME-VERSION/bin/NAME, keyed by a hash of hack/MODDIR/go.sum (module and build caches
+# under $CACHE_DIR too), and prints the binary's path. A second call with the binary present only
+# prints it. NOTE is added to the log line (e.g. how long a cold build takes).
+build_go_tool() {
+  local name=$1 dir=$2 pkg=$3 version=$4 ldflags=$5 note=${6:-}
+  local bin=$CACHE_DIR/$name-$version/bin
+  local recipe
+  recipe="go modules: hack/$dir/go.sum $(sha256sum "$HACK_DIR/$dir/go.sum" | cut -c1-16); static"
+  if [ -x "$bin/$name" ] && [ "$(cat "$bin/.recipe" 2>/dev/null)" = "$recipe" ]; then
+    echo "$bin/$name"
+    return 0
+  fi
+  local go=/usr/local/go/bin/go
+  [ -x "$go" ] || die "$go not found: $name builds with the Go installed at /usr/local/go"
+  local logf=$CACHE_DIR/$name-build.log
+  log "building $name $version from its Go module${note:+ ($note)}"
+  mkdir -p "$bin"
+  (cd "$HACK_DIR/$dir" && GOTOOLCHAIN=local GOFLAGS="-mod=readonly -trimpath" CGO_ENABLED=0 \
+    GOCACHE=$CACHE_DIR/go-build GOMODCACHE=$CACHE_DIR/go-mod \
+    "$go" build -ldflags "-s -w $ldflags" -o "$bin/$name" "$pkg") >"$logf" 2>&1 ||
+    { tail -n 20 "$logf" >&2; die "$name build failed; log: $logf"; }
+  echo "$recipe" >"$bin/.recipe"
+  echo "$bin/$name"
+}
