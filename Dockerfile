@@ -10,9 +10,12 @@ WORKDIR /src
 COPY . .
 RUN cargo build --release --locked -p etcd-operator \
     && install -D -m 0755 target/release/etcd-operator /out/etcd-operator
+# Static: it runs inside etcd images (see crates/restore-step).
+RUN CARGO_TARGET_DIR=target/static cargo rustc --release --locked -p etcd-restore-step -- -C target-feature=+crt-static \
+    && install -D -m 0755 target/static/release/etcd-restore-step /out/etcd-restore-step
 
 # glibc, CA certificates, no shell, uid 65532.
 FROM gcr.io/distroless/cc-debian12:nonroot
-COPY --from=build /out/etcd-operator /usr/local/bin/etcd-operator
+COPY --from=build /out/etcd-operator /out/etcd-restore-step /usr/local/bin/
 USER 65532:65532
 ENTRYPOINT ["/usr/local/bin/etcd-operator"]

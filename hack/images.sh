@@ -259,11 +259,21 @@ EOF
 }
 
 # The operator: always rebuilt (the binary changes), imported when its digest is new.
+# The static etcd-restore-step (crates/restore-step): restore-fetch copies it onto a restored
+# member's volume, where it runs inside the member's etcd image (no libc, no shell there).
+build_restore_step() {
+  (cd "$REPO_DIR" && CARGO_TARGET_DIR="$REPO_DIR/target/static" cargo rustc -q -p etcd-restore-step --release --locked \
+    -- -C target-feature=+crt-static >&2) || die "building the static etcd-restore-step failed"
+  echo "$REPO_DIR/target/static/release/etcd-restore-step"
+}
+
 build_operator() {
-  local bin=$1 ref=$2 out root config
+  local bin=$1 ref=$2 out root config step
   out=$(tarball_for "$ref")
+  step=$(build_restore_step)
   root=$(new_root)
   add_binary "$root" "$bin" /usr/local/bin/etcd-operator
+  install -D -m 0755 "$step" "$root/usr/local/bin/etcd-restore-step"
   # CA certificates, as the distroless base of the Dockerfile has them: backup and restore pods
   # speak HTTPS to S3/ABS/GCS, and the HTTP client refuses to start without a root store.
   [ -s /etc/ssl/certs/ca-certificates.crt ] || die "/etc/ssl/certs/ca-certificates.crt missing (Debian ca-certificates)"

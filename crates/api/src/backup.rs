@@ -179,6 +179,10 @@ pub struct EtcdBackupStatus {
     pub observed_generation: i64,
     #[serde(default)]
     pub conditions: Vec<Condition>,
+    /// Additive: the newest backup pods whose results are in this status (at most 10), so that
+    /// a result is counted once even when the operator restarts before it deletes the pod.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub recorded_pods: Vec<String>,
 }
 
 /// One stored backup.

@@ -5,6 +5,13 @@
 //!
 //! - `reconcile-panic`: a reconcile of an object annotated [`ANNOTATION`]`: reconcile-panic`
 //!   panics (proves that one object's panic stays that object's: `panic_guard`).
+//! - `backup-publish-pause` (backup pods): 3 s between the steps of a one-shot backup's
+//!   publication (`backup::one_shot`), so a reader can watch every intermediate state.
+//! - `restore-snapshot-kill-once` (restored members): the restore step kills `etcdutl` half-way
+//!   the first time it runs on a volume (`crates/restore-step`).
+//!
+//! The pods the operator starts for backups and restores get the operator's armed failpoints in
+//! their environment ([`pod_env`]): the pod commands are the same binary.
 
 use std::sync::OnceLock;
 
@@ -16,7 +23,7 @@ pub const ENV: &str = "ETCD_OPERATOR_FAILPOINTS";
 pub const ANNOTATION: &str = "etcd.database.coreos.com/failpoint";
 pub const RECONCILE_PANIC: &str = "reconcile-panic";
 
-fn armed() -> &'static [String] {
+fn all_armed() -> &'static [String] {
     static ARMED: OnceLock<Vec<String>> = OnceLock::new();
     ARMED.get_or_init(|| parse(&std::env::var(ENV).unwrap_or_default()))
 }
@@ -27,14 +34,32 @@ fn parse(v: &str) -> Vec<String> {
 
 /// The armed failpoints (for the start-up log line).
 pub fn active() -> &'static [String] {
-    armed()
+    all_armed()
+}
+
+/// Whether failpoint `name` is armed.
+pub fn armed(name: &str) -> bool {
+    all_armed().iter().any(|f| f == name)
+}
+
+pub const RESTORE_SNAPSHOT_KILL_ONCE: &str = "restore-snapshot-kill-once";
+
+/// The environment that passes the armed failpoints on to a pod the operator starts (none when
+/// none is armed: the shipped manifests never arm any).
+pub fn pod_env() -> Vec<k8s_openapi::api::core::v1::EnvVar> {
+    if all_armed().is_empty() {
+        return Vec::new();
+    }
+    vec![k8s_openapi::api::core::v1::EnvVar {
+        name: ENV.into(),
+        value: Some(all_armed().join(",")),
+        ..Default::default()
+    }]
 }
 
 /// Panics when `reconcile-panic` is armed and `obj` asks for it.
 pub fn reconcile_panic(obj: &impl ResourceExt) {
-    if armed().iter().any(|f| f == RECONCILE_PANIC)
-        && obj.annotations().get(ANNOTATION).is_some_and(|v| v == RECONCILE_PANIC)
-    {
+    if armed(RECONCILE_PANIC) && obj.annotations().get(ANNOTATION).is_some_and(|v| v == RECONCILE_PANIC) {
         panic!("failpoint {RECONCILE_PANIC} fired on {}/{}", obj.namespace().unwrap_or_default(), obj.name_any());
     }
 }

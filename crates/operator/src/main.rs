@@ -161,7 +161,7 @@ fn main() {
         Some(Command::Run(args)) => run(args),
         Some(Command::WaitDns(a)) => wait_dns(&a.host, a.timeout_secs),
         Some(Command::BackupSave(a)) => pod_command(|| async {
-            etcd_operator::backup::save::run(a).await.map(etcd_operator::backup::save::report_json)
+            etcd_operator::backup::save::run(a).await.map(etcd_operator::backup::contract::report_json)
         }),
         Some(Command::BackupVerify(a)) => pod_command(|| async {
             etcd_operator::backup::fetch::verify(a)
@@ -296,15 +296,15 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
                 r = &mut http => { r??; }
             }
         }
-        let job_opts = || etcd_operator::backup::controller::Options {
+        let job_opts = || etcd_operator::backup::jobs::Options {
             client: client.clone(),
             scope: controller::Scope { namespace: namespace.clone() },
             init_image: args.init_image.clone(),
             reporter_instance: args.pod_name.clone(),
             metrics: metrics.clone(),
         };
-        let backups = etcd_operator::backup::controller::run(job_opts(), stopped(stop_rx.clone()));
-        let restores = etcd_operator::backup::restore::run(job_opts(), stopped(stop_rx.clone()));
+        let backups = etcd_operator::backup::backup_controller::run(job_opts(), stopped(stop_rx.clone()));
+        let restores = etcd_operator::backup::restore_controller::run(job_opts(), stopped(stop_rx.clone()));
         let opts = controller::Options {
             ready,
             metrics,

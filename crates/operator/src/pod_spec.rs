@@ -248,7 +248,7 @@ pub fn member_pod(c: &EtcdCluster, d: &Desired, m: &NewMember, init_image: &str)
     }
     // A recovered cluster's first member starts from its seed; a restored cluster's bootstrap
     // members from the backup; later members join.
-    use crate::backup::pods::SnapshotSource;
+    use crate::backup::restore_init::{RestoreInit, SnapshotSource};
     let from = match (&m.seed, &d.restore) {
         (Some(Seed::Member { client_url, cluster_id, member_id, .. }), _) => {
             Some(SnapshotSource::Member { client_url, cluster_id: *cluster_id, member_id: *member_id })
@@ -262,15 +262,25 @@ pub fn member_pod(c: &EtcdCluster, d: &Desired, m: &NewMember, init_image: &str)
         _ => None,
     };
     if let Some(from) = from {
-        let (containers, vols) = crate::backup::pods::restore_init_containers(
+        let member = crate::backup::contract::MemberRestore {
+            name: m.name.clone(),
+            initial_cluster: m.initial_cluster.clone(),
+            // As etcd's own --initial-cluster-token: the EtcdCluster's UID.
+            token: c.meta().uid.clone().unwrap_or_default(),
+            peer_url: naming::peer_url(&host),
+        };
+        let etcd_image = image_for(&d.repository, &m.version);
+        let (containers, vols) = crate::backup::restore_init::restore_init_containers(
             from,
-            init_image,
-            &image_for(&d.repository, &m.version),
-            &m.version,
-            &etcd_command(c, d, m),
-            &data_mount,
-            DATA_DIR,
-            d.pod.security_context.as_ref(),
+            &RestoreInit {
+                init_image,
+                etcd_image: &etcd_image,
+                version: &m.version,
+                member: &member,
+                data_mount: &data_mount,
+                data_dir: DATA_DIR,
+                pod_security: d.pod.security_context.as_ref(),
+            },
         );
         init_containers.extend(containers);
         volumes.extend(vols);
@@ -541,6 +551,15 @@ mod tests {
             inits[0].1.contains(&"--cluster-id=abc".to_string()) && inits[0].1.contains(&"--member-id=12".to_string())
         );
         assert!(inits[1].1.contains(&"--initial-cluster=ex-abcde=http://ex-abcde.ex.ns.svc:2380".to_string()));
+        // The restore writes the membership etcd then starts with: the same name, cluster, token
+        // and peer URL as etcd's own command line.
+        let pod = member_pod(&c, &d, &m, "op:1");
+        let etcd = pod.spec.unwrap().containers[0].command.clone().unwrap();
+        for flag in ["--name=", "--initial-cluster=", "--initial-cluster-token=", "--initial-advertise-peer-urls="] {
+            let of = |cmd: &[String]| cmd.iter().find(|a| a.starts_with(flag)).cloned();
+            assert_eq!(of(&inits[1].1), of(&etcd), "{flag}");
+            assert!(of(&etcd).is_some(), "{flag}");
+        }
     }
 
     #[test]

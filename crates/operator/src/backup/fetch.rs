@@ -3,9 +3,11 @@
 //!   operator creates nothing until this succeeded.
 //! - `restore-prepare` and `restore-finish`: the first and last init containers of a restored
 //!   member. Between them the member's own etcd image runs `etcdutl snapshot restore` into a
-//!   scratch directory. The pair is idempotent: when init containers run again on a pod whose
-//!   member already has data (a new pod sandbox on the same volume), the data is kept and the
-//!   scratch output discarded.
+//!   scratch directory, through the static `etcd-restore-step` that `restore-prepare` copies
+//!   there (crates/restore-step: it clears what an attempt that died half-way left, and restores
+//!   nothing on a member that has data). All three are idempotent: when init containers run
+//!   again on a pod whose member already has data (a new pod sandbox on the same volume),
+//!   nothing is fetched, nothing is restored, the data is kept.
 
 use std::path::{Path as FsPath, PathBuf};
 
@@ -14,10 +16,10 @@ use object_store::ObjectStoreExt;
 use sha2::{Digest, Sha256};
 use tokio::io::AsyncWriteExt;
 
+use super::contract::{REFUSED, RESTORED_DIR, SNAPSHOT_FILE, STEP_BINARY, StorageArgs};
 use super::location::{self, BackupMeta};
-use super::save::StorageArgs;
+use super::one_shot;
 use super::store;
-use super::verify_policy::REFUSED;
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct VerifyArgs {
@@ -39,7 +41,13 @@ pub struct PrepareArgs {
     /// Scratch directory on the same volume.
     #[arg(long)]
     pub work_dir: PathBuf,
+    /// The static restore step to copy into the work directory.
+    #[arg(long, default_value = DEFAULT_STEP_BINARY)]
+    pub step_binary: PathBuf,
 }
+
+/// Where the operator image has the static restore step.
+pub const DEFAULT_STEP_BINARY: &str = "/usr/local/bin/etcd-restore-step";
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct FinishArgs {
@@ -64,12 +72,9 @@ pub struct SeedArgs {
     pub data_dir: PathBuf,
     #[arg(long)]
     pub work_dir: PathBuf,
+    #[arg(long, default_value = DEFAULT_STEP_BINARY)]
+    pub step_binary: PathBuf,
 }
-
-/// File the etcd image restores from, inside the work directory.
-pub const SNAPSHOT_FILE: &str = "snapshot.db";
-/// Directory the etcd image restores into, inside the work directory.
-pub const RESTORED_DIR: &str = "data";
 
 /// Download `key` to `sink` (if any), returning its sha256 and size.
 async fn stream_hash(
@@ -101,25 +106,39 @@ async fn stream_hash(
 
 /// Check a backup against its sidecar. A failure that no retry can change (the backup or its
 /// sidecar missing or wrong) starts with [`REFUSED`]; any other (the store unreachable, a read cut
-/// off) is worth another attempt (`verify_policy`).
+/// off, a new one-shot backup being published over this one) is worth another attempt
+/// (`verify_policy`).
 pub async fn verify(args: VerifyArgs) -> Result<BackupMeta, String> {
     let loc = args.storage.location()?;
     let (store, _) = store::open(&loc, &args.storage.credentials_dir, &args.storage.s3())?;
+    let checked = check_pair(&*store, &loc).await;
+    // The key and its sidecar disagree, or one is missing: a one-shot backup may be replacing
+    // it right now, in which case the staged copy is complete (`one_shot`).
+    if let Err(why) = &checked
+        && why.starts_with(REFUSED)
+        && check_pair(&*store, &loc.with_key(location::staged_key(&loc.key))).await.is_ok()
+    {
+        return Err(format!(
+            "a new backup is being published at {} (its staged copy is complete); trying again",
+            loc.url()
+        ));
+    }
+    checked
+}
+
+/// The backup at `loc` and its sidecar, checked against each other.
+async fn check_pair(store: &dyn object_store::ObjectStore, loc: &location::Location) -> Result<BackupMeta, String> {
     let sidecar = location::sidecar_key(&loc.key);
-    let path = object_store::path::Path::parse(sidecar.as_str()).map_err(|e| format!("{REFUSED}{e}"))?;
-    let bytes = match store.get(&path).await {
-        Ok(g) => g.bytes().await.map_err(|e| format!("read sidecar {sidecar}: {}", store::why(&e)))?,
-        Err(object_store::Error::NotFound { .. }) => {
+    let meta = match one_shot::read_sidecar(store, &loc.key).await? {
+        Some(m) => m,
+        None => {
             return Err(format!(
-                "{REFUSED}backup {} has no checksum sidecar {sidecar}: refusing a backup that cannot be verified",
+                "{REFUSED}backup {} has no readable checksum sidecar {sidecar}: refusing a backup that cannot be verified",
                 loc.url()
             ));
         }
-        Err(e) => return Err(format!("read sidecar {sidecar}: {}", store::why(&e))),
     };
-    let meta: BackupMeta = serde_json::from_slice(&bytes)
-        .map_err(|e| format!("{REFUSED}sidecar {sidecar} of backup {} is not valid: {e}", loc.url()))?;
-    let (sha, size) = stream_hash(&*store, &loc, None).await?;
+    let (sha, size) = stream_hash(store, loc, None).await?;
     if sha != meta.sha256 {
         return Err(format!(
             "{REFUSED}checksum mismatch: backup {} has sha256 {sha} ({size} bytes), its sidecar records {} ({} bytes)",
@@ -142,48 +161,54 @@ fn has_member_data(data_dir: &FsPath) -> bool {
     data_dir.join("member").is_dir()
 }
 
-/// The common start of `restore-prepare` and `seed-from-member`: a clean work directory; and
-/// when the member already has data (restored before; init containers run again on a new pod
-/// sandbox), its own database as the snapshot, so the restore step that runs regardless gets a
-/// valid one and `restore-finish` discards its output. `Some(message)` when nothing is to fetch.
-fn begin(work: &FsPath, data_dir: &FsPath) -> Result<Option<String>, String> {
-    let restored = work.join(RESTORED_DIR);
-    if restored.exists() {
-        std::fs::remove_dir_all(&restored).map_err(|e| format!("clear {}: {e}", restored.display()))?;
-    }
+/// The common start of `restore-prepare` and `seed-from-member`: the restore step copied into
+/// the work directory (the etcd image runs it next), and `Some(message)` when the member already
+/// has data (restored before; init containers run again on a new pod sandbox): then nothing is
+/// fetched, and the restore step restores nothing.
+fn begin(work: &FsPath, data_dir: &FsPath, step_binary: &FsPath) -> Result<Option<String>, String> {
     std::fs::create_dir_all(work).map_err(|e| format!("create {}: {e}", work.display()))?;
-    if !has_member_data(data_dir) {
-        return Ok(None);
+    let step = work.join(STEP_BINARY);
+    std::fs::copy(step_binary, &step)
+        .map_err(|e| format!("copy the restore step {} to {}: {e}", step_binary.display(), step.display()))?;
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&step, std::fs::Permissions::from_mode(0o755))
+        .map_err(|e| format!("chmod {}: {e}", step.display()))?;
+    if has_member_data(data_dir) {
+        return Ok(Some(format!("{} already holds this member's data; kept, nothing fetched", data_dir.display())));
     }
-    let db = data_dir.join("member/snap/db");
-    let snapshot = work.join(SNAPSHOT_FILE);
-    std::fs::copy(&db, &snapshot).map_err(|e| format!("copy {}: {e}", db.display()))?;
-    Ok(Some(format!("{} already holds this member's data; kept", data_dir.display())))
+    Ok(None)
 }
 
 pub async fn prepare(args: PrepareArgs) -> Result<String, String> {
     let work = &args.work_dir;
     let snapshot = work.join(SNAPSHOT_FILE);
-    if let Some(kept) = begin(work, &args.data_dir)? {
+    if let Some(kept) = begin(work, &args.data_dir, &args.step_binary)? {
         return Ok(kept);
     }
     let loc = args.storage.location()?;
     let (store, _) = store::open(&loc, &args.storage.credentials_dir, &args.storage.s3())?;
+    // The backup the restore was verified against: at the key, or (a one-shot backup being
+    // published over it right now) its staged copy.
+    let staged = loc.with_key(location::staged_key(&loc.key));
+    let from = match one_shot::read_sidecar(&*store, &staged.key).await {
+        Ok(Some(m)) if m.sha256 == args.sha256 => staged,
+        _ => loc.clone(),
+    };
     let part = work.join(format!("{SNAPSHOT_FILE}.part"));
     let mut file = tokio::fs::File::create(&part).await.map_err(|e| format!("create {}: {e}", part.display()))?;
-    let (sha, size) = stream_hash(&*store, &loc, Some(&mut file)).await?;
+    let (sha, size) = stream_hash(&*store, &from, Some(&mut file)).await?;
     file.sync_all().await.map_err(|e| format!("sync {}: {e}", part.display()))?;
     drop(file);
     if sha != args.sha256 {
         let _ = std::fs::remove_file(&part);
         return Err(format!(
             "checksum mismatch: backup {} has sha256 {sha}, the restore expects {}; nothing restored",
-            loc.url(),
+            from.url(),
             args.sha256
         ));
     }
     std::fs::rename(&part, &snapshot).map_err(|e| format!("rename {}: {e}", part.display()))?;
-    Ok(format!("fetched {} ({size} bytes, sha256 {sha})", loc.url()))
+    Ok(format!("fetched {} ({size} bytes, sha256 {sha})", from.url()))
 }
 
 /// `seed-from-member`: the first init container of a quorum-loss recovery's first member. Streams
@@ -193,7 +218,7 @@ pub async fn prepare(args: PrepareArgs) -> Result<String, String> {
 pub async fn seed_from_member(args: SeedArgs) -> Result<String, String> {
     let work = &args.work_dir;
     let snapshot = work.join(SNAPSHOT_FILE);
-    if let Some(kept) = begin(work, &args.data_dir)? {
+    if let Some(kept) = begin(work, &args.data_dir, &args.step_binary)? {
         return Ok(kept);
     }
     let url = args.member_url.as_str();
@@ -293,12 +318,16 @@ mod tests {
         std::fs::remove_dir_all(&root).unwrap();
     }
 
+    /// Init containers that run again on a member with data fetch nothing and copy nothing (they
+    /// used to copy the whole database to feed a restore that was thrown away: twice the disk).
     #[tokio::test]
-    async fn prepare_on_a_member_with_data_offers_its_own_db() {
+    async fn prepare_on_a_member_with_data_fetches_and_copies_nothing() {
         let root = tmp("prepare");
         let (data, work) = (root.join("data"), root.join("restore"));
         std::fs::create_dir_all(data.join("member/snap")).unwrap();
         std::fs::write(data.join("member/snap/db"), b"mine").unwrap();
+        let step = root.join("step-binary");
+        std::fs::write(&step, b"#!step").unwrap();
         let storage = StorageArgs {
             storage_type: "S3".into(),
             bucket: "unreachable".into(),
@@ -307,10 +336,64 @@ mod tests {
             s3_force_path_style: true,
             credentials_dir: root.join("no-creds"),
         };
-        let msg =
-            prepare(PrepareArgs { storage, sha256: "x".into(), data_dir: data, work_dir: work.clone() }).await.unwrap();
+        let args =
+            PrepareArgs { storage, sha256: "x".into(), data_dir: data, work_dir: work.clone(), step_binary: step };
+        let msg = prepare(args).await.unwrap();
         assert!(msg.contains("kept"), "{msg}");
-        assert_eq!(std::fs::read(work.join(SNAPSHOT_FILE)).unwrap(), b"mine");
+        assert!(!work.join(SNAPSHOT_FILE).exists(), "no copy of the database");
+        assert_eq!(std::fs::read(work.join(STEP_BINARY)).unwrap(), b"#!step", "the restore step is in place");
         std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    /// The one-shot protocol, step by step, with a reader after each step: the pair at the key
+    /// or the staged pair is always complete (what the verify pod accepts, or retries on).
+    #[tokio::test]
+    async fn a_one_shot_backup_being_replaced_is_readable_at_every_step() {
+        use object_store::memory::InMemory;
+        use object_store::{ObjectStoreExt, PutPayload};
+        let store = InMemory::new();
+        let loc = location::Location { kind: location::Kind::S3, bucket: "b".into(), key: "dir/k".into() };
+        let put = |key: String, body: Vec<u8>| {
+            let store = &store;
+            async move { store.put(&object_store::path::Path::parse(key).unwrap(), PutPayload::from(body)).await.unwrap() }
+        };
+        let meta = |body: &[u8]| BackupMeta {
+            sha256: hex::encode(sha2::Sha256::digest(body)),
+            size: body.len() as i64,
+            ..Default::default()
+        };
+        let readable = |store: &InMemory| {
+            let loc = loc.clone();
+            let store = store.clone();
+            async move {
+                let staged = loc.with_key(location::staged_key(&loc.key));
+                check_pair(&store, &loc).await.is_ok() || check_pair(&store, &staged).await.is_ok()
+            }
+        };
+        // The previous backup.
+        put(loc.key.clone(), b"old".to_vec()).await;
+        one_shot::write_sidecar(&store, &loc.key, &meta(b"old")).await.unwrap();
+        assert!(check_pair(&store, &loc).await.is_ok());
+        // 1: the new snapshot staged; 2: its sidecar.
+        put(location::staged_key(&loc.key), b"new".to_vec()).await;
+        assert!(readable(&store).await, "after the upload");
+        one_shot::write_sidecar(&store, &location::staged_key(&loc.key), &meta(b"new")).await.unwrap();
+        assert!(readable(&store).await, "after the staged sidecar");
+        // 3: copied over the key, its sidecar not yet written: the key's pair disagrees.
+        store
+            .copy(
+                &object_store::path::Path::parse(location::staged_key(&loc.key)).unwrap(),
+                &object_store::path::Path::parse(loc.key.clone()).unwrap(),
+            )
+            .await
+            .unwrap();
+        assert!(check_pair(&store, &loc).await.unwrap_err().starts_with(REFUSED), "the window");
+        assert!(readable(&store).await, "the staged pair covers the window");
+        // 4 and 5, as a run that recovers them does.
+        let published = one_shot::publish_staged(&store, &loc.key).await.unwrap().unwrap();
+        assert_eq!(published.sha256, meta(b"new").sha256);
+        assert_eq!(check_pair(&store, &loc).await.unwrap().sha256, meta(b"new").sha256);
+        assert!(one_shot::read_sidecar(&store, &location::staged_key(&loc.key)).await.unwrap().is_none());
+        assert_eq!(one_shot::recover(&store, &loc.key).await.unwrap(), None, "nothing left to recover");
     }
 }

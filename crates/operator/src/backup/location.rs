@@ -7,6 +7,9 @@ use serde::{Deserialize, Serialize};
 
 /// Suffix of the sidecar object next to every backup: its sha256, size and origin.
 pub const SIDECAR_SUFFIX: &str = ".meta.json";
+/// Suffix of the key a one-shot backup is written to before it replaces the previous one
+/// (`one_shot`): with its own sidecar, a complete backup while the previous is replaced.
+pub const STAGED_SUFFIX: &str = ".incoming";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
@@ -105,6 +108,9 @@ fn check_key(what: &str, key: &str) -> Result<(), String> {
     if key.ends_with(SIDECAR_SUFFIX) {
         return Err(format!("{what} {key:?} must not end in {SIDECAR_SUFFIX} (the checksum sidecars' suffix)"));
     }
+    if key.ends_with(STAGED_SUFFIX) {
+        return Err(format!("{what} {key:?} must not end in {STAGED_SUFFIX} (the suffix of backups being written)"));
+    }
     Ok(())
 }
 
@@ -119,6 +125,11 @@ pub fn sidecar_key(key: &str) -> String {
     format!("{key}{SIDECAR_SUFFIX}")
 }
 
+/// Where a one-shot backup of `key` is staged.
+pub fn staged_key(key: &str) -> String {
+    format!("{key}{STAGED_SUFFIX}")
+}
+
 /// If `key` is a periodic backup of `base`: its (time, revision), for ordering.
 pub fn parse_periodic(base: &str, key: &str) -> Option<(String, i64)> {
     let rest = key.strip_prefix(base)?.strip_prefix("_v")?;
@@ -130,17 +141,28 @@ pub fn parse_periodic(base: &str, key: &str) -> Option<(String, i64)> {
 }
 
 /// Retention: of the periodic backups of `base` among `keys` (sidecars and other objects are
-/// ignored), the keys to delete so that the `max` newest remain. `max <= 0` keeps everything.
-/// Only called after a backup succeeded. `just_written` is never deleted and counts as the
-/// newest, whatever the time in its name says (a pod on a node whose clock is behind would
-/// otherwise name its new backup "older" than the last one and delete it at once).
-pub fn to_delete(base: &str, keys: &[String], max: i32, just_written: &str) -> Vec<String> {
+/// ignored), the keys to delete so that the `max` newest of `owner`'s remain. `owners` maps a key
+/// to the owner its sidecar names: a backup of another EtcdBackup writing to the same path, or
+/// one whose owner is unknown (no sidecar, or one written before sidecars named owners), is
+/// neither deleted nor counted. `max <= 0` keeps everything. Only called after a backup
+/// succeeded. `just_written` is never deleted and counts as the newest, whatever the time in its
+/// name says (a pod on a node whose clock is behind would otherwise name its new backup "older"
+/// than the last one and delete it at once).
+pub fn to_delete(
+    base: &str,
+    keys: &[String],
+    max: i32,
+    just_written: &str,
+    owner: &str,
+    owners: &std::collections::BTreeMap<String, String>,
+) -> Vec<String> {
     if max <= 0 {
         return Vec::new();
     }
     let mut series: Vec<((String, i64), &String)> = keys
         .iter()
         .filter(|k| k.as_str() != just_written)
+        .filter(|k| !owner.is_empty() && owners.get(k.as_str()).is_some_and(|o| o == owner))
         .filter_map(|k| parse_periodic(base, k).map(|t| (t, k)))
         .collect();
     series.sort_by(|a, b| b.0.cmp(&a.0));
@@ -162,6 +184,10 @@ pub struct BackupMeta {
     pub member: String,
     /// RFC 3339.
     pub time: String,
+    /// UID of the EtcdBackup that wrote it: retention deletes only its own owner's backups
+    /// (two EtcdBackups may write to the same path). Empty in sidecars written before.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub owner: String,
 }
 
 #[cfg(test)]
@@ -229,11 +255,37 @@ mod tests {
         .map(|s| s.to_string())
         .collect();
         let newest = "e_v40_2026-01-04-000000";
-        assert_eq!(to_delete("e", &keys, 2, newest), ["e_v20_2026-01-02-000000", "e_v10_2026-01-01-000000"]);
-        assert_eq!(to_delete("e", &keys, 4, newest), Vec::<String>::new());
-        assert_eq!(to_delete("e", &keys, 0, newest), Vec::<String>::new(), "0 keeps all");
-        assert_eq!(to_delete("e", &keys, 1, newest).len(), 3);
-        assert!(!to_delete("e", &keys, 1, newest).contains(&newest.to_string()));
+        let mine = owned(&keys, "me");
+        assert_eq!(
+            to_delete("e", &keys, 2, newest, "me", &mine),
+            ["e_v20_2026-01-02-000000", "e_v10_2026-01-01-000000"]
+        );
+        assert_eq!(to_delete("e", &keys, 4, newest, "me", &mine), Vec::<String>::new());
+        assert_eq!(to_delete("e", &keys, 0, newest, "me", &mine), Vec::<String>::new(), "0 keeps all");
+        assert_eq!(to_delete("e", &keys, 1, newest, "me", &mine).len(), 3);
+        assert!(!to_delete("e", &keys, 1, newest, "me", &mine).contains(&newest.to_string()));
+    }
+
+    fn owned(keys: &[String], owner: &str) -> std::collections::BTreeMap<String, String> {
+        keys.iter().map(|k| (k.clone(), owner.to_string())).collect()
+    }
+
+    /// Two EtcdBackups writing periodic backups to the same path: each one's retention keeps its
+    /// own `maxBackups` and never deletes the other's (nor a backup whose owner is unknown).
+    #[test]
+    fn retention_deletes_only_its_own_owners_backups() {
+        let keys: Vec<String> = (1..=6).map(|i| format!("e_v{i}_2026-01-0{i}-000000")).collect();
+        let mut owners = std::collections::BTreeMap::new();
+        for (i, k) in keys.iter().enumerate() {
+            // 1, 3, 5 are a's; 2, 4 are b's; 6 has no owner (a sidecar from before owners).
+            if i < 5 {
+                owners.insert(k.clone(), if i % 2 == 0 { "a" } else { "b" }.to_string());
+            }
+        }
+        let a_new = "e_v7_2026-01-07-000000";
+        assert_eq!(to_delete("e", &keys, 2, a_new, "a", &owners), ["e_v3_2026-01-03-000000", "e_v1_2026-01-01-000000"]);
+        assert_eq!(to_delete("e", &keys, 2, a_new, "b", &owners), ["e_v2_2026-01-02-000000"]);
+        assert_eq!(to_delete("e", &keys, 1, a_new, "", &owners), Vec::<String>::new(), "no owner: delete nothing");
     }
 
     #[test]
@@ -243,9 +295,10 @@ mod tests {
             .iter()
             .map(|s| s.to_string())
             .collect();
-        let d = to_delete("e", &keys, 1, "e_v50_2026-01-01-000000");
+        let mine = owned(&keys, "me");
+        let d = to_delete("e", &keys, 1, "e_v50_2026-01-01-000000", "me", &mine);
         assert_eq!(d, ["e_v40_2026-01-02-000000", "e_v30_2026-01-01-120000"]);
-        let d = to_delete("e", &keys, 2, "e_v50_2026-01-01-000000");
+        let d = to_delete("e", &keys, 2, "e_v50_2026-01-01-000000", "me", &mine);
         assert_eq!(d, ["e_v30_2026-01-01-120000"]);
     }
 }

@@ -1,20 +1,34 @@
 //! Backups and restores. The operator process only plans and records: every byte of backup
 //! data moves in pods it creates (the operator's own image), which also are the only places
-//! credentials are mounted. See ARCHITECTURE.md.
+//! credentials are mounted. Same shape as the EtcdCluster wing: observe → pure plan → act.
+//! See ARCHITECTURE.md.
 //!
-//! - [`location`]: where a backup lives, periodic names, retention (pure).
-//! - [`store`]: a location as an `object_store`, credentials from the mounted Secret.
-//! - [`save`]: `backup-save`, run by backup pods.
-//! - [`fetch`]: `backup-verify`, `restore-prepare`, `restore-finish`, run by restore pods.
-//! - [`pods`]: builders of those pods and init containers (pure).
-//! - [`verify_policy`]: when a failed verify pod is retried and with how much time (pure).
-//! - [`controller`]: the EtcdBackup controller; [`restore`]: the EtcdRestore controller.
+//! Pure:
+//! - [`contract`]: what passes between the operator and its pods (labels, paths, flags, reports).
+//! - [`location`]: where a backup lives, periodic names, retention.
+//! - [`backup_planner`] / [`restore_planner`]: the decisions of the two controllers.
+//! - [`verify_policy`]: when a failed verify pod is retried and with how much time.
+//! - [`job_pods`]: what a job pod in the cache says.
+//! - [`pods`], [`restore_init`]: builders of job pods and of a restored member's init containers.
+//!
+//! I/O:
+//! - [`jobs`]: shared plumbing and the one controller runner; [`backup_controller`] and
+//!   [`restore_controller`]: observe and execute.
+//! - Pod commands: [`save`] (`backup-save`, with [`one_shot`]), [`fetch`] (`backup-verify`,
+//!   `restore-prepare`, `restore-finish`, `seed-from-member`); [`store`] opens a location.
 
-pub mod controller;
+pub mod backup_controller;
+pub mod backup_planner;
+pub mod contract;
 pub mod fetch;
+pub mod job_pods;
+pub mod jobs;
 pub mod location;
+pub mod one_shot;
 pub mod pods;
-pub mod restore;
+pub mod restore_controller;
+pub mod restore_init;
+pub mod restore_planner;
 pub mod save;
 pub mod store;
 pub mod verify_policy;

@@ -1,31 +1,21 @@
-//! Pure builders of the pods that move backup data: the backup pod (`backup-save`), the restore
-//! verify pod (`backup-verify`), and the init containers that restore a member from a backup.
-//! All run the operator's own image; the restore step itself runs the member's etcd image.
+//! Pure builders of the pods that move backup data: the backup pod (`backup-save`) and the
+//! restore verify pod (`backup-verify`), both the operator's own image, and the volumes that give
+//! a pod (or a restored member's init containers, `restore_init`) access to a backup location.
 
 use std::collections::BTreeMap;
 
 use etcd_operator_api::backup::BackupSource;
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, EnvVar, PersistentVolumeClaimVolumeSource, Pod, PodSecurityContext, PodSpec,
-    ResourceRequirements, SecretVolumeSource, SecurityContext, Volume, VolumeMount,
+    Capabilities, Container, PersistentVolumeClaimVolumeSource, Pod, PodSecurityContext, PodSpec, ResourceRequirements,
+    SecretVolumeSource, SecurityContext, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
-use super::fetch::{RESTORED_DIR, SNAPSHOT_FILE};
+pub use super::contract::{BACKUP_LABEL, BACKUP_OF_LABEL, RESTORE_LABEL};
+use super::contract::{CREDENTIALS_MOUNT, PVC_MOUNT, StorageArgs};
 use super::location::{Kind, Location};
-use super::store::{CREDENTIALS_MOUNT, PVC_MOUNT};
-use crate::version::Version;
 
-/// Label on backup pods: the EtcdBackup they belong to.
-pub const BACKUP_LABEL: &str = "etcd_backup";
-/// Label on verify pods: the EtcdRestore they belong to.
-pub const RESTORE_LABEL: &str = "etcd_restore";
-/// Backup pod label: the EtcdCluster it backs up (when the EtcdBackup names one), so that
-/// maintenance of that cluster can wait for it.
-pub const BACKUP_OF_LABEL: &str = "etcd_backup_of";
-/// Scratch directory of a member restore, on the member's data volume.
-pub const RESTORE_WORK_DIR: &str = "/var/etcd/restore";
 const NONROOT: i64 = 65532;
 
 /// The Secret holding credentials for `kind`, if the spec names one.
@@ -41,20 +31,7 @@ pub fn credentials_secret(kind: Kind, source: &BackupSource) -> Option<String> {
 
 /// `--storage-type … --bucket … --key …` for the pod commands.
 pub fn storage_args(loc: &Location, source: &BackupSource) -> Vec<String> {
-    let mut a = vec![
-        format!("--storage-type={}", loc.kind.as_str()),
-        format!("--bucket={}", loc.bucket),
-        format!("--key={}", loc.key),
-    ];
-    if let (Kind::S3, Some(s3)) = (loc.kind, source.s3.as_ref()) {
-        if !s3.endpoint.is_empty() {
-            a.push(format!("--s3-endpoint={}", s3.endpoint));
-        }
-        if s3.force_path_style {
-            a.push("--s3-force-path-style".into());
-        }
-    }
-    a
+    StorageArgs::of(loc, source).to_args()
 }
 
 /// Volumes and mounts that give a pod access to `loc`: the credentials Secret, or the claim.
@@ -106,7 +83,7 @@ pub fn storage_volumes(
     (volumes, mounts)
 }
 
-fn locked_down(user: Option<i64>) -> SecurityContext {
+pub(super) fn locked_down(user: Option<i64>) -> SecurityContext {
     SecurityContext {
         run_as_user: user,
         run_as_non_root: user.map(|u| u != 0),
@@ -181,6 +158,7 @@ pub fn job_pod(j: JobPod) -> Pod {
                 termination_message_policy: Some("FallbackToLogsOnError".into()),
                 security_context: Some(locked_down(Some(user))),
                 resources: Some(job_resources()),
+                env: Some(crate::failpoints::pod_env()).filter(|e| !e.is_empty()),
                 ..Default::default()
             }],
             volumes: (!volumes.is_empty()).then_some(volumes),
@@ -190,19 +168,6 @@ pub fn job_pod(j: JobPod) -> Pod {
     }
 }
 
-/// The etcd flags a restore repeats from the member's command line: its name, the initial
-/// cluster and token, and its peer URL.
-fn restore_flags(etcd_command: &[String]) -> Vec<String> {
-    const KEEP: [&str; 4] =
-        ["--name=", "--initial-cluster=", "--initial-cluster-token=", "--initial-advertise-peer-urls="];
-    etcd_command.iter().filter(|a| KEEP.iter().any(|k| a.starts_with(k))).cloned().collect()
-}
-
-/// Init containers (and the volumes they add) that restore a bootstrap member from a verified
-/// backup before etcd starts: fetch and check the sha256 (operator image), `snapshot restore`
-/// (the member's etcd image: `etcdutl` from 3.5, `etcdctl` before), move the result into
-/// place (operator image). They run as the etcd container's user (root unless the pod's
-/// security context says otherwise) so that etcd owns its files.
 /// The name of an EtcdBackup or EtcdRestore becomes the label value that finds its pods, and a
 /// label value holds at most 63 characters: a longer name is refused up front (it used to fail
 /// pod creation with no status and no Event).
@@ -214,98 +179,6 @@ pub fn check_job_owner_name(name: &str) -> Result<(), String> {
         ));
     }
     Ok(())
-}
-
-/// Where a restored member's snapshot comes from.
-#[derive(Clone, Copy, Debug)]
-pub enum SnapshotSource<'a> {
-    /// A verified backup, checked again against its sha256.
-    Backup { loc: &'a Location, source: &'a BackupSource, sha256: &'a str },
-    /// A live member of another (broken) cluster, streamed over its client URL and checked
-    /// against etcd's own integrity hash (quorum-loss recovery).
-    Member { client_url: &'a str, cluster_id: u64, member_id: u64 },
-}
-
-#[allow(clippy::too_many_arguments)]
-pub fn restore_init_containers(
-    from: SnapshotSource<'_>,
-    init_image: &str,
-    etcd_image: &str,
-    version: &Version,
-    etcd_command: &[String],
-    data_mount: &VolumeMount,
-    data_dir: &str,
-    pod_security: Option<&PodSecurityContext>,
-) -> (Vec<Container>, Vec<Volume>) {
-    let user = if pod_security.and_then(|s| s.run_as_user).is_some() { None } else { Some(0) };
-    let snapshot = format!("{RESTORE_WORK_DIR}/{SNAPSHOT_FILE}");
-    let (volumes, mounts, mut prepare) = match from {
-        SnapshotSource::Backup { loc, source, sha256 } => {
-            let (volumes, mut mounts) = storage_volumes(loc, source, true, true);
-            mounts.insert(0, data_mount.clone());
-            let mut prepare = vec![crate::OPERATOR_NAME.to_string(), "restore-prepare".into()];
-            prepare.extend(storage_args(loc, source));
-            prepare.push(format!("--sha256={sha256}"));
-            (volumes, mounts, prepare)
-        }
-        SnapshotSource::Member { client_url, cluster_id, member_id } => (
-            vec![],
-            vec![data_mount.clone()],
-            vec![
-                crate::OPERATOR_NAME.to_string(),
-                "seed-from-member".into(),
-                format!("--member-url={client_url}"),
-                format!("--cluster-id={cluster_id:x}"),
-                format!("--member-id={member_id:x}"),
-            ],
-        ),
-    };
-    prepare.extend([format!("--data-dir={data_dir}"), format!("--work-dir={RESTORE_WORK_DIR}")]);
-    let (tool, env) = if version.minor_line() >= (3, 5) {
-        ("/usr/local/bin/etcdutl", None)
-    } else {
-        (
-            "/usr/local/bin/etcdctl",
-            Some(vec![EnvVar { name: "ETCDCTL_API".into(), value: Some("3".into()), ..Default::default() }]),
-        )
-    };
-    let mut restore = vec![
-        tool.to_string(),
-        "snapshot".into(),
-        "restore".into(),
-        snapshot,
-        // The sha256 of the whole backup was checked by restore-prepare; a database copied
-        // from the member itself (init containers running again) carries no etcd hash.
-        "--skip-hash-check".into(),
-        format!("--data-dir={RESTORE_WORK_DIR}/{RESTORED_DIR}"),
-    ];
-    restore.extend(restore_flags(etcd_command));
-    let finish = vec![
-        crate::OPERATOR_NAME.to_string(),
-        "restore-finish".into(),
-        format!("--data-dir={data_dir}"),
-        format!("--work-dir={RESTORE_WORK_DIR}"),
-    ];
-    let container = |name: &str, image: &str, command: Vec<String>, mounts: Vec<VolumeMount>| Container {
-        name: name.into(),
-        image: Some(image.into()),
-        image_pull_policy: Some("IfNotPresent".into()),
-        command: Some(command),
-        volume_mounts: Some(mounts),
-        termination_message_policy: Some("FallbackToLogsOnError".into()),
-        security_context: Some(locked_down(user)),
-        ..Default::default()
-    };
-    let mut etcd_restore = container("restore-snapshot", etcd_image, restore, vec![data_mount.clone()]);
-    etcd_restore.env = env;
-    (
-        vec![
-            container("restore-fetch", init_image, prepare, mounts),
-            etcd_restore,
-            container("restore-finish", init_image, finish, vec![data_mount.clone()]),
-        ],
-        volumes,
-    )
 }
 
 #[cfg(test)]
@@ -324,10 +197,6 @@ mod tests {
             ..Default::default()
         };
         (Location::of("S3", &source).unwrap(), source)
-    }
-
-    fn data_mount() -> VolumeMount {
-        VolumeMount { name: "etcd-data".into(), mount_path: "/var/etcd".into(), ..Default::default() }
     }
 
     #[test]
@@ -378,67 +247,6 @@ mod tests {
         assert!(check_job_owner_name(&"r".repeat(63)).is_ok());
         let e = check_job_owner_name(&"r".repeat(64)).unwrap_err();
         assert!(e.contains("64 characters") && e.contains("at most 63"), "{e}");
-    }
-
-    #[test]
-    fn restore_runs_fetch_then_the_etcd_tool_then_finish_with_the_members_flags() {
-        let (loc, source) = s3();
-        let cmd: Vec<String> = [
-            "/usr/local/bin/etcd",
-            "--name=ex-a",
-            "--data-dir=/var/etcd/data",
-            "--initial-cluster=ex-a=http://ex-a.ex.ns.svc:2380",
-            "--initial-cluster-state=new",
-            "--initial-cluster-token=uid",
-            "--initial-advertise-peer-urls=http://ex-a.ex.ns.svc:2380",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-        let v35 = Version::parse("3.5.1").unwrap();
-        let (c, vols) = restore_init_containers(
-            SnapshotSource::Backup { loc: &loc, source: &source, sha256: "abc" },
-            "op:1",
-            "etcd:v3.5.1",
-            &v35,
-            &cmd,
-            &data_mount(),
-            "/var/etcd/data",
-            None,
-        );
-        let names: Vec<&str> = c.iter().map(|c| c.name.as_str()).collect();
-        assert_eq!(names, ["restore-fetch", "restore-snapshot", "restore-finish"]);
-        let fetch = c[0].command.as_ref().unwrap();
-        assert!(fetch.contains(&"--sha256=abc".to_string()));
-        let restore = c[1].command.as_ref().unwrap();
-        assert_eq!(restore[0], "/usr/local/bin/etcdutl");
-        assert!(restore.contains(&"--name=ex-a".to_string()));
-        assert!(restore.contains(&"--initial-cluster-token=uid".to_string()));
-        assert!(!restore.iter().any(|a| a.starts_with("--initial-cluster-state")), "{restore:?}");
-        assert_eq!(c[1].image.as_deref(), Some("etcd:v3.5.1"));
-        assert_eq!(vols.len(), 1, "the credentials Secret");
-        assert_eq!(
-            vols[0].secret.as_ref().unwrap().optional,
-            Some(true),
-            "a member must start again without the Secret once restored"
-        );
-        assert_eq!(c[0].security_context.as_ref().unwrap().run_as_user, Some(0), "etcd's user: root");
-
-        let v34 = Version::parse("3.4.23").unwrap();
-        let sc = PodSecurityContext { run_as_user: Some(1000), ..Default::default() };
-        let (c, _) = restore_init_containers(
-            SnapshotSource::Backup { loc: &loc, source: &source, sha256: "abc" },
-            "op:1",
-            "etcd:v3.4.23",
-            &v34,
-            &cmd,
-            &data_mount(),
-            "/var/etcd/data",
-            Some(&sc),
-        );
-        assert_eq!(c[1].command.as_ref().unwrap()[0], "/usr/local/bin/etcdctl");
-        assert_eq!(c[1].env.as_ref().unwrap()[0].value.as_deref(), Some("3"));
-        assert_eq!(c[0].security_context.as_ref().unwrap().run_as_user, None, "the pod's user applies");
     }
 
     #[test]

@@ -4,48 +4,17 @@
 //! the stream, writes the checksum sidecar, and only then applies retention. The result goes to
 //! the pod's termination message for the operator to read.
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use etcd_client::{Client, ConnectOptions};
 use futures::StreamExt;
-use object_store::{ObjectStoreExt, PutPayload, WriteMultipart};
-use serde::{Deserialize, Serialize};
+use object_store::{ObjectStoreExt, WriteMultipart};
 use sha2::{Digest, Sha256};
 
-use super::location::{self, BackupMeta, Kind, Location};
-use super::store::{self, S3Options};
-
-/// Where a storage location comes from on the command line (shared by every pod command).
-#[derive(clap::Args, Debug, Clone)]
-pub struct StorageArgs {
-    /// S3, ABS, GCS or PVC.
-    #[arg(long)]
-    pub storage_type: String,
-    /// Bucket (S3, GCS), container (ABS) or claim (PVC).
-    #[arg(long)]
-    pub bucket: String,
-    /// Object key, or file path inside the volume.
-    #[arg(long)]
-    pub key: String,
-    #[arg(long, default_value = "")]
-    pub s3_endpoint: String,
-    #[arg(long)]
-    pub s3_force_path_style: bool,
-    /// Directory of the mounted credentials Secret.
-    #[arg(long, default_value = store::CREDENTIALS_MOUNT)]
-    pub credentials_dir: PathBuf,
-}
-
-impl StorageArgs {
-    pub fn location(&self) -> Result<Location, String> {
-        Ok(Location { kind: Kind::parse(&self.storage_type)?, bucket: self.bucket.clone(), key: self.key.clone() })
-    }
-
-    pub fn s3(&self) -> S3Options {
-        S3Options { endpoint: self.s3_endpoint.clone(), force_path_style: self.s3_force_path_style }
-    }
-}
+use super::contract::{HISTORY_LIMIT, SaveReport, StorageArgs};
+use super::location::{self, BackupMeta};
+use super::one_shot;
+use super::store;
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct SaveArgs {
@@ -63,66 +32,18 @@ pub struct SaveArgs {
     /// Give up after this long.
     #[arg(long, default_value_t = 60)]
     pub timeout_secs: u64,
+    /// UID of the EtcdBackup: recorded in the sidecar; retention deletes only backups whose
+    /// sidecar names it.
+    #[arg(long, default_value = "")]
+    pub owner_uid: String,
 }
 
-/// What a successful backup pod reports.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct SaveReport {
-    pub backup: BackupMeta,
-    /// Seconds spent streaming the snapshot (for throughput).
-    pub transfer_seconds: f64,
-    /// Backups deleted by retention.
-    pub deleted: Vec<String>,
-    /// What went wrong after the backup was complete (retention), for the Event.
-    #[serde(default)]
-    pub warnings: Vec<String>,
-    /// The newest kept backups of the series (at most [`HISTORY_LIMIT`]), newest first.
-    pub kept: Vec<BackupMeta>,
-}
-
-/// History entries in a report: the termination message holds at most 4 KiB.
-pub const HISTORY_LIMIT: usize = 8;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Size of one multipart part. Larger parts mean fewer requests (S3 allows 10,000 parts, so
 /// 16 MiB parts reach 156 GiB, far beyond etcd's 8 GiB database limit).
 const PART_SIZE: usize = 16 << 20;
 /// Parts in flight: memory is bounded by about this many parts (64 MiB).
 const UPLOAD_CONCURRENCY: usize = 4;
-
-/// What the kubelet keeps of a termination message.
-pub const TERMINATION_MESSAGE_LIMIT: usize = 4096;
-
-/// The report as JSON that fits in a termination message: history entries are dropped from
-/// the oldest, then the lists of deleted paths and warnings are cut to a few entries and a
-/// count, then long entries are shortened, so that the result of a good backup is never lost to
-/// a cut-off (unreadable) report.
-pub fn report_json(mut r: SaveReport) -> String {
-    const BUDGET: usize = TERMINATION_MESSAGE_LIMIT - 96;
-    let len = |r: &SaveReport| serde_json::to_string(r).map(|j| j.len()).unwrap_or(usize::MAX);
-    while len(&r) > BUDGET && r.kept.len() > 1 {
-        r.kept.pop();
-    }
-    if len(&r) > BUDGET {
-        for list in [&mut r.deleted, &mut r.warnings] {
-            if list.len() > 3 {
-                let rest = list.len() - 3;
-                list.truncate(3);
-                list.push(format!("... and {rest} more"));
-            }
-        }
-    }
-    if len(&r) > BUDGET {
-        for entry in r.deleted.iter_mut().chain(r.warnings.iter_mut()) {
-            if entry.len() > 200 {
-                let cut = (0..=200).rev().find(|i| entry.is_char_boundary(*i)).unwrap_or(0);
-                entry.truncate(cut);
-                entry.push_str("...");
-            }
-        }
-    }
-    serde_json::to_string(&r).unwrap_or_default()
-}
 
 pub async fn run(args: SaveArgs) -> Result<SaveReport, String> {
     let timeout = Duration::from_secs(args.timeout_secs.max(1));
@@ -166,11 +87,20 @@ async fn pick_member(endpoints: &[String]) -> Result<(String, String, i64, Strin
 async fn save(args: &SaveArgs) -> Result<SaveReport, String> {
     let base = args.storage.location()?;
     let (store, _) = store::open(&base, &args.storage.credentials_dir, &args.storage.s3())?;
+    let mut warnings = Vec::new();
+    if !args.periodic {
+        // Before anything is overwritten: a run that died half-way through publishing.
+        if let Some(note) = one_shot::recover(&*store, &base.key).await? {
+            warnings.push(note);
+        }
+    }
     let (member, url, revision, version) = pick_member(&args.endpoints).await?;
     let now = chrono::Utc::now();
     let key = if args.periodic { location::periodic_key(&base.key, revision, now) } else { base.key.clone() };
     let loc = base.with_key(key.clone());
-    let path = object_store::path::Path::parse(&key).map_err(|e| format!("object key {key:?}: {e}"))?;
+    // A one-shot backup is written next to the previous one, which it replaces once complete.
+    let written = if args.periodic { key.clone() } else { location::staged_key(&key) };
+    let path = object_store::path::Path::parse(&written).map_err(|e| format!("object key {written:?}: {e}"))?;
     eprintln!("snapshot of member {member} ({url}, revision {revision}, etcd {version}) to {}", loc.url());
 
     let mut client = Client::connect([url.as_str()], Some(ConnectOptions::new().with_connect_timeout(CONNECT_TIMEOUT)))
@@ -201,6 +131,7 @@ async fn save(args: &SaveArgs) -> Result<SaveReport, String> {
     }
     writer.finish().await.map_err(|e| format!("complete upload to {}: {}", loc.url(), store::why(&e)))?;
     let transfer_seconds = started.elapsed().as_secs_f64();
+    one_shot::pause_if_armed().await;
 
     let meta = BackupMeta {
         path: loc.url(),
@@ -210,77 +141,88 @@ async fn save(args: &SaveArgs) -> Result<SaveReport, String> {
         etcd_revision: revision,
         member,
         time: now.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        owner: args.owner_uid.clone(),
     };
-    let sidecar = object_store::path::Path::parse(location::sidecar_key(&key)).map_err(|e| e.to_string())?;
-    let body = serde_json::to_vec_pretty(&meta).map_err(|e| e.to_string())?;
-    // A few tries: the object is written, and without its sidecar no restore accepts it. On
-    // failure the object is left in place, not deleted: a one-shot backup has just overwritten
-    // the previous one, so deleting it would leave nothing (a restore refuses it anyway, as its
-    // sha256 does not match the old sidecar; a person can still recover it by hand).
-    let mut sidecar_err = None;
-    for attempt in 0..3u64 {
-        match store.put(&sidecar, PutPayload::from(body.clone())).await {
-            Ok(_) => {
-                sidecar_err = None;
-                break;
-            }
-            Err(e) => sidecar_err = Some(store::why(&e)),
-        }
-        tokio::time::sleep(Duration::from_secs(1 << attempt)).await;
-    }
-    if let Some(e) = sidecar_err {
-        return Err(format!(
-            "write checksum sidecar {}: {e}; the backup object {} is left in place but no restore will accept it without its sidecar",
-            location::sidecar_key(&key),
-            loc.url()
-        ));
+    // Without its sidecar no restore accepts the object. A periodic object without one is left
+    // in place (a person can still recover it by hand); a staged one-shot object too, and the
+    // previous backup at the key is untouched.
+    one_shot::write_sidecar(&*store, &written, &meta).await.map_err(|e| {
+        format!("{e}; the backup object {written} is left in place but no restore will accept it without its sidecar")
+    })?;
+    one_shot::pause_if_armed().await;
+    if !args.periodic {
+        one_shot::publish_staged(&*store, &key).await.map_err(|e| {
+            format!(
+                "{e}; the complete backup is at {} (with its sidecar), the previous one at {} is kept",
+                location::staged_key(&key),
+                loc.url()
+            )
+        })?;
     }
 
-    let mut report = SaveReport { backup: meta.clone(), transfer_seconds, ..Default::default() };
+    let mut report = SaveReport { backup: meta.clone(), transfer_seconds, warnings, ..Default::default() };
     if args.periodic {
-        // Retention runs only now, after a complete backup and its sidecar exist. Listing or
-        // deleting may fail (a write-only credential, a transient error): the backup itself
-        // succeeded, so that is a warning in the report, never a failed backup.
-        match list_series(&*store, &base.key).await {
-            Err(e) => report.warnings.push(format!("retention skipped: {e}")),
-            Ok(keys) => {
-                for old in location::to_delete(&base.key, &keys, args.max_backups, &key) {
-                    let mut ok = true;
-                    for k in [old.clone(), location::sidecar_key(&old)] {
-                        if let Ok(p) = object_store::path::Path::parse(&k) {
-                            if let Err(e) = store.delete(&p).await {
-                                ok = false;
-                                report.warnings.push(format!("retention could not delete {k}: {}", store::why(&e)));
-                            }
-                        }
-                    }
-                    if ok {
-                        report.deleted.push(base.with_key(old).url());
-                    }
-                }
-            }
-        }
-        let mut kept: Vec<String> = list_series(&*store, &base.key)
-            .await
-            .unwrap_or_else(|_| vec![key.clone()])
-            .into_iter()
-            .filter(|k| location::parse_periodic(&base.key, k).is_some())
-            .collect();
-        kept.sort_by_key(|k| std::cmp::Reverse(location::parse_periodic(&base.key, k)));
-        // The backup just written first, whatever its name's time says.
-        kept.retain(|k| *k != key);
-        kept.insert(0, key.clone());
-        for k in kept.into_iter().take(HISTORY_LIMIT) {
-            if k == key {
-                report.kept.push(meta.clone());
-            } else if let Some(m) = read_sidecar(&*store, &k).await {
-                report.kept.push(m);
-            }
-        }
+        retention(&*store, args, &base, &key, &meta, &mut report).await;
     } else {
         report.kept.push(meta);
     }
     Ok(report)
+}
+
+/// Retention and the history of kept backups, after a complete periodic backup and its sidecar
+/// exist. Only backups whose sidecar names this EtcdBackup count. Listing or deleting may fail
+/// (a write-only credential, a transient error): the backup itself succeeded, so that is a
+/// warning in the report, never a failed backup.
+async fn retention(
+    store: &dyn object_store::ObjectStore,
+    args: &SaveArgs,
+    loc: &location::Location,
+    key: &str,
+    meta: &BackupMeta,
+    report: &mut SaveReport,
+) {
+    let base = loc.key.as_str();
+    let series = match list_series(store, base).await {
+        Err(e) => {
+            report.warnings.push(format!("retention skipped: {e}"));
+            vec![key.to_string()]
+        }
+        Ok(keys) => keys.into_iter().filter(|k| location::parse_periodic(base, k).is_some()).collect(),
+    };
+    let mut sidecars = std::collections::BTreeMap::new();
+    for k in series.iter().filter(|k| k.as_str() != key) {
+        if let Ok(Some(m)) = one_shot::read_sidecar(store, k).await {
+            sidecars.insert(k.clone(), m);
+        }
+    }
+    let owners = sidecars.iter().map(|(k, m)| (k.clone(), m.owner.clone())).collect();
+    let deleted = location::to_delete(base, &series, args.max_backups, key, &args.owner_uid, &owners);
+    for old in &deleted {
+        let mut ok = true;
+        for k in [old.clone(), location::sidecar_key(old)] {
+            if let Ok(p) = object_store::path::Path::parse(&k)
+                && let Err(e) = store.delete(&p).await
+            {
+                ok = false;
+                report.warnings.push(format!("retention could not delete {k}: {}", store::why(&e)));
+            }
+        }
+        if ok {
+            report.deleted.push(loc.with_key(old.clone()).url());
+        }
+    }
+    // The history: this owner's kept backups, the one just written first whatever its name's
+    // time says.
+    let mut kept: Vec<&String> = series
+        .iter()
+        .filter(|k| k.as_str() != key && !deleted.contains(k))
+        .filter(|k| sidecars.get(k.as_str()).is_some_and(|m| !args.owner_uid.is_empty() && m.owner == args.owner_uid))
+        .collect();
+    kept.sort_by_key(|k| std::cmp::Reverse(location::parse_periodic(base, k)));
+    report.kept.push(meta.clone());
+    for k in kept.into_iter().take(HISTORY_LIMIT - 1) {
+        report.kept.push(sidecars[k.as_str()].clone());
+    }
 }
 
 /// Keys next to `base` (same directory) that start with its file name.
@@ -297,12 +239,6 @@ async fn list_series(store: &dyn object_store::ObjectStore, base: &str) -> Resul
         }
     }
     Ok(out)
-}
-
-pub async fn read_sidecar(store: &dyn object_store::ObjectStore, key: &str) -> Option<BackupMeta> {
-    let p = object_store::path::Path::parse(location::sidecar_key(key)).ok()?;
-    let bytes = store.get(&p).await.ok()?.bytes().await.ok()?;
-    serde_json::from_slice(&bytes).ok()
 }
 
 /// sha256 of the whole stream, and of everything but its last 32 bytes: etcd appends the
@@ -358,29 +294,6 @@ impl StreamHashes {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_long_report_is_shortened_to_fit_a_termination_message() {
-        let meta =
-            BackupMeta { path: format!("s3://b/{}", "k".repeat(300)), sha256: "a".repeat(64), ..Default::default() };
-        let r = SaveReport {
-            backup: meta.clone(),
-            transfer_seconds: 1.0,
-            deleted: (0..40).map(|i| format!("s3://b/{}-{i}", "old".repeat(80))).collect(),
-            warnings: vec!["w".repeat(5000)],
-            kept: vec![meta; HISTORY_LIMIT],
-        };
-        let j = report_json(r.clone());
-        assert!(j.len() < TERMINATION_MESSAGE_LIMIT, "{} bytes", j.len());
-        let back: SaveReport = serde_json::from_str(&j).unwrap();
-        assert_eq!(back.backup, r.backup, "the backup itself is always reported whole");
-        assert_eq!(back.kept.len(), 1);
-        assert_eq!(back.deleted.len(), 4);
-        assert_eq!(back.deleted[3], "... and 37 more");
-        // A short report is left alone.
-        let small = SaveReport { backup: r.backup.clone(), ..Default::default() };
-        assert_eq!(serde_json::from_str::<SaveReport>(&report_json(small.clone())).unwrap(), small);
-    }
 
     #[test]
     fn etcd_integrity_hash_is_checked_across_chunk_boundaries() {

@@ -25,10 +25,7 @@ use object_store::path::Path;
 
 use super::location::{Kind, Location};
 
-/// Where backup and restore pods mount the credentials Secret.
-pub const CREDENTIALS_MOUNT: &str = "/etc/etcd-operator/backup-credentials";
-/// Where backup and restore pods mount a PVC destination.
-pub const PVC_MOUNT: &str = "/backup";
+pub use super::contract::{CREDENTIALS_MOUNT, PVC_MOUNT};
 
 /// S3 options that are spec fields rather than Secret keys.
 #[derive(Clone, Debug, Default)]

@@ -12,8 +12,7 @@ pub const VERIFY_ATTEMPTS: u32 = 5;
 pub const FIRST_DEADLINE_SECS: i64 = 600;
 /// Pause after the first failed attempt; doubled per attempt.
 pub const FIRST_PAUSE_SECS: i64 = 10;
-/// What the verify command puts before a failure no retry can change.
-pub const REFUSED: &str = "refused: ";
+pub use super::contract::REFUSED;
 
 /// Name of attempt `n` (0: the name verify pods always had).
 pub fn pod_name(restore: &str, generation: i64, attempt: u32) -> String {

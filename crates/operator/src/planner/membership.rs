@@ -87,7 +87,13 @@ fn forming(o: &Observed, d: &Desired) -> Step {
 }
 
 fn bootstrap(o: &Observed, d: &Desired) -> Step {
-    let names: Vec<String> = (0..d.size)
+    // A restore from a PVC starts one member: every restored member mounts the backup's claim,
+    // and a ReadWriteOnce claim attaches to one node only (several members on several nodes
+    // would wait on Multi-Attach forever). The others then join as learners and get the data
+    // from the first, as in any scale-up.
+    let from_claim = d.restore.as_ref().is_some_and(|r| r.location.kind == crate::backup::location::Kind::Pvc);
+    let size = if from_claim { 1 } else { d.size };
+    let names: Vec<String> = (0..size)
         .map(|i| naming::member_name(&o.name, &format!("{}{}", &o.new_member_suffix[..naming::SUFFIX_LEN - 1], i)))
         .collect();
     let initial: Vec<_> = names.iter().map(|n| peer_of(o, d, n)).collect();

@@ -1,0 +1,127 @@
+//! The EtcdBackup controller (I/O): observe the object (fresh from the API) and its pods (from the
+//! cache) into a [`BackupObserved`], let `backup_planner` decide, then execute: write status,
+//! start the backup pod, publish Events, delete finished pods — in that order, so a result is in
+//! status before its pod goes.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use etcd_operator_api::backup::{EtcdBackup, EtcdBackupSpec, EtcdBackupStatus};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{ApiResource, DynamicObject};
+use kube::runtime::controller::Action;
+use kube::{Resource, ResourceExt};
+
+use super::backup_planner::{self, BackupObserved, BackupStep, BackupTarget, POD_START_SLACK_SECS};
+use super::contract::{BACKUP_LABEL, BACKUP_OF_LABEL, SaveReport};
+use super::jobs::{self, Error, JobContext, Options};
+use super::pods::{self, JobPod};
+
+fn backup_ar() -> ApiResource {
+    ApiResource::erase::<EtcdBackup>(&())
+}
+
+async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<JobContext>) -> Result<Action, Error> {
+    if !ctx.scope.manages(obj.as_ref()) || obj.metadata.deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
+    let ar = backup_ar();
+    let Some(obj) = jobs::fresh(&ctx, &obj, &ar).await? else { return Ok(Action::await_change()) };
+    if obj.metadata.deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
+    let started = std::time::Instant::now();
+    let ns = obj.namespace().unwrap_or_default();
+    let o = BackupObserved {
+        name: obj.name_any(),
+        namespace: ns.clone(),
+        generation: obj.metadata.generation.unwrap_or_default(),
+        spec: jobs::spec_of::<EtcdBackupSpec>(&obj),
+        status: jobs::status_of::<EtcdBackupStatus>(&obj),
+        pods: jobs::job_pods(&ctx, BACKUP_LABEL, &obj)
+            .iter()
+            .map(|p| super::job_pods::observe::<SaveReport>(p))
+            .collect(),
+        now: chrono::Utc::now(),
+    };
+    let mut plan = backup_planner::plan(&o);
+    if let BackupStep::StartBackup { pod, target } = &plan.step {
+        let (pod, target) = (pod.clone(), target.clone());
+        if let Err(e) = jobs::create_pod(&ctx, &backup_pod(&obj, &target, &ctx.init_image, &pod)?).await {
+            backup_planner::start_failed(&mut plan, &pod, e.to_string());
+        }
+    }
+    // From status, not only from a result just recorded: after an operator restart the series
+    // come back at the first reconcile.
+    if let Some(target) = o.spec.as_ref().ok().and_then(|s| backup_planner::check_spec(s, &ns).ok()) {
+        {
+            let last_success = plan
+                .status
+                .last_success_date
+                .as_deref()
+                .and_then(|s| chrono::DateTime::parse_from_rfc3339(s).ok())
+                .map(|t| t.timestamp());
+            ctx.metrics.observe_backup(&ns, &o.name, last_success, target.interval);
+        }
+    }
+    if plan.status != o.status {
+        jobs::patch_status(&ctx, &obj, &ar, &plan.status).await?;
+    }
+    for (type_, reason, note) in &plan.events {
+        jobs::publish(&ctx, &obj, &ar, *type_, reason, note.clone()).await;
+    }
+    // Only once the result is in status: a pod deleted before that would lose it.
+    for pod in &plan.delete_pods {
+        jobs::delete_pod(&ctx, &ns, pod).await;
+    }
+    ctx.metrics.reconciled("etcdbackup", started.elapsed(), false);
+    Ok(plan.requeue.map(Action::requeue).unwrap_or_else(Action::await_change))
+}
+
+/// The backup pod for `target`, owned by the EtcdBackup.
+fn backup_pod(obj: &DynamicObject, target: &BackupTarget, image: &str, name: &str) -> Result<Pod, Error> {
+    let backup: EtcdBackup = serde_json::from_value(serde_json::to_value(obj)?)?;
+    let owner = backup.controller_owner_ref(&()).expect("EtcdBackup from the API has a name and uid");
+    let mut command = vec![crate::OPERATOR_NAME.to_string(), "backup-save".into()];
+    command.extend(pods::storage_args(&target.location, &backup.spec.source));
+    command.push(format!("--endpoints={}", target.endpoints.join(",")));
+    command.push(format!("--timeout-secs={}", target.timeout_secs));
+    command.push(format!("--owner-uid={}", owner.uid));
+    if target.interval.is_some() {
+        command.push("--periodic".into());
+        command.push(format!("--max-backups={}", target.max_backups));
+    }
+    let mut labels = BTreeMap::from([(BACKUP_LABEL.to_string(), obj.name_any())]);
+    if !backup.spec.cluster_name.is_empty() {
+        labels.insert(BACKUP_OF_LABEL.to_string(), backup.spec.cluster_name.clone());
+    }
+    Ok(pods::job_pod(JobPod {
+        name: name.to_string(),
+        namespace: obj.namespace().unwrap_or_default(),
+        labels,
+        owner,
+        image,
+        command,
+        loc: &target.location,
+        source: &backup.spec.source,
+        deadline_secs: target.timeout_secs + POD_START_SLACK_SECS,
+        writes: true,
+    }))
+}
+
+/// Run the EtcdBackup controller until `shutdown` resolves.
+pub async fn run(opts: Options, shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static) {
+    let on_store = |store: kube::runtime::reflector::Store<DynamicObject>, ctx: &JobContext| {
+        ctx.metrics.set_live_backups(Box::new(move || {
+            store
+                .state()
+                .iter()
+                .map(|b| crate::metrics::ClusterLabels {
+                    namespace: b.namespace().unwrap_or_default(),
+                    name: b.name_any(),
+                })
+                .collect()
+        }));
+    };
+    jobs::run(opts, "etcdbackup", backup_ar(), BACKUP_LABEL, shutdown, on_store, reconcile).await;
+}

@@ -1,0 +1,328 @@
+//! The EtcdBackup planner: from what was observed (the object, its status, its pods), the next
+//! status, the Events, at most one backup pod to start and the finished pods to delete. Pure;
+//! `backup_controller` observes and executes. Rules:
+//!
+//! - an invalid spec changes nothing and says why (status and one Event);
+//! - a finished pod's result is folded into status exactly once: its name is recorded in status
+//!   (`recordedPods`) in the same write, and it is deleted only after that write, so neither a
+//!   stale pod cache nor an operator restart between the two counts it twice;
+//! - a pod that never started (unschedulable, an image that cannot be pulled) is not bounded by
+//!   its `activeDeadlineSeconds` (it counts from the start) and is given up here;
+//! - a backup is due once per spec (one-shot; failures retried 10 s doubling to 5 min) or every
+//!   `backupIntervalInSecond` after the last attempt (periodic); never two at once: one due
+//!   while another runs waits, and status says so.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use etcd_operator_api::backup::{BackupRecord, EtcdBackupSpec, EtcdBackupStatus};
+use kube::runtime::events::EventType;
+
+use super::contract::SaveReport;
+use super::job_pods::{JobPodState, PodResult};
+use super::location::Location;
+
+/// Default `backupPolicy.timeoutInSecond`, as in CoreOS.
+pub const DEFAULT_TIMEOUT_SECS: i64 = 60;
+/// Extra time a backup pod gets beyond the backup's own time limit, to start and report.
+pub const POD_START_SLACK_SECS: i64 = 60;
+/// Longest backup interval: a year. Longer ones would overflow time arithmetic and mean "never".
+pub const MAX_INTERVAL_SECS: i64 = 365 * 24 * 3600;
+/// Longest time limit of one backup: a day.
+pub const MAX_TIMEOUT_SECS: i64 = 24 * 3600;
+/// Most backups kept by retention.
+pub const MAX_BACKUPS: i64 = 10_000;
+/// Pod names kept in `status.recordedPods`.
+pub const RECORDED_PODS: usize = 10;
+/// Prefix of the status reason while a due backup waits for a running one.
+const DELAYED: &str = "the backup due at ";
+
+/// A checked EtcdBackup spec: what a backup pod is given.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BackupTarget {
+    pub location: Location,
+    pub endpoints: Vec<String>,
+    pub interval: Option<Duration>,
+    pub max_backups: i32,
+    pub timeout_secs: i64,
+}
+
+/// An EtcdBackup as observed.
+#[derive(Clone, Debug)]
+pub struct BackupObserved {
+    pub name: String,
+    pub namespace: String,
+    pub generation: i64,
+    /// The spec, or why it cannot be read.
+    pub spec: Result<EtcdBackupSpec, String>,
+    pub status: EtcdBackupStatus,
+    /// This backup's pods, oldest first.
+    pub pods: Vec<JobPodState<SaveReport>>,
+    pub now: DateTime<Utc>,
+}
+
+/// The one action of a reconcile besides writing status.
+#[derive(Clone, Debug, PartialEq)]
+pub enum BackupStep {
+    Nothing,
+    /// Create the backup pod `pod` (status already says the attempt started).
+    StartBackup {
+        pod: String,
+        target: BackupTarget,
+    },
+}
+
+pub type Note = (EventType, &'static str, String);
+
+#[derive(Clone, Debug)]
+pub struct BackupPlan {
+    pub status: EtcdBackupStatus,
+    pub events: Vec<Note>,
+    pub step: BackupStep,
+    /// Finished pods, deleted once `status` is written.
+    pub delete_pods: Vec<String>,
+    /// None: wait for a change.
+    pub requeue: Option<Duration>,
+}
+
+/// Check a spec; `namespace` resolves `clusterName` to its client Service.
+pub fn check_spec(spec: &EtcdBackupSpec, namespace: &str) -> Result<BackupTarget, String> {
+    let location = Location::of(&spec.storage_type, &spec.source)?;
+    if !spec.client_tls_secret.is_empty() {
+        return Err("clientTLSSecret is not supported yet by this operator version (TLS is not wired)".into());
+    }
+    let endpoints = match (spec.etcd_endpoints.is_empty(), spec.cluster_name.is_empty()) {
+        (false, true) => spec.etcd_endpoints.clone(),
+        (true, false) => {
+            vec![format!(
+                "http://{}.{namespace}.svc:{}",
+                crate::naming::client_service(&spec.cluster_name),
+                crate::naming::CLIENT_PORT
+            )]
+        }
+        (false, false) => return Err("set either etcdEndpoints or clusterName, not both".into()),
+        (true, true) => return Err("no cluster to back up: set etcdEndpoints or clusterName".into()),
+    };
+    if let Some(bad) = endpoints.iter().find(|e| !(e.starts_with("http://") || e.starts_with("https://"))) {
+        return Err(format!("etcdEndpoints: {bad:?} is not an http(s) URL"));
+    }
+    let policy = spec.backup_policy.clone().unwrap_or_default();
+    for (field, value, max) in [
+        ("backupIntervalInSecond", policy.backup_interval_in_second, MAX_INTERVAL_SECS),
+        ("timeoutInSecond", policy.timeout_in_second, MAX_TIMEOUT_SECS),
+        ("maxBackups", i64::from(policy.max_backups), MAX_BACKUPS),
+    ] {
+        if !(0..=max).contains(&value) {
+            return Err(format!("backupPolicy.{field} {value} is out of range: it must be between 0 and {max}"));
+        }
+    }
+    let timeout_secs = if policy.timeout_in_second == 0 { DEFAULT_TIMEOUT_SECS } else { policy.timeout_in_second };
+    // An interval shorter than the time limit is accepted (the CoreOS upgrade guide runs
+    // backups every 30 s with the default 60 s limit): a backup still running when the next is
+    // due delays it, never two at once (`delayed_note` says so in status).
+    let interval =
+        (policy.backup_interval_in_second > 0).then(|| Duration::from_secs(policy.backup_interval_in_second as u64));
+    Ok(BackupTarget { location, endpoints, interval, max_backups: policy.max_backups, timeout_secs })
+}
+
+fn rfc3339(t: DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+fn parse_time(s: &Option<String>) -> Option<DateTime<Utc>> {
+    s.as_deref().and_then(|s| DateTime::parse_from_rfc3339(s).ok()).map(|t| t.to_utc())
+}
+
+/// When the next backup is due but one is still running: what status says (the next starts once
+/// the running one ends; two never run at once).
+pub fn delayed_note(running: Option<&str>, due: Option<DateTime<Utc>>, now: DateTime<Utc>) -> Option<String> {
+    let (pod, due) = (running?, due.filter(|d| *d <= now)?);
+    Some(format!(
+        "{DELAYED}{} waits for the backup still running (pod {pod}): backups never overlap, so one that takes longer than backupIntervalInSecond delays the next",
+        rfc3339(due)
+    ))
+}
+
+/// Delay before retrying a failed one-shot backup: 10 s doubling to 5 min.
+pub fn retry_delay(failures: i32) -> Duration {
+    let f = failures.clamp(1, 10) as u32;
+    Duration::from_secs((10u64 << (f - 1)).min(300))
+}
+
+/// When the next backup is due (None: never, the one-shot backup of this spec is done).
+pub fn next_due(
+    target: &BackupTarget,
+    st: &EtcdBackupStatus,
+    generation: i64,
+    now: DateTime<Utc>,
+) -> Option<DateTime<Utc>> {
+    let last = parse_time(&st.last_attempt_date);
+    let same_spec = st.observed_generation == generation;
+    match (target.interval, last) {
+        (_, None) => Some(now),
+        (_, Some(_)) if !same_spec => Some(now),
+        // Checked: a time past chrono's range is "never", not a panic.
+        (Some(i), Some(l)) => chrono::Duration::from_std(i).ok().and_then(|d| l.checked_add_signed(d)),
+        (None, Some(_)) if st.succeeded => None,
+        (None, Some(l)) => {
+            chrono::Duration::from_std(retry_delay(st.consecutive_failures)).ok().and_then(|d| l.checked_add_signed(d))
+        }
+    }
+}
+
+/// Fold one finished backup pod into the status; returns the Event to publish.
+pub fn record(st: &mut EtcdBackupStatus, result: Result<SaveReport, String>) -> Note {
+    match result {
+        Ok(r) => {
+            let b = &r.backup;
+            st.succeeded = true;
+            st.reason.clear();
+            st.etcd_version = b.etcd_version.clone();
+            st.etcd_revision = b.etcd_revision;
+            st.last_success_date = Some(b.time.clone());
+            st.path = b.path.clone();
+            st.size = b.size;
+            st.sha256 = b.sha256.clone();
+            st.consecutive_failures = 0;
+            st.history = r
+                .kept
+                .iter()
+                .map(|m| BackupRecord {
+                    path: m.path.clone(),
+                    sha256: m.sha256.clone(),
+                    size: m.size,
+                    etcd_revision: m.etcd_revision,
+                    time: m.time.clone(),
+                })
+                .collect();
+            let mut note = format!(
+                "backup of member {} at revision {} ({} bytes, sha256 {}) written to {} in {:.1}s",
+                b.member, b.etcd_revision, b.size, b.sha256, b.path, r.transfer_seconds
+            );
+            if !r.deleted.is_empty() {
+                note.push_str(&format!("; retention deleted {}", r.deleted.join(", ")));
+            }
+            if !r.warnings.is_empty() {
+                note.push_str(&format!("; warning: {}", r.warnings.join("; ")));
+            }
+            (EventType::Normal, "BackupSucceeded", note)
+        }
+        Err(why) => {
+            st.succeeded = false;
+            st.reason = why.clone();
+            st.consecutive_failures += 1;
+            (EventType::Warning, "BackupFailed", why)
+        }
+    }
+}
+
+fn remember(st: &mut EtcdBackupStatus, pod: &str) {
+    st.recorded_pods.push(pod.to_string());
+    let extra = st.recorded_pods.len().saturating_sub(RECORDED_PODS);
+    st.recorded_pods.drain(..extra);
+}
+
+/// The backup pod created at `now`.
+pub fn pod_name(backup: &str, now: DateTime<Utc>) -> String {
+    format!("{backup}-{}", now.timestamp())
+}
+
+pub fn plan(o: &BackupObserved) -> BackupPlan {
+    let mut st = o.status.clone();
+    let mut events = Vec::new();
+    let target =
+        super::pods::check_job_owner_name(&o.name).and(o.spec.clone()).and_then(|s| check_spec(&s, &o.namespace));
+    let target = match target {
+        Ok(t) => t,
+        Err(why) => {
+            st.succeeded = false;
+            st.reason = format!("invalid spec, no backup taken: {why}");
+            st.observed_generation = o.generation;
+            if st != o.status {
+                events.push((EventType::Warning, "InvalidSpec", st.reason.clone()));
+            }
+            return BackupPlan { status: st, events, step: BackupStep::Nothing, delete_pods: vec![], requeue: None };
+        }
+    };
+
+    let mut delete_pods = Vec::new();
+    let mut running: Option<&str> = None;
+    let start_limit = chrono::Duration::seconds(target.timeout_secs + 2 * POD_START_SLACK_SECS);
+    for p in &o.pods {
+        if o.status.recorded_pods.contains(&p.name) {
+            // In status already (the operator stopped before deleting it, or the cache lags).
+            delete_pods.push(p.name.clone());
+            continue;
+        }
+        let result = match &p.result {
+            PodResult::Running => match (&p.pending, p.created) {
+                (Some(why), Some(created)) if created < o.now - start_limit => {
+                    Err(format!("backup pod {} did not start within {}s: {why}", p.name, start_limit.num_seconds()))
+                }
+                _ => {
+                    running = Some(&p.name);
+                    continue;
+                }
+            },
+            PodResult::Succeeded(r) => Ok(r.clone()),
+            PodResult::Failed(why) => Err(why.clone()),
+        };
+        events.push(record(&mut st, result));
+        remember(&mut st, &p.name);
+        delete_pods.push(p.name.clone());
+    }
+
+    let now = o.now;
+    let due = next_due(&target, &st, o.generation, now);
+    match delayed_note(running, due, now) {
+        Some(note) => st.reason = note,
+        None if st.reason.starts_with(DELAYED) => st.reason.clear(),
+        None => {}
+    }
+    let mut step = BackupStep::Nothing;
+    let mut requeue = target.interval.unwrap_or(Duration::from_secs(300));
+    match due.filter(|_| running.is_none()) {
+        Some(t) if t <= now => {
+            let pod = pod_name(&o.name, now);
+            if o.pods.iter().any(|p| p.name == pod) {
+                // One was created this very second (and has ended already): the next second.
+                requeue = Duration::from_secs(1);
+            } else {
+                st.last_attempt_date = Some(rfc3339(now));
+                st.observed_generation = o.generation;
+                events.push((
+                    EventType::Normal,
+                    "BackupStarted",
+                    format!(
+                        "pod {pod} is taking a snapshot of {} to {}",
+                        target.endpoints.join(","),
+                        target.location.url()
+                    ),
+                ));
+                requeue = Duration::from_secs((target.timeout_secs + POD_START_SLACK_SECS) as u64);
+                step = BackupStep::StartBackup { pod, target: target.clone() };
+            }
+        }
+        Some(t) => requeue = (t - now).to_std().unwrap_or(requeue),
+        None if running.is_some() => requeue = Duration::from_secs(30),
+        None => {}
+    }
+    BackupPlan { status: st, events, step, delete_pods, requeue: Some(requeue) }
+}
+
+/// The backup pod of `plan` could not be created (refused by admission: a quota, a policy): a
+/// failed attempt, said in status and an Event, retried like any failed backup.
+pub fn start_failed(plan: &mut BackupPlan, pod: &str, why: String) {
+    let note = record(&mut plan.status, Err(format!("could not create the backup pod {pod}: {why}")));
+    plan.events.push(note);
+    let interval = match &plan.step {
+        BackupStep::StartBackup { target, .. } => target.interval,
+        BackupStep::Nothing => None,
+    };
+    plan.requeue = Some(retry_delay(plan.status.consecutive_failures).min(interval.unwrap_or(Duration::MAX)));
+    plan.step = BackupStep::Nothing;
+}
+
+#[cfg(test)]
+#[path = "backup_planner_tests.rs"]
+mod tests;

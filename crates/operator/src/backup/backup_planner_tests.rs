@@ -1,0 +1,306 @@
+//! Table tests of the EtcdBackup planner, one decision each, read like an operations runbook.
+
+use super::*;
+use crate::backup::location::BackupMeta;
+use etcd_operator_api::backup::{BackupPolicy, BackupSource, S3Source};
+
+fn t(s: &str) -> DateTime<Utc> {
+    DateTime::parse_from_rfc3339(s).unwrap().to_utc()
+}
+
+fn spec(interval: i64, max: i32) -> EtcdBackupSpec {
+    EtcdBackupSpec {
+        cluster_name: "ex".into(),
+        storage_type: "S3".into(),
+        backup_policy: Some(BackupPolicy {
+            backup_interval_in_second: interval,
+            max_backups: max,
+            timeout_in_second: 0,
+        }),
+        source: BackupSource {
+            s3: Some(S3Source { path: "b/k".into(), aws_secret: "aws".into(), ..Default::default() }),
+            ..Default::default()
+        },
+        ..Default::default()
+    }
+}
+
+/// A backup `b` of spec generation 1, observed at 00:10:00.
+fn observed(interval: i64) -> BackupObserved {
+    BackupObserved {
+        name: "b".into(),
+        namespace: "ns".into(),
+        generation: 1,
+        spec: Ok(spec(interval, 2)),
+        status: EtcdBackupStatus::default(),
+        pods: vec![],
+        now: t("2026-01-01T00:10:00Z"),
+    }
+}
+
+fn succeeded(name: &str, sha: &str) -> JobPodState<SaveReport> {
+    let backup = BackupMeta {
+        path: "s3://b/k".into(),
+        sha256: sha.into(),
+        time: "2026-01-01T00:09:30Z".into(),
+        ..Default::default()
+    };
+    JobPodState {
+        result: PodResult::Succeeded(SaveReport { kept: vec![backup.clone()], backup, ..Default::default() }),
+        ..JobPodState::running(name)
+    }
+}
+
+fn failed(name: &str, why: &str) -> JobPodState<SaveReport> {
+    JobPodState { result: PodResult::Failed(why.into()), ..JobPodState::running(name) }
+}
+
+fn reasons(p: &BackupPlan) -> Vec<&'static str> {
+    p.events.iter().map(|e| e.1).collect()
+}
+
+#[test]
+fn a_new_one_shot_backup_starts_at_once_and_says_so() {
+    let p = plan(&observed(0));
+    assert!(matches!(&p.step, BackupStep::StartBackup { pod, .. } if pod == "b-1767226200"), "{:?}", p.step);
+    assert_eq!(p.status.last_attempt_date.as_deref(), Some("2026-01-01T00:10:00Z"));
+    assert_eq!(p.status.observed_generation, 1);
+    assert_eq!(reasons(&p), ["BackupStarted"]);
+}
+
+#[test]
+fn a_finished_pod_is_recorded_once_then_deleted() {
+    let mut o = observed(0);
+    o.status.last_attempt_date = Some("2026-01-01T00:09:00Z".into());
+    o.status.observed_generation = 1;
+    o.pods = vec![succeeded("b-1", "aa")];
+    let p = plan(&o);
+    assert_eq!(reasons(&p), ["BackupSucceeded"]);
+    assert_eq!((p.status.succeeded, p.status.sha256.as_str()), (true, "aa"));
+    assert_eq!(p.status.recorded_pods, ["b-1"], "the pod is named in the same status write");
+    assert_eq!(p.delete_pods, ["b-1"]);
+    assert_eq!(p.step, BackupStep::Nothing, "a one-shot backup that succeeded is done");
+    assert_eq!(p.requeue, Some(Duration::from_secs(300)));
+}
+
+/// The operator restarted after writing status and before deleting the pod: the pod is still
+/// there, but status names it, so it is deleted without counting it again.
+#[test]
+fn a_pod_already_in_status_is_not_counted_again_after_an_operator_restart() {
+    let mut o = observed(0);
+    o.status.last_attempt_date = Some("2026-01-01T00:09:00Z".into());
+    o.status.observed_generation = 1;
+    o.pods = vec![failed("b-1", "connection refused")];
+    let first = plan(&o);
+    assert_eq!(first.status.consecutive_failures, 1);
+    // Restart: status as written, the pod not deleted.
+    o.status = first.status.clone();
+    let again = plan(&o);
+    assert_eq!(again.status.consecutive_failures, 1, "counted once");
+    assert!(again.events.iter().all(|e| e.1 != "BackupFailed"), "no second Event: {:?}", again.events);
+    assert_eq!(again.delete_pods, ["b-1"]);
+}
+
+#[test]
+fn recorded_pod_names_are_bounded() {
+    let mut o = observed(60);
+    o.status.recorded_pods = (0..RECORDED_PODS).map(|i| format!("b-{i}")).collect();
+    o.pods = vec![failed("b-new", "x")];
+    let p = plan(&o);
+    assert_eq!(p.status.recorded_pods.len(), RECORDED_PODS);
+    assert_eq!(p.status.recorded_pods.last().unwrap(), "b-new");
+    assert_eq!(p.status.recorded_pods[0], "b-1", "the oldest name goes");
+}
+
+#[test]
+fn a_failed_one_shot_backup_is_retried_after_a_growing_delay() {
+    for (failures, last_attempt, due) in [
+        (1, "2026-01-01T00:09:55Z", "2026-01-01T00:10:05Z"), // 10 s after one failure
+        (3, "2026-01-01T00:09:55Z", "2026-01-01T00:10:35Z"), // 40 s after three
+        (20, "2026-01-01T00:09:55Z", "2026-01-01T00:14:55Z"), // capped at 5 min
+    ] {
+        let mut o = observed(0);
+        o.status = EtcdBackupStatus {
+            last_attempt_date: Some(last_attempt.into()),
+            observed_generation: 1,
+            consecutive_failures: failures,
+            ..Default::default()
+        };
+        let p = plan(&o);
+        assert_eq!(p.step, BackupStep::Nothing, "{failures}");
+        assert_eq!(p.requeue, Some((t(due) - o.now).to_std().unwrap()), "{failures}");
+        o.now = t(due);
+        assert!(matches!(plan(&o).step, BackupStep::StartBackup { .. }), "due at {due}");
+    }
+}
+
+#[test]
+fn a_changed_spec_backs_up_again_even_after_success() {
+    let mut o = observed(0);
+    o.status = EtcdBackupStatus {
+        last_attempt_date: Some("2026-01-01T00:09:55Z".into()),
+        observed_generation: 1,
+        succeeded: true,
+        ..Default::default()
+    };
+    assert_eq!(plan(&o).step, BackupStep::Nothing);
+    o.generation = 2;
+    assert!(matches!(plan(&o).step, BackupStep::StartBackup { .. }));
+}
+
+#[test]
+fn periodic_backups_are_due_an_interval_after_the_last_attempt_even_a_failed_one() {
+    let mut o = observed(120);
+    o.status = EtcdBackupStatus {
+        last_attempt_date: Some("2026-01-01T00:09:00Z".into()),
+        observed_generation: 1,
+        consecutive_failures: 4,
+        ..Default::default()
+    };
+    let p = plan(&o);
+    assert_eq!(p.step, BackupStep::Nothing);
+    assert_eq!(p.requeue, Some(Duration::from_secs(60)), "due at 00:11:00");
+    o.now = t("2026-01-01T00:11:00Z");
+    assert!(matches!(plan(&o).step, BackupStep::StartBackup { .. }));
+}
+
+/// The CoreOS upgrade guide: every 30 s with the default 60 s limit. A backup due while one runs
+/// waits (never two at once), and status says so; the note goes once nothing waits.
+#[test]
+fn a_backup_due_while_one_runs_waits_and_status_says_so() {
+    let mut o = observed(30);
+    o.status.last_attempt_date = Some("2026-01-01T00:09:00Z".into());
+    o.status.observed_generation = 1;
+    o.pods = vec![JobPodState::running("b-1")];
+    let p = plan(&o);
+    assert_eq!(p.step, BackupStep::Nothing);
+    assert!(p.status.reason.contains("b-1") && p.status.reason.contains("never overlap"), "{}", p.status.reason);
+    assert_eq!(p.requeue, Some(Duration::from_secs(30)));
+    o.status = p.status;
+    o.pods = vec![succeeded("b-1", "aa")];
+    let p = plan(&o);
+    assert!(matches!(p.step, BackupStep::StartBackup { .. }), "the delayed backup starts as the last ends");
+    assert_eq!(p.status.reason, "");
+}
+
+#[test]
+fn a_pod_that_never_started_is_given_up_with_its_reason() {
+    let mut o = observed(0);
+    o.status.last_attempt_date = Some("2026-01-01T00:00:00Z".into());
+    o.status.observed_generation = 1;
+    let stuck = |created: &str| JobPodState {
+        created: Some(t(created)),
+        pending: Some("not scheduled: 0/1 nodes are available".into()),
+        ..JobPodState::running("b-1")
+    };
+    // The limit: the 60 s timeout and twice the 60 s start slack.
+    o.pods = vec![stuck("2026-01-01T00:07:01Z")];
+    assert!(plan(&o).delete_pods.is_empty(), "young enough");
+    o.pods = vec![stuck("2026-01-01T00:06:59Z")];
+    let p = plan(&o);
+    assert_eq!(p.delete_pods, ["b-1"]);
+    assert!(p.status.reason.contains("did not start within 180s: not scheduled"), "{}", p.status.reason);
+    assert_eq!(p.status.consecutive_failures, 1);
+}
+
+#[test]
+fn a_second_pod_in_the_same_second_is_not_attempted() {
+    let mut o = observed(1);
+    o.status.last_attempt_date = Some("2026-01-01T00:09:59Z".into());
+    o.status.observed_generation = 1;
+    o.status.recorded_pods = vec!["b-1767226200".into()];
+    o.pods = vec![failed("b-1767226200", "x")];
+    let p = plan(&o);
+    assert_eq!(p.step, BackupStep::Nothing);
+    assert_eq!(p.requeue, Some(Duration::from_secs(1)));
+}
+
+#[test]
+fn a_pod_refused_by_admission_is_a_failed_attempt() {
+    let mut p = plan(&observed(0));
+    start_failed(&mut p, "b-1767226200", "exceeded quota".into());
+    assert_eq!(p.step, BackupStep::Nothing);
+    assert!(p.status.reason.contains("could not create the backup pod b-1767226200: exceeded quota"));
+    assert_eq!(p.status.consecutive_failures, 1);
+    assert_eq!(p.requeue, Some(Duration::from_secs(10)));
+    assert_eq!(reasons(&p), ["BackupStarted", "BackupFailed"]);
+}
+
+#[test]
+fn an_invalid_spec_changes_nothing_and_says_why_once() {
+    let mut o = observed(0);
+    let mut s = spec(0, 0);
+    s.etcd_endpoints = vec!["http://x:2379".into()];
+    o.spec = Ok(s);
+    o.pods = vec![JobPodState::running("b-1")];
+    let p = plan(&o);
+    assert_eq!(p.step, BackupStep::Nothing);
+    assert!(p.delete_pods.is_empty());
+    assert!(p.status.reason.contains("not both"), "{}", p.status.reason);
+    assert_eq!(reasons(&p), ["InvalidSpec"]);
+    assert_eq!(p.requeue, None);
+    o.status = p.status;
+    assert!(plan(&o).events.is_empty(), "said once");
+    o.spec = Err("spec cannot be read: invalid type".into());
+    assert!(plan(&o).status.reason.contains("cannot be read"));
+}
+
+#[test]
+fn a_failure_keeps_the_last_good_backup_in_status() {
+    let mut st = EtcdBackupStatus::default();
+    let mut r = SaveReport::default();
+    r.backup.path = "s3://b/k_v5".into();
+    r.backup.sha256 = "aa".into();
+    r.kept = vec![r.backup.clone()];
+    let (ty, reason, _) = record(&mut st, Ok(r));
+    assert_eq!((ty, reason), (EventType::Normal, "BackupSucceeded"));
+    let (ty, reason, note) = record(&mut st, Err("connection refused".into()));
+    assert_eq!((ty, reason, note.as_str()), (EventType::Warning, "BackupFailed", "connection refused"));
+    assert!(!st.succeeded);
+    assert_eq!((st.path.as_str(), st.sha256.as_str(), st.history.len()), ("s3://b/k_v5", "aa", 1));
+    assert_eq!(st.consecutive_failures, 1);
+}
+
+/// Numbers far past any sensible value are refused naming the field and the range; before,
+/// they panicked in date arithmetic and took the whole operator down.
+#[test]
+fn absurd_policy_numbers_are_refused_not_panicked_on() {
+    for (interval, timeout, max, field) in [
+        (100_000_000_000_000, 0, 0, "backupIntervalInSecond"),
+        (0, 10_000_000_000_000_000, 0, "timeoutInSecond"),
+        (i64::MAX, 0, 0, "backupIntervalInSecond"),
+        (-1, 0, 0, "backupIntervalInSecond"),
+        (0, 0, i32::MAX, "maxBackups"),
+    ] {
+        let mut s = spec(interval, max);
+        s.backup_policy.as_mut().unwrap().timeout_in_second = timeout;
+        let e = check_spec(&s, "ns").unwrap_err();
+        assert!(e.contains(field) && e.contains("between 0 and"), "{e}");
+    }
+    // The largest accepted interval still has a due time (no overflow, no panic).
+    let p = check_spec(&spec(MAX_INTERVAL_SECS, 0), "ns").unwrap();
+    let st = EtcdBackupStatus { last_attempt_date: Some("2026-01-01T00:00:00Z".into()), ..Default::default() };
+    assert!(next_due(&p, &st, 0, t("2026-01-01T00:00:01Z")).is_some());
+}
+
+#[test]
+fn specs_are_checked_with_the_reason_named() {
+    let p = check_spec(&spec(0, 0), "ns").unwrap();
+    assert_eq!(p.endpoints, ["http://ex-client.ns.svc:2379"]);
+    assert_eq!(p.timeout_secs, DEFAULT_TIMEOUT_SECS);
+    assert!(p.interval.is_none());
+    let mut s = spec(0, 0);
+    s.cluster_name.clear();
+    assert!(check_spec(&s, "ns").unwrap_err().contains("no cluster"));
+    // The CoreOS upgrade guide's policy: every 30 s with the default 60 s limit.
+    assert!(check_spec(&spec(30, 2), "ns").is_ok());
+    let mut s = spec(0, 0);
+    s.client_tls_secret = "tls".into();
+    assert!(check_spec(&s, "ns").unwrap_err().contains("clientTLSSecret"));
+    let mut s = spec(0, 0);
+    s.storage_type = "NFS".into();
+    assert!(check_spec(&s, "ns").unwrap_err().contains("NFS"));
+    let mut o = observed(0);
+    o.name = "b".repeat(64);
+    assert!(plan(&o).status.reason.contains("at most 63"));
+}

@@ -1,0 +1,268 @@
+//! Everything that passes between the operator and the pods it starts for backups and restores,
+//! in one place: pod labels, mount paths and file names, the storage arguments (one type that
+//! renders to flags and parses back from them), a restored member's parameters, the report a
+//! backup pod writes to its termination message, and the prefix of failures no retry can change.
+//! Pure: no I/O. The pod commands (`save`, `fetch`) and the pod builders (`pods`, `restore_init`)
+//! both use it, so a flag or a path cannot differ between the two sides.
+
+use std::path::PathBuf;
+
+use etcd_operator_api::backup::BackupSource;
+use serde::{Deserialize, Serialize};
+
+use super::location::{BackupMeta, Kind, Location};
+
+/// Label on backup pods: the EtcdBackup they belong to.
+pub const BACKUP_LABEL: &str = "etcd_backup";
+/// Label on verify pods: the EtcdRestore they belong to.
+pub const RESTORE_LABEL: &str = "etcd_restore";
+/// Backup pod label: the EtcdCluster it backs up (when the EtcdBackup names one), so that
+/// maintenance of that cluster can wait for it.
+pub const BACKUP_OF_LABEL: &str = "etcd_backup_of";
+
+/// Where backup and restore pods mount the credentials Secret.
+pub const CREDENTIALS_MOUNT: &str = "/etc/etcd-operator/backup-credentials";
+/// Where backup and restore pods mount a PVC destination.
+pub const PVC_MOUNT: &str = "/backup";
+
+/// Scratch directory of a member restore, on the member's data volume.
+pub const RESTORE_WORK_DIR: &str = "/var/etcd/restore";
+/// File the etcd image restores from, inside the work directory.
+pub const SNAPSHOT_FILE: &str = "snapshot.db";
+/// Directory the etcd image restores into, inside the work directory.
+pub const RESTORED_DIR: &str = "data";
+/// The static restore step (crates/restore-step): next to the operator binary in the operator
+/// image; copied into the work directory by `restore-fetch`, run from there by the etcd image.
+pub const STEP_BINARY: &str = "etcd-restore-step";
+
+/// What a pod command puts before a failure no retry can change (the backup is wrong, rather
+/// than the store unreachable).
+pub const REFUSED: &str = "refused: ";
+
+/// What the kubelet keeps of a termination message.
+pub const TERMINATION_MESSAGE_LIMIT: usize = 4096;
+/// History entries in a report: the termination message holds at most 4 KiB.
+pub const HISTORY_LIMIT: usize = 8;
+
+/// Where a storage location comes from on the command line (shared by every pod command).
+#[derive(clap::Args, Debug, Clone, PartialEq)]
+pub struct StorageArgs {
+    /// S3, ABS, GCS or PVC.
+    #[arg(long)]
+    pub storage_type: String,
+    /// Bucket (S3, GCS), container (ABS) or claim (PVC).
+    #[arg(long)]
+    pub bucket: String,
+    /// Object key, or file path inside the volume.
+    #[arg(long)]
+    pub key: String,
+    #[arg(long, default_value = "")]
+    pub s3_endpoint: String,
+    #[arg(long)]
+    pub s3_force_path_style: bool,
+    /// Directory of the mounted credentials Secret.
+    #[arg(long, default_value = CREDENTIALS_MOUNT)]
+    pub credentials_dir: PathBuf,
+}
+
+impl StorageArgs {
+    /// The arguments for `loc` as the spec's `source` describes it, with the mounted credentials.
+    pub fn of(loc: &Location, source: &BackupSource) -> StorageArgs {
+        let s3 = source.s3.as_ref().filter(|_| loc.kind == Kind::S3);
+        StorageArgs {
+            storage_type: loc.kind.as_str().to_string(),
+            bucket: loc.bucket.clone(),
+            key: loc.key.clone(),
+            s3_endpoint: s3.map(|s| s.endpoint.clone()).unwrap_or_default(),
+            s3_force_path_style: s3.is_some_and(|s| s.force_path_style),
+            credentials_dir: CREDENTIALS_MOUNT.into(),
+        }
+    }
+
+    /// The flags that parse back into `self`.
+    pub fn to_args(&self) -> Vec<String> {
+        let mut a = vec![
+            format!("--storage-type={}", self.storage_type),
+            format!("--bucket={}", self.bucket),
+            format!("--key={}", self.key),
+        ];
+        if !self.s3_endpoint.is_empty() {
+            a.push(format!("--s3-endpoint={}", self.s3_endpoint));
+        }
+        if self.s3_force_path_style {
+            a.push("--s3-force-path-style".into());
+        }
+        if self.credentials_dir != std::path::Path::new(CREDENTIALS_MOUNT) {
+            a.push(format!("--credentials-dir={}", self.credentials_dir.display()));
+        }
+        a
+    }
+
+    pub fn location(&self) -> Result<Location, String> {
+        Ok(Location { kind: Kind::parse(&self.storage_type)?, bucket: self.bucket.clone(), key: self.key.clone() })
+    }
+
+    pub fn s3(&self) -> super::store::S3Options {
+        super::store::S3Options { endpoint: self.s3_endpoint.clone(), force_path_style: self.s3_force_path_style }
+    }
+}
+
+/// What a restored member's `etcdutl snapshot restore` needs to know about the member: passed as
+/// data from the planner's new member, not recovered from etcd's command line.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MemberRestore {
+    pub name: String,
+    /// `name=peer URL` of every member of the new cluster.
+    pub initial_cluster: Vec<(String, String)>,
+    pub token: String,
+    pub peer_url: String,
+}
+
+impl MemberRestore {
+    /// The flags `etcdutl snapshot restore` (and 3.4's `etcdctl`) take for the member.
+    pub fn flags(&self) -> Vec<String> {
+        let initial: Vec<String> = self.initial_cluster.iter().map(|(n, u)| format!("{n}={u}")).collect();
+        vec![
+            format!("--name={}", self.name),
+            format!("--initial-cluster={}", initial.join(",")),
+            format!("--initial-cluster-token={}", self.token),
+            format!("--initial-advertise-peer-urls={}", self.peer_url),
+        ]
+    }
+}
+
+/// What a successful backup pod reports.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SaveReport {
+    pub backup: BackupMeta,
+    /// Seconds spent streaming the snapshot (for throughput).
+    pub transfer_seconds: f64,
+    /// Backups deleted by retention.
+    pub deleted: Vec<String>,
+    /// What went wrong after the backup was complete (retention), for the Event.
+    #[serde(default)]
+    pub warnings: Vec<String>,
+    /// The newest kept backups of the series (at most [`HISTORY_LIMIT`]), newest first.
+    pub kept: Vec<BackupMeta>,
+}
+
+/// The report as JSON that fits in a termination message: history entries are dropped from
+/// the oldest, then the lists of deleted paths and warnings are cut to a few entries and a
+/// count, then long entries are shortened, so that the result of a good backup is never lost to
+/// a cut-off (unreadable) report.
+pub fn report_json(mut r: SaveReport) -> String {
+    const BUDGET: usize = TERMINATION_MESSAGE_LIMIT - 96;
+    let len = |r: &SaveReport| serde_json::to_string(r).map(|j| j.len()).unwrap_or(usize::MAX);
+    while len(&r) > BUDGET && r.kept.len() > 1 {
+        r.kept.pop();
+    }
+    if len(&r) > BUDGET {
+        for list in [&mut r.deleted, &mut r.warnings] {
+            if list.len() > 3 {
+                let rest = list.len() - 3;
+                list.truncate(3);
+                list.push(format!("... and {rest} more"));
+            }
+        }
+    }
+    if len(&r) > BUDGET {
+        for entry in r.deleted.iter_mut().chain(r.warnings.iter_mut()) {
+            if entry.len() > 200 {
+                let cut = (0..=200).rev().find(|i| entry.is_char_boundary(*i)).unwrap_or(0);
+                entry.truncate(cut);
+                entry.push_str("...");
+            }
+        }
+    }
+    serde_json::to_string(&r).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+    use etcd_operator_api::backup::{AbsSource, PvcSource, S3Source};
+
+    #[derive(Parser)]
+    struct Cmd {
+        #[command(flatten)]
+        storage: StorageArgs,
+    }
+
+    fn parse_back(a: &StorageArgs) -> StorageArgs {
+        let argv = std::iter::once("cmd".to_string()).chain(a.to_args());
+        Cmd::try_parse_from(argv).unwrap().storage
+    }
+
+    #[test]
+    fn storage_args_render_to_flags_that_parse_back_to_the_same_location() {
+        let s3 = BackupSource {
+            s3: Some(S3Source {
+                path: "bucket/dir/k".into(),
+                aws_secret: "aws".into(),
+                endpoint: "http://10.0.0.1:5000".into(),
+                force_path_style: true,
+            }),
+            ..Default::default()
+        };
+        let abs =
+            BackupSource { abs: Some(AbsSource { path: "c/k".into(), ..Default::default() }), ..Default::default() };
+        let pvc = BackupSource {
+            pvc: Some(PvcSource { claim_name: "backups".into(), path: "a b/e.db".into() }),
+            ..Default::default()
+        };
+        for (ty, source) in [("S3", &s3), ("ABS", &abs), ("PVC", &pvc)] {
+            let loc = Location::of(ty, source).unwrap();
+            let args = StorageArgs::of(&loc, source);
+            assert_eq!(parse_back(&args), args, "{ty}");
+            assert_eq!(parse_back(&args).location().unwrap(), loc, "{ty}");
+        }
+        let args = StorageArgs::of(&Location::of("S3", &s3).unwrap(), &s3);
+        assert!(args.s3_force_path_style && args.s3_endpoint == "http://10.0.0.1:5000");
+        let moved = StorageArgs { credentials_dir: "/elsewhere".into(), ..args };
+        assert_eq!(parse_back(&moved), moved);
+    }
+
+    #[test]
+    fn a_member_restore_names_the_member_its_cluster_and_token() {
+        let m = MemberRestore {
+            name: "ex-a".into(),
+            initial_cluster: vec![("ex-a".into(), "http://a:2380".into()), ("ex-b".into(), "http://b:2380".into())],
+            token: "uid".into(),
+            peer_url: "http://a:2380".into(),
+        };
+        assert_eq!(
+            m.flags(),
+            [
+                "--name=ex-a",
+                "--initial-cluster=ex-a=http://a:2380,ex-b=http://b:2380",
+                "--initial-cluster-token=uid",
+                "--initial-advertise-peer-urls=http://a:2380"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_long_report_is_shortened_to_fit_a_termination_message() {
+        let meta =
+            BackupMeta { path: format!("s3://b/{}", "k".repeat(300)), sha256: "a".repeat(64), ..Default::default() };
+        let r = SaveReport {
+            backup: meta.clone(),
+            transfer_seconds: 1.0,
+            deleted: (0..40).map(|i| format!("s3://b/{}-{i}", "old".repeat(80))).collect(),
+            warnings: vec!["w".repeat(5000)],
+            kept: vec![meta; HISTORY_LIMIT],
+        };
+        let j = report_json(r.clone());
+        assert!(j.len() < TERMINATION_MESSAGE_LIMIT, "{} bytes", j.len());
+        let back: SaveReport = serde_json::from_str(&j).unwrap();
+        assert_eq!(back.backup, r.backup, "the backup itself is always reported whole");
+        assert_eq!(back.kept.len(), 1);
+        assert_eq!(back.deleted.len(), 4);
+        assert_eq!(back.deleted[3], "... and 37 more");
+        // A short report is left alone.
+        let small = SaveReport { backup: r.backup.clone(), ..Default::default() };
+        assert_eq!(serde_json::from_str::<SaveReport>(&report_json(small.clone())).unwrap(), small);
+    }
+}

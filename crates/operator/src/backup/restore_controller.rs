@@ -1,0 +1,126 @@
+//! The EtcdRestore controller (I/O): observe the object (fresh from the API), its verify pods
+//! (from the cache) and the EtcdCluster of the name it restores into a [`RestoreObserved`], let
+//! `restore_planner` decide, then execute: start the verify pod or create the cluster, write
+//! status, publish Events, delete the pods that are done with.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use etcd_operator_api::restore::{EtcdRestore, EtcdRestoreSpec, EtcdRestoreStatus};
+use etcd_operator_api::{EtcdCluster, EtcdClusterStatus, SCOPE_ANNOTATION};
+use kube::api::{Api, ApiResource, DynamicObject, PostParams};
+use kube::runtime::controller::Action;
+use kube::{Resource, ResourceExt};
+
+use super::contract::RESTORE_LABEL;
+use super::jobs::{self, Error, JobContext, Options};
+use super::location::BackupMeta;
+use super::pods::{self, JobPod};
+use super::restore_planner::{self, ClusterSeen, RESTORED_BY_ANNOTATION, RestoreObserved, RestoreStep, RestoreTarget};
+use super::verify_policy;
+
+fn restore_ar() -> ApiResource {
+    ApiResource::erase::<EtcdRestore>(&())
+}
+
+/// The EtcdCluster `name` in `ns`, as the planner needs it.
+async fn cluster_seen(ctx: &JobContext, ns: &str, name: &str) -> Result<Option<ClusterSeen>, Error> {
+    if name.is_empty() {
+        return Ok(None);
+    }
+    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), ns, &ApiResource::erase::<EtcdCluster>(&()));
+    let Some(c) = api.get_opt(name).await? else { return Ok(None) };
+    let status: EtcdClusterStatus = jobs::status_of(&c);
+    Ok(Some(ClusterSeen {
+        restored_by: c.annotations().get(RESTORED_BY_ANNOTATION).cloned(),
+        size: c.data.pointer("/spec/size").and_then(|v| v.as_i64()).unwrap_or_default(),
+        ready_members: status.ready_members as i64,
+        restore_sha256: c.data.pointer("/spec/restore/sha256").and_then(|v| v.as_str()).map(str::to_string),
+    }))
+}
+
+async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<JobContext>) -> Result<Action, Error> {
+    if !ctx.scope.manages(obj.as_ref()) || obj.metadata.deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
+    let ar = restore_ar();
+    let Some(obj) = jobs::fresh(&ctx, &obj, &ar).await? else { return Ok(Action::await_change()) };
+    if obj.metadata.deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
+    let ns = obj.namespace().unwrap_or_default();
+    let spec = jobs::spec_of::<EtcdRestoreSpec>(&obj);
+    let cluster_name = spec.as_ref().map(|s| s.etcd_cluster.name.clone()).unwrap_or_default();
+    let o = RestoreObserved {
+        name: obj.name_any(),
+        namespace: ns.clone(),
+        uid: obj.uid().unwrap_or_default(),
+        generation: obj.metadata.generation.unwrap_or_default(),
+        scope: obj.annotations().get(SCOPE_ANNOTATION).cloned(),
+        spec,
+        status: jobs::status_of::<EtcdRestoreStatus>(&obj),
+        cluster: cluster_seen(&ctx, &ns, &cluster_name).await?,
+        pods: jobs::job_pods(&ctx, RESTORE_LABEL, &obj)
+            .iter()
+            .map(|p| super::job_pods::observe::<BackupMeta>(p))
+            .collect(),
+        now: chrono::Utc::now(),
+    };
+    let plan = restore_planner::plan(&o);
+    match &plan.step {
+        RestoreStep::Nothing => {}
+        RestoreStep::StartVerify { pod, attempt, target } => {
+            jobs::create_pod(&ctx, &verify_pod(&obj, target, &ctx.init_image, pod, *attempt)?).await?;
+        }
+        RestoreStep::CreateCluster(cluster) => {
+            let api: Api<EtcdCluster> = Api::namespaced(ctx.client.clone(), &ns);
+            match api.create(&PostParams::default(), cluster).await {
+                Ok(_) => {}
+                // Created by an earlier reconcile whose status write was lost: the next
+                // reconcile finds it marked as this restore's.
+                Err(kube::Error::Api(e)) if e.code == 409 => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+    if plan.status != o.status {
+        jobs::patch_status(&ctx, &obj, &ar, &plan.status).await?;
+    }
+    for (type_, reason, note) in &plan.events {
+        jobs::publish(&ctx, &obj, &ar, *type_, reason, note.clone()).await;
+    }
+    for pod in &plan.delete_pods {
+        jobs::delete_pod(&ctx, &ns, pod).await;
+    }
+    Ok(plan.requeue.map(Action::requeue).unwrap_or_else(Action::await_change))
+}
+
+fn verify_pod(
+    obj: &DynamicObject,
+    target: &RestoreTarget,
+    image: &str,
+    name: &str,
+    attempt: u32,
+) -> Result<k8s_openapi::api::core::v1::Pod, Error> {
+    let restore: EtcdRestore = serde_json::from_value(serde_json::to_value(obj)?)?;
+    let owner = restore.controller_owner_ref(&()).expect("EtcdRestore from the API has a name and uid");
+    let mut command = vec![crate::OPERATOR_NAME.to_string(), "backup-verify".into()];
+    command.extend(pods::storage_args(&target.location, &restore.spec.source));
+    Ok(pods::job_pod(JobPod {
+        name: name.to_string(),
+        namespace: obj.namespace().unwrap_or_default(),
+        labels: BTreeMap::from([(RESTORE_LABEL.to_string(), obj.name_any())]),
+        owner,
+        image,
+        command,
+        loc: &target.location,
+        source: &restore.spec.source,
+        deadline_secs: verify_policy::deadline_secs(attempt),
+        writes: false,
+    }))
+}
+
+/// Run the EtcdRestore controller until `shutdown` resolves.
+pub async fn run(opts: Options, shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static) {
+    jobs::run(opts, "etcdrestore", restore_ar(), RESTORE_LABEL, shutdown, |_, _| {}, reconcile).await;
+}

@@ -1,0 +1,387 @@
+//! The EtcdRestore planner: from what was observed (the object, its status, its verify pods, the
+//! EtcdCluster of the name it restores), the next status, the Events and at most one action:
+//! start a verify pod, or create the EtcdCluster. Pure; `restore_controller` observes and
+//! executes. Rules:
+//!
+//! - never destructive: an EtcdCluster of that name that this restore did not create is never
+//!   replaced; the restore waits, saying so, until it is gone;
+//! - nothing is created from a backup whose checksum does not match its sidecar, or that has no
+//!   sidecar: a verify pod checks it first; a verify that failed for another reason (the store
+//!   unreachable, the pod out of time) is retried (`verify_policy`);
+//! - only the verify pods of the current spec generation count; others are removed;
+//! - the cluster's etcd is never older than the one that took the backup, nor more than one minor
+//!   version newer (the upgrade rule);
+//! - done (or refused) for a spec generation is final until the spec changes.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use etcd_operator_api::backup::RestoreFrom;
+use etcd_operator_api::restore::{EtcdRestoreSpec, EtcdRestoreStatus};
+use etcd_operator_api::{EtcdCluster, EtcdClusterSpec, SCOPE_ANNOTATION};
+use kube::runtime::events::EventType;
+
+use super::job_pods::{JobPodState, PodResult};
+use super::location::{BackupMeta, Location};
+use super::verify_policy::{self, AfterFailure};
+use crate::version::Version;
+
+/// Annotation on an EtcdCluster created by a restore: the EtcdRestore's UID.
+pub const RESTORED_BY_ANNOTATION: &str = "etcd.database.coreos.com/restored-by";
+/// Annotation on an EtcdCluster created by a restore: the backup it came from.
+pub const RESTORED_FROM_ANNOTATION: &str = "etcd.database.coreos.com/restored-from";
+/// Members of a restored cluster when the EtcdRestore gives no spec.
+pub const DEFAULT_SIZE: i32 = 3;
+
+pub const PHASE_VERIFYING: &str = "Verifying";
+pub const PHASE_RESTORING: &str = "Restoring";
+pub const PHASE_RESTORED: &str = "Restored";
+pub const PHASE_FAILED: &str = "Failed";
+/// An EtcdCluster of the name exists: the restore waits for it to be deleted.
+pub const PHASE_WAITING: &str = "WaitingForCluster";
+
+/// A checked EtcdRestore spec.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RestoreTarget {
+    pub location: Location,
+    pub cluster: String,
+}
+
+/// The EtcdCluster of the restore's name, as observed.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ClusterSeen {
+    /// Its [`RESTORED_BY_ANNOTATION`].
+    pub restored_by: Option<String>,
+    pub size: i64,
+    pub ready_members: i64,
+    /// `spec.restore.sha256`.
+    pub restore_sha256: Option<String>,
+}
+
+/// An EtcdRestore as observed.
+#[derive(Clone, Debug)]
+pub struct RestoreObserved {
+    pub name: String,
+    pub namespace: String,
+    pub uid: String,
+    pub generation: i64,
+    /// Its scope annotation, passed on to the cluster it creates.
+    pub scope: Option<String>,
+    pub spec: Result<EtcdRestoreSpec, String>,
+    pub status: EtcdRestoreStatus,
+    /// None: there is no EtcdCluster of the name (or the spec names none).
+    pub cluster: Option<ClusterSeen>,
+    /// This restore's verify pods, oldest first.
+    pub pods: Vec<JobPodState<BackupMeta>>,
+    pub now: DateTime<Utc>,
+}
+
+#[derive(Clone, Debug)]
+pub enum RestoreStep {
+    Nothing,
+    /// Create verify pod `pod`, attempt `attempt` (its time limit grows per attempt).
+    StartVerify {
+        pod: String,
+        attempt: u32,
+        target: RestoreTarget,
+    },
+    /// Create this EtcdCluster: every bootstrap member starts from the verified backup.
+    CreateCluster(Box<EtcdCluster>),
+}
+
+impl PartialEq for RestoreStep {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (RestoreStep::Nothing, RestoreStep::Nothing) => true,
+            (
+                RestoreStep::StartVerify { pod: a, attempt: x, target: t },
+                RestoreStep::StartVerify { pod: b, attempt: y, target: u },
+            ) => (a, x, t) == (b, y, u),
+            // EtcdCluster has no PartialEq: compared as the objects the API would get.
+            (RestoreStep::CreateCluster(a), RestoreStep::CreateCluster(b)) => {
+                serde_json::to_value(a).ok() == serde_json::to_value(b).ok()
+            }
+            _ => false,
+        }
+    }
+}
+
+pub type Note = (EventType, &'static str, String);
+
+#[derive(Clone, Debug)]
+pub struct RestorePlan {
+    pub status: EtcdRestoreStatus,
+    pub events: Vec<Note>,
+    pub step: RestoreStep,
+    /// Verify pods to delete once `status` is written.
+    pub delete_pods: Vec<String>,
+    /// None: wait for a change.
+    pub requeue: Option<Duration>,
+}
+
+pub fn check_spec(spec: &EtcdRestoreSpec) -> Result<RestoreTarget, String> {
+    let location = Location::of(&spec.backup_storage_type, &spec.source)?;
+    let cluster = spec.etcd_cluster.name.clone();
+    if cluster.is_empty() {
+        return Err("etcdCluster.name is empty".into());
+    }
+    if let Some(s) = &spec.etcd_cluster.spec {
+        if s.restore.is_some() {
+            return Err("etcdCluster.spec.restore is set by the operator; leave it out".into());
+        }
+        crate::validation::validate(&cluster, s).map_err(|e| format!("etcdCluster.spec: {}", e.join("; ")))?;
+    } else {
+        crate::validation::validate(&cluster, &EtcdClusterSpec { size: DEFAULT_SIZE, ..Default::default() })
+            .map_err(|e| format!("etcdCluster.name: {}", e.join("; ")))?;
+    }
+    Ok(RestoreTarget { location, cluster })
+}
+
+/// The spec of the cluster to create: the restore's, or 3 members of the backup's version;
+/// never older than the etcd that took the backup, nor more than one minor version newer.
+pub fn cluster_spec(spec: &EtcdRestoreSpec, meta: &BackupMeta, sha256: &str) -> Result<EtcdClusterSpec, String> {
+    let mut s = spec.etcd_cluster.spec.clone().unwrap_or_else(|| EtcdClusterSpec {
+        size: DEFAULT_SIZE,
+        version: meta.etcd_version.clone(),
+        ..Default::default()
+    });
+    // No version given: the backup's own (a restore is no place for an implicit upgrade, and a
+    // 3.5.17 backup could not step to the 3.6 default anyway).
+    if s.version.is_empty() {
+        s.version = meta.etcd_version.clone();
+    }
+    let backup_version = Version::parse(&meta.etcd_version).ok();
+    let version = s.version.as_str();
+    if let (Some(b), Ok(v)) = (backup_version, Version::parse(version)) {
+        // The same rule as an upgrade of the running cluster: the same minor or the next one.
+        crate::version::check_change(&b, &v)
+            .map_err(|e| format!("the backup was taken by etcd {b}; restoring it with etcd {v} is refused: {e}"))?;
+    }
+    s.restore = Some(RestoreFrom {
+        backup_storage_type: spec.backup_storage_type.clone(),
+        source: spec.source.clone(),
+        sha256: sha256.to_string(),
+    });
+    // Never create a cluster the operator would then refuse (e.g. a backup whose sidecar names
+    // an etcd version this operator does not run, and no version in etcdCluster.spec).
+    crate::validation::validate(&spec.etcd_cluster.name, &s).map_err(|e| {
+        format!(
+            "the EtcdCluster this restore would create is refused ({}); the backup was taken by etcd {:?}: set etcdCluster.spec.version",
+            e.join("; "),
+            meta.etcd_version
+        )
+    })?;
+    Ok(s)
+}
+
+/// Record a failure (status, and one Warning Event when it is news); nothing more until the
+/// spec changes.
+fn fail(
+    o: &RestoreObserved,
+    mut st: EtcdRestoreStatus,
+    reason: &'static str,
+    why: String,
+    delete_pods: Vec<String>,
+) -> RestorePlan {
+    st.succeeded = false;
+    st.phase = PHASE_FAILED.into();
+    st.reason = why;
+    let events = if st != o.status { vec![(EventType::Warning, reason, st.reason.clone())] } else { vec![] };
+    RestorePlan { status: st, events, step: RestoreStep::Nothing, delete_pods, requeue: None }
+}
+
+pub fn plan(o: &RestoreObserved) -> RestorePlan {
+    let prev = &o.status;
+    let done = |st: EtcdRestoreStatus| RestorePlan {
+        status: st,
+        events: vec![],
+        step: RestoreStep::Nothing,
+        delete_pods: vec![],
+        requeue: None,
+    };
+    if (prev.succeeded || prev.phase == PHASE_FAILED) && prev.observed_generation == o.generation {
+        // Done, or refused: a new spec (or a new EtcdRestore) starts again.
+        return done(prev.clone());
+    }
+    let mut st = prev.clone();
+    if st.observed_generation != o.generation {
+        // A new spec: start over (a verification of the old spec does not count).
+        st = EtcdRestoreStatus { conditions: prev.conditions.clone(), ..Default::default() };
+        st.observed_generation = o.generation;
+    }
+    let checked =
+        super::pods::check_job_owner_name(&o.name).and(o.spec.clone()).and_then(|s| check_spec(&s).map(|t| (s, t)));
+    let (spec, target) = match checked {
+        Ok(v) => v,
+        Err(why) => return fail(o, st, "InvalidSpec", format!("invalid spec, nothing created: {why}"), vec![]),
+    };
+    let mut events: Vec<Note> = Vec::new();
+    let mut step = RestoreStep::Nothing;
+    let mut delete_pods = Vec::new();
+    let mut requeue = Duration::from_secs(2);
+    match &o.cluster {
+        Some(c) if c.restored_by.as_deref() == Some(o.uid.as_str()) => {
+            // Ours: done when every member is a ready voter.
+            if st.sha256.is_empty() {
+                // Created, but the status write after it was lost: the cluster names its backup.
+                st.sha256 = c.restore_sha256.clone().unwrap_or_default();
+            }
+            if c.size > 0 && c.ready_members == c.size {
+                st.succeeded = true;
+                st.phase = PHASE_RESTORED.into();
+                st.reason.clear();
+                events.push((
+                    EventType::Normal,
+                    "Restored",
+                    format!(
+                        "EtcdCluster {} is up with {} members restored from {}",
+                        target.cluster,
+                        c.size,
+                        target.location.url()
+                    ),
+                ));
+            } else {
+                st.phase = PHASE_RESTORING.into();
+                st.reason =
+                    format!("waiting for EtcdCluster {}: {}/{} members ready", target.cluster, c.ready_members, c.size);
+            }
+            // Verify pods left over (their deletion raced an operator restart).
+            delete_pods.extend(o.pods.iter().map(|p| p.name.clone()));
+        }
+        Some(_) => {
+            let why = format!(
+                "EtcdCluster {} already exists and was not created by this restore: a restore never replaces a running cluster; delete it first (the restore proceeds once it is gone)",
+                target.cluster
+            );
+            st.phase = PHASE_WAITING.into();
+            if st.reason != why {
+                events.push((EventType::Warning, "ClusterExists", why.clone()));
+            }
+            st.reason = why;
+            requeue = Duration::from_secs(10);
+        }
+        None if st.phase == PHASE_RESTORING || st.phase == PHASE_RESTORED => {
+            return fail(
+                o,
+                st,
+                "RestoreFailed",
+                format!("EtcdCluster {} was deleted while it was being restored", target.cluster),
+                vec![],
+            );
+        }
+        None => {
+            // Verify first; create only from a verified backup. Only this spec's verify pods
+            // count (one per attempt); one of an earlier generation checked another source.
+            let attempt_of = |p: &JobPodState<BackupMeta>| verify_policy::attempt_of(&p.name, &o.name, o.generation);
+            delete_pods.extend(o.pods.iter().filter(|p| attempt_of(p).is_none()).map(|p| p.name.clone()));
+            let latest = o.pods.iter().filter(|p| attempt_of(p).is_some()).max_by_key(|p| attempt_of(p));
+            match latest {
+                None => {
+                    let pod = verify_policy::pod_name(&o.name, o.generation, 0);
+                    st.phase = PHASE_VERIFYING.into();
+                    st.reason = format!("verifying the checksum of {}", target.location.url());
+                    events.push((
+                        EventType::Normal,
+                        "VerifyStarted",
+                        format!("pod {pod} is checking {}", target.location.url()),
+                    ));
+                    step = RestoreStep::StartVerify { pod, attempt: 0, target: target.clone() };
+                }
+                Some(p) => match &p.result {
+                    PodResult::Running => st.phase = PHASE_VERIFYING.into(),
+                    PodResult::Failed(why) => {
+                        let attempt = attempt_of(p).unwrap_or(0);
+                        let since = p.finished.map(|f| (o.now - f).num_seconds().max(0)).unwrap_or(0);
+                        match verify_policy::after_failure(attempt, why, since) {
+                            AfterFailure::Refuse(why) => {
+                                delete_pods.push(p.name.clone());
+                                let why = format!("backup refused, nothing created: {why}");
+                                return fail(o, st, "BackupRejected", why, delete_pods);
+                            }
+                            AfterFailure::GiveUp(why) => {
+                                delete_pods.push(p.name.clone());
+                                return fail(o, st, "BackupUnreadable", format!("nothing created: {why}"), delete_pods);
+                            }
+                            AfterFailure::Retry { wait_secs, .. } if wait_secs > 0 => {
+                                st.phase = PHASE_VERIFYING.into();
+                                let note = format!(
+                                    "verify attempt {} of {} failed: {why}; trying again in {wait_secs}s",
+                                    attempt + 1,
+                                    verify_policy::VERIFY_ATTEMPTS
+                                );
+                                // One Event per failed attempt (the wait in the note counts down).
+                                if !st.reason.starts_with(&format!("verify attempt {} of", attempt + 1)) {
+                                    events.push((EventType::Warning, "VerifyRetrying", note.clone()));
+                                }
+                                st.reason = note;
+                                requeue = Duration::from_secs(wait_secs as u64);
+                            }
+                            AfterFailure::Retry { attempt: next, .. } => {
+                                delete_pods.push(p.name.clone());
+                                let pod = verify_policy::pod_name(&o.name, o.generation, next);
+                                st.phase = PHASE_VERIFYING.into();
+                                st.reason = format!(
+                                    "verifying the checksum of {} (attempt {} of {}, {}s allowed)",
+                                    target.location.url(),
+                                    next + 1,
+                                    verify_policy::VERIFY_ATTEMPTS,
+                                    verify_policy::deadline_secs(next)
+                                );
+                                step = RestoreStep::StartVerify { pod, attempt: next, target: target.clone() };
+                            }
+                        }
+                    }
+                    PodResult::Succeeded(meta) => {
+                        st.sha256 = meta.sha256.clone();
+                        st.size = meta.size;
+                        st.etcd_version = meta.etcd_version.clone();
+                        st.etcd_revision = meta.etcd_revision;
+                        delete_pods.push(p.name.clone());
+                        let cspec = match cluster_spec(&spec, meta, &meta.sha256) {
+                            Ok(s) => s,
+                            Err(why) => return fail(o, st, "InvalidSpec", why, delete_pods),
+                        };
+                        let mut annotations = BTreeMap::from([
+                            (RESTORED_BY_ANNOTATION.to_string(), o.uid.clone()),
+                            (RESTORED_FROM_ANNOTATION.to_string(), target.location.url()),
+                        ]);
+                        if let Some(scope) = &o.scope {
+                            annotations.insert(SCOPE_ANNOTATION.to_string(), scope.clone());
+                        }
+                        let mut cluster = EtcdCluster::new(&target.cluster, cspec);
+                        cluster.metadata.namespace = Some(o.namespace.clone());
+                        cluster.metadata.annotations = Some(annotations);
+                        st.phase = PHASE_RESTORING.into();
+                        st.reason = format!("creating EtcdCluster {}", target.cluster);
+                        events.push((
+                            EventType::Normal,
+                            "BackupVerified",
+                            format!(
+                                "{} matches its checksum (sha256 {}, {} bytes, etcd {} revision {})",
+                                target.location.url(),
+                                meta.sha256,
+                                meta.size,
+                                meta.etcd_version,
+                                meta.etcd_revision
+                            ),
+                        ));
+                        events.push((
+                            EventType::Normal,
+                            "ClusterCreated",
+                            format!("EtcdCluster {} created; every member starts from this backup", target.cluster),
+                        ));
+                        step = RestoreStep::CreateCluster(Box::new(cluster));
+                        requeue = Duration::from_millis(500);
+                    }
+                },
+            }
+        }
+    }
+    let requeue = (!st.succeeded && st.phase != PHASE_FAILED).then_some(requeue);
+    RestorePlan { status: st, events, step, delete_pods, requeue }
+}
+
+#[cfg(test)]
+#[path = "restore_planner_tests.rs"]
+mod tests;

@@ -1,0 +1,255 @@
+//! Table tests of the EtcdRestore planner, one decision each.
+
+use super::*;
+use etcd_operator_api::backup::{BackupSource, S3Source};
+use etcd_operator_api::restore::EtcdClusterRef;
+
+fn spec(cluster_spec: Option<EtcdClusterSpec>) -> EtcdRestoreSpec {
+    EtcdRestoreSpec {
+        backup_storage_type: "S3".into(),
+        source: BackupSource {
+            s3: Some(S3Source { path: "b/k".into(), aws_secret: "aws".into(), ..Default::default() }),
+            ..Default::default()
+        },
+        etcd_cluster: EtcdClusterRef { name: "restored".into(), spec: cluster_spec },
+    }
+}
+
+fn meta(version: &str) -> BackupMeta {
+    BackupMeta { etcd_version: version.into(), sha256: "ab".repeat(32), ..Default::default() }
+}
+
+#[test]
+fn without_a_spec_the_cluster_has_three_members_of_the_backups_version() {
+    let s = cluster_spec(&spec(None), &meta("3.5.1"), &"ab".repeat(32)).unwrap();
+    assert_eq!((s.size, s.version.as_str()), (3, "3.5.1"));
+    let r = s.restore.unwrap();
+    assert_eq!((r.backup_storage_type.as_str(), r.sha256.len()), ("S3", 64));
+    assert_eq!(r.source.s3.unwrap().path, "b/k");
+}
+
+#[test]
+fn restoring_with_an_older_or_much_newer_etcd_than_the_backups_is_refused() {
+    let with = |v: &str| EtcdClusterSpec { size: 1, version: v.into(), ..Default::default() };
+    let err = cluster_spec(&spec(Some(with("3.4.23"))), &meta("3.5.1"), &"ab".repeat(32)).unwrap_err();
+    assert!(err.contains("restoring it with etcd 3.4.23 is refused") && err.contains("downgrade"), "{err}");
+    assert!(cluster_spec(&spec(Some(with("3.5.1"))), &meta("3.4.23"), &"ab".repeat(32)).is_ok(), "the next minor");
+    assert!(cluster_spec(&spec(Some(with("3.5.0"))), &meta("3.5.1"), &"ab".repeat(32)).is_ok(), "the same minor");
+    let err = cluster_spec(&spec(Some(with("3.6.0"))), &meta("3.4.23"), &"ab".repeat(32)).unwrap_err();
+    assert!(err.contains("skips a minor version"), "{err}");
+}
+
+#[test]
+fn a_spec_without_a_version_restores_with_the_backups_version() {
+    let with = EtcdClusterSpec { size: 1, ..Default::default() };
+    let s = cluster_spec(&spec(Some(with)), &meta("3.5.17"), &"ab".repeat(32)).unwrap();
+    assert_eq!(s.version, "3.5.17");
+}
+
+#[test]
+fn a_backup_of_a_version_this_operator_does_not_run_needs_a_version_in_the_spec() {
+    let err = cluster_spec(&spec(None), &meta("3.2.13"), &"ab".repeat(32)).unwrap_err();
+    assert!(err.contains("3.2.13") && err.contains("set etcdCluster.spec.version"), "{err}");
+    let with = EtcdClusterSpec { size: 3, version: "3.4.23".into(), ..Default::default() };
+    let err = cluster_spec(&spec(Some(with)), &meta("3.2.13"), &"ab".repeat(32)).unwrap_err();
+    assert!(err.contains("skips a minor version") || err.contains("refused"), "{err}");
+}
+
+#[test]
+fn invalid_restores_say_why() {
+    let mut s = spec(None);
+    s.etcd_cluster.name.clear();
+    assert!(check_spec(&s).unwrap_err().contains("etcdCluster.name is empty"));
+    let s = spec(Some(EtcdClusterSpec { size: 9, version: "3.5.1".into(), ..Default::default() }));
+    assert!(check_spec(&s).unwrap_err().contains("spec.size 9"));
+    let mut s = spec(None);
+    s.backup_storage_type = "GlusterFS".into();
+    assert!(check_spec(&s).unwrap_err().contains("GlusterFS"));
+    let mut s = spec(None);
+    s.etcd_cluster.name = "Bad_Name".into();
+    assert!(check_spec(&s).is_err());
+}
+
+fn t(s: &str) -> DateTime<Utc> {
+    DateTime::parse_from_rfc3339(s).unwrap().to_utc()
+}
+
+/// Restore `r` (UID `uid-r`, generation 1) of `s3://b/k` into `restored`, nothing done yet.
+fn observed() -> RestoreObserved {
+    RestoreObserved {
+        name: "r".into(),
+        namespace: "ns".into(),
+        uid: "uid-r".into(),
+        generation: 1,
+        scope: None,
+        spec: Ok(spec(None)),
+        status: EtcdRestoreStatus { observed_generation: 1, ..Default::default() },
+        cluster: None,
+        pods: vec![],
+        now: t("2026-01-01T00:10:00Z"),
+    }
+}
+
+fn verify_pod(name: &str, result: PodResult<BackupMeta>, finished: Option<&str>) -> JobPodState<BackupMeta> {
+    JobPodState { result, finished: finished.map(t), ..JobPodState::running(name) }
+}
+
+fn reasons(p: &RestorePlan) -> Vec<&'static str> {
+    p.events.iter().map(|e| e.1).collect()
+}
+
+#[test]
+fn a_new_restore_verifies_the_backup_first() {
+    let p = plan(&observed());
+    assert!(matches!(&p.step, RestoreStep::StartVerify { pod, attempt: 0, .. } if pod == "r-verify-1"), "{:?}", p.step);
+    assert_eq!(p.status.phase, PHASE_VERIFYING);
+    assert_eq!(reasons(&p), ["VerifyStarted"]);
+}
+
+#[test]
+fn a_verified_backup_creates_the_cluster_marked_as_this_restores() {
+    let mut o = observed();
+    o.scope = Some("team-a".into());
+    o.pods = vec![verify_pod("r-verify-1", PodResult::Succeeded(meta("3.5.1")), None)];
+    let p = plan(&o);
+    let RestoreStep::CreateCluster(c) = &p.step else { panic!("{:?}", p.step) };
+    let a = c.metadata.annotations.clone().unwrap();
+    assert_eq!(a[RESTORED_BY_ANNOTATION], "uid-r");
+    assert_eq!(a[RESTORED_FROM_ANNOTATION], "s3://b/k");
+    assert_eq!(a[SCOPE_ANNOTATION], "team-a");
+    assert_eq!(c.spec.restore.as_ref().unwrap().sha256, "ab".repeat(32));
+    assert_eq!((c.spec.size, c.spec.version.as_str()), (3, "3.5.1"));
+    assert_eq!(p.delete_pods, ["r-verify-1"]);
+    assert_eq!(reasons(&p), ["BackupVerified", "ClusterCreated"]);
+    assert_eq!(p.status.sha256, "ab".repeat(32));
+}
+
+#[test]
+fn a_cluster_this_restore_did_not_create_is_never_replaced() {
+    let mut o = observed();
+    o.cluster = Some(ClusterSeen { restored_by: None, size: 3, ready_members: 3, restore_sha256: None });
+    o.pods = vec![verify_pod("r-verify-1", PodResult::Succeeded(meta("3.5.1")), None)];
+    let p = plan(&o);
+    assert_eq!(p.step, RestoreStep::Nothing);
+    assert_eq!(p.status.phase, PHASE_WAITING);
+    assert!(p.status.reason.contains("never replaces a running cluster"));
+    assert_eq!(reasons(&p), ["ClusterExists"]);
+    o.status = p.status;
+    assert!(plan(&o).events.is_empty(), "said once");
+    // Another restore's cluster is not ours either.
+    o.cluster.as_mut().unwrap().restored_by = Some("uid-other".into());
+    assert_eq!(plan(&o).status.phase, PHASE_WAITING);
+}
+
+#[test]
+fn the_restore_is_done_when_every_member_of_its_cluster_is_ready() {
+    let mut o = observed();
+    o.status.phase = PHASE_RESTORING.into();
+    let ours = |ready| ClusterSeen {
+        restored_by: Some("uid-r".into()),
+        size: 3,
+        ready_members: ready,
+        restore_sha256: Some("cd".repeat(32)),
+    };
+    o.cluster = Some(ours(2));
+    let p = plan(&o);
+    assert_eq!((p.status.phase.as_str(), p.status.succeeded), (PHASE_RESTORING, false));
+    assert!(p.status.reason.contains("2/3 members ready"));
+    assert_eq!(p.status.sha256, "cd".repeat(32), "a lost status write is recovered from the cluster");
+    o.cluster = Some(ours(3));
+    let p = plan(&o);
+    assert_eq!((p.status.phase.as_str(), p.status.succeeded), (PHASE_RESTORED, true));
+    assert_eq!(p.requeue, None);
+    // Final: nothing more for this generation, even if the cluster changes.
+    o.status = p.status;
+    o.cluster = None;
+    let again = plan(&o);
+    assert!(again.events.is_empty() && again.step == RestoreStep::Nothing && again.status.succeeded);
+}
+
+#[test]
+fn a_cluster_deleted_while_it_is_restored_fails_the_restore() {
+    let mut o = observed();
+    o.status.phase = PHASE_RESTORING.into();
+    let p = plan(&o);
+    assert_eq!(p.status.phase, PHASE_FAILED);
+    assert_eq!(reasons(&p), ["RestoreFailed"]);
+}
+
+#[test]
+fn only_the_current_generations_verify_pods_count() {
+    let mut o = observed();
+    o.generation = 2;
+    o.pods = vec![verify_pod("r-verify-1", PodResult::Succeeded(meta("3.5.1")), None)];
+    let p = plan(&o);
+    assert_eq!(p.delete_pods, ["r-verify-1"], "it checked the spec before the change");
+    assert!(matches!(&p.step, RestoreStep::StartVerify { pod, .. } if pod == "r-verify-2"));
+}
+
+#[test]
+fn a_wrong_backup_is_refused_at_once_and_nothing_is_created() {
+    let mut o = observed();
+    let why = format!("{}checksum mismatch: x", super::super::contract::REFUSED);
+    o.pods = vec![verify_pod("r-verify-1", PodResult::Failed(why), Some("2026-01-01T00:09:59Z"))];
+    let p = plan(&o);
+    assert_eq!(p.status.phase, PHASE_FAILED);
+    assert!(p.status.reason.contains("backup refused, nothing created: checksum mismatch"));
+    assert_eq!(reasons(&p), ["BackupRejected"]);
+    assert_eq!(p.delete_pods, ["r-verify-1"]);
+}
+
+/// A store that is down is not a wrong backup: the verify is retried after a pause, with more
+/// time, and given up only after the last attempt.
+#[test]
+fn a_verify_that_failed_for_another_reason_is_retried_with_a_pause() {
+    let mut o = observed();
+    o.pods =
+        vec![verify_pod("r-verify-1", PodResult::Failed("connection refused".into()), Some("2026-01-01T00:09:58Z"))];
+    let p = plan(&o);
+    assert_eq!(p.step, RestoreStep::Nothing, "paused");
+    assert_eq!(p.requeue, Some(Duration::from_secs(8)));
+    assert_eq!(reasons(&p), ["VerifyRetrying"]);
+    o.status = p.status;
+    o.now = t("2026-01-01T00:10:08Z");
+    let p = plan(&o);
+    assert!(
+        matches!(&p.step, RestoreStep::StartVerify { pod, attempt: 1, .. } if pod == "r-verify-1-1"),
+        "{:?}",
+        p.step
+    );
+    assert_eq!(p.delete_pods, ["r-verify-1"]);
+    let last = verify_policy::VERIFY_ATTEMPTS - 1;
+    o.pods = vec![verify_pod(
+        &verify_policy::pod_name("r", 1, last),
+        PodResult::Failed("connection refused".into()),
+        Some("2026-01-01T00:00:00Z"),
+    )];
+    let p = plan(&o);
+    assert_eq!(p.status.phase, PHASE_FAILED);
+    assert_eq!(reasons(&p), ["BackupUnreadable"]);
+}
+
+#[test]
+fn a_backup_of_an_etcd_too_old_for_the_requested_version_creates_nothing() {
+    let mut o = observed();
+    o.spec = Ok(spec(Some(EtcdClusterSpec { size: 3, version: "3.6.6".into(), ..Default::default() })));
+    o.pods = vec![verify_pod("r-verify-1", PodResult::Succeeded(meta("3.4.23")), None)];
+    let p = plan(&o);
+    assert_eq!(p.step, RestoreStep::Nothing);
+    assert_eq!(p.status.phase, PHASE_FAILED);
+    assert!(p.status.reason.contains("skips a minor version"), "{}", p.status.reason);
+}
+
+#[test]
+fn an_invalid_restore_changes_nothing_and_says_why() {
+    let mut o = observed();
+    o.spec = Err("spec cannot be read: invalid type".into());
+    let p = plan(&o);
+    assert_eq!((p.step.clone(), p.status.phase.as_str()), (RestoreStep::Nothing, PHASE_FAILED));
+    assert_eq!(reasons(&p), ["InvalidSpec"]);
+    o.status = p.status;
+    o.spec = Ok(spec(None));
+    assert_eq!(plan(&o).step, RestoreStep::Nothing, "refused for this generation until the spec changes");
+    o.generation = 2;
+    assert!(matches!(plan(&o).step, RestoreStep::StartVerify { .. }), "a new spec starts over");
+}
