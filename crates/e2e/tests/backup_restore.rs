@@ -7,109 +7,12 @@ mod common;
 
 use std::time::Duration;
 
-use anyhow::{Context, Result, ensure};
+use anyhow::{Result, ensure};
+use common::backups::*;
 use common::*;
 use e2e::objstore::{Azurite, MotoServer, ObjectServer};
 use e2e::{TestNamespace, wait_until};
 use serde_json::Value;
-
-const CREATE: Duration = Duration::from_secs(120);
-const BACKUP: Duration = Duration::from_secs(120);
-const RESTORE: Duration = Duration::from_secs(240);
-const KEYS: usize = 100;
-const BUCKET: &str = "etcd-backups";
-
-fn get(ns: &TestNamespace, kind: &str, name: &str) -> Result<Value> {
-    ns.json(&["get", kind, name, "-o", "json"])
-}
-
-fn sha256_hex(data: &[u8]) -> Result<String> {
-    use std::io::Write;
-    let mut child = std::process::Command::new("sha256sum")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()?;
-    child.stdin.take().context("stdin")?.write_all(data)?;
-    let out = child.wait_with_output()?;
-    Ok(String::from_utf8(out.stdout)?.split_whitespace().next().unwrap_or_default().to_string())
-}
-
-/// The storage block of a spec for `server`: `s3: {...}` or `abs: {...}`.
-fn storage_block(server: &dyn ObjectServer, path: &str, secret: &str) -> String {
-    match server.storage_type() {
-        "S3" => format!(
-            "s3: {{path: \"{BUCKET}/{path}\", awsSecret: {secret}, endpoint: \"{}\", forcePathStyle: true}}",
-            server.endpoint()
-        ),
-        _ => format!("abs: {{path: \"{BUCKET}/{path}\", absSecret: {secret}}}"),
-    }
-}
-
-fn backup_manifest(ns: &str, name: &str, cluster: &str, storage_type: &str, storage: &str, policy: &str) -> String {
-    format!(
-        "apiVersion: etcd.database.coreos.com/v1beta2\nkind: EtcdBackup\nmetadata: {{name: {name}, namespace: {ns}}}\nspec:\n  clusterName: {cluster}\n  storageType: {storage_type}\n  {storage}\n{policy}"
-    )
-}
-
-fn restore_manifest(ns: &str, name: &str, cluster: &str, storage_type: &str, storage: &str) -> String {
-    format!(
-        "apiVersion: etcd.database.coreos.com/v1beta2\nkind: EtcdRestore\nmetadata: {{name: {name}, namespace: {ns}}}\nspec:\n  etcdCluster: {{name: {cluster}}}\n  backupStorageType: {storage_type}\n  {storage}\n"
-    )
-}
-
-fn wait_backup_succeeded(ns: &TestNamespace, name: &str) -> Result<Value> {
-    wait_until(BACKUP, &format!("EtcdBackup {name} to succeed"), || {
-        let b = get(ns, "etcdbackup", name)?;
-        let st = &b["status"];
-        ensure!(st["consecutiveFailures"].as_i64().unwrap_or(0) < 3, "backup keeps failing: {}", st["reason"]);
-        Ok((st["succeeded"] == true).then_some(b))
-    })
-}
-
-fn delete_cluster(ns: &TestNamespace, name: &str) -> Result<()> {
-    ns.run(&["delete", "etcdcluster", name])?;
-    wait_until(Duration::from_secs(120), "the cluster's pods to be gone", || {
-        let left = ns.run(&["get", "pods", "-l", &format!("etcd_cluster={name}"), "-o", "name"])?;
-        Ok(left.trim().is_empty().then_some(()))
-    })
-}
-
-/// Every member pod ran the three restore init containers to success. Polled: the operator
-/// reports members ready from etcd's answers, and the kubelet may publish the init containers'
-/// final states a little after etcd is already serving.
-fn check_members_restored(ns: &TestNamespace, name: &str, size: usize) -> Result<()> {
-    wait_until(Duration::from_secs(60), "every member's restore init containers to be reported done", || {
-        let pods = member_pods(ns, name)?;
-        ensure!(pods.len() == size, "{} member pods", pods.len());
-        let mut all_done = true;
-        for p in &pods {
-            let inits: Vec<(String, Option<i64>)> = p["status"]["initContainerStatuses"]
-                .as_array()
-                .map(|a| {
-                    a.iter()
-                        .map(|c| {
-                            (
-                                c["name"].as_str().unwrap_or_default().to_string(),
-                                c["state"]["terminated"]["exitCode"].as_i64(),
-                            )
-                        })
-                        .collect()
-                })
-                .unwrap_or_default();
-            for want in ["restore-fetch", "restore-snapshot", "restore-finish"] {
-                match inits.iter().find(|(n, _)| n == want) {
-                    Some((_, Some(0))) => {}
-                    Some((_, Some(code))) => {
-                        anyhow::bail!("pod {} ran {want} with exit code {code}: {inits:?}", p["metadata"]["name"])
-                    }
-                    Some((_, None)) => all_done = false,
-                    None => anyhow::bail!("pod {} has no {want} init container: {inits:?}", p["metadata"]["name"]),
-                }
-            }
-        }
-        Ok(all_done.then_some(()))
-    })
-}
 
 /// Keys → one-shot backup → delete the cluster → restore → every key back, with etcd `version`
 /// (the restore runs that version's etcdutl in the members' init containers).
@@ -118,6 +21,7 @@ fn round_trip(
     version: &str,
     storage_type: &str,
     storage: &str,
+    restored: usize,
     check_stored: impl Fn(&Value) -> Result<()>,
 ) -> Result<()> {
     ns.apply(&cluster_manifest(&ns.name, "ex", 3, version, ""))?;
@@ -150,7 +54,7 @@ fn round_trip(
     ensure!(r["status"]["sha256"] == st["sha256"], "restored {} backed up {}", r["status"]["sha256"], st["sha256"]);
     let c = wait_healthy(ns, "ex", 3, CREATE)?;
     ensure!(c["status"]["currentVersion"] == version, "restored cluster runs {}", c["status"]["currentVersion"]);
-    check_members_restored(ns, "ex", 3)?;
+    check_members_restored(ns, "ex", 3, restored)?;
     let ep = client_endpoint(ns, "ex")?;
     check_keys(&ep, "backup", KEYS)?;
     let evs = e2e_events(ns, "EtcdRestore", "back")?;
@@ -160,29 +64,12 @@ fn round_trip(
     Ok(())
 }
 
-/// `(reason, note)` of the Events about one object of `kind`.
-fn e2e_events(ns: &TestNamespace, kind: &str, name: &str) -> Result<Vec<(String, String)>> {
-    let list = ns.json(&["get", "events", "-o", "json"])?;
-    Ok(list["items"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|e| e["involvedObject"]["kind"] == kind && e["involvedObject"]["name"] == name)
-        .map(|e| {
-            (
-                e["reason"].as_str().unwrap_or_default().to_string(),
-                e["message"].as_str().unwrap_or_default().to_string(),
-            )
-        })
-        .collect())
-}
-
 fn object_server_round_trip(server: &dyn ObjectServer, prefix: &str, version: &str) -> Result<()> {
     server.create_bucket(BUCKET)?;
     with_operator(prefix, |ns, _op| {
         ns.apply(&server.secret_manifest(&ns.name, "creds"))?;
         let storage = storage_block(server, "ex/etcd.backup", "creds");
-        round_trip(ns, version, server.storage_type(), &storage, |st| {
+        round_trip(ns, version, server.storage_type(), &storage, 3, |st| {
             let data = server.get_object(BUCKET, "ex/etcd.backup")?;
             ensure!(
                 data.len() as i64 == st["size"].as_i64().unwrap_or(-1),
@@ -220,7 +107,8 @@ fn pvc_backup_and_restore_bring_back_every_key_with_etcd_3_7() -> Result<()> {
             "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {{name: backups, namespace: {}}}\nspec:\n  accessModes: [ReadWriteOnce]\n  resources: {{requests: {{storage: 1Gi}}}}\n",
             ns.name
         ))?;
-        round_trip(ns, "3.7.2", "PVC", "pvc: {claimName: backups, path: ex/etcd.backup}", |st| {
+        // One member restores from the claim (ReadWriteOnce), the other two join it.
+        round_trip(ns, "3.7.2", "PVC", "pvc: {claimName: backups, path: ex/etcd.backup}", 1, |st| {
             ensure!(st["path"] == "pvc://backups/ex/etcd.backup", "{st}");
             Ok(())
         })

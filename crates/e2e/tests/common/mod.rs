@@ -10,6 +10,7 @@
 
 #![allow(dead_code)]
 
+pub mod backups;
 pub mod writer;
 
 use std::fs::File;
