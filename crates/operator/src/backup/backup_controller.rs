@@ -42,7 +42,7 @@ async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<JobContext>) -> Result<Acti
             .iter()
             .map(|p| super::job_pods::observe::<SaveReport>(p))
             .collect(),
-        now: chrono::Utc::now(),
+        now: k8s_openapi::jiff::Timestamp::now(),
     };
     let mut plan = backup_planner::plan(&o);
     if let BackupStep::StartBackup { pod, target } = &plan.step {
@@ -55,12 +55,7 @@ async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<JobContext>) -> Result<Acti
     // come back at the first reconcile.
     if let Some(target) = o.spec.as_ref().ok().and_then(|s| backup_planner::check_spec(s, &ns).ok()) {
         {
-            let last_success = plan
-                .status
-                .last_success_date
-                .as_deref()
-                .and_then(|s| chrono::DateTime::parse_from_rfc3339(s).ok())
-                .map(|t| t.timestamp());
+            let last_success = backup_planner::parse_time(&plan.status.last_success_date).map(|t| t.as_second());
             ctx.metrics.observe_backup(&ns, &o.name, last_success, target.interval);
         }
     }

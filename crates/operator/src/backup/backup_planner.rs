@@ -14,7 +14,7 @@
 
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use etcd_operator_api::backup::{BackupRecord, EtcdBackupSpec, EtcdBackupStatus};
 use kube::runtime::events::EventType;
 
@@ -58,7 +58,7 @@ pub struct BackupObserved {
     pub status: EtcdBackupStatus,
     /// This backup's pods, oldest first.
     pub pods: Vec<JobPodState<SaveReport>>,
-    pub now: DateTime<Utc>,
+    pub now: Timestamp,
 }
 
 /// The one action of a reconcile besides writing status.
@@ -125,17 +125,23 @@ pub fn check_spec(spec: &EtcdBackupSpec, namespace: &str) -> Result<BackupTarget
     Ok(BackupTarget { location, endpoints, interval, max_backups: policy.max_backups, timeout_secs })
 }
 
-fn rfc3339(t: DateTime<Utc>) -> String {
-    t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+/// RFC 3339 in UTC, whole seconds: how status writes times.
+pub fn rfc3339(t: Timestamp) -> String {
+    t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 
-fn parse_time(s: &Option<String>) -> Option<DateTime<Utc>> {
-    s.as_deref().and_then(|s| DateTime::parse_from_rfc3339(s).ok()).map(|t| t.to_utc())
+pub fn parse_time(s: &Option<String>) -> Option<Timestamp> {
+    s.as_deref().and_then(|s| s.parse::<Timestamp>().ok())
+}
+
+/// `t + d`, None past the representable range ("never", not a panic).
+fn after(t: Timestamp, d: Duration) -> Option<Timestamp> {
+    SignedDuration::try_from(d).ok().and_then(|d| t.checked_add(d).ok())
 }
 
 /// When the next backup is due but one is still running: what status says (the next starts once
 /// the running one ends; two never run at once).
-pub fn delayed_note(running: Option<&str>, due: Option<DateTime<Utc>>, now: DateTime<Utc>) -> Option<String> {
+pub fn delayed_note(running: Option<&str>, due: Option<Timestamp>, now: Timestamp) -> Option<String> {
     let (pod, due) = (running?, due.filter(|d| *d <= now)?);
     Some(format!(
         "{DELAYED}{} waits for the backup still running (pod {pod}): backups never overlap, so one that takes longer than backupIntervalInSecond delays the next",
@@ -154,19 +160,17 @@ pub fn next_due(
     target: &BackupTarget,
     st: &EtcdBackupStatus,
     generation: i64,
-    now: DateTime<Utc>,
-) -> Option<DateTime<Utc>> {
+    now: Timestamp,
+) -> Option<Timestamp> {
     let last = parse_time(&st.last_attempt_date);
     let same_spec = st.observed_generation == generation;
     match (target.interval, last) {
         (_, None) => Some(now),
         (_, Some(_)) if !same_spec => Some(now),
-        // Checked: a time past chrono's range is "never", not a panic.
-        (Some(i), Some(l)) => chrono::Duration::from_std(i).ok().and_then(|d| l.checked_add_signed(d)),
+        // Checked: a time past the representable range is "never", not a panic.
+        (Some(i), Some(l)) => after(l, i),
         (None, Some(_)) if st.succeeded => None,
-        (None, Some(l)) => {
-            chrono::Duration::from_std(retry_delay(st.consecutive_failures)).ok().and_then(|d| l.checked_add_signed(d))
-        }
+        (None, Some(l)) => after(l, retry_delay(st.consecutive_failures)),
     }
 }
 
@@ -223,8 +227,8 @@ fn remember(st: &mut EtcdBackupStatus, pod: &str) {
 }
 
 /// The backup pod created at `now`.
-pub fn pod_name(backup: &str, now: DateTime<Utc>) -> String {
-    format!("{backup}-{}", now.timestamp())
+pub fn pod_name(backup: &str, now: Timestamp) -> String {
+    format!("{backup}-{}", now.as_second())
 }
 
 pub fn plan(o: &BackupObserved) -> BackupPlan {
@@ -247,7 +251,7 @@ pub fn plan(o: &BackupObserved) -> BackupPlan {
 
     let mut delete_pods = Vec::new();
     let mut running: Option<&str> = None;
-    let start_limit = chrono::Duration::seconds(target.timeout_secs + 2 * POD_START_SLACK_SECS);
+    let start_limit = SignedDuration::from_secs(target.timeout_secs + 2 * POD_START_SLACK_SECS);
     for p in &o.pods {
         if o.status.recorded_pods.contains(&p.name) {
             // In status already (the operator stopped before deleting it, or the cache lags).
@@ -256,8 +260,8 @@ pub fn plan(o: &BackupObserved) -> BackupPlan {
         }
         let result = match &p.result {
             PodResult::Running => match (&p.pending, p.created) {
-                (Some(why), Some(created)) if created < o.now - start_limit => {
-                    Err(format!("backup pod {} did not start within {}s: {why}", p.name, start_limit.num_seconds()))
+                (Some(why), Some(created)) if o.now.duration_since(created) > start_limit => {
+                    Err(format!("backup pod {} did not start within {}s: {why}", p.name, start_limit.as_secs()))
                 }
                 _ => {
                     running = Some(&p.name);
@@ -303,7 +307,7 @@ pub fn plan(o: &BackupObserved) -> BackupPlan {
                 step = BackupStep::StartBackup { pod, target: target.clone() };
             }
         }
-        Some(t) => requeue = (t - now).to_std().unwrap_or(requeue),
+        Some(t) => requeue = Duration::try_from(t.duration_since(now)).unwrap_or(requeue),
         None if running.is_some() => requeue = Duration::from_secs(30),
         None => {}
     }

@@ -4,8 +4,8 @@ use super::*;
 use crate::backup::location::BackupMeta;
 use etcd_operator_api::backup::{BackupPolicy, BackupSource, S3Source};
 
-fn t(s: &str) -> DateTime<Utc> {
-    DateTime::parse_from_rfc3339(s).unwrap().to_utc()
+fn t(s: &str) -> Timestamp {
+    s.parse().unwrap()
 }
 
 fn spec(interval: i64, max: i32) -> EtcdBackupSpec {
@@ -128,7 +128,7 @@ fn a_failed_one_shot_backup_is_retried_after_a_growing_delay() {
         };
         let p = plan(&o);
         assert_eq!(p.step, BackupStep::Nothing, "{failures}");
-        assert_eq!(p.requeue, Some((t(due) - o.now).to_std().unwrap()), "{failures}");
+        assert_eq!(p.requeue, Some(Duration::try_from(t(due).duration_since(o.now)).unwrap()), "{failures}");
         o.now = t(due);
         assert!(matches!(plan(&o).step, BackupStep::StartBackup { .. }), "due at {due}");
     }

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use chrono::{DateTime, Utc};
+use k8s_openapi::jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use serde::de::DeserializeOwned;
@@ -21,12 +21,12 @@ pub enum PodResult<T> {
 #[derive(Clone, Debug, PartialEq)]
 pub struct JobPodState<T> {
     pub name: String,
-    pub created: Option<DateTime<Utc>>,
+    pub created: Option<Timestamp>,
     pub result: PodResult<T>,
     /// Still Pending (not started): why, from its conditions and container states.
     pub pending: Option<String>,
     /// When its container ended.
-    pub finished: Option<DateTime<Utc>>,
+    pub finished: Option<Timestamp>,
 }
 
 impl<T> JobPodState<T> {
@@ -35,8 +35,8 @@ impl<T> JobPodState<T> {
     }
 }
 
-fn time(t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time) -> Option<DateTime<Utc>> {
-    DateTime::from_timestamp(t.0.as_second(), 0)
+fn time(t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time) -> Option<Timestamp> {
+    Some(t.0)
 }
 
 pub fn observe<T: DeserializeOwned>(p: &Pod) -> JobPodState<T> {
@@ -182,7 +182,7 @@ mod tests {
         });
         let s = observe::<SaveReport>(&p);
         assert_eq!(s.pending.as_deref(), Some("not scheduled: 0/1 nodes are available: 1 Insufficient memory."));
-        assert_eq!(s.created.unwrap().to_rfc3339(), "2026-01-01T00:00:00+00:00");
+        assert_eq!(s.created.unwrap().to_string(), "2026-01-01T00:00:00Z");
         p.status.as_mut().unwrap().phase = Some("Running".into());
         assert_eq!(observe::<SaveReport>(&p).pending, None, "running pods have their deadline");
     }

@@ -116,8 +116,8 @@ fn check_key(what: &str, key: &str) -> Result<(), String> {
 
 /// Key of a periodic backup: the base key, the revision and the UTC time, as in CoreOS
 /// (`<key>_v<revision>_<date>`), with a time format that sorts and has no colons.
-pub fn periodic_key(base: &str, revision: i64, time: chrono::DateTime<chrono::Utc>) -> String {
-    format!("{base}_v{revision}_{}", time.format("%Y-%m-%d-%H%M%S"))
+pub fn periodic_key(base: &str, revision: i64, time: k8s_openapi::jiff::Timestamp) -> String {
+    format!("{base}_v{revision}_{}", time.strftime("%Y-%m-%d-%H%M%S"))
 }
 
 /// The sidecar key of a backup key.
@@ -231,7 +231,7 @@ mod tests {
 
     #[test]
     fn periodic_keys_round_trip_and_sort_by_time() {
-        let t = chrono::DateTime::parse_from_rfc3339("2026-11-22T10:04:05Z").unwrap().to_utc();
+        let t: k8s_openapi::jiff::Timestamp = "2026-11-22T10:04:05Z".parse().unwrap();
         let k = periodic_key("dir/etcd", 42, t);
         assert_eq!(k, "dir/etcd_v42_2026-11-22-100405");
         assert_eq!(parse_periodic("dir/etcd", &k), Some(("2026-11-22-100405".into(), 42)));

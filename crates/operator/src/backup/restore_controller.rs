@@ -64,7 +64,7 @@ async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<JobContext>) -> Result<Acti
             .iter()
             .map(|p| super::job_pods::observe::<BackupMeta>(p))
             .collect(),
-        now: chrono::Utc::now(),
+        now: k8s_openapi::jiff::Timestamp::now(),
     };
     let plan = restore_planner::plan(&o);
     match &plan.step {

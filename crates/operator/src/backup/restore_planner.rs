@@ -16,7 +16,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
+use k8s_openapi::jiff::Timestamp;
 use etcd_operator_api::backup::RestoreFrom;
 use etcd_operator_api::restore::{EtcdRestoreSpec, EtcdRestoreStatus};
 use etcd_operator_api::{EtcdCluster, EtcdClusterSpec, SCOPE_ANNOTATION};
@@ -74,7 +74,7 @@ pub struct RestoreObserved {
     pub cluster: Option<ClusterSeen>,
     /// This restore's verify pods, oldest first.
     pub pods: Vec<JobPodState<BackupMeta>>,
-    pub now: DateTime<Utc>,
+    pub now: Timestamp,
 }
 
 #[derive(Clone, Debug)]
@@ -292,7 +292,7 @@ pub fn plan(o: &RestoreObserved) -> RestorePlan {
                     PodResult::Running => st.phase = PHASE_VERIFYING.into(),
                     PodResult::Failed(why) => {
                         let attempt = attempt_of(p).unwrap_or(0);
-                        let since = p.finished.map(|f| (o.now - f).num_seconds().max(0)).unwrap_or(0);
+                        let since = p.finished.map(|f| o.now.duration_since(f).as_secs().max(0)).unwrap_or(0);
                         match verify_policy::after_failure(attempt, why, since) {
                             AfterFailure::Refuse(why) => {
                                 delete_pods.push(p.name.clone());

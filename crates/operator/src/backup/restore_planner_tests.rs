@@ -70,8 +70,8 @@ fn invalid_restores_say_why() {
     assert!(check_spec(&s).is_err());
 }
 
-fn t(s: &str) -> DateTime<Utc> {
-    DateTime::parse_from_rfc3339(s).unwrap().to_utc()
+fn t(s: &str) -> Timestamp {
+    s.parse().unwrap()
 }
 
 /// Restore `r` (UID `uid-r`, generation 1) of `s3://b/k` into `restored`, nothing done yet.

@@ -95,7 +95,7 @@ async fn save(args: &SaveArgs) -> Result<SaveReport, String> {
         }
     }
     let (member, url, revision, version) = pick_member(&args.endpoints).await?;
-    let now = chrono::Utc::now();
+    let now = k8s_openapi::jiff::Timestamp::now();
     let key = if args.periodic { location::periodic_key(&base.key, revision, now) } else { base.key.clone() };
     let loc = base.with_key(key.clone());
     // A one-shot backup is written next to the previous one, which it replaces once complete.
@@ -140,7 +140,7 @@ async fn save(args: &SaveArgs) -> Result<SaveReport, String> {
         etcd_version: version,
         etcd_revision: revision,
         member,
-        time: now.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        time: super::backup_planner::rfc3339(now),
         owner: args.owner_uid.clone(),
     };
     // Without its sidecar no restore accepts the object. A periodic object without one is left
