@@ -1,17 +1,18 @@
-//! Starting and stopping a server: `hack/objstore.sh` on a free port, in its own process group
-//! and directory, tied to the test process (`PR_SET_PDEATHSIG`), stopped and cleaned up on drop.
+//! Starting and stopping a server: `hack/objstore.sh` on a free port, in its own directory, as
+//! a [`Supervised`] child (own process group, tied to the test process by `PR_SET_PDEATHSIG`),
+//! stopped and cleaned up on drop.
 
 use std::fs::{self, File};
-use std::io;
 use std::net::{TcpListener, TcpStream};
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Mutex, OnceLock, mpsc};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result, anyhow, bail};
+
+use crate::process::Supervised;
 
 const START_TIMEOUT: Duration = Duration::from_secs(90);
 const STOP_GRACE: Duration = Duration::from_secs(5);
@@ -19,8 +20,7 @@ const STOP_GRACE: Duration = Duration::from_secs(5);
 /// A server started through `hack/objstore.sh`, in its own process group, with its own directory.
 pub struct ServerProcess {
     name: &'static str,
-    child: Option<Child>,
-    pid: u32,
+    proc: Supervised,
     port: u16,
     dir: PathBuf,
     log: PathBuf,
@@ -62,30 +62,6 @@ fn new_server_dir(name: &str) -> Result<PathBuf> {
     Ok(dir)
 }
 
-/// Spawns `cmd` from a thread that lives as long as the process, so that `PR_SET_PDEATHSIG`
-/// (which fires when the *thread* that forked the child exits) fires only when the test
-/// process itself is gone, not when the test's own thread ends.
-fn spawn_tied_to_process(cmd: Command) -> io::Result<Child> {
-    type Request = (Command, mpsc::Sender<io::Result<Child>>);
-    static SPAWNER: OnceLock<Mutex<mpsc::Sender<Request>>> = OnceLock::new();
-    let spawner = SPAWNER.get_or_init(|| {
-        let (tx, rx) = mpsc::channel::<Request>();
-        std::thread::Builder::new()
-            .name("objstore-spawner".into())
-            .spawn(move || {
-                for (mut cmd, reply) in rx {
-                    let _ = reply.send(cmd.spawn());
-                }
-            })
-            .expect("starting the objstore spawner thread");
-        Mutex::new(tx)
-    });
-    let (reply_tx, reply_rx) = mpsc::channel();
-    let sent = spawner.lock().unwrap_or_else(|e| e.into_inner()).send((cmd, reply_tx));
-    sent.map_err(|_| io::Error::other("objstore spawner thread is gone"))?;
-    reply_rx.recv().map_err(|_| io::Error::other("objstore spawner thread is gone"))?
-}
-
 impl ServerProcess {
     pub fn port(&self) -> u16 {
         self.port
@@ -93,7 +69,7 @@ impl ServerProcess {
 
     /// The process id (also its process group id).
     pub fn pid(&self) -> u32 {
-        self.pid
+        self.proc.pid()
     }
 
     /// The server's stdout and stderr.
@@ -140,29 +116,16 @@ impl ServerProcess {
             .current_dir(&dir)
             .stdin(Stdio::null())
             .stdout(out.try_clone()?)
-            .stderr(out)
-            .process_group(0);
-        // SAFETY: prctl(2) is async-signal-safe, which is all a pre_exec hook may call.
-        unsafe {
-            cmd.pre_exec(|| {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                    return Err(io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
-        let child =
-            spawn_tied_to_process(cmd).with_context(|| format!("starting {name} ({})", objstore_script().display()))?;
-        Ok(ServerProcess { name, pid: child.id(), child: Some(child), port, dir, log, keep_dir: false })
+            .stderr(out);
+        let proc = Supervised::spawn(cmd, &format!("{name} ({})", objstore_script().display()), STOP_GRACE)?;
+        Ok(ServerProcess { name, proc, port, dir, log, keep_dir: false })
     }
 
     fn wait_ready(&mut self, ready: &impl Fn(u16) -> Result<()>) -> Result<()> {
         let deadline = Instant::now() + START_TIMEOUT;
         let mut last: Option<anyhow::Error> = None;
         loop {
-            if let Some(child) = self.child.as_mut()
-                && let Some(status) = child.try_wait()?
-            {
+            if let Some(status) = self.proc.try_wait()? {
                 bail!("{} exited ({status}) before answering", self.name);
             }
             // Only ask once something listens: keeps connection errors out of the way.
@@ -188,18 +151,7 @@ impl ServerProcess {
 
     /// SIGTERM to the process group, SIGKILL after `STOP_GRACE`, and the child reaped.
     pub fn stop(&mut self) {
-        let Some(mut child) = self.child.take() else { return };
-        let pgid = -(self.pid as libc::pid_t);
-        // SAFETY: kill(2) on the process group of our own child, which we have not reaped yet.
-        unsafe { libc::kill(pgid, libc::SIGTERM) };
-        let deadline = Instant::now() + STOP_GRACE;
-        while matches!(child.try_wait(), Ok(None)) && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        // Whatever is left of the group: the leader after the grace period, or anything it started.
-        // SAFETY: as above.
-        unsafe { libc::kill(pgid, libc::SIGKILL) };
-        let _ = child.wait();
+        self.proc.stop();
     }
 }
 
