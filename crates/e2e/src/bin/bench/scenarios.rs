@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use e2e::harness::{Operator, ProcessOptions, diagnostics};
+use e2e::harness::{DEFAULT_LOG, Operator, ProcessOptions, diagnostics};
 use e2e::manifests::{cluster_manifest, static_cluster_manifest};
 use e2e::{ETCD_IMAGE_3_5_1, Kubectl, TestNamespace};
 use tokio::runtime::Runtime;
@@ -33,9 +33,6 @@ pub struct Ctx {
     pub write_interval: Duration,
     pub write_timeout: Duration,
 }
-
-/// The operator's log filter in the timed samples: its debug lines say what it planned.
-pub const SAMPLE_LOG: &str = "info,etcd_operator=debug";
 
 impl Ctx {
     /// The operator under test as a process for `ns`, logging JSON (the bench reads the time of
@@ -85,7 +82,7 @@ pub(crate) fn in_namespace<T>(
     let ns = TestNamespace::create_with(&ctx.kubectl, prefix)?;
     let t = Instant::now();
     let op = if operator {
-        match ctx.start_operator(&ns, SAMPLE_LOG) {
+        match ctx.start_operator(&ns, DEFAULT_LOG) {
             Ok(op) => Some(op),
             Err(e) => return Err(e), // `ns` is dropped: deletion requested
         }
