@@ -7,7 +7,7 @@
 #   objstore.sh azurite PORT DIR run Azurite's blob service on 0.0.0.0:PORT, data in DIR (exec)
 #   objstore.sh paths            print where things are installed
 #
-# The tests (crates/e2e/src/objstore.rs) start and stop the servers themselves through the two
+# The tests (crates/e2e/src/objstore/) start and stop the servers themselves through the two
 # runners; nothing here runs in the background. hack/deps.sh calls `install`.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"

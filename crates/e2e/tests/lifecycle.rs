@@ -4,7 +4,7 @@
 //!
 //! Run with the cluster up (hack/test.sh does all of it, both ways). `E2E_OPERATOR=in-cluster`
 //! runs the same tests with the operator installed in each test's namespace from its manifests,
-//! under its own ServiceAccount and the shipped RBAC (see `common::Operator`).
+//! under its own ServiceAccount and the shipped RBAC (see `e2e::harness::Operator`).
 
 mod common;
 

@@ -13,14 +13,8 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
 use e2e::objstore::{Azurite, MotoServer, ObjectInfo, ObjectServer};
+use e2e::process::process_group_gone;
 use e2e::{ETCD_IMAGE_3_5_1, TestNamespace, one_shot_pod, wait_until};
-
-/// The process group `pgid` has no member left (its leader was reaped, nothing it started runs).
-fn process_group_gone(pgid: u32) -> bool {
-    // SAFETY: signal 0 only checks for existence.
-    let r = unsafe { libc::kill(-(pgid as libc::pid_t), 0) };
-    r == -1 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
-}
 
 fn port_closed(port: u16) -> bool {
     TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_secs(1)).is_err()

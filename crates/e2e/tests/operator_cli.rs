@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
 use common::operator_bin;
+use e2e::process::Supervised;
 use e2e::{Kubectl, TestNamespace};
 
 /// Everything a child process writes to stdout and stderr, collected as it comes.
@@ -171,13 +172,13 @@ fn a_missing_verb_is_reported_by_name() -> Result<()> {
             })
             .to_string(),
         )?;
-        let mut child = Command::new(operator_bin())
-            .args(["run", "--namespace", &ns.name, "--listen-address", "127.0.0.1:0"])
+        let mut cmd = Command::new(operator_bin());
+        cmd.args(["run", "--namespace", &ns.name, "--listen-address", "127.0.0.1:0"])
             .env("KUBECONFIG", &kc)
             .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()?;
-        let log = OutputLog::capture(&mut child);
+            .stderr(std::process::Stdio::piped());
+        let mut child = Supervised::spawn(cmd, "the operator", Duration::ZERO)?;
+        let log = OutputLog::capture(child.child_mut().context("the operator")?);
         let outcome = (|| -> Result<()> {
             let want = format!(
                 "missing permissions, not starting until they are granted: cannot delete pods in namespace {}",
@@ -206,8 +207,7 @@ fn a_missing_verb_is_reported_by_name() -> Result<()> {
             .with_context(|| format!("operator output:\n{}", log.text()))?;
             Ok(())
         })();
-        let _ = child.kill();
-        let _ = child.wait();
+        child.stop();
         std::fs::remove_file(&kc).ok();
         outcome?;
         Ok(())

@@ -29,18 +29,20 @@
 
 use std::collections::BTreeMap;
 use std::io::BufReader;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Context, Result, bail};
-use e2e::ETCD_IMAGE_3_5_1;
+use e2e::harness::Operator;
 use e2e::objstore::{MotoServer, ObjectServer};
+use e2e::process::Supervised;
+use e2e::{ETCD_IMAGE_3_5_1, TestNamespace};
 use etcd_client::{Client, ConnectOptions};
 use serde_json::Value;
 
-use crate::kube::{self, Ns, Operator, PodInfo};
+use crate::kube::PodInfo;
 use crate::observe::{Marks, Observer};
 use crate::report::{Sample, Stats, operator_timeline, parse_rfc3339_utc, rel, secs, stats};
 use crate::scenarios::{self, CLUSTER, Ctx};
@@ -172,28 +174,26 @@ pub fn transfer_from_note(note: &str) -> Option<f64> {
 /// with the moment it arrived. Finer than polling, and it sees short-lived states (a backup pod
 /// terminated and deleted by the operator a moment later).
 struct Watch {
-    child: Child,
+    child: Supervised,
     seen: Arc<Mutex<Vec<(Instant, Value)>>>,
     reader: Option<JoinHandle<()>>,
     what: String,
 }
 
 impl Watch {
-    fn start(ns: &Ns, what: &[&str]) -> Result<Watch> {
+    fn start(ns: &TestNamespace, what: &[&str]) -> Result<Watch> {
         // Not Kubectl::command(): its --request-timeout would end the watch.
-        let mut child = Command::new(&ns.kubectl.kubectl)
-            .arg("--kubeconfig")
+        let mut cmd = Command::new(&ns.kubectl.kubectl);
+        cmd.arg("--kubeconfig")
             .arg(&ns.kubectl.kubeconfig)
             .args(["-n", &ns.name, "get"])
             .args(what)
             .args(["--watch", "-o", "json"])
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .context("starting kubectl --watch")?;
-        kube::track_pid(child.id());
-        let out = child.stdout.take().context("kubectl stdout")?;
+            .stderr(Stdio::null());
+        let mut child = Supervised::spawn(cmd, "kubectl --watch", Duration::ZERO)?;
+        let out = child.child_mut().and_then(|c| c.stdout.take()).context("kubectl stdout")?;
         let seen: Arc<Mutex<Vec<(Instant, Value)>>> = Arc::default();
         let seen2 = seen.clone();
         let reader = std::thread::spawn(move || {
@@ -245,9 +245,7 @@ impl Watch {
     }
 
     fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        kube::untrack_pid(self.child.id());
+        self.child.stop();
         if let Some(r) = self.reader.take() {
             let _ = r.join();
         }
@@ -393,7 +391,7 @@ fn pod_line(pod: &Value, t0: SystemTime) -> String {
 /// samples), and its pods are gone before the next sample starts.
 fn operator_sample(
     ctx: &Ctx,
-    ns: &Ns,
+    ns: &TestNamespace,
     op: &Operator,
     name: &str,
     storage_type: &str,
@@ -423,7 +421,7 @@ fn operator_sample(
 
 fn measure_backup(
     ctx: &Ctx,
-    ns: &Ns,
+    ns: &TestNamespace,
     op: &Operator,
     name: &str,
     storage_type: &str,
@@ -547,7 +545,7 @@ fn throughput_sample(at: Duration, marks: Marks, bytes: f64, transfer: Option<f6
 
 /// The baseline: `etcdctl snapshot save` in a pod → the pod Succeeded. The pod is deleted
 /// afterwards, also after a failure.
-fn etcdctl_sample(ctx: &Ctx, ns: &Ns, name: &str, member: &Target) -> Result<Sample> {
+fn etcdctl_sample(ctx: &Ctx, ns: &TestNamespace, name: &str, member: &Target) -> Result<Sample> {
     let measured = measure_etcdctl(ctx, ns, name, member);
     let timeout = format!("--timeout={}s", ctx.timeout.as_secs());
     let removed = ns.run(&["delete", "pod", name, "--ignore-not-found", "--wait=true", &timeout]);
@@ -556,7 +554,7 @@ fn etcdctl_sample(ctx: &Ctx, ns: &Ns, name: &str, member: &Target) -> Result<Sam
     Ok(sample)
 }
 
-fn measure_etcdctl(ctx: &Ctx, ns: &Ns, name: &str, member: &Target) -> Result<Sample> {
+fn measure_etcdctl(ctx: &Ctx, ns: &TestNamespace, name: &str, member: &Target) -> Result<Sample> {
     // The snapshot etcd streams is the database plus its 32-byte sha256.
     let bytes = (db_size(ctx, &member.ip)? + 32) as f64;
     let mut watch = Watch::start(ns, &["pods", "-l", &format!("app={ETCDCTL_LABEL}")])?;
@@ -636,7 +634,14 @@ pub fn run(ctx: &Ctx, runs: usize, opts: &BackupOpts) -> Result<Outcome> {
     outcome
 }
 
-fn measure(ctx: &Ctx, ns: &Ns, op: &Operator, moto: &MotoServer, runs: usize, opts: &BackupOpts) -> Result<Outcome> {
+fn measure(
+    ctx: &Ctx,
+    ns: &TestNamespace,
+    op: &Operator,
+    moto: &MotoServer,
+    runs: usize,
+    opts: &BackupOpts,
+) -> Result<Outcome> {
     // Set-up (not measured).
     ns.apply(&moto.secret_manifest(&ns.name, SECRET))?;
     ns.apply(&pvc_manifest(&ns.name))?;

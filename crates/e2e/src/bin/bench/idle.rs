@@ -19,10 +19,11 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use e2e::Kubectl;
+use e2e::harness::Operator;
+use e2e::manifests::cluster_manifest;
+use e2e::{Kubectl, TestNamespace};
 use serde_json::Value;
 
-use crate::kube::{Ns, Operator, cluster_manifest};
 use crate::scenarios::Ctx;
 
 /// The operator's default filter plus kube-client's request trace (two lines per request).
@@ -76,7 +77,7 @@ pub fn run(ctx: &Ctx, o: &IdleOpts) -> Result<(String, bool)> {
     let title = format!("{} EtcdClusters of size 1 running", o.clusters);
     let (text, pass) = phase(ctx, o, "bench-idle-run", &title, 30.0, |ns| {
         let docs: Vec<String> =
-            (0..o.clusters).map(|i| cluster_manifest(&ns.name, &format!("idle-{i:04}"), 1, "3.5.1")).collect();
+            (0..o.clusters).map(|i| cluster_manifest(&ns.name, &format!("idle-{i:04}"), 1, "3.5.1", "")).collect();
         create_all(&ns.kubectl, &docs)?;
         wait_clusters(ns, &format!("{} clusters with 1 ready member", o.clusters), o.clusters, setup_timeout, |c| {
             let st = &c["status"];
@@ -90,7 +91,7 @@ pub fn run(ctx: &Ctx, o: &IdleOpts) -> Result<(String, bool)> {
     let title = format!("{} paused EtcdClusters", o.paused);
     let (text, pass) = phase(ctx, o, "bench-idle-paused", &title, 100.0, |ns| {
         let docs: Vec<String> = (0..o.paused)
-            .map(|i| cluster_manifest(&ns.name, &format!("paused-{i:04}"), 1, "3.5.1") + "  paused: true\n")
+            .map(|i| cluster_manifest(&ns.name, &format!("paused-{i:04}"), 1, "3.5.1", "  paused: true\n"))
             .collect();
         create_all(&ns.kubectl, &docs)?;
         wait_clusters(ns, &format!("{} clusters with status.controlPaused", o.paused), o.paused, setup_timeout, |c| {
@@ -110,11 +111,11 @@ fn phase(
     prefix: &str,
     title: &str,
     target_mib: f64,
-    setup: impl FnOnce(&Ns) -> Result<()>,
+    setup: impl FnOnce(&TestNamespace) -> Result<()>,
 ) -> Result<(String, bool)> {
-    let ns = Ns::create(&ctx.kubectl, prefix)?;
+    let ns = TestNamespace::create_with(&ctx.kubectl, prefix)?;
     let r = (|| {
-        let mut op = Operator::start_with_log(&ctx.operator_bin, &ns, &ctx.log_dir, &ctx.init_image, IDLE_LOG)?;
+        let mut op = ctx.start_operator(&ns, IDLE_LOG)?;
         eprintln!("idle: {title} (namespace {}, operator log {})", ns.name, op.log.display());
         let t = Instant::now();
         setup(&ns).with_context(|| format!("set-up of {title}"))?;
@@ -166,7 +167,13 @@ fn create_all(k: &Kubectl, docs: &[String]) -> Result<()> {
 }
 
 /// Polls the namespace's EtcdClusters every 3 s until `n` satisfy `done`.
-fn wait_clusters(ns: &Ns, what: &str, n: usize, timeout: Duration, done: impl Fn(&Value) -> bool) -> Result<()> {
+fn wait_clusters(
+    ns: &TestNamespace,
+    what: &str,
+    n: usize,
+    timeout: Duration,
+    done: impl Fn(&Value) -> bool,
+) -> Result<()> {
     let t = Instant::now();
     let mut last_report = Instant::now();
     loop {
@@ -223,7 +230,7 @@ fn is_background(k: &Key) -> bool {
 }
 
 fn measure(op: &mut Operator, k: &Kubectl, window: Duration) -> Result<Window> {
-    let pid = op.pid();
+    let pid = op.pid().context("the operator runs as a process")?;
     let log_start = file_len(&op.log)?;
     let g0 = crd_generation(k);
     let m0 = server_totals(k)?;

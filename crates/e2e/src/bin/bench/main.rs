@@ -177,7 +177,8 @@ fn run(args: Args) -> Result<bool> {
     let log_dir = args.log_dir.clone().unwrap_or_else(|| workspace.join("target/bench-logs"));
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
 
-    // Ctrl-C / SIGTERM: stop the operators, delete the namespaces, exit.
+    // Ctrl-C / SIGTERM: delete the namespaces, exit; the operators and other processes the bench
+    // started die with it (e2e::process).
     let k2 = kubectl.clone();
     rt.spawn(async move {
         let mut term =
@@ -187,7 +188,7 @@ fn run(args: Args) -> Result<bool> {
             _ = term.recv() => {}
         }
         let _ = std::io::Write::write_all(&mut std::io::stderr(), b"\nbench: interrupted; cleaning up\n");
-        kube::cleanup_everything(&k2);
+        e2e::harness::delete_live_namespaces(&k2);
         std::process::exit(130);
     });
 

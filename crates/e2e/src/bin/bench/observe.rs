@@ -8,7 +8,9 @@ use anyhow::{Result, bail};
 use tokio::runtime::Runtime;
 
 use crate::etcd::{Member, Probe, probe_all};
-use crate::kube::{Ns, PodInfo, StatusInfo, get_pods_and_status};
+use e2e::TestNamespace;
+
+use crate::kube::{PodInfo, StatusInfo, get_pods_and_status};
 
 const POLL_PERIOD: Duration = Duration::from_millis(250);
 
@@ -132,7 +134,7 @@ impl Marks {
 
 /// Watches one namespace from the moment of an action.
 pub struct Observer<'a> {
-    pub ns: &'a Ns,
+    pub ns: &'a TestNamespace,
     pub rt: &'a Runtime,
     pub selector: String,
     pub cluster: Option<String>,
@@ -143,7 +145,7 @@ pub struct Observer<'a> {
 }
 
 impl<'a> Observer<'a> {
-    pub fn new(ns: &'a Ns, rt: &'a Runtime, selector: &str, cluster: Option<&str>) -> Self {
+    pub fn new(ns: &'a TestNamespace, rt: &'a Runtime, selector: &str, cluster: Option<&str>) -> Self {
         Observer {
             ns,
             rt,

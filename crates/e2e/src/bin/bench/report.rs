@@ -6,8 +6,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
 
-use crate::kube::Ns;
 use crate::observe::Marks;
+use e2e::TestNamespace;
 
 /// One measured run.
 #[derive(Clone, Debug, Default)]
@@ -154,7 +154,7 @@ pub fn operator_timeline(log: &str, t0: SystemTime, until: f64) -> (Marks, Vec<S
 /// Per-pod facts for pods created after `t0` (or all with `all`): creation, init container,
 /// etcd start, restarts with their last exit, the DNS wait the init container logged, and the
 /// pods' Events. Kubernetes timestamps have 1 s resolution.
-pub fn pod_facts(ns: &Ns, selector: &str, t0: SystemTime, all: bool) -> Vec<String> {
+pub fn pod_facts(ns: &TestNamespace, selector: &str, t0: SystemTime, all: bool) -> Vec<String> {
     let mut out = vec![];
     let Ok(list) = ns.json(&["get", "pods", "-l", selector]) else { return out };
     let events = ns.json(&["get", "events"]).ok();

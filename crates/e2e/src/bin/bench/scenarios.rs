@@ -8,11 +8,12 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use e2e::{ETCD_IMAGE_3_5_1, Kubectl};
+use e2e::harness::{DEFAULT_LOG, Operator, ProcessOptions, diagnostics};
+use e2e::manifests::{cluster_manifest, static_cluster_manifest};
+use e2e::{ETCD_IMAGE_3_5_1, Kubectl, TestNamespace};
 use tokio::runtime::Runtime;
 
 use crate::etcd::{Writer, missing_acknowledged};
-use crate::kube::{Ns, Operator, cluster_manifest, static_cluster_manifest};
 use crate::observe::{Marks, Observer, Snap};
 use crate::report::{Sample, operator_timeline, pod_facts, secs};
 
@@ -31,6 +32,21 @@ pub struct Ctx {
     pub settle: Duration,
     pub write_interval: Duration,
     pub write_timeout: Duration,
+}
+
+impl Ctx {
+    /// The operator under test as a process for `ns`, logging JSON (the bench reads the time of
+    /// each action from it) with `rust_log`; killed when dropped, and when the bench dies.
+    pub fn start_operator(&self, ns: &TestNamespace, rust_log: &str) -> Result<Operator> {
+        let opts = ProcessOptions {
+            bin: self.operator_bin.clone(),
+            rust_log: rust_log.into(),
+            json_log: true,
+            log_dir: Some(self.log_dir.clone()),
+            env: vec![("ETCD_OPERATOR_INIT_IMAGE".into(), self.init_image.clone())],
+        };
+        Operator::start_process_with(ns, &opts)
+    }
 }
 
 /// Prints a sample's timeline (milestones, operator actions, planned steps, pod facts) to stderr.
@@ -55,36 +71,18 @@ pub(crate) fn print_timeline(title: &str, value: Duration, marks: &Marks, steps:
     }
 }
 
-/// The diagnostics attached to an error: pods, Events, status, the operator log's tail.
-fn diagnostics(ns: &Ns, op: Option<&Operator>) -> String {
-    let pods = ns.run(&["get", "pods", "-o", "wide"]).unwrap_or_default();
-    let events = ns.run(&["get", "events", "--sort-by=.lastTimestamp"]).unwrap_or_default();
-    let mut out = format!("namespace {}\n--- pods:\n{pods}--- events:\n{events}", ns.name);
-    if let Some(op) = op {
-        let st = ns.run(&["get", "etcdclusters", "-o", "yaml"]).unwrap_or_default();
-        let log = op.log_text();
-        let tail: Vec<&str> = log.lines().rev().take(30).collect::<Vec<_>>().into_iter().rev().collect();
-        out.push_str(&format!(
-            "--- etcdclusters:\n{st}--- operator log {} (last 30 lines):\n{}",
-            op.log.display(),
-            tail.join("\n")
-        ));
-    }
-    out
-}
-
 /// A fresh namespace (and an operator for it when `operator`); `body` runs in it; the namespace
 /// is deleted afterwards whatever happened, and waited for so samples do not overlap.
 pub(crate) fn in_namespace<T>(
     ctx: &Ctx,
     prefix: &str,
     operator: bool,
-    body: impl FnOnce(&Ns, Option<&Operator>) -> Result<T>,
+    body: impl FnOnce(&TestNamespace, Option<&Operator>) -> Result<T>,
 ) -> Result<T> {
-    let ns = Ns::create(&ctx.kubectl, prefix)?;
+    let ns = TestNamespace::create_with(&ctx.kubectl, prefix)?;
     let t = Instant::now();
     let op = if operator {
-        match Operator::start(&ctx.operator_bin, &ns, &ctx.log_dir, &ctx.init_image) {
+        match ctx.start_operator(&ns, DEFAULT_LOG) {
             Ok(op) => Some(op),
             Err(e) => return Err(e), // `ns` is dropped: deletion requested
         }
@@ -110,7 +108,7 @@ pub(crate) fn in_namespace<T>(
 /// Operator sample epilogue: merge the operator's actions into the marks, print the timeline.
 pub(crate) fn operator_sample(
     title: &str,
-    ns: &Ns,
+    ns: &TestNamespace,
     op: &Operator,
     obs: &Observer,
     at: Duration,
@@ -131,20 +129,26 @@ pub(crate) fn operator_sample(
 }
 
 /// Set-up (not measured): apply a `size`-member cluster and wait until it is healthy.
-pub(crate) fn healthy_cluster(ctx: &Ctx, ns: &Ns, obs: &mut Observer, size: usize, version: &str) -> Result<Snap> {
+pub(crate) fn healthy_cluster(
+    ctx: &Ctx,
+    ns: &TestNamespace,
+    obs: &mut Observer,
+    size: usize,
+    version: &str,
+) -> Result<Snap> {
     healthy_cluster_with(ctx, ns, obs, size, version, "")
 }
 
 /// `healthy_cluster` with more spec lines (indented two spaces, under `spec:`).
 pub(crate) fn healthy_cluster_with(
     ctx: &Ctx,
-    ns: &Ns,
+    ns: &TestNamespace,
     obs: &mut Observer,
     size: usize,
     version: &str,
     extra_spec: &str,
 ) -> Result<Snap> {
-    ns.apply(&format!("{}{extra_spec}", cluster_manifest(&ns.name, CLUSTER, size, version)))?;
+    ns.apply(&cluster_manifest(&ns.name, CLUSTER, size, version, extra_spec))?;
     let (_, snap) = obs.until(ctx.timeout, &format!("set-up: {size} healthy members at {version}"), |s, _| {
         s.live_count() == size
             && s.answering() == size
@@ -163,7 +167,7 @@ pub fn create(ctx: &Ctx) -> Result<Sample> {
         let op = op.context("operator")?;
         let mut obs = Observer::new(ns, &ctx.rt, SELECTOR, Some(CLUSTER));
         obs.start();
-        ns.apply(&cluster_manifest(&ns.name, CLUSTER, 3, "3.5.1"))?;
+        ns.apply(&cluster_manifest(&ns.name, CLUSTER, 3, "3.5.1", ""))?;
         obs.marks.once("kubectl apply returned", true, obs.t0.elapsed());
         let (at, _) = obs.until(ctx.timeout, "3 healthy members and status 3 ready", |s, m| {
             m.once("3 pods exist", s.live_count() == 3, s.at);
@@ -283,7 +287,7 @@ pub fn scale(ctx: &Ctx) -> Result<Sample> {
         let mut obs = Observer::new(ns, &ctx.rt, SELECTOR, Some(CLUSTER));
         healthy_cluster(ctx, ns, &mut obs, 3, "3.5.1")?;
         obs.start();
-        ns.apply(&cluster_manifest(&ns.name, CLUSTER, 5, "3.5.1"))?;
+        ns.apply(&cluster_manifest(&ns.name, CLUSTER, 5, "3.5.1", ""))?;
         obs.marks.once("kubectl apply returned", true, obs.t0.elapsed());
         let (at, _) = obs.until(ctx.timeout, "5 healthy members and status 5 ready", |s, m| {
             for k in 4..=5 {
@@ -326,7 +330,7 @@ pub fn upgrade(ctx: &Ctx) -> Result<Sample> {
         std::thread::sleep(Duration::from_secs(1)); // the writer is under way before the change
         obs.start();
         let t0 = obs.t0;
-        let applied = ns.apply(&cluster_manifest(&ns.name, CLUSTER, 3, "3.5.1"));
+        let applied = ns.apply(&cluster_manifest(&ns.name, CLUSTER, 3, "3.5.1", ""));
         let waited = applied.and_then(|_| {
             obs.marks.once("kubectl apply returned", true, obs.t0.elapsed());
             obs.until(ctx.timeout, "3 healthy members at 3.5.1 and status currentVersion 3.5.1", |s, m| {

@@ -52,7 +52,7 @@ async fn db_size(ep: &str) -> Result<i64> {
     Ok(c.status().await?.db_size())
 }
 
-fn pause(ns: &crate::kube::Ns) -> Result<()> {
+fn pause(ns: &e2e::TestNamespace) -> Result<()> {
     ns.run(&["patch", "etcdcluster", CLUSTER, "--type=merge", "-p", r#"{"spec":{"paused":true}}"#]).map(drop)
 }
 

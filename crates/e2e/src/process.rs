@@ -1,0 +1,162 @@
+//! Processes the tests and the bench start (the operator, moto, Azurite, `kubectl --watch`)
+//! that must not outlive them, whatever ends them: a panic, `std::process::exit`, an abort, or a
+//! SIGKILL of the test process.
+//!
+//! One mechanism for all of them ([`spawn_tied`]): the child gets its own process group (so a
+//! stop reaches whatever it started, and a terminal's Ctrl-C reaches only the test process) and
+//! `PR_SET_PDEATHSIG` = SIGKILL, which the kernel delivers when the thread that forked it exits.
+//! That thread is one spawner thread that lives as long as the process, so the signal comes
+//! when the test process itself is gone, not when the test's own thread ends. [`Supervised`]
+//! wraps such a child: stopped (group SIGTERM, grace, SIGKILL, reaped) when dropped.
+
+use std::io;
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command, ExitStatus};
+use std::sync::{Mutex, OnceLock, mpsc};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+
+/// Spawns `cmd` in its own process group, killed (SIGKILL) by the kernel when this process
+/// ends. Stdio and everything else are as `cmd` says.
+pub fn spawn_tied(mut cmd: Command) -> io::Result<Child> {
+    cmd.process_group(0);
+    // SAFETY: prctl(2) is async-signal-safe, which is all a pre_exec hook may call.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    type Request = (Command, mpsc::Sender<io::Result<Child>>);
+    static SPAWNER: OnceLock<Mutex<mpsc::Sender<Request>>> = OnceLock::new();
+    let spawner = SPAWNER.get_or_init(|| {
+        let (tx, rx) = mpsc::channel::<Request>();
+        std::thread::Builder::new()
+            .name("e2e-spawner".into())
+            .spawn(move || {
+                for (mut cmd, reply) in rx {
+                    let _ = reply.send(cmd.spawn());
+                }
+            })
+            .expect("starting the e2e spawner thread");
+        Mutex::new(tx)
+    });
+    let (reply_tx, reply_rx) = mpsc::channel();
+    let sent = spawner.lock().unwrap_or_else(|e| e.into_inner()).send((cmd, reply_tx));
+    sent.map_err(|_| io::Error::other("the e2e spawner thread is gone"))?;
+    reply_rx.recv().map_err(|_| io::Error::other("the e2e spawner thread is gone"))?
+}
+
+/// A child started by [`spawn_tied`], stopped with its whole process group when dropped.
+pub struct Supervised {
+    child: Option<Child>,
+    pid: u32,
+    /// What `Drop` gives the group between SIGTERM and SIGKILL (zero: SIGKILL at once).
+    grace: Duration,
+}
+
+impl Supervised {
+    /// Spawns `cmd` (see [`spawn_tied`]); `what` names it in the error.
+    pub fn spawn(cmd: Command, what: &str, grace: Duration) -> Result<Supervised> {
+        let child = spawn_tied(cmd).with_context(|| format!("cannot start {what}"))?;
+        Ok(Supervised { pid: child.id(), child: Some(child), grace })
+    }
+
+    /// The process id, also its process group id.
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// The child, while it has not been stopped (to take its stdout, say).
+    pub fn child_mut(&mut self) -> Option<&mut Child> {
+        self.child.as_mut()
+    }
+
+    /// How it exited, once it has (and after [`Supervised::stop`]: `None`).
+    pub fn try_wait(&mut self) -> io::Result<Option<ExitStatus>> {
+        match self.child.as_mut() {
+            Some(c) => c.try_wait(),
+            None => Ok(None),
+        }
+    }
+
+    /// Not stopped and has not exited.
+    pub fn running(&mut self) -> bool {
+        self.child.is_some() && matches!(self.try_wait(), Ok(None))
+    }
+
+    /// SIGTERM to the process group, SIGKILL after `grace` (at once when zero) to whatever is
+    /// left of it, and the child reaped. Idempotent.
+    pub fn stop_within(&mut self, grace: Duration) {
+        let Some(mut child) = self.child.take() else { return };
+        let pgid = -(self.pid as libc::pid_t);
+        if !grace.is_zero() {
+            // SAFETY: kill(2) on the process group of our own child, which we have not reaped yet.
+            unsafe { libc::kill(pgid, libc::SIGTERM) };
+            let deadline = Instant::now() + grace;
+            while matches!(child.try_wait(), Ok(None)) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        // Whatever is left of the group: the leader after the grace period, or anything it started.
+        // SAFETY: as above; the leader is reaped only below.
+        unsafe { libc::kill(pgid, libc::SIGKILL) };
+        let _ = child.wait();
+    }
+
+    /// [`Supervised::stop_within`] the grace given at spawn.
+    pub fn stop(&mut self) {
+        self.stop_within(self.grace);
+    }
+}
+
+impl Drop for Supervised {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// The process group `pgid` has no member left (its leader was reaped, nothing it started runs).
+pub fn process_group_gone(pgid: u32) -> bool {
+    // SAFETY: signal 0 only checks for existence.
+    let r = unsafe { libc::kill(-(pgid as libc::pid_t), 0) };
+    r == -1 && io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stopped_child_leaves_no_process_in_its_group() {
+        let mut cmd = Command::new("sh");
+        // The shell starts a grandchild in the same group and waits: a stop must reach both.
+        cmd.args(["-c", "sleep 600 & wait"]);
+        let mut p = Supervised::spawn(cmd, "sh", Duration::from_secs(2)).unwrap();
+        let pid = p.pid();
+        assert!(p.running());
+        assert!(!process_group_gone(pid));
+        p.stop();
+        assert!(!p.running());
+        assert!(process_group_gone(pid), "process group {pid} still has members");
+    }
+
+    #[test]
+    fn a_child_started_from_a_short_lived_thread_outlives_that_thread() {
+        let mut p = std::thread::spawn(|| {
+            let mut cmd = Command::new("sleep");
+            cmd.arg("600");
+            Supervised::spawn(cmd, "sleep", Duration::ZERO).unwrap()
+        })
+        .join()
+        .unwrap();
+        std::thread::sleep(Duration::from_millis(200));
+        assert!(p.running(), "PR_SET_PDEATHSIG fired when the spawning test thread ended");
+        let pid = p.pid();
+        drop(p);
+        assert!(process_group_gone(pid));
+    }
+}
