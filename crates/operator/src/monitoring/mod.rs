@@ -4,7 +4,7 @@
 //! `monitoring.coreos.com/v1` kinds are plain JSON here: no dependency on their Rust types).
 //!
 //! Every etcd series carries `namespace` and `name` (the EtcdCluster), like the operator's own
-//! per-cluster series (`metrics.rs`), so rules and panels join the two on `(namespace, name)`.
+//! per-cluster series (`metrics`), so rules and panels join the two on `(namespace, name)`.
 //! Member series also carry `pod` (the member) and `job="etcd-members"`.
 //!
 //! Here: the two PodMonitors; the PrometheusRule is in `alerts`, the dashboard in `dashboard`.

@@ -161,7 +161,7 @@ fn every_metric_the_rules_and_the_dashboard_use_is_exported_by_someone() {
     let mut used = BTreeSet::new();
     for expr in exprs {
         for name in metric_names(&expr) {
-            assert!(known(&name), "{name} (in `{expr}`) is neither the operator's (metrics.rs) nor etcd's");
+            assert!(known(&name), "{name} (in `{expr}`) is neither the operator's (metrics) nor etcd's");
             used.insert(name);
         }
     }
