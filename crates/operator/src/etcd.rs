@@ -335,10 +335,8 @@ fn majority(items: impl Iterator<Item = u64>) -> Option<u64> {
     counts.into_iter().max_by(|a, b| a.1.cmp(&b.1).then(b.0.cmp(&a.0))).map(|(v, _)| v)
 }
 
-/// Hex form of a member or cluster ID, as etcdctl prints it.
-pub fn hex(id: u64) -> String {
-    format!("{id:x}")
-}
+/// Re-exported: the pure modules take it from `naming`, which does no I/O.
+pub use crate::naming::hex;
 
 #[cfg(test)]
 mod tests {

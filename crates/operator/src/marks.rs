@@ -41,7 +41,7 @@ pub fn cluster_annotations(
     if let Some(e) = o.etcd.as_ref().filter(|e| e.cluster_id != 0) {
         // During a recovery only the new cluster's ID is recorded, once it serves.
         if o.recovery_record.is_none() || recovered {
-            set(CLUSTER_ID_ANNOTATION, Some(crate::etcd::hex(e.cluster_id)));
+            set(CLUSTER_ID_ANNOTATION, Some(crate::naming::hex(e.cluster_id)));
         }
     }
     if recovered {

@@ -105,6 +105,11 @@ pub fn member_of_peer_url(url: &str) -> Option<String> {
     host.split('.').next().map(str::to_string)
 }
 
+/// Hex form of a member or cluster ID, as etcdctl prints it.
+pub fn hex(id: u64) -> String {
+    format!("{id:x}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

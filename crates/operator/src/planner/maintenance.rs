@@ -27,7 +27,7 @@ fn pod_of(etcd: &EtcdState, member_id: u64) -> String {
         .iter()
         .find(|m| m.id == member_id)
         .map(|m| m.pod.clone())
-        .unwrap_or_else(|| format!("ID {}", crate::etcd::hex(member_id)))
+        .unwrap_or_else(|| format!("ID {}", crate::naming::hex(member_id)))
 }
 
 /// Members in the order they are defragmented: followers (and learners) by name, the leader

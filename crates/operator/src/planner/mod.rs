@@ -26,6 +26,10 @@ mod tests;
 mod tests_day2;
 #[cfg(test)]
 mod tests_failures;
+#[cfg(test)]
+mod tests_membership;
+#[cfg(test)]
+mod tests_upgrade;
 pub mod upgrade;
 mod volumes;
 

@@ -1,17 +1,25 @@
 //! The actor: carries out one planned step against Kubernetes and etcd. Thin on purpose: every
-//! decision was made by the planner; this only performs calls and says what it did.
+//! decision was made by the planner; this only performs calls and says what it did. Here: the
+//! dispatch of each `Step`; member pods in `members`, maintenance in `maintenance`, the durable
+//! marks in `marks`. I/O: Kubernetes API and etcd.
+
+mod maintenance;
+mod marks;
+mod members;
+
+pub use marks::record_marks;
 
 use etcd_operator_api::EtcdCluster;
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use k8s_openapi::api::core::v1::{Pod, Service};
+use kube::api::{Api, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 
 use crate::OPERATOR_NAME;
 use crate::etcd::{self, Endpoints};
 use crate::naming;
 use crate::observed::Observed;
+use crate::planner::Step;
 use crate::planner::maintenance::bytes;
-use crate::planner::{NewMember, Step};
 use crate::pod_spec;
 use crate::validation::Desired;
 
@@ -79,153 +87,6 @@ impl Target<'_> {
     fn desired(&self) -> &Desired {
         self.observed.desired.as_ref().expect("the planner only acts on a valid spec")
     }
-
-    async fn create_member(&self, m: &NewMember) -> Result<(), Error> {
-        let ns = self.ns();
-        if m.pvc {
-            if let Some(pvc) = pod_spec::member_pvc(self.cluster, self.desired(), m) {
-                let api: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), &ns);
-                match api.create(&PostParams::default(), &pvc).await {
-                    Err(kube::Error::Api(s)) if s.code == 409 => {} // restarting on the volume it has
-                    r => {
-                        r?;
-                    }
-                }
-            }
-        }
-        let pod = pod_spec::member_pod(self.cluster, self.desired(), m, self.init_image);
-        Api::<Pod>::namespaced(self.client.clone(), &ns).create(&PostParams::default(), &pod).await?;
-        Ok(())
-    }
-
-    /// Never bootstrap twice: right before a bootstrap, ask the API server itself (the watch
-    /// cache may lag, or an expectation may have timed out) whether anything of this cluster
-    /// exists or it ever formed.
-    async fn check_never_bootstrapped(&self) -> Result<(), Error> {
-        let ns = self.ns();
-        let name = self.cluster.name_any();
-        let uid = self.cluster.uid();
-        let lp = ListParams::default().labels(&format!("{}={name}", naming::CLUSTER_LABEL));
-        let owned = |refs: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference]| {
-            refs.iter().any(|r| Some(&r.uid) == uid.as_ref())
-        };
-        let pods = Api::<Pod>::namespaced(self.client.clone(), &ns).list_metadata(&lp).await?;
-        let pvcs = Api::<PersistentVolumeClaim>::namespaced(self.client.clone(), &ns).list_metadata(&lp).await?;
-        let left: Vec<String> = pods
-            .items
-            .iter()
-            .map(|o| &o.metadata)
-            .chain(pvcs.items.iter().map(|o| &o.metadata))
-            .filter(|m| owned(m.owner_references.as_deref().unwrap_or_default()))
-            .map(|m| m.name.clone().unwrap_or_default())
-            .collect();
-        let fresh = Api::<EtcdCluster>::namespaced(self.client.clone(), &ns).get(&name).await?;
-        let formed = fresh.annotations().get(naming::CLUSTER_ID_ANNOTATION).cloned().unwrap_or_default();
-        let formed = if formed.is_empty() { fresh.status.map(|s| s.cluster_id).unwrap_or_default() } else { formed };
-        if !left.is_empty() || !formed.is_empty() {
-            return Err(Error::Refused(format!(
-                "refusing to bootstrap: the API server shows this cluster's {} {}; the watch cache was stale",
-                if formed.is_empty() { "pods/volumes".to_string() } else { format!("cluster ID {formed} and") },
-                left.join(", ")
-            )));
-        }
-        Ok(())
-    }
-
-    /// Defragment one member and mark its pod with the time; returns the database file size
-    /// before and after.
-    async fn defragment(&self, pod: &str) -> Result<(i64, i64, std::time::Duration), Error> {
-        let ep = self.endpoints.get(pod).ok_or_else(|| Error::Refused(format!("member {pod} has no address")))?;
-        let sizes = etcd::defragment(ep).await?;
-        let now = k8s_openapi::jiff::Timestamp::now().to_string();
-        let patch = serde_json::json!({"metadata": {"annotations": {naming::DEFRAGMENTED_AT_ANNOTATION: now}}});
-        ignore_404(
-            Api::<Pod>::namespaced(self.client.clone(), &self.ns())
-                .patch(pod, &PatchParams::default(), &Patch::Merge(&patch))
-                .await,
-        )?;
-        Ok(sizes)
-    }
-
-    /// NOSPACE: compact (keeping the revision-mode retention), defragment every member that
-    /// answers in the planned order, then disarm if every member is far enough below the quota.
-    async fn recover_space(&self, r: &crate::planner::SpaceRecovery) -> Result<Done, Error> {
-        let endpoints: Vec<String> = r.members.iter().filter_map(|p| self.endpoints.get(p).cloned()).collect();
-        let revision = etcd::revision(&endpoints).await?;
-        let compact_to = (revision - r.keep_revisions.unwrap_or(0)).max(1);
-        etcd::compact(&endpoints, compact_to).await?;
-        let now = k8s_openapi::jiff::Timestamp::now().to_string();
-        let mark = format!("{revision} {now}");
-        let patch = serde_json::json!({"metadata": {"annotations": {naming::NOSPACE_RECOVERY_ANNOTATION: mark}}});
-        Api::<EtcdCluster>::namespaced(self.client.clone(), &self.ns())
-            .patch(&self.cluster.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
-            .await?;
-        // etcd refuses writes while its database *file* is at the quota: the space compaction
-        // freed returns to the disk only by defragmenting. (Every member: what a member reports
-        // in use lags its compaction until its next commit.)
-        let mut sizes = vec![];
-        let mut defragmented = vec![];
-        for pod in &r.members {
-            match self.defragment(pod).await {
-                Ok((before, after, took)) => {
-                    sizes.push(format!("{pod} {} → {} in {:.2}s", bytes(before), bytes(after), took.as_secs_f64()));
-                    defragmented.push((pod.clone(), (before - after).max(0) as u64));
-                }
-                Err(e) => sizes.push(format!("{pod} not defragmented ({e})")),
-            }
-        }
-        let mut in_use = 0;
-        for ep in &endpoints {
-            in_use = in_use.max(etcd::db_size(ep).await?.1);
-        }
-        let what = format!("compacted to revision {compact_to}; defragmented {}", sizes.join(", "));
-        if in_use >= r.disarm_below_bytes {
-            return Ok(Done {
-                defragmented,
-                ..done(
-                    "NoSpaceNotRecovered",
-                    format!(
-                        "NOSPACE: {what}; still {} in use, at or above {} ({}% of the quota): the alarm stays until keys are deleted or the quota is raised",
-                        bytes(in_use),
-                        bytes(r.disarm_below_bytes),
-                        crate::planner::maintenance::DISARM_BELOW_PERCENT
-                    ),
-                )
-            });
-        }
-        // Every NOSPACE alarm raised by now, not only those planned from: members reach the quota
-        // one after another, and one left raised keeps refusing writes.
-        let mut raised: Vec<crate::observed::Alarm> = etcd::alarms_of(&endpoints)
-            .await?
-            .into_iter()
-            .filter(|a| a.kind == crate::observed::AlarmKind::NoSpace)
-            .collect();
-        for a in &r.alarms {
-            if !raised.contains(a) {
-                raised.push(a.clone());
-            }
-        }
-        for a in &raised {
-            etcd::disarm(&endpoints, a).await?;
-        }
-        // Done: the next NOSPACE episode starts afresh.
-        let patch = serde_json::json!({"metadata": {"annotations": {naming::NOSPACE_RECOVERY_ANNOTATION: null}}});
-        Api::<EtcdCluster>::namespaced(self.client.clone(), &self.ns())
-            .patch(&self.cluster.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
-            .await?;
-        let note = format!("NOSPACE alarm disarmed: {what}; {} in use now", bytes(in_use));
-        Ok(Done { defragmented, alarm_recovered: true, ..done("NoSpaceRecovered", note) })
-    }
-
-    async fn delete_pod(&self, pod: &str, with_volume: bool) -> Result<(), Error> {
-        let ns = self.ns();
-        ignore_404(Api::<Pod>::namespaced(self.client.clone(), &ns).delete(pod, &DeleteParams::default()).await)?;
-        if with_volume {
-            let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), &ns);
-            ignore_404(pvcs.delete(&naming::pvc_name(pod), &DeleteParams::default()).await)?;
-        }
-        Ok(())
-    }
 }
 
 fn ignore_404<T>(r: Result<T, kube::Error>) -> Result<(), kube::Error> {
@@ -234,44 +95,6 @@ fn ignore_404<T>(r: Result<T, kube::Error>) -> Result<(), kube::Error> {
         Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
         Err(e) => Err(e),
     }
-}
-
-/// What a recovery loses, said plainly: the lost members may have acknowledged writes that the
-/// data it starts from lacks.
-fn recovery_note(r: &crate::planner::Recovery, policy: &str) -> String {
-    let lost = if r.voters > 0 {
-        format!("{} of {} voting members can never come back ({})", r.lost.len(), r.voters, r.lost.join("; "))
-    } else {
-        r.lost.join("; ")
-    };
-    format!(
-        "quorum lost for good: {lost}. spec.recovery.quorumLoss={policy}: starting a new one-member cluster {} from {} at revision {}; writes the old cluster acknowledged after revision {} are lost. The other members are replaced by new ones as learners",
-        r.member.name, r.from, r.revision, r.revision
-    )
-}
-
-/// Write the durable marks (`marks::cluster_annotations`) and label member pods that predate
-/// the cluster-UID label. Bookkeeping beside the planned step: it changes no pod or member.
-pub async fn record_marks(
-    client: &Client,
-    cluster: &EtcdCluster,
-    annotations: &crate::marks::AnnotationChanges,
-    unlabelled: &[String],
-) -> Result<(), Error> {
-    let ns = cluster.namespace().unwrap_or_default();
-    if !annotations.is_empty() {
-        let patch = serde_json::json!({"metadata": {"annotations": annotations}});
-        Api::<EtcdCluster>::namespaced(client.clone(), &ns)
-            .patch(&cluster.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
-            .await?;
-    }
-    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
-    let labels = pod_spec::serving_labels(cluster);
-    for p in unlabelled {
-        let patch = serde_json::json!({"metadata": {"labels": labels}});
-        ignore_404(pods.patch(p, &PatchParams::default(), &Patch::Merge(&patch)).await)?;
-    }
-    Ok(())
 }
 
 fn done(reason: &'static str, note: String) -> Done {
@@ -375,7 +198,7 @@ pub async fn execute(t: &Target<'_>, step: &Step) -> Result<Option<Done>, Error>
             t.create_member(&r.member).await?;
             Done {
                 reason: "QuorumLossRecoveryStarted",
-                note: recovery_note(r, policy),
+                note: members::recovery_note(r, policy),
                 created: vec![r.member.name.clone()],
                 deleted: vec![],
                 ..Default::default()

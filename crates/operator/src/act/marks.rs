@@ -1,0 +1,34 @@
+//! Writing the durable marks (`marks`) onto the EtcdCluster and the serving labels onto
+//! member pods that predate them. I/O: Kubernetes API.
+
+use etcd_operator_api::EtcdCluster;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, Patch, PatchParams};
+use kube::{Client, ResourceExt};
+
+use super::{Error, ignore_404};
+use crate::pod_spec;
+
+/// Write the durable marks (`marks::cluster_annotations`) and label member pods that predate
+/// the cluster-UID label. Bookkeeping beside the planned step: it changes no pod or member.
+pub async fn record_marks(
+    client: &Client,
+    cluster: &EtcdCluster,
+    annotations: &crate::marks::AnnotationChanges,
+    unlabelled: &[String],
+) -> Result<(), Error> {
+    let ns = cluster.namespace().unwrap_or_default();
+    if !annotations.is_empty() {
+        let patch = serde_json::json!({"metadata": {"annotations": annotations}});
+        Api::<EtcdCluster>::namespaced(client.clone(), &ns)
+            .patch(&cluster.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+    }
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let labels = pod_spec::serving_labels(cluster);
+    for p in unlabelled {
+        let patch = serde_json::json!({"metadata": {"labels": labels}});
+        ignore_404(pods.patch(p, &PatchParams::default(), &Patch::Merge(&patch)).await)?;
+    }
+    Ok(())
+}

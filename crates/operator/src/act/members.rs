@@ -1,0 +1,90 @@
+//! Member pods and volumes: create a member (its PVC first), delete one (with or without its
+//! volume), and the API-server check that a bootstrap never runs twice. I/O: Kubernetes API.
+
+use etcd_operator_api::EtcdCluster;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+
+use super::{Error, Target, ignore_404};
+use crate::naming;
+use crate::planner::NewMember;
+use crate::pod_spec;
+
+impl Target<'_> {
+    pub(super) async fn create_member(&self, m: &NewMember) -> Result<(), Error> {
+        let ns = self.ns();
+        if m.pvc {
+            if let Some(pvc) = pod_spec::member_pvc(self.cluster, self.desired(), m) {
+                let api: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), &ns);
+                match api.create(&PostParams::default(), &pvc).await {
+                    Err(kube::Error::Api(s)) if s.code == 409 => {} // restarting on the volume it has
+                    r => {
+                        r?;
+                    }
+                }
+            }
+        }
+        let pod = pod_spec::member_pod(self.cluster, self.desired(), m, self.init_image);
+        Api::<Pod>::namespaced(self.client.clone(), &ns).create(&PostParams::default(), &pod).await?;
+        Ok(())
+    }
+
+    /// Never bootstrap twice: right before a bootstrap, ask the API server itself (the watch
+    /// cache may lag, or an expectation may have timed out) whether anything of this cluster
+    /// exists or it ever formed.
+    pub(super) async fn check_never_bootstrapped(&self) -> Result<(), Error> {
+        let ns = self.ns();
+        let name = self.cluster.name_any();
+        let uid = self.cluster.uid();
+        let lp = ListParams::default().labels(&format!("{}={name}", naming::CLUSTER_LABEL));
+        let owned = |refs: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference]| {
+            refs.iter().any(|r| Some(&r.uid) == uid.as_ref())
+        };
+        let pods = Api::<Pod>::namespaced(self.client.clone(), &ns).list_metadata(&lp).await?;
+        let pvcs = Api::<PersistentVolumeClaim>::namespaced(self.client.clone(), &ns).list_metadata(&lp).await?;
+        let left: Vec<String> = pods
+            .items
+            .iter()
+            .map(|o| &o.metadata)
+            .chain(pvcs.items.iter().map(|o| &o.metadata))
+            .filter(|m| owned(m.owner_references.as_deref().unwrap_or_default()))
+            .map(|m| m.name.clone().unwrap_or_default())
+            .collect();
+        let fresh = Api::<EtcdCluster>::namespaced(self.client.clone(), &ns).get(&name).await?;
+        let formed = fresh.annotations().get(naming::CLUSTER_ID_ANNOTATION).cloned().unwrap_or_default();
+        let formed = if formed.is_empty() { fresh.status.map(|s| s.cluster_id).unwrap_or_default() } else { formed };
+        if !left.is_empty() || !formed.is_empty() {
+            return Err(Error::Refused(format!(
+                "refusing to bootstrap: the API server shows this cluster's {} {}; the watch cache was stale",
+                if formed.is_empty() { "pods/volumes".to_string() } else { format!("cluster ID {formed} and") },
+                left.join(", ")
+            )));
+        }
+        Ok(())
+    }
+
+    pub(super) async fn delete_pod(&self, pod: &str, with_volume: bool) -> Result<(), Error> {
+        let ns = self.ns();
+        ignore_404(Api::<Pod>::namespaced(self.client.clone(), &ns).delete(pod, &DeleteParams::default()).await)?;
+        if with_volume {
+            let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), &ns);
+            ignore_404(pvcs.delete(&naming::pvc_name(pod), &DeleteParams::default()).await)?;
+        }
+        Ok(())
+    }
+}
+
+/// What a recovery loses, said plainly: the lost members may have acknowledged writes that the
+/// data it starts from lacks.
+pub(super) fn recovery_note(r: &crate::planner::Recovery, policy: &str) -> String {
+    let lost = if r.voters > 0 {
+        format!("{} of {} voting members can never come back ({})", r.lost.len(), r.voters, r.lost.join("; "))
+    } else {
+        r.lost.join("; ")
+    };
+    format!(
+        "quorum lost for good: {lost}. spec.recovery.quorumLoss={policy}: starting a new one-member cluster {} from {} at revision {}; writes the old cluster acknowledged after revision {} are lost. The other members are replaced by new ones as learners",
+        r.member.name, r.from, r.revision, r.revision
+    )
+}

@@ -1,0 +1,64 @@
+//! Expectations: the pods this operator just created or deleted, which planning waits to see
+//! in the watch cache (a plan made from a cache that lags our own writes would repeat them).
+//! In memory, no I/O.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+
+/// How long to wait for the watch cache to show a pod this operator created or deleted.
+const EXPECTATION_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Pods this operator created or deleted and has not yet seen so in its cache. Planning waits
+/// for them: a plan made from a cache that lags our own writes would repeat them.
+#[derive(Default)]
+pub struct Expectations {
+    pending: Mutex<HashMap<String, (BTreeSet<String>, BTreeSet<String>, Instant)>>,
+}
+
+impl Expectations {
+    pub(super) fn expect(&self, key: &str, created: &[String], deleted: &[String]) {
+        if created.is_empty() && deleted.is_empty() {
+            return;
+        }
+        self.pending.lock().unwrap().insert(
+            key.to_string(),
+            (created.iter().cloned().collect(), deleted.iter().cloned().collect(), Instant::now()),
+        );
+    }
+
+    /// True when the cache shows every expected create and delete (or they timed out).
+    pub(super) fn satisfied(&self, key: &str, pods: &[Arc<Pod>]) -> bool {
+        let mut pending = self.pending.lock().unwrap();
+        let Some((created, deleted, since)) = pending.get(key) else { return true };
+        let present = |n: &String| pods.iter().any(|p| p.name_any() == *n && p.metadata.deletion_timestamp.is_none());
+        let done = created.iter().all(present) && !deleted.iter().any(present);
+        if done || since.elapsed() > EXPECTATION_TIMEOUT {
+            if !done {
+                tracing::warn!(cluster = key, "watch cache did not show our pod changes in time; planning anyway");
+            }
+            pending.remove(key);
+            return true;
+        }
+        false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn expectations_hold_planning_until_the_cache_shows_our_writes() {
+        let e = Expectations::default();
+        e.expect("ns/a", &["a-1".into()], &[]);
+        assert!(!e.satisfied("ns/a", &[]));
+        let mut p = Pod::default();
+        p.metadata.name = Some("a-1".into());
+        assert!(e.satisfied("ns/a", &[Arc::new(p)]));
+        assert!(e.satisfied("ns/a", &[]), "cleared once satisfied");
+    }
+}

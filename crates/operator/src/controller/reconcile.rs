@@ -1,0 +1,183 @@
+//! One reconcile of an EtcdCluster: observe → plan → act → status, Events for what was done
+//! and for condition changes, and the requeue policy. An object that cannot be parsed is
+//! reported on itself. I/O: Kubernetes API and etcd (through `observe` and `act`).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use etcd_operator_api::{EtcdCluster, EtcdClusterStatus};
+use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
+use kube::{Resource, ResourceExt};
+
+use super::upkeep::{ensure_disruption_budget, grow_volumes};
+use super::{Context, Error, HEALTH_CHECK_PERIOD, PROGRESS_PERIOD, key_of, publish};
+use crate::act::{self, Target};
+use crate::observe;
+use crate::planner::{self, Step, WaitReason};
+use crate::status;
+
+async fn patch_status(ctx: &Context, obj: &DynamicObject, status: &EtcdClusterStatus) -> Result<(), Error> {
+    let ar = ApiResource::erase::<EtcdCluster>(&());
+    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &obj.namespace().unwrap_or_default(), &ar);
+    let body = serde_json::json!({ "status": status });
+    api.patch_status(&obj.name_any(), &PatchParams::default(), &Patch::Merge(&body)).await?;
+    Ok(())
+}
+
+fn now_rfc3339() -> String {
+    k8s_openapi::jiff::Timestamp::now()
+        .round(k8s_openapi::jiff::Unit::Second)
+        .unwrap_or_else(|_| k8s_openapi::jiff::Timestamp::now())
+        .to_string()
+}
+
+/// An object whose spec cannot even be read as an EtcdCluster (stored before the schema, or
+/// edited around it): say why on the object itself and leave its cluster alone.
+async fn report_unreadable(obj: &DynamicObject, err: &serde_json::Error, ctx: &Context) -> Result<Action, Error> {
+    let reference = obj.object_ref(&ApiResource::erase::<EtcdCluster>(&()));
+    let prev: EtcdClusterStatus =
+        obj.data.get("status").cloned().and_then(|s| serde_json::from_value(s).ok()).unwrap_or_default();
+    let mut st = prev.clone();
+    let msg = format!("spec cannot be read, nothing was changed: {err}");
+    let c = etcd_operator_api::Condition {
+        type_: status::SPEC_VALID.into(),
+        status: "False".into(),
+        reason: "InvalidSpec".into(),
+        message: msg.clone(),
+        ..Default::default()
+    };
+    etcd_operator_api::condition::upsert(&mut st.conditions, c, &now_rfc3339());
+    if st != prev {
+        publish(ctx, &reference, None, EventType::Warning, "InvalidSpec", msg, "Validate").await;
+        patch_status(ctx, obj, &st).await?;
+    }
+    Ok(Action::await_change())
+}
+
+pub(super) async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let ar = ApiResource::erase::<EtcdCluster>(&());
+    let fut = reconcile_one(obj.clone(), ctx.clone());
+    crate::panic_guard::guard("etcdcluster", &ar, &obj, &ctx.recorder, &ctx.metrics, fut).await
+}
+
+async fn reconcile_one(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, Error> {
+    if !ctx.scope.manages(obj.as_ref()) || obj.metadata.deletion_timestamp.is_some() {
+        // Deletion: owner references let the garbage collector remove pods, Services, PVCs.
+        return Ok(Action::await_change());
+    }
+    let cluster: EtcdCluster = match serde_json::from_value(serde_json::to_value(obj.as_ref())?) {
+        Ok(c) => c,
+        Err(e) => return report_unreadable(&obj, &e, &ctx).await,
+    };
+    let key = key_of(&cluster);
+    // Plans read the caches: none may run before every cache holds its first full list, or an
+    // empty pod cache would look like a cluster with no members.
+    if !ctx.caches_synced.load(std::sync::atomic::Ordering::Acquire) {
+        return Ok(Action::requeue(Duration::from_millis(500)));
+    }
+    if !ctx.expectations.satisfied(&key, &ctx.caches.pods.state()) {
+        return Ok(Action::requeue(Duration::from_millis(500)));
+    }
+    let started = Instant::now();
+    let (observed, endpoints) =
+        observe::observe(&ctx.client, &cluster, &ctx.caches, &ctx.etcd_clients, &ctx.cluster_domain).await;
+    let step = planner::plan(&observed);
+    let reference = cluster.object_ref(&());
+    tracing::debug!(cluster = %key, ?step, "planned");
+
+    // Durable marks first (cluster formed, last valid spec, quorum-loss clock, recovery done;
+    // pod labels the Services select on), so that the step below acts on what is recorded.
+    let spec_json = serde_json::to_string(&cluster.spec)?;
+    let marks = crate::marks::cluster_annotations(&observed, cluster.annotations(), &spec_json, &now_rfc3339());
+    let unlabelled = crate::marks::pods_to_label(&observed);
+    if let Err(e) = act::record_marks(&ctx.client, &cluster, &marks, &unlabelled).await {
+        // Nothing is acted on without them: a stale mark must not drive the step.
+        tracing::warn!(cluster = %key, error = %e, "could not record marks; retrying");
+        return Ok(Action::requeue(PROGRESS_PERIOD));
+    }
+    ensure_disruption_budget(&ctx, &cluster, &observed, &reference).await;
+    grow_volumes(&ctx, &cluster, &observed, &reference).await;
+    let target = Target {
+        client: &ctx.client,
+        cluster: &cluster,
+        observed: &observed,
+        endpoints: &endpoints,
+        init_image: &ctx.init_image,
+    };
+    let outcome = act::execute(&target, &step).await;
+    match &outcome {
+        Ok(Some(done)) => {
+            tracing::info!(cluster = %key, reason = done.reason, "{}", done.note);
+            ctx.expectations.expect(&key, &done.created, &done.deleted);
+            let (ns, name) = (cluster.namespace().unwrap_or_default(), cluster.name_any());
+            for (member, reclaimed) in &done.defragmented {
+                ctx.metrics.record_defrag(&ns, &name, member, *reclaimed);
+            }
+            if done.alarm_recovered {
+                ctx.metrics.record_alarm_recovery(&ns, &name);
+            }
+            let type_ = if done.is_warning() { EventType::Warning } else { EventType::Normal };
+            publish(&ctx, &reference, step.member(), type_, done.reason, done.note.clone(), done.reason).await;
+        }
+        Ok(None) => {}
+        Err(e) if e.is_transient() => {
+            // etcd refuses membership changes for a few seconds after one (its peers must have
+            // been connected for 5 s): expected, retried shortly, not worth an Event.
+            tracing::info!(cluster = %key, error = %e, step = step.name(), "step refused for now; retrying");
+        }
+        Err(e) => {
+            tracing::warn!(cluster = %key, error = %e, ?step, "step failed");
+            let note = format!("{}: {e}", step.name());
+            publish(&ctx, &reference, step.member(), EventType::Warning, "StepFailed", note, step.name()).await;
+        }
+    }
+
+    let prev = cluster.status.clone().unwrap_or_default();
+    let new = status::compute(&observed, &step, &prev, cluster.metadata.generation, &now_rfc3339());
+    for c in status::changed(&prev.conditions, &new.conditions) {
+        let type_ = if status::is_warning(c) { EventType::Warning } else { EventType::Normal };
+        let note = if c.message.is_empty() { format!("{} is {}", c.type_, c.status) } else { c.message.clone() };
+        publish(&ctx, &reference, None, type_, &c.reason, note, &c.type_).await;
+    }
+    ctx.metrics.observe_cluster(&observed, &new);
+    if let Some(e) = &observed.etcd {
+        use crate::observed::AlarmKind;
+        let (ns, name) = (cluster.namespace().unwrap_or_default(), cluster.name_any());
+        ctx.metrics.set_alarms(&ns, &name, e.has_alarm(AlarmKind::NoSpace), e.has_alarm(AlarmKind::Corrupt));
+    }
+    ctx.metrics.observe_step(&observed, &step);
+    ctx.metrics.reconciled("etcdcluster", started.elapsed(), outcome.is_err());
+    if new != prev {
+        patch_status(&ctx, &obj, &new).await?;
+    }
+    tracing::debug!(cluster = %key, elapsed_ms = started.elapsed().as_millis() as u64, "reconciled");
+    if outcome.is_err() {
+        // Reported above; plan again soon from a fresh observation.
+        return Ok(Action::requeue(PROGRESS_PERIOD));
+    }
+    Ok(match &step {
+        Step::Wait(w) => match w.reason {
+            WaitReason::Stable => Action::requeue(HEALTH_CHECK_PERIOD),
+            WaitReason::InvalidSpec | WaitReason::Paused | WaitReason::DataLost => {
+                Action::requeue(Duration::from_secs(60))
+            }
+            WaitReason::NoQuorum
+            | WaitReason::MemberFailing
+            | WaitReason::WouldLoseQuorum
+            | WaitReason::UpgradeFailed
+            | WaitReason::UpgradeRefused => Action::requeue(Duration::from_secs(5)),
+            // Writes are refused: look again every second for the delete that frees space.
+            WaitReason::NoSpace => Action::requeue(Duration::from_secs(1)),
+            WaitReason::Corrupt => Action::requeue(Duration::from_secs(30)),
+            _ => Action::requeue(PROGRESS_PERIOD),
+        },
+        _ => Action::requeue(Duration::from_millis(500)),
+    })
+}
+
+pub(super) fn error_policy(obj: Arc<DynamicObject>, err: &Error, _ctx: Arc<Context>) -> Action {
+    tracing::warn!(cluster = %key_of(obj.as_ref()), error = %err, "reconcile failed; retrying in 5s");
+    Action::requeue(Duration::from_secs(5))
+}

@@ -1,0 +1,85 @@
+//! What is kept up beside the planned step, never holding it up: the cluster's
+//! PodDisruptionBudget and member PVCs' storage requests (volume expansion). Failures are
+//! reported as Events. I/O: Kubernetes API.
+
+use etcd_operator_api::EtcdCluster;
+use k8s_openapi::api::core::v1::{ObjectReference, PersistentVolumeClaim};
+use kube::ResourceExt;
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::runtime::events::EventType;
+use kube::runtime::reflector;
+
+use super::{Context, key_of, publish};
+
+/// Keep the cluster's PodDisruptionBudget as `disruption_budget` says, beside the planned step:
+/// a failure is reported and never holds up the step (healing must not wait for it).
+pub(super) async fn ensure_disruption_budget(
+    ctx: &Context,
+    cluster: &EtcdCluster,
+    o: &crate::observed::Observed,
+    reference: &ObjectReference,
+) {
+    let Some((ar, store)) = &ctx.caches.budgets else { return };
+    let Some(want) = crate::disruption_budget::min_available(o) else { return };
+    let key = reflector::ObjectRef::<DynamicObject>::new_with(&cluster.name_any(), ar.clone())
+        .within(&cluster.namespace().unwrap_or_default());
+    let have = store.get(&key).and_then(|b| crate::disruption_budget::min_available_of(&b));
+    if have == Some(want) {
+        return;
+    }
+    match crate::disruption_budget::apply(&ctx.client, cluster, ar, want).await {
+        Ok(()) => tracing::info!(cluster = %key_of(cluster), min_available = want, "PodDisruptionBudget applied"),
+        Err(e) => {
+            let note =
+                format!("PodDisruptionBudget {} ({}) could not be applied: {e}", cluster.name_any(), ar.api_version);
+            tracing::warn!(cluster = %key_of(cluster), "{note}");
+            publish(ctx, reference, None, EventType::Warning, "DisruptionBudgetFailed", note, "DisruptionBudget").await;
+        }
+    }
+}
+
+/// Raise member PVCs' storage requests to the spec's (`volume_size`), beside the planned step; a
+/// refusal is reported once per PVC and size and never holds anything up.
+pub(super) async fn grow_volumes(
+    ctx: &Context,
+    cluster: &EtcdCluster,
+    o: &crate::observed::Observed,
+    reference: &ObjectReference,
+) {
+    let ns = cluster.namespace().unwrap_or_default();
+    let api: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
+    for (pvc, size) in crate::volume_size::to_grow(o) {
+        let key = (format!("{ns}/{pvc}"), size.clone());
+        if ctx.refused_volume_sizes.contains(&key) {
+            continue;
+        }
+        let patch = serde_json::json!({"spec": {"resources": {"requests": {"storage": size}}}});
+        match api.patch(&pvc, &PatchParams::default(), &Patch::Merge(&patch)).await {
+            Ok(_) => {
+                let note = format!("volume {pvc} asked to grow to {size} (spec.pod.persistentVolumeClaimSpec)");
+                tracing::info!(cluster = %key_of(cluster), "{note}");
+                publish(ctx, reference, None, EventType::Normal, "VolumeExpansionRequested", note, "GrowVolume").await;
+            }
+            Err(e) => {
+                let why = match &e {
+                    kube::Error::Api(s) => s.message.clone(),
+                    other => other.to_string(),
+                };
+                let class = ctx
+                    .caches
+                    .pvcs
+                    .state()
+                    .iter()
+                    .find(|v| v.name_any() == pvc && v.namespace().as_deref() == Some(ns.as_str()))
+                    .and_then(|v| v.spec.as_ref()?.storage_class_name.clone())
+                    .unwrap_or_else(|| "(default)".into());
+                let note = format!(
+                    "volume {pvc} cannot grow to {size}: {why}. Its StorageClass {class} must allow volume expansion (allowVolumeExpansion: true) and its provisioner support it; the member keeps its current volume, new members get {size}"
+                );
+                tracing::warn!(cluster = %key_of(cluster), "{note}");
+                publish(ctx, reference, None, EventType::Warning, "VolumeExpansionRefused", note, "GrowVolume").await;
+                ctx.refused_volume_sizes.insert(key);
+            }
+        }
+    }
+}

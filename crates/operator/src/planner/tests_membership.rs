@@ -1,0 +1,180 @@
+//! Membership table tests: scaling up through learners, scaling down, healing lost, failed and
+//! stuck members. Same fixtures as `tests.rs`: `running(n, size)` is `n` healthy voters
+//! `ex-m1..`, `ex-m1` leading.
+
+use super::tests::*;
+use super::*;
+use crate::observed::PodState;
+use crate::validation::validate;
+use etcd_operator_api::EtcdClusterSpec;
+
+// ---- scale up with learners -------------------------------------------------------------------
+
+#[test]
+fn scale_up_adds_one_learner_that_joins_the_existing_cluster() {
+    let Step::AddLearner(n) = plan(&running(3, 5)) else { panic!("expected AddLearner") };
+    assert_eq!(n.name, "ex-zzzzz");
+    assert!(n.existing && !n.bootstrap);
+    assert_eq!(n.initial_cluster.len(), 4);
+    assert_eq!(n.initial_cluster[3].1, "http://ex-zzzzz.ex.ns.svc:2380");
+}
+
+#[test]
+fn new_members_run_the_version_the_pods_run_not_the_spec() {
+    let mut o = running(3, 4);
+    o.desired = validate(NAME, &EtcdClusterSpec { size: 4, version: "3.5.1".into(), ..Default::default() });
+    o.pods.get_mut("ex-m1").unwrap().version = "3.5.0".into();
+    let Step::AddLearner(n) = plan(&o) else { panic!() };
+    assert_eq!(n.version.to_string(), "3.5.0");
+}
+
+#[test]
+fn a_lagging_learner_is_waited_for() {
+    let mut o = running(3, 4);
+    add_learner(&mut o, 9, "ex-l", 10);
+    assert_eq!(wait_reason(&plan(&o)), WaitReason::LearnerCatchingUp);
+}
+
+#[test]
+fn a_caught_up_learner_is_promoted() {
+    let mut o = running(3, 4);
+    add_learner(&mut o, 9, "ex-l", 995);
+    assert_eq!(plan(&o), Step::Promote { id: 9, pod: "ex-l".into() });
+}
+
+#[test]
+fn only_one_learner_at_a_time() {
+    let mut o = running(3, 5);
+    add_learner(&mut o, 9, "ex-l", 10);
+    assert!(!matches!(plan(&o), Step::AddLearner(_)));
+}
+
+#[test]
+fn a_learner_registered_before_a_crash_gets_its_pod() {
+    let mut o = running(3, 4);
+    add_learner(&mut o, 9, "ex-l", 0);
+    o.pods.remove("ex-l");
+    m(&mut o, 9).name.clear(); // never started
+    m(&mut o, 9).status = None;
+    let Step::CreatePod(n) = plan(&o) else { panic!("expected CreatePod") };
+    assert_eq!(n.name, "ex-l");
+    assert!(n.existing);
+}
+
+#[test]
+fn scale_down_removes_a_pending_learner_first() {
+    let mut o = running(3, 3);
+    add_learner(&mut o, 9, "ex-l", 10);
+    assert!(matches!(plan(&o), Step::RemoveMember { id: 9, .. }));
+}
+
+#[test]
+fn a_learner_that_cannot_pull_its_image_is_dropped_once_the_spec_changed() {
+    let mut o = running(3, 4);
+    add_learner(&mut o, 9, "ex-l", 0);
+    let p = o.pods.get_mut("ex-l").unwrap();
+    p.image = "quay.io/coreos/etcd:v3.5.99".into();
+    p.problem = Some(("ImagePullBackOff".into(), "not found".into()));
+    assert!(matches!(plan(&o), Step::RemoveMember { id: 9, .. }));
+}
+
+#[test]
+fn the_next_member_waits_for_the_previous_one_to_be_healthy() {
+    let mut o = running(4, 5);
+    unhealthy(&mut o, 4);
+    assert_eq!(wait_reason(&plan(&o)), WaitReason::MemberStarting);
+}
+
+// ---- scale down -----------------------------------------------------------------------------------
+
+#[test]
+fn scale_down_removes_one_non_leader_after_draining_it_from_the_client_service() {
+    let mut o = running(5, 3);
+    assert_eq!(plan(&o), Step::Drain { pod: "ex-m5".into() });
+    // Drained a moment ago: every node's proxy must follow before it stops answering.
+    drained(&mut o, "ex-m5");
+    o.pods.get_mut("ex-m5").unwrap().drained_secs = Some(DRAIN_SECS - 1);
+    assert_eq!(wait_reason(&plan(&o)), WaitReason::MemberDraining);
+    drained(&mut o, "ex-m5");
+    assert_eq!(plan(&o), Step::RemoveMember { id: 5, pod: "ex-m5".into(), why: "scaling down to 4 members".into() });
+}
+
+#[test]
+fn scale_down_never_picks_the_leader() {
+    let mut o = running(5, 3);
+    etcd(&mut o).leader = Some(5);
+    assert_eq!(plan(&o), Step::Drain { pod: "ex-m4".into() });
+    drained(&mut o, "ex-m4");
+    assert!(matches!(plan(&o), Step::RemoveMember { id: 4, .. }));
+}
+
+#[test]
+fn scale_down_to_one() {
+    let mut o = running(2, 1);
+    drained(&mut o, "ex-m2");
+    assert!(matches!(plan(&o), Step::RemoveMember { id: 2, .. }));
+}
+
+// ---- healing ----------------------------------------------------------------------------------------
+
+#[test]
+fn a_member_whose_pod_is_gone_is_removed_then_replaced() {
+    let mut o = running(3, 3);
+    o.pods.remove("ex-m2");
+    assert!(matches!(plan(&o), Step::RemoveMember { id: 2, .. }));
+    etcd(&mut o).members.retain(|m| m.id != 2);
+    assert!(matches!(plan(&o), Step::AddLearner(_)));
+}
+
+#[test]
+fn a_failed_pod_is_replaced_like_a_missing_one() {
+    let mut o = running(3, 3);
+    o.pods.get_mut("ex-m3").unwrap().phase = "Failed".into();
+    assert!(matches!(plan(&o), Step::RemoveMember { id: 3, .. }));
+}
+
+#[test]
+fn a_pvc_member_restarts_on_its_volume_keeping_its_identity() {
+    let mut o = running(3, 3);
+    o.pods.remove("ex-m2");
+    add_pvc(&mut o, "ex-m2");
+    let Step::CreatePod(n) = plan(&o) else { panic!("expected CreatePod") };
+    assert_eq!(n.name, "ex-m2");
+    assert!(n.existing && n.pvc && n.restart, "{n:?}");
+}
+
+#[test]
+fn an_emptydir_member_whose_pod_is_terminating_is_replaced_at_once() {
+    let mut o = running(3, 3);
+    o.pods.get_mut("ex-m2").unwrap().deleting = true;
+    assert!(matches!(plan(&o), Step::RemoveMember { id: 2, .. }));
+}
+
+#[test]
+fn a_pvc_member_whose_pod_is_terminating_is_waited_for() {
+    let mut o = running(3, 3);
+    let p = o.pods.get_mut("ex-m2").unwrap();
+    p.deleting = true;
+    p.uses_pvc = true;
+    assert_eq!(wait_reason(&plan(&o)), WaitReason::PodTerminating);
+}
+
+#[test]
+fn a_crash_looping_member_is_surfaced_and_nothing_else_is_touched() {
+    let mut o = running(3, 5);
+    o.pods.get_mut("ex-m3").unwrap().problem = Some(("CrashLoopBackOff".into(), "back-off 40s".into()));
+    o.pods.remove("ex-m2");
+    let s = plan(&o);
+    assert_eq!(wait_reason(&s), WaitReason::MemberFailing);
+    let Step::Wait(w) = s else { unreachable!() };
+    assert!(w.message.contains("ex-m3") && w.message.contains("CrashLoopBackOff"));
+}
+
+#[test]
+fn an_old_pod_of_no_member_is_deleted_a_young_one_is_not() {
+    let mut o = running(3, 3);
+    o.pods.insert("ex-stray".into(), PodState { age_secs: 5, ..pod("ex-stray") });
+    assert_eq!(wait_reason(&plan(&o)), WaitReason::Stable);
+    o.pods.get_mut("ex-stray").unwrap().age_secs = 120;
+    assert!(matches!(plan(&o), Step::DeletePod { pod, .. } if pod == "ex-stray"));
+}

@@ -1,0 +1,238 @@
+//! Upgrade table tests: one member at a time, followers first, leader last, failures, rollbacks,
+//! refused version changes and the upstream stepping stones. Same fixtures as `tests.rs`.
+
+use super::tests::*;
+use super::*;
+use crate::observed::PodState;
+use crate::validation::validate;
+use etcd_operator_api::EtcdClusterSpec;
+
+// ---- upgrades ------------------------------------------------------------------------------------------
+
+fn want(o: &mut Observed, size: i32, version: &str) {
+    o.desired = validate(NAME, &EtcdClusterSpec { size, version: version.into(), ..Default::default() });
+}
+
+/// Pods annotated and members reporting `version`.
+fn at(o: &mut Observed, version: &str) {
+    for p in o.pods.values_mut() {
+        p.version = version.into();
+        p.image = format!("quay.io/coreos/etcd:v{version}");
+    }
+    for m in etcd(o).members.iter_mut() {
+        if let Some(s) = m.status.as_mut() {
+            s.version = version.into();
+        }
+    }
+}
+
+/// Member `id` (pod ex-m<id>) was moved to `version` `age` seconds ago and reports `reports`.
+fn upgraded(o: &mut Observed, id: u64, version: &str, age: i64, reports: &str) {
+    let p = o.pods.get_mut(&format!("ex-m{id}")).unwrap();
+    p.version = version.into();
+    p.version_age_secs = Some(age);
+    m(o, id).status.as_mut().unwrap().version = reports.into();
+}
+
+#[test]
+fn upgrade_starts_with_a_follower() {
+    let mut o = running(3, 3);
+    at(&mut o, "3.5.0");
+    want(&mut o, 3, "3.5.1");
+    assert!(matches!(plan(&o), Step::UpgradeMember { pod, to, .. } if pod == "ex-m2" && to.to_string() == "3.5.1"));
+}
+
+#[test]
+fn the_next_member_waits_until_the_upgraded_one_reports_the_new_version() {
+    let mut o = running(3, 3);
+    at(&mut o, "3.5.0");
+    want(&mut o, 3, "3.5.1");
+    upgraded(&mut o, 2, "3.5.1", 5, "3.5.0");
+    assert_eq!(wait_reason(&plan(&o)), WaitReason::MemberUpgrading);
+    unhealthy(&mut o, 2);
+    assert_eq!(wait_reason(&plan(&o)), WaitReason::MemberUpgrading);
+}
+
+#[test]
+fn the_next_member_waits_until_the_upgraded_one_has_caught_up() {
+    let mut o = running(3, 3);
+    at(&mut o, "3.5.0");
+    want(&mut o, 3, "3.5.1");
+    upgraded(&mut o, 2, "3.5.1", 5, "3.5.1");
+    m(&mut o, 1).status.as_mut().unwrap().raft_index = 50_000;
+    m(&mut o, 2).status.as_mut().unwrap().raft_applied_index = 10;
+    assert_eq!(wait_reason(&plan(&o)), WaitReason::MemberUpgrading);
+    m(&mut o, 2).status.as_mut().unwrap().raft_applied_index = 49_900;
+    assert!(matches!(plan(&o), Step::UpgradeMember { pod, .. } if pod == "ex-m3"));
+}
+
+#[test]
+fn leadership_moves_to_an_upgraded_member_before_the_leader_is_upgraded() {
+    let mut o = running(3, 3);
+    at(&mut o, "3.5.0");
+    want(&mut o, 3, "3.5.1");
+    upgraded(&mut o, 2, "3.5.1", 30, "3.5.1");
+    upgraded(&mut o, 3, "3.5.1", 10, "3.5.1");
+    assert_eq!(
+        plan(&o),
+        Step::MoveLeader { from_pod: "ex-m1".into(), to: 2, to_pod: "ex-m2".into(), purpose: Purpose::Upgrade }
+    );
+    etcd(&mut o).leader = Some(2);
+    assert!(matches!(plan(&o), Step::UpgradeMember { pod, .. } if pod == "ex-m1"));
+}
+
+#[test]
+fn a_finished_upgrade_is_stable() {
+    let mut o = running(3, 3);
+    at(&mut o, "3.5.1");
+    for id in 1..=3 {
+        upgraded(&mut o, id, "3.5.1", 30, "3.5.1");
+    }
+    assert_eq!(wait_reason(&plan(&o)), WaitReason::Stable);
+}
+
+#[test]
+fn an_upgraded_member_that_does_not_come_back_in_time_stops_the_upgrade() {
+    let mut o = running(3, 3);
+    at(&mut o, "3.5.0");
+    want(&mut o, 3, "3.5.1");
+    upgraded(&mut o, 2, "3.5.1", 500, "3.5.0");
+    unhealthy(&mut o, 2);
+    let s = plan(&o);
+    assert_eq!(wait_reason(&s), WaitReason::UpgradeFailed);
+}
+
+#[test]
+fn a_crash_looping_upgraded_member_fails_the_upgrade_naming_member_and_reason() {
+    let mut o = running(3, 3);
+    at(&mut o, "3.5.0");
+    want(&mut o, 3, "3.5.1");
+    upgraded(&mut o, 2, "3.5.1", 20, "");
+    unhealthy(&mut o, 2);
+    o.pods.get_mut("ex-m2").unwrap().problem = Some(("CrashLoopBackOff".into(), "back-off 10s".into()));
+    let Step::Wait(w) = plan(&o) else { panic!() };
+    assert_eq!(w.reason, WaitReason::UpgradeFailed);
+    assert!(
+        w.message.contains("ex-m2") && w.message.contains("CrashLoopBackOff") && w.message.contains("3.5.0"),
+        "{}",
+        w.message
+    );
+}
+
+#[test]
+fn setting_the_version_back_rolls_the_failed_member_back() {
+    let mut o = running(3, 3);
+    at(&mut o, "3.5.0");
+    upgraded(&mut o, 2, "3.5.99", 20, "");
+    unhealthy(&mut o, 2);
+    o.pods.get_mut("ex-m2").unwrap().problem = Some(("ImagePullBackOff".into(), "not found".into()));
+    want(&mut o, 3, "3.5.0");
+    assert!(matches!(plan(&o), Step::UpgradeMember { pod, to, .. } if pod == "ex-m2" && to.to_string() == "3.5.0"));
+}
+
+#[test]
+fn a_one_member_cluster_rolls_back_even_while_etcd_is_down() {
+    let mut o = running(1, 1);
+    at(&mut o, "3.5.0");
+    o.recorded_version = Some("3.5.0".into());
+    o.etcd = None;
+    let p = o.pods.get_mut("ex-m1").unwrap();
+    p.version = "3.5.99".into();
+    p.problem = Some(("ErrImagePull".into(), "not found".into()));
+    want(&mut o, 1, "3.5.0");
+    assert!(matches!(plan(&o), Step::UpgradeMember { pod, .. } if pod == "ex-m1"));
+}
+
+#[test]
+fn downgrades_and_minor_skips_are_refused_without_change() {
+    let mut o = running(3, 3);
+    at(&mut o, "3.5.1");
+    want(&mut o, 3, "3.4.23");
+    let Step::Wait(w) = plan(&o) else { panic!() };
+    assert_eq!(w.reason, WaitReason::UpgradeRefused);
+    assert!(w.message.contains("downgrade"), "{}", w.message);
+    at(&mut o, "3.4.23");
+    want(&mut o, 3, "3.6.0");
+    let Step::Wait(w) = plan(&o) else { panic!() };
+    assert_eq!(w.reason, WaitReason::UpgradeRefused);
+    assert!(w.message.contains("skips a minor"), "{}", w.message);
+}
+
+/// Upstream's stepping stones: 3.5 → 3.6 only from 3.5.26, 3.6 → 3.7 only from 3.6.11; the
+/// refusal names the patch to reach first, and a patch upgrade to it is allowed.
+#[test]
+fn a_minor_upgrade_from_below_its_stepping_stone_is_refused_naming_it() {
+    for (from, to, stone) in
+        [("3.5.1", "3.6.6", "3.5.26"), ("3.5.25", "3.6.15", "3.5.26"), ("3.6.6", "3.7.2", "3.6.11")]
+    {
+        let mut o = running(3, 3);
+        at(&mut o, from);
+        want(&mut o, 3, to);
+        let Step::Wait(w) = plan(&o) else { panic!("{from} → {to} was not refused") };
+        assert_eq!(w.reason, WaitReason::UpgradeRefused, "{from} → {to}");
+        assert!(w.message.contains(&format!("upgrade to {stone}+ first")), "{from} → {to}: {}", w.message);
+        // The stepping stone itself is a patch upgrade, allowed.
+        want(&mut o, 3, &format!("{stone}"));
+        assert!(matches!(plan(&o), Step::UpgradeMember { .. }), "{from} → {stone}");
+    }
+    for (from, to) in
+        [("3.5.26", "3.6.6"), ("3.5.34", "3.6.15"), ("3.6.11", "3.7.2"), ("3.6.15", "3.7.2"), ("3.4.1", "3.5.0")]
+    {
+        let mut o = running(3, 3);
+        at(&mut o, from);
+        want(&mut o, 3, to);
+        assert!(matches!(plan(&o), Step::UpgradeMember { .. }), "{from} → {to} should upgrade");
+    }
+}
+
+/// An empty `spec.version` is the default of the operator that created the cluster: a newer
+/// default never upgrades a running cluster; a new cluster starts at the default.
+#[test]
+fn an_empty_version_keeps_what_the_cluster_runs() {
+    let mut o = running(3, 3);
+    at(&mut o, "3.5.1");
+    o.desired = validate(NAME, &EtcdClusterSpec { size: 3, ..Default::default() });
+    assert_eq!(o.desired.as_ref().unwrap().version.to_string(), etcd_operator_api::cluster::DEFAULT_VERSION);
+    crate::planner::upgrade::keep_running_version(&mut o);
+    assert_eq!(o.desired.as_ref().unwrap().version.to_string(), "3.5.1");
+    assert_eq!(wait_reason(&plan(&o)), WaitReason::Stable);
+
+    let mut fresh = fresh(3);
+    fresh.desired = validate(NAME, &EtcdClusterSpec { size: 3, ..Default::default() });
+    crate::planner::upgrade::keep_running_version(&mut fresh);
+    assert_eq!(fresh.desired.as_ref().unwrap().version.to_string(), etcd_operator_api::cluster::DEFAULT_VERSION);
+
+    // A bootstrap that never answered is not pinned to its pods' image.
+    fresh.pods.insert("ex-b0".into(), PodState { version: "3.5.17".into(), ..pod("ex-b0") });
+    fresh.etcd = None;
+    fresh.recorded_version = None;
+    crate::planner::upgrade::keep_running_version(&mut fresh);
+    assert_eq!(fresh.desired.as_ref().unwrap().version.to_string(), etcd_operator_api::cluster::DEFAULT_VERSION);
+}
+
+#[test]
+fn a_refused_version_change_does_not_stop_healing() {
+    let mut o = running(3, 3);
+    at(&mut o, "3.5.1");
+    want(&mut o, 3, "3.4.23");
+    o.pods.remove("ex-m3");
+    assert!(matches!(plan(&o), Step::RemoveMember { id: 3, .. }));
+}
+
+#[test]
+fn a_one_member_cluster_is_upgraded_in_place() {
+    let mut o = running(1, 1);
+    at(&mut o, "3.4.23");
+    want(&mut o, 1, "3.5.0");
+    assert!(matches!(plan(&o), Step::UpgradeMember { pod, .. } if pod == "ex-m1"));
+}
+
+#[test]
+fn pausing_mid_upgrade_stops_before_the_next_member() {
+    let mut o = running(3, 3);
+    at(&mut o, "3.5.0");
+    want(&mut o, 3, "3.5.1");
+    upgraded(&mut o, 2, "3.5.1", 30, "3.5.1");
+    o.paused = true;
+    assert_eq!(wait_reason(&plan(&o)), WaitReason::Paused);
+}

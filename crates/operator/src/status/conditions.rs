@@ -1,0 +1,233 @@
+//! The EtcdCluster's conditions (`kubectl describe`): their types, how each is set from the
+//! observation and the planned step, and which changes are warnings. Pure.
+
+use etcd_operator_api::condition::{self, Condition};
+
+use crate::observed::{EtcdState, Observed};
+use crate::planner::{Step, WaitReason};
+
+pub const AVAILABLE: &str = "Available";
+pub const SPEC_VALID: &str = "SpecValid";
+pub const SCALING: &str = "Scaling";
+pub const RECOVERING: &str = "Recovering";
+pub const UPGRADING: &str = "Upgrading";
+/// Set once a quorum-loss recovery brought the cluster back; says from what and what was lost.
+pub const RECOVERED_FROM_QUORUM_LOSS: &str = "RecoveredFromQuorumLoss";
+/// Something needs a person: no quorum, a failing member, data lost.
+pub const DEGRADED: &str = "Degraded";
+/// etcd's NOSPACE alarm is raised: writes are refused until the operator recovered space.
+pub const NO_SPACE: &str = "NoSpace";
+/// etcd's CORRUPT alarm is raised: names the member; never cleared by the operator.
+pub const CORRUPT: &str = "Corrupt";
+
+fn cond(type_: &str, ok: bool, reason: &str, message: impl Into<String>) -> Condition {
+    Condition {
+        type_: type_.into(),
+        status: if ok { "True" } else { "False" }.into(),
+        reason: reason.into(),
+        message: message.into(),
+        ..Default::default()
+    }
+}
+
+/// Sets, updates or removes each condition in `cs` for this observation and step.
+pub(super) fn update(cs: &mut Vec<Condition>, o: &Observed, step: &Step, now: &str) {
+    let wait = match step {
+        Step::Wait(w) => Some(w),
+        _ => None,
+    };
+    match (&o.desired, &o.spec_refused) {
+        (Ok(_), None) => condition::upsert(cs, cond(SPEC_VALID, true, "Valid", ""), now),
+        (Ok(_), Some(errs)) => condition::upsert(
+            cs,
+            cond(
+                SPEC_VALID,
+                false,
+                "InvalidSpec",
+                format!(
+                    "{}; the change was refused and nothing it asks for is done; the cluster keeps running and healing under the last valid spec",
+                    errs.join("; ")
+                ),
+            ),
+            now,
+        ),
+        (Err(errs), _) => condition::upsert(cs, cond(SPEC_VALID, false, "InvalidSpec", errs.join("; ")), now),
+    }
+    let available = match &o.etcd {
+        Some(e) => {
+            let voters = e.voters().count();
+            let healthy = e.voters().filter(|m| m.is_healthy()).count();
+            if healthy >= EtcdState::quorum_of(voters) {
+                cond(AVAILABLE, true, "QuorumHealthy", format!("{healthy} of {voters} voting members healthy"))
+            } else {
+                cond(AVAILABLE, false, "NoQuorum", format!("{healthy} of {voters} voting members healthy"))
+            }
+        }
+        None if matches!(wait, Some(w) if w.reason == WaitReason::Bootstrapping)
+            || matches!(step, Step::Bootstrap(_) | Step::CreateServices) =>
+        {
+            cond(AVAILABLE, false, "Bootstrapping", "the members of a new cluster are starting")
+        }
+        None => {
+            cond(AVAILABLE, false, "Unreachable", o.etcd_error.clone().unwrap_or_else(|| "no member answers".into()))
+        }
+    };
+    condition::upsert(cs, available, now);
+    if let Ok(d) = &o.desired {
+        let members = o.etcd.as_ref().map(|e| e.members.len()).unwrap_or(o.pods.len());
+        if members != d.size && !o.paused {
+            let reason = if members < d.size { "ScalingUp" } else { "ScalingDown" };
+            let msg = format!("Current cluster size: {members}, desired cluster size: {}", d.size);
+            condition::upsert(cs, cond(SCALING, true, reason, msg), now);
+        } else {
+            condition::remove(cs, SCALING);
+        }
+    }
+    // The recovery that just finished (its member serves), else the last one recorded.
+    let serving = |r: &&crate::planner::recovery::Record| {
+        o.etcd.as_ref().and_then(|e| e.member_for_pod(&r.member)).is_some_and(|m| m.is_healthy())
+    };
+    if let Some(r) = o.recovery_record.as_ref().filter(serving).or(o.last_recovery.as_ref()) {
+        let lost = if r.voters > 0 {
+            format!("{} of {} voting members were lost", r.lost, r.voters)
+        } else {
+            "every member was lost".to_string()
+        };
+        let msg = format!(
+            "recovered from quorum loss ({}): {lost}; the cluster resumed from {} at revision {}; writes acknowledged after revision {} were lost",
+            r.policy, r.from, r.revision, r.revision
+        );
+        condition::upsert(cs, cond(RECOVERED_FROM_QUORUM_LOSS, true, &r.policy, msg), now);
+    }
+    match step {
+        Step::Recover(r) => condition::upsert(
+            cs,
+            cond(
+                RECOVERING,
+                true,
+                "QuorumLossRecovery",
+                format!("starting member {} from {} at revision {}", r.member.name, r.from, r.revision),
+            ),
+            now,
+        ),
+        Step::Wait(w) if w.reason == WaitReason::Recovering => {
+            condition::upsert(cs, cond(RECOVERING, true, "QuorumLossRecovery", w.message.clone()), now)
+        }
+        Step::RemoveMember { pod, why, .. } if why.contains("volume") => condition::upsert(
+            cs,
+            cond(RECOVERING, true, "ReplacingMember", format!("replacing member {pod}: {why}")),
+            now,
+        ),
+        Step::RemoveMember { pod, why, .. } if why.contains("gone") || why.contains("ended") => condition::upsert(
+            cs,
+            cond(RECOVERING, true, "ReplacingMember", format!("replacing member {pod}: {why}")),
+            now,
+        ),
+        Step::CreatePod(m) if m.existing && m.pvc => condition::upsert(
+            cs,
+            cond(RECOVERING, true, "RestartingMember", format!("restarting member {} on its volume", m.name)),
+            now,
+        ),
+        Step::Wait(w) if w.reason == WaitReason::Stable => condition::remove(cs, RECOVERING),
+        _ => {}
+    }
+    let target = o.desired.as_ref().map(|d| d.version.to_string()).unwrap_or_default();
+    match step {
+        Step::UpgradeMember { pod, from, to } => condition::upsert(
+            cs,
+            cond(UPGRADING, true, "Upgrading", format!("upgrading to {to}: member {pod} from {from}")),
+            now,
+        ),
+        Step::MoveLeader { from_pod, to_pod, purpose: crate::planner::Purpose::Upgrade, .. } => condition::upsert(
+            cs,
+            cond(
+                UPGRADING,
+                true,
+                "Upgrading",
+                format!("upgrading to {target}: moving leadership from {from_pod} to {to_pod}"),
+            ),
+            now,
+        ),
+        Step::Wait(w) if w.reason == WaitReason::MemberUpgrading => condition::upsert(
+            cs,
+            cond(UPGRADING, true, "Upgrading", format!("upgrading to {target}: {}", w.message)),
+            now,
+        ),
+        Step::Wait(w)
+            if matches!(
+                w.reason,
+                WaitReason::UpgradeFailed | WaitReason::UpgradeRefused | WaitReason::UpgradeDeferred
+            ) =>
+        {
+            condition::upsert(cs, cond(UPGRADING, false, w.reason.as_str(), w.message.clone()), now)
+        }
+        Step::Wait(w) if w.reason == WaitReason::Stable => condition::remove(cs, UPGRADING),
+        _ => {}
+    }
+    // Alarms, while etcd reports them (only known while a member answers).
+    if let Some(e) = &o.etcd {
+        use crate::observed::AlarmKind;
+        for (type_, kind, what) in [
+            (
+                NO_SPACE,
+                AlarmKind::NoSpace,
+                "the database reached its space quota: writes are refused (reads and deletes work) until space is recovered",
+            ),
+            (
+                CORRUPT,
+                AlarmKind::Corrupt,
+                "its data differs from the other members': etcd refuses writes; the operator changes nothing until a person has looked",
+            ),
+        ] {
+            let members: Vec<String> = e
+                .alarms
+                .iter()
+                .filter(|a| a.kind == kind)
+                .map(|a| {
+                    e.members
+                        .iter()
+                        .find(|m| m.id == a.member_id)
+                        .map(|m| m.pod.clone())
+                        .unwrap_or_else(|| crate::naming::hex(a.member_id))
+                })
+                .collect();
+            if members.is_empty() {
+                condition::remove(cs, type_);
+            } else {
+                let msg = format!("{} alarm raised by {}: {what}", kind.as_str(), members.join(", "));
+                condition::upsert(cs, cond(type_, true, "AlarmRaised", msg), now);
+            }
+        }
+    }
+    match wait {
+        Some(w) if w.reason.needs_attention() && w.reason != WaitReason::InvalidSpec => {
+            condition::upsert(cs, cond(DEGRADED, true, w.reason.as_str(), w.message.clone()), now)
+        }
+        Some(w) if w.reason == WaitReason::Stable => condition::remove(cs, DEGRADED),
+        _ => {}
+    }
+}
+
+/// Whether a condition in this state is reported as a Warning Event (something is wrong, as
+/// opposed to progress such as a cluster still bootstrapping).
+pub fn is_warning(c: &Condition) -> bool {
+    match c.type_.as_str() {
+        DEGRADED => c.status == "True",
+        AVAILABLE => c.status == "False" && c.reason != "Bootstrapping",
+        SPEC_VALID => c.status == "False",
+        UPGRADING => c.status == "False",
+        RECOVERED_FROM_QUORUM_LOSS => true,
+        NO_SPACE | CORRUPT => c.status == "True",
+        _ => false,
+    }
+}
+
+/// Conditions whose (status, reason, message) changed, for Events.
+pub fn changed<'a>(old: &'a [Condition], new: &'a [Condition]) -> Vec<&'a Condition> {
+    new.iter()
+        .filter(|n| {
+            condition::find(old, &n.type_)
+                .is_none_or(|o| o.status != n.status || o.reason != n.reason || o.message != n.message)
+        })
+        .collect()
+}

@@ -1,0 +1,121 @@
+//! Status: what `kubectl get etcd` and `kubectl describe` show, computed from the observation
+//! and the planned step. Pure; the controller writes the result with one status patch. Here:
+//! members, versions, phase; the conditions are in `conditions`.
+
+mod conditions;
+#[cfg(test)]
+mod tests;
+
+use etcd_operator_api::EtcdClusterStatus;
+
+use crate::naming::{self, CLIENT_PORT};
+use crate::observed::{EtcdState, Observed};
+use crate::planner::{Step, WaitReason};
+
+pub use conditions::{
+    AVAILABLE, CORRUPT, DEGRADED, NO_SPACE, RECOVERED_FROM_QUORUM_LOSS, RECOVERING, SCALING, SPEC_VALID, UPGRADING,
+    changed, is_warning,
+};
+
+pub const PHASE_CREATING: &str = "Creating";
+pub const PHASE_RUNNING: &str = "Running";
+pub const PHASE_FAILED: &str = "Failed";
+
+/// Ready members: voters whose etcd answered the operator just now, on a pod that is not going
+/// away. Judged from etcd itself rather than the pod's readiness probe, which trails it by up
+/// to a probe period; the probe still decides what the client Service routes to.
+fn healthy_voter_pods(o: &Observed, e: &EtcdState) -> Vec<String> {
+    e.voters()
+        .filter(|m| m.is_healthy() && o.pods.get(&m.pod).is_some_and(|p| !p.deleting))
+        .map(|m| m.pod.clone())
+        .collect()
+}
+
+/// The new status. `prev` supplies what must persist (cluster ID, condition times, phase).
+pub fn compute(
+    o: &Observed,
+    step: &Step,
+    prev: &EtcdClusterStatus,
+    generation: Option<i64>,
+    now: &str,
+) -> EtcdClusterStatus {
+    let mut s = prev.clone();
+    s.observed_generation = generation;
+    s.control_paused = o.paused;
+    s.service_name = naming::client_service(&o.name);
+    s.client_port = CLIENT_PORT;
+    let wait = match step {
+        Step::Wait(w) => Some(w),
+        _ => None,
+    };
+
+    // Membership as etcd reports it; without etcd, as the pods show it.
+    match &o.etcd {
+        Some(e) => {
+            let ready = healthy_voter_pods(o, e);
+            let mut learners: Vec<String> = e.learners().map(|m| m.pod.clone()).collect();
+            learners.sort();
+            let mut unready: Vec<String> = e.voters().map(|m| m.pod.clone()).filter(|p| !ready.contains(p)).collect();
+            unready.sort();
+            s.size = e.members.len() as i32;
+            s.ready_members = ready.len() as i32;
+            s.members.ready = ready;
+            s.members.ready.sort();
+            s.members.unready = unready;
+            s.members.learners = learners;
+            s.leader = e.leader_member().map(|m| m.pod.clone()).unwrap_or_default();
+            if e.cluster_id != 0 {
+                s.cluster_id = crate::naming::hex(e.cluster_id);
+            }
+        }
+        None => {
+            s.size = o.pods.len() as i32;
+            s.ready_members = 0;
+            s.members.ready.clear();
+            s.members.unready = o.pods.keys().cloned().collect();
+            s.members.learners.clear();
+            s.leader.clear();
+        }
+    }
+
+    // Versions: current is what every pod runs once they agree; target is the spec's while
+    // it differs.
+    // Current: the version every member *reports* (not what the pods are annotated with: an
+    // upgraded member counts once it runs the new version), kept as it was while they differ
+    // or one does not answer.
+    if let Some(e) = &o.etcd {
+        let reported: Option<Vec<&str>> =
+            e.members.iter().map(|m| m.status.as_ref().map(|st| st.version.as_str())).collect();
+        if let Some(mut versions) = reported.filter(|v| !v.is_empty()) {
+            versions.sort();
+            versions.dedup();
+            if versions.len() == 1 && !versions[0].is_empty() {
+                s.current_version = versions[0].to_string();
+            }
+        }
+    }
+    s.target_version = match &o.desired {
+        Ok(d) if d.version.to_string() != s.current_version => d.version.to_string(),
+        _ => String::new(),
+    };
+
+    // Conditions.
+    conditions::update(&mut s.conditions, o, step, now);
+
+    // Phase, in CoreOS' three values.
+    let all_ready = o.desired.as_ref().is_ok_and(|d| s.ready_members as usize == d.size);
+    s.phase = if wait.is_some_and(|w| w.reason == WaitReason::DataLost) {
+        PHASE_FAILED.into()
+    } else if o.desired.is_err() && s.cluster_id.is_empty() {
+        PHASE_FAILED.into()
+    } else if prev.phase == PHASE_RUNNING || all_ready {
+        PHASE_RUNNING.into()
+    } else {
+        PHASE_CREATING.into()
+    };
+    s.reason = match wait {
+        Some(w) if w.reason.needs_attention() => w.message.clone(),
+        _ => String::new(),
+    };
+    s
+}

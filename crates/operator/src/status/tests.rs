@@ -1,0 +1,172 @@
+//! Tests of the status computation: fields, phase and conditions from planned observations.
+
+use super::*;
+use crate::observed::{MemberState, MemberStatus, PodState};
+use crate::planner::{Wait, plan};
+use crate::validation::validate;
+use etcd_operator_api::EtcdClusterSpec;
+use etcd_operator_api::condition;
+
+fn obs(size: i32, healthy: &[bool]) -> Observed {
+    let mut o = Observed {
+        name: "ex".into(),
+        namespace: "ns".into(),
+        desired: validate("ex", &EtcdClusterSpec { size, version: "3.5.1".into(), ..Default::default() }),
+        services_ready: true,
+        ever_bootstrapped: true,
+        new_member_suffix: "zzzzz".into(),
+        ..Default::default()
+    };
+    let mut e = EtcdState { cluster_id: 0xabc, leader: Some(1), members: vec![], ..Default::default() };
+    for (i, h) in healthy.iter().enumerate() {
+        let name = format!("ex-m{i}");
+        o.pods.insert(
+            name.clone(),
+            PodState {
+                name: name.clone(),
+                ready: *h,
+                version: "3.5.1".into(),
+                phase: "Running".into(),
+                ..Default::default()
+            },
+        );
+        e.members.push(MemberState {
+            id: i as u64 + 1,
+            name: name.clone(),
+            pod: name,
+            status: h.then(|| MemberStatus { leader: 1, version: "3.5.1".into(), ..Default::default() }),
+            ..Default::default()
+        });
+    }
+    o.etcd = Some(e);
+    o
+}
+
+#[test]
+fn healthy_cluster_reports_running_with_all_members_ready() {
+    let o = obs(3, &[true, true, true]);
+    let s = compute(&o, &plan(&o), &Default::default(), Some(2), "t");
+    assert_eq!(s.phase, PHASE_RUNNING);
+    assert_eq!(s.members.ready, ["ex-m0", "ex-m1", "ex-m2"]);
+    assert_eq!(s.ready_members, 3);
+    assert_eq!(s.current_version, "3.5.1");
+    assert_eq!(s.target_version, "");
+    assert_eq!(s.leader, "ex-m0");
+    assert_eq!(s.cluster_id, "abc");
+    assert_eq!(s.service_name, "ex-client");
+    assert_eq!(s.client_port, 2379);
+    assert_eq!(s.observed_generation, Some(2));
+    assert_eq!(condition::find(&s.conditions, AVAILABLE).unwrap().status, "True");
+    assert!(condition::find(&s.conditions, SCALING).is_none());
+}
+
+#[test]
+fn current_version_is_what_every_member_reports_not_what_pods_are_annotated_with() {
+    let mut o = obs(3, &[true, true, true]);
+    let prev = EtcdClusterStatus { current_version: "3.5.0".into(), ..Default::default() };
+    o.etcd.as_mut().unwrap().members[2].status.as_mut().unwrap().version = "3.5.0".into();
+    let s = compute(&o, &plan(&o), &prev, None, "t");
+    assert_eq!(s.current_version, "3.5.0");
+    o.etcd.as_mut().unwrap().members[2].status = None; // restarting on the new version
+    let s = compute(&o, &plan(&o), &prev, None, "t");
+    assert_eq!(s.current_version, "3.5.0");
+    o.etcd.as_mut().unwrap().members[2].status =
+        Some(MemberStatus { leader: 1, version: "3.5.1".into(), ..Default::default() });
+    let s = compute(&o, &plan(&o), &prev, None, "t");
+    assert_eq!(s.current_version, "3.5.1");
+}
+
+#[test]
+fn lost_quorum_is_degraded_and_unavailable() {
+    let o = obs(3, &[true, false, false]);
+    let s = compute(&o, &plan(&o), &Default::default(), None, "t");
+    assert_eq!(condition::find(&s.conditions, AVAILABLE).unwrap().status, "False");
+    let d = condition::find(&s.conditions, DEGRADED).unwrap();
+    assert_eq!(d.reason, "NoQuorum");
+    assert_eq!(s.members.unready, ["ex-m1", "ex-m2"]);
+    assert!(!s.reason.is_empty());
+}
+
+#[test]
+fn invalid_spec_sets_spec_valid_false_and_keeps_a_running_phase() {
+    let mut o = obs(3, &[true, true, true]);
+    let prev = compute(&o, &plan(&o), &Default::default(), None, "t");
+    o.desired = validate("ex", &EtcdClusterSpec { size: 0, version: "3.5.1".into(), ..Default::default() });
+    let s = compute(&o, &plan(&o), &prev, None, "t2");
+    let c = condition::find(&s.conditions, SPEC_VALID).unwrap();
+    assert_eq!((c.status.as_str(), c.reason.as_str()), ("False", "InvalidSpec"));
+    assert!(c.message.contains("spec.size 0"));
+    assert_eq!(s.phase, PHASE_RUNNING);
+    assert_eq!(changed(&prev.conditions, &s.conditions).len(), 1);
+}
+
+#[test]
+fn scaling_condition_uses_the_coreos_message() {
+    let o = obs(5, &[true, true, true]);
+    let s = compute(&o, &plan(&o), &Default::default(), None, "t");
+    let c = condition::find(&s.conditions, SCALING).unwrap();
+    assert_eq!(c.message, "Current cluster size: 3, desired cluster size: 5");
+}
+
+#[test]
+fn every_status_field_is_serialized_so_a_merge_patch_clears_it() {
+    let v = serde_json::to_value(EtcdClusterStatus::default()).unwrap();
+    assert_eq!(v["members"]["learners"], serde_json::json!([]));
+    assert_eq!(v["leader"], serde_json::json!(""));
+    assert_eq!(v["targetVersion"], serde_json::json!(""));
+}
+
+#[test]
+fn a_bootstrapping_cluster_is_unavailable_without_a_warning() {
+    let mut o = obs(3, &[]);
+    o.etcd = None;
+    o.ever_bootstrapped = false;
+    let s = compute(&o, &plan(&o), &Default::default(), None, "t");
+    let a = condition::find(&s.conditions, AVAILABLE).unwrap();
+    assert_eq!(a.reason, "Bootstrapping");
+    assert!(!is_warning(a));
+}
+
+#[test]
+fn data_loss_fails_the_phase() {
+    // A cluster that formed, with no pod and no volume left: planned, not hand-made.
+    let mut o = obs(3, &[]);
+    o.etcd = None;
+    let step = plan(&o);
+    assert!(matches!(&step, Step::Wait(Wait { reason: WaitReason::DataLost, .. })), "{step:?}");
+    let s = compute(&o, &step, &Default::default(), None, "t");
+    assert_eq!(s.phase, PHASE_FAILED);
+    let d = condition::find(&s.conditions, DEGRADED).unwrap();
+    assert_eq!(d.reason, "DataLost");
+    assert!(!d.message.contains("delete and re-create"), "never advise deleting: {}", d.message);
+}
+
+/// The condition comes from the recorded last recovery every time, so a status computed
+/// from a stale cached object (without the condition) cannot drop it.
+#[test]
+fn a_finished_recovery_is_reported_from_its_record_whatever_the_previous_status() {
+    let mut o = obs(3, &[true, true, true]);
+    o.last_recovery = Some(crate::planner::recovery::Record {
+        member: "ex-m0".into(),
+        policy: "FromSurvivor".into(),
+        from: "surviving member ex-old".into(),
+        revision: 81,
+        lost: 2,
+        voters: 3,
+    });
+    let s = compute(&o, &plan(&o), &Default::default(), None, "t");
+    let c = condition::find(&s.conditions, RECOVERED_FROM_QUORUM_LOSS).unwrap();
+    assert_eq!((c.status.as_str(), c.reason.as_str()), ("True", "FromSurvivor"));
+    assert!(c.message.contains("2 of 3") && c.message.contains("revision 81") && c.message.contains("were lost"));
+}
+
+#[test]
+fn a_refused_edit_says_the_cluster_runs_under_the_last_valid_spec() {
+    let mut o = obs(3, &[true, true, true]);
+    o.spec_refused = Some(vec!["spec.size 0 is out of range".into()]);
+    let s = compute(&o, &plan(&o), &Default::default(), None, "t");
+    let c = condition::find(&s.conditions, SPEC_VALID).unwrap();
+    assert_eq!(c.status, "False");
+    assert!(c.message.contains("spec.size 0") && c.message.contains("last valid spec"), "{}", c.message);
+    assert_eq!(s.phase, PHASE_RUNNING);
+}

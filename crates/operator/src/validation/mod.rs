@@ -1,0 +1,179 @@
+//! Turning a user's EtcdCluster spec into a checked, defaulted [`Desired`] — or into the list
+//! of reasons it was refused. An invalid spec changes nothing in the running cluster. Pure.
+//! Here: `Desired` and the checks of the spec's top level; `spec.maintenance`, `spec.recovery`
+//! and the stricter `spec.pod` rules are in their own modules.
+
+mod maintenance;
+mod pod_policy;
+mod recovery;
+#[cfg(test)]
+mod tests;
+
+pub use maintenance::{
+    CompactionMode, DEFAULT_DEFRAG_FREE_BYTES, DEFAULT_DEFRAG_FREE_PERCENT, DEFAULT_PERIODIC_RETENTION,
+    DEFAULT_QUOTA_BYTES, DEFAULT_REVISION_RETENTION, DefragRule, MAX_QUOTA_BYTES, MIN_QUOTA_BYTES, Maintenance,
+};
+pub use pod_policy::{MAX_DNS_TIMEOUT_SECS, is_dns1035_label, is_dns1123_label};
+pub use recovery::{DEFAULT_RECOVERY_AFTER_SECS, MAX_RECOVERY_AFTER_SECS};
+
+use etcd_operator_api::EtcdClusterSpec;
+use etcd_operator_api::cluster::{DEFAULT_REPOSITORY, DEFAULT_VERSION, PodPolicy};
+use etcd_operator_api::validation_rules::{
+    OPERATOR_OWNED_ETCD_ENV as RESERVED_ENV, OPERATOR_OWNED_ETCD_ENV_PREFIX,
+    OPERATOR_OWNED_ETCD_ENV_SINCE_0_2 as RESERVED_ENV_SINCE_0_2,
+};
+
+use crate::naming::{CLUSTER_LABEL, MAX_CLUSTER_NAME, VERSION_ANNOTATION};
+use crate::version::{Version, supported_range};
+
+/// Largest accepted size. etcd recommends at most 7 voters; more only slows writes.
+pub const MAX_SIZE: i32 = 7;
+
+/// A spec that passed validation, with defaults filled in.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Desired {
+    pub size: usize,
+    pub repository: String,
+    pub version: Version,
+    pub pod: PodPolicy,
+    /// Bootstrap members from this backup (checked: a valid location and a sha256).
+    pub restore: Option<Restore>,
+    /// What to do when a quorum is lost for good (`spec.recovery`).
+    pub recovery: crate::observed::Recovery,
+    /// Space quota, compaction and defragmentation (`spec.maintenance`, defaults filled in).
+    pub maintenance: Maintenance,
+}
+
+/// A validated `spec.restore`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Restore {
+    pub location: crate::backup::location::Location,
+    pub source: etcd_operator_api::backup::BackupSource,
+    pub sha256: String,
+}
+
+impl Desired {
+    /// A short hash of what member pods are made from besides the version (image repository,
+    /// `spec.pod` and, when set, `spec.maintenance`): a pod carrying another one was made under
+    /// an earlier spec.
+    pub fn pod_hash(&self) -> String {
+        use sha2::Digest;
+        let json = match &self.maintenance.specified {
+            None => serde_json::to_vec(&(&self.repository, &self.pod)),
+            Some(m) => serde_json::to_vec(&(&self.repository, &self.pod, m)),
+        }
+        .unwrap_or_default();
+        hex::encode(&sha2::Sha256::digest(json)[..8])
+    }
+
+    /// `<repository>:v<version>`.
+    pub fn image(&self) -> String {
+        image_for(&self.repository, &self.version)
+    }
+}
+
+pub fn image_for(repository: &str, version: &Version) -> String {
+    format!("{repository}:{}", version.tag())
+}
+
+/// Validate `spec` of the cluster named `name`. Every problem is reported, not only the first.
+pub fn validate(name: &str, spec: &EtcdClusterSpec) -> Result<Desired, Vec<String>> {
+    validate_with(name, spec, true)
+}
+
+/// Only the rules of operator versions before the bounds on names, labels, annotations, DNS
+/// timeout, cluster domain and the newer reserved `etcdEnv` names: a cluster that formed under
+/// such a version keeps healing under its spec (and is told what the current rules refuse)
+/// instead of stopping altogether.
+pub fn validate_legacy(name: &str, spec: &EtcdClusterSpec) -> Result<Desired, Vec<String>> {
+    validate_with(name, spec, false)
+}
+
+fn validate_with(name: &str, spec: &EtcdClusterSpec, strict: bool) -> Result<Desired, Vec<String>> {
+    let mut errs = vec![];
+    if name.len() > MAX_CLUSTER_NAME {
+        errs.push(format!(
+            "metadata.name is {} characters; at most {MAX_CLUSTER_NAME} fit, because the client Service `<name>-client` must be a 63-character DNS label",
+            name.len()
+        ));
+    }
+    if strict && !is_dns1035_label(name) || !strict && !name.starts_with(|c: char| c.is_ascii_lowercase()) {
+        errs.push(format!(
+            "metadata.name {name:?} must be a DNS-1035 label: lowercase letters, digits and '-', starting with a letter and ending with a letter or digit (it names Services and pods)"
+        ));
+    }
+    if spec.size < 1 || spec.size > MAX_SIZE {
+        errs.push(format!("spec.size {} is out of range: it must be between 1 and {MAX_SIZE}", spec.size));
+    }
+    let raw_version = if spec.version.is_empty() { DEFAULT_VERSION } else { spec.version.as_str() };
+    let version = match Version::parse(raw_version) {
+        Ok(v) if v.is_supported() => Some(v),
+        Ok(v) => {
+            errs.push(format!("spec.version {v} is not supported: supported versions are {}", supported_range()));
+            None
+        }
+        Err(e) => {
+            errs.push(format!("spec.version: {e}; supported versions are {}", supported_range()));
+            None
+        }
+    };
+    let pod = spec.pod.clone().unwrap_or_default();
+    for k in pod.labels.keys() {
+        if k == "app" || k.starts_with("etcd_") || k == CLUSTER_LABEL {
+            errs.push(format!("spec.pod.labels: {k:?} is reserved for the operator"));
+        }
+    }
+    if pod.annotations.contains_key(VERSION_ANNOTATION) {
+        errs.push(format!("spec.pod.annotations: {VERSION_ANNOTATION:?} is reserved for the operator"));
+    }
+    for e in &pod.etcd_env {
+        let reserved = RESERVED_ENV.contains(&e.name.as_str())
+            || strict
+                && (RESERVED_ENV_SINCE_0_2.contains(&e.name.as_str())
+                    || e.name.starts_with(OPERATOR_OWNED_ETCD_ENV_PREFIX));
+        if reserved {
+            errs.push(format!(
+                "spec.pod.etcdEnv: {} is owned by the operator (membership, data location and recovery are its job) and cannot be set",
+                e.name
+            ));
+        }
+    }
+    if strict {
+        pod_policy::strict_pod_rules(&pod, &mut errs);
+    }
+    if let Some(tls) = spec.tls.as_ref().and_then(|t| t.r#static.as_ref()) {
+        let server = tls.member.as_ref().is_some_and(|m| !m.server_secret.is_empty());
+        if !tls.operator_secret.is_empty() && !server {
+            errs.push("spec.TLS.static: operatorSecret is set but member.serverSecret is not".into());
+        }
+        if tls.operator_secret.is_empty() && server {
+            errs.push("spec.TLS.static: member.serverSecret is set but operatorSecret is not".into());
+        }
+        errs.push("spec.TLS.static is accepted by the API but not yet wired by this operator version; remove it to run without TLS".into());
+    }
+    let restore = spec.restore.as_ref().and_then(|r| {
+        let loc = crate::backup::location::Location::of(&r.backup_storage_type, &r.source)
+            .map_err(|e| errs.push(format!("spec.restore: {e}")))
+            .ok()?;
+        if r.sha256.len() != 64 || !r.sha256.bytes().all(|b| b.is_ascii_hexdigit()) {
+            errs.push("spec.restore.sha256 must be the 64 hex digits of the backup's sha256".into());
+            return None;
+        }
+        Some(Restore { location: loc, source: r.source.clone(), sha256: r.sha256.to_ascii_lowercase() })
+    });
+    let recovery = recovery::recovery_policy(spec.recovery.as_ref(), &mut errs);
+    let maintenance = maintenance::maintenance_policy(spec.maintenance.as_ref(), &pod, &mut errs);
+    if !errs.is_empty() {
+        return Err(errs);
+    }
+    let repository = if spec.repository.is_empty() { DEFAULT_REPOSITORY.to_string() } else { spec.repository.clone() };
+    Ok(Desired {
+        size: spec.size as usize,
+        repository,
+        version: version.expect("checked"),
+        pod,
+        restore,
+        recovery,
+        maintenance,
+    })
+}

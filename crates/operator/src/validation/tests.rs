@@ -1,0 +1,234 @@
+//! Tests of spec validation: defaults, bounds, reserved names, maintenance, legacy rules.
+
+use super::*;
+use k8s_openapi::api::core::v1::EnvVar;
+
+fn spec(size: i32, version: &str) -> EtcdClusterSpec {
+    EtcdClusterSpec { size, version: version.into(), ..Default::default() }
+}
+
+#[test]
+fn seeds_example_is_valid() {
+    let d = validate("example-etcd-cluster", &spec(3, "3.5.1")).unwrap();
+    assert_eq!(d.size, 3);
+    assert_eq!(d.image(), "quay.io/coreos/etcd:v3.5.1");
+}
+
+#[test]
+fn defaults_fill_in() {
+    let d = validate("a", &spec(1, "")).unwrap();
+    assert_eq!(d.version.to_string(), DEFAULT_VERSION);
+    assert_eq!(d.repository, DEFAULT_REPOSITORY);
+}
+
+#[test]
+fn coreos_default_version_3_2_13_is_refused_naming_the_supported_range() {
+    let e = validate("a", &spec(3, "3.2.13")).unwrap_err();
+    assert_eq!(e.len(), 1);
+    assert!(e[0].contains("3.2.13") && e[0].contains("3.4.x to 3.7.x"), "{e:?}");
+}
+
+#[test]
+fn size_below_one_and_garbage_version_are_both_reported() {
+    let e = validate("a", &spec(0, "latest")).unwrap_err();
+    assert_eq!(e.len(), 2, "{e:?}");
+    assert!(e[0].contains("spec.size 0"));
+    assert!(e[1].contains("MAJOR.MINOR.PATCH"));
+}
+
+#[test]
+fn too_long_names_are_refused() {
+    let e = validate(&"a".repeat(57), &spec(3, "3.5.1")).unwrap_err();
+    assert!(e[0].contains("57 characters"), "{e:?}");
+    assert!(validate(&"a".repeat(56), &spec(3, "3.5.1")).is_ok());
+}
+
+#[test]
+fn names_that_cannot_name_a_service_are_refused() {
+    for bad in ["my.cluster", "Ex", "ex-", "9ex", "e_x", ""] {
+        assert!(validate(bad, &spec(3, "3.5.1")).is_err(), "{bad:?}");
+    }
+    assert!(validate("ex-1", &spec(3, "3.5.1")).is_ok());
+}
+
+#[test]
+fn pod_fields_are_bounded() {
+    let mut s = spec(3, "3.5.1");
+    s.pod = Some(PodPolicy {
+        dns_timeout_in_second: -1,
+        labels: [("team/x y".to_string(), "v".to_string()), ("ok".to_string(), "bad value!".to_string())].into(),
+        annotations: [("/x".to_string(), String::new())].into(),
+        etcd_env: vec![
+            EnvVar { name: "ETCD_FORCE_NEW_CLUSTER".into(), value: Some("true".into()), ..Default::default() },
+            EnvVar { name: "ETCD_DISCOVERY_SRV".into(), ..Default::default() },
+            EnvVar { name: "ETCD_QUOTA_BACKEND_BYTES".into(), value: Some("1".into()), ..Default::default() },
+        ],
+        cluster_domain: "cluster..local".into(),
+        ..Default::default()
+    });
+    let e = validate("a", &s).unwrap_err().join("\n");
+    for want in [
+        "DNSTimeoutInSecond -1",
+        "\"team/x y\"",
+        "bad value!",
+        "\"/x\"",
+        "ETCD_FORCE_NEW_CLUSTER is owned by the operator",
+        "ETCD_DISCOVERY_SRV",
+        "ClusterDomain",
+    ] {
+        assert!(e.contains(want), "missing {want:?} in:\n{e}");
+    }
+    assert!(!e.contains("ETCD_QUOTA_BACKEND_BYTES"), "users may tune etcd: {e}");
+}
+
+/// A spec an earlier version accepted still yields a `Desired` under the earlier rules
+/// (the cluster keeps healing; SpecValid says what the current rules refuse).
+#[test]
+fn legacy_rules_accept_what_earlier_versions_did() {
+    let mut s = spec(3, "3.5.1");
+    s.pod = Some(PodPolicy {
+        dns_timeout_in_second: -1,
+        etcd_env: vec![EnvVar { name: "ETCD_WAL_DIR".into(), value: Some("/wal".into()), ..Default::default() }],
+        ..Default::default()
+    });
+    assert!(validate("a", &s).is_err());
+    assert!(validate_legacy("a", &s).is_ok());
+    // What earlier versions refused stays refused.
+    s.size = 0;
+    assert!(validate_legacy("a", &s).is_err());
+}
+
+#[test]
+fn reserved_labels_and_env_are_refused() {
+    let mut s = spec(3, "3.5.1");
+    s.pod = Some(PodPolicy {
+        labels: [("app".to_string(), "x".to_string())].into(),
+        etcd_env: vec![EnvVar { name: "ETCD_INITIAL_CLUSTER".into(), ..Default::default() }],
+        ..Default::default()
+    });
+    let e = validate("a", &s).unwrap_err();
+    assert_eq!(e.len(), 2, "{e:?}");
+}
+
+#[test]
+fn maintenance_defaults_become_etcd_flags() {
+    let d = validate("ex", &spec(3, "3.6.15")).unwrap();
+    let m = &d.maintenance;
+    assert_eq!(m.quota_flag, Some(2 << 30), "etcd's own default, said explicitly");
+    assert_eq!(m.compaction_flags, Some((CompactionMode::Periodic, "1h".to_string())));
+    assert_eq!(m.defrag, Some(DefragRule { min_free_percent: 50, min_free_bytes: 64 << 20 }));
+    assert!(m.specified.is_none());
+}
+
+#[test]
+fn maintenance_is_checked_and_etcd_env_for_the_same_setting_is_refused_with_it() {
+    use etcd_operator_api::cluster::{DefragmentationPolicy, MaintenancePolicy};
+    let with = |mp: MaintenancePolicy, env: &[(&str, &str)]| {
+        let mut s = spec(3, "3.6.15");
+        s.maintenance = Some(mp);
+        let mut pod = PodPolicy::default();
+        pod.etcd_env = env
+            .iter()
+            .map(|(n, v)| k8s_openapi::api::core::v1::EnvVar {
+                name: n.to_string(),
+                value: Some(v.to_string()),
+                ..Default::default()
+            })
+            .collect();
+        s.pod = Some(pod);
+        validate("ex", &s)
+    };
+    let errs = with(
+        MaintenancePolicy {
+            quota_backend_bytes: Some(1024),
+            auto_compaction_mode: "hourly".into(),
+            auto_compaction_retention: "an hour".into(),
+            defragmentation: Some(DefragmentationPolicy {
+                mode: "Sometimes".into(),
+                min_free_percent: Some(0),
+                min_free_bytes: Some(-1),
+            }),
+        },
+        &[],
+    )
+    .unwrap_err()
+    .join("\n");
+    for what in ["quotaBackendBytes 1024", "hourly", "an hour", "Sometimes", "minFreePercent 0", "minFreeBytes -1"] {
+        assert!(errs.contains(what), "{what} not reported in:\n{errs}");
+    }
+    let retention = |mode: &str, r: &str| {
+        with(
+            MaintenancePolicy {
+                auto_compaction_mode: mode.into(),
+                auto_compaction_retention: r.into(),
+                ..Default::default()
+            },
+            &[],
+        )
+        .is_ok()
+    };
+    assert!(retention("periodic", "30m") && retention("periodic", "1h30m") && retention("periodic", "2"));
+    assert!(retention("revision", "10000") && retention("", "0"));
+    assert!(!retention("revision", "1h") && !retention("periodic", "m") && !retention("periodic", "1d"));
+    // Set twice: refused, naming both.
+    let errs = with(
+        MaintenancePolicy { quota_backend_bytes: Some(16 << 20), ..Default::default() },
+        &[("ETCD_QUOTA_BACKEND_BYTES", "4294967296")],
+    )
+    .unwrap_err()
+    .join("\n");
+    assert!(errs.contains("quotaBackendBytes") && errs.contains("ETCD_QUOTA_BACKEND_BYTES"), "{errs}");
+    // Set once through etcdEnv (the CoreOS way): no flag (etcd exits when both are given),
+    // and the planner still knows the quota.
+    let d = with(MaintenancePolicy::default(), &[("ETCD_QUOTA_BACKEND_BYTES", "4294967296")]).unwrap();
+    assert_eq!((d.maintenance.quota_flag, d.maintenance.quota_bytes), (None, 4 << 30));
+    let d = with(
+        MaintenancePolicy::default(),
+        &[("ETCD_AUTO_COMPACTION_MODE", "revision"), ("ETCD_AUTO_COMPACTION_RETENTION", "700")],
+    )
+    .unwrap();
+    assert_eq!((d.maintenance.compaction_flags.clone(), d.maintenance.keep_revisions), (None, Some(700)));
+}
+
+#[test]
+fn the_pod_hash_changes_with_maintenance_only_once_it_is_set() {
+    let plain = validate("ex", &spec(3, "3.6.15")).unwrap();
+    let mut s = spec(3, "3.6.15");
+    s.maintenance = Some(Default::default());
+    let empty_block = validate("ex", &s).unwrap();
+    s.maintenance = Some(etcd_operator_api::cluster::MaintenancePolicy {
+        quota_backend_bytes: Some(4 << 30),
+        ..Default::default()
+    });
+    let quota = validate("ex", &s).unwrap();
+    assert_ne!(plain.pod_hash(), quota.pod_hash(), "a new quota is rolled out");
+    assert_ne!(empty_block.pod_hash(), quota.pod_hash());
+    // A cluster without the block keeps the hash it had before the block existed, so an
+    // operator upgrade rolls nothing.
+    let before = {
+        use sha2::Digest;
+        let json = serde_json::to_vec(&(&plain.repository, &plain.pod)).unwrap();
+        hex::encode(&sha2::Sha256::digest(json)[..8])
+    };
+    assert_eq!(plain.pod_hash(), before);
+}
+
+#[test]
+fn etcd_env_is_bounded_like_the_crd_schema() {
+    let env = |n: usize, len: usize| {
+        let mut s = spec(3, "3.5.1");
+        s.pod = Some(PodPolicy {
+            etcd_env: (0..n)
+                .map(|i| EnvVar { name: format!("X{i}{}", "Y".repeat(len)), ..Default::default() })
+                .collect(),
+            ..Default::default()
+        });
+        validate("a", &s)
+    };
+    let max = etcd_operator_api::validation_rules::MAX_ETCD_ENV as usize;
+    assert!(env(max, 1).is_ok());
+    let e = env(max + 1, 1).unwrap_err();
+    assert!(e[0].contains(&format!("{} entries; at most {max}", max + 1)), "{e:?}");
+    let e = env(1, 300).unwrap_err();
+    assert!(e[0].contains("too long (at most 253)"), "{e:?}");
+}
