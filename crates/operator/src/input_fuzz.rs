@@ -219,7 +219,8 @@ fn arbitrary_specs_never_panic_and_valid_ones_build_acceptable_objects() {
                             consecutive_failures: 3,
                             ..Default::default()
                         };
-                        let _ = crate::backup::backup_planner::next_due(&p, &st, 1, k8s_openapi::jiff::Timestamp::now());
+                        let _ =
+                            crate::backup::backup_planner::next_due(&p, &st, 1, k8s_openapi::jiff::Timestamp::now());
                     }
                 }
                 // EtcdRestore: plan, then the cluster it creates from a backup of any version:

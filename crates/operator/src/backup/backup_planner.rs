@@ -14,8 +14,8 @@
 
 use std::time::Duration;
 
-use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use etcd_operator_api::backup::{BackupRecord, EtcdBackupSpec, EtcdBackupStatus};
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::runtime::events::EventType;
 
 use super::contract::SaveReport;
@@ -156,12 +156,7 @@ pub fn retry_delay(failures: i32) -> Duration {
 }
 
 /// When the next backup is due (None: never, the one-shot backup of this spec is done).
-pub fn next_due(
-    target: &BackupTarget,
-    st: &EtcdBackupStatus,
-    generation: i64,
-    now: Timestamp,
-) -> Option<Timestamp> {
+pub fn next_due(target: &BackupTarget, st: &EtcdBackupStatus, generation: i64, now: Timestamp) -> Option<Timestamp> {
     let last = parse_time(&st.last_attempt_date);
     let same_spec = st.observed_generation == generation;
     match (target.interval, last) {

@@ -4,8 +4,8 @@
 
 use std::sync::Arc;
 
-use k8s_openapi::jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use serde::de::DeserializeOwned;
 

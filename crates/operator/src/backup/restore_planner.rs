@@ -16,10 +16,10 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use k8s_openapi::jiff::Timestamp;
 use etcd_operator_api::backup::RestoreFrom;
 use etcd_operator_api::restore::{EtcdRestoreSpec, EtcdRestoreStatus};
 use etcd_operator_api::{EtcdCluster, EtcdClusterSpec, SCOPE_ANNOTATION};
+use k8s_openapi::jiff::Timestamp;
 use kube::runtime::events::EventType;
 
 use super::job_pods::{JobPodState, PodResult};

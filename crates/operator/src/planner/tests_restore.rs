@@ -1,0 +1,47 @@
+//! A cluster created by a restore: how it bootstraps.
+
+use super::*;
+
+/// A restore from a PVC bootstraps one member from the claim (a ReadWriteOnce claim attaches to
+/// one node); the others join it as learners. From an object store, all start from the backup.
+#[test]
+fn a_restore_from_a_pvc_bootstraps_one_member_and_grows() {
+    let restored = |storage: &str, source: etcd_operator_api::backup::BackupSource| {
+        let spec = etcd_operator_api::EtcdClusterSpec {
+            size: 3,
+            version: "3.5.1".into(),
+            restore: Some(etcd_operator_api::backup::RestoreFrom {
+                backup_storage_type: storage.into(),
+                source,
+                sha256: "ab".repeat(32),
+            }),
+            ..Default::default()
+        };
+        let o = Observed {
+            name: "ex".into(),
+            namespace: "ns".into(),
+            desired: crate::validation::validate("ex", &spec),
+            services_ready: true,
+            new_member_suffix: "abcde".into(),
+            ..Default::default()
+        };
+        let Step::Bootstrap(ms) = plan(&o) else { panic!("expected Bootstrap: {:?}", plan(&o)) };
+        ms
+    };
+    let pvc = etcd_operator_api::backup::BackupSource {
+        pvc: Some(etcd_operator_api::backup::PvcSource { claim_name: "backups".into(), path: "e.db".into() }),
+        ..Default::default()
+    };
+    let ms = restored("PVC", pvc);
+    assert_eq!(ms.len(), 1);
+    assert_eq!(ms[0].initial_cluster.len(), 1, "a one-member cluster, grown afterwards");
+    let s3 = etcd_operator_api::backup::BackupSource {
+        s3: Some(etcd_operator_api::backup::S3Source {
+            path: "b/k".into(),
+            aws_secret: "aws".into(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    assert_eq!(restored("S3", s3).len(), 3);
+}

@@ -1,0 +1,238 @@
+//! Tests of the pure builders of member pods, PVCs and Services.
+
+use super::*;
+use crate::validation::validate;
+use crate::version::Version;
+use etcd_operator_api::EtcdClusterSpec;
+
+fn cluster(yaml_spec: &str) -> (EtcdCluster, Desired) {
+    let spec: EtcdClusterSpec = serde_yaml::from_str(yaml_spec).unwrap();
+    let mut c = EtcdCluster::new("ex", spec.clone());
+    c.metadata.namespace = Some("ns".into());
+    c.metadata.uid = Some("uid-1".into());
+    let d = validate("ex", &spec).unwrap();
+    (c, d)
+}
+
+fn member(existing: bool, pvc: bool) -> NewMember {
+    NewMember {
+        name: "ex-abcde".into(),
+        initial_cluster: vec![
+            ("ex-a".into(), "http://ex-a.ex.ns.svc:2380".into()),
+            ("ex-abcde".into(), "http://ex-abcde.ex.ns.svc:2380".into()),
+        ],
+        existing,
+        version: Version::parse("3.5.1").unwrap(),
+        pvc,
+        bootstrap: !existing,
+        restart: false,
+        seed: None,
+    }
+}
+
+#[test]
+fn member_pod_has_coreos_labels_stable_dns_and_owner() {
+    let (c, d) = cluster("size: 3\nversion: 3.5.1\npod: {labels: {team: a}}");
+    let p = member_pod(&c, &d, &member(true, false), "op:1");
+    let labels = p.metadata.labels.clone().unwrap();
+    assert_eq!(labels["app"], "etcd");
+    assert_eq!(labels["etcd_cluster"], "ex");
+    assert_eq!(labels["team"], "a");
+    assert_eq!(p.metadata.annotations.as_ref().unwrap()["etcd.version"], "3.5.1");
+    let spec = p.spec.unwrap();
+    assert_eq!(spec.hostname.as_deref(), Some("ex-abcde"));
+    assert_eq!(spec.subdomain.as_deref(), Some("ex"));
+    assert_eq!(spec.enable_service_links, Some(false));
+    assert_eq!(spec.containers[0].image.as_deref(), Some("quay.io/coreos/etcd:v3.5.1"));
+    assert_eq!(p.metadata.owner_references.unwrap()[0].kind, "EtcdCluster");
+    assert!(spec.volumes.unwrap()[0].empty_dir.is_some());
+    let init = &spec.init_containers.unwrap()[0];
+    assert!(init.command.as_ref().unwrap().contains(&"--host=ex-abcde.ex.ns.svc".to_string()));
+}
+
+#[test]
+fn etcd_flags_join_an_existing_cluster() {
+    let (c, d) = cluster("size: 3\nversion: 3.5.1");
+    let cmd = etcd_command(&c, &d, &member(true, false));
+    assert!(cmd.contains(&"--initial-cluster-state=existing".to_string()));
+    assert!(cmd.contains(
+        &"--initial-cluster=ex-a=http://ex-a.ex.ns.svc:2380,ex-abcde=http://ex-abcde.ex.ns.svc:2380".to_string()
+    ));
+    assert!(cmd.contains(&"--initial-advertise-peer-urls=http://ex-abcde.ex.ns.svc:2380".to_string()));
+    assert!(cmd.contains(&"--initial-cluster-token=uid-1".to_string()));
+    let boot = etcd_command(&c, &d, &member(false, false));
+    assert!(boot.contains(&"--initial-cluster-state=new".to_string()));
+}
+
+#[test]
+fn cluster_domain_ends_member_urls() {
+    let (c, d) = cluster("size: 1\nversion: 3.5.1\npod: {ClusterDomain: cluster.local}");
+    let cmd = etcd_command(&c, &d, &member(false, false));
+    assert!(
+        cmd.contains(&"--advertise-client-urls=http://ex-abcde.ex.ns.svc.cluster.local:2379".to_string()),
+        "{cmd:?}"
+    );
+    // The kubelet's /etc/hosts carries the full name: etcd needs no DNS wait at start.
+    let p = member_pod(&c, &d, &member(false, false), "op:1");
+    assert!(p.spec.unwrap().init_containers.is_none());
+}
+
+#[test]
+fn pvc_members_mount_their_claim() {
+    let (c, d) = cluster(
+        "size: 1\nversion: 3.5.1\npod:\n  persistentVolumeClaimSpec:\n    accessModes: [ReadWriteOnce]\n    resources: {requests: {storage: 1Gi}}",
+    );
+    let p = member_pod(&c, &d, &member(false, true), "op:1");
+    let v = &p.spec.unwrap().volumes.unwrap()[0];
+    assert_eq!(v.persistent_volume_claim.as_ref().unwrap().claim_name, "ex-abcde-data");
+    let pvc = member_pvc(&c, &d, &member(false, true)).unwrap();
+    assert_eq!(pvc.metadata.name.as_deref(), Some("ex-abcde-data"));
+    // Enough to restart the member on it when nothing else is left.
+    let a = pvc.metadata.annotations.unwrap();
+    assert_eq!(a[MEMBER_ANNOTATION], "ex-abcde");
+    assert_eq!(a[PEER_URL_ANNOTATION], "http://ex-abcde.ex.ns.svc:2380");
+    assert_eq!(a[BOOTSTRAP_ANNOTATION], "true");
+    assert_eq!(pvc.metadata.labels.unwrap()[CLUSTER_UID_LABEL], "uid-1");
+}
+
+fn init_commands(p: &Pod) -> Vec<(String, Vec<String>)> {
+    let spec = p.spec.clone().unwrap();
+    spec.init_containers.unwrap_or_default().into_iter().map(|c| (c.name, c.command.unwrap_or_default())).collect()
+}
+
+#[test]
+fn a_pvc_member_checks_its_volume_first_and_a_restart_demands_its_data() {
+    let (c, d) = cluster(
+        "size: 1\nversion: 3.5.1\npod:\n  persistentVolumeClaimSpec:\n    accessModes: [ReadWriteOnce]\n    resources: {requests: {storage: 1Gi}}",
+    );
+    let first = init_commands(&member_pod(&c, &d, &member(false, true), "op:1"));
+    assert_eq!(first[0].0, crate::member_volume::CHECK_CONTAINER);
+    assert!(
+        first[0].1.contains(&"--member=ex-abcde".to_string())
+            && first[0].1.contains(&"--cluster-uid=uid-1".to_string())
+    );
+    assert!(!first[0].1.contains(&"--expect-data".to_string()), "a new member has no data yet");
+    let mut m = member(true, true);
+    m.restart = true;
+    let again = init_commands(&member_pod(&c, &d, &m, "op:1"));
+    assert!(again[0].1.contains(&"--expect-data".to_string()));
+    // emptyDir members have nothing to check.
+    let plain = init_commands(&member_pod(&c, &d, &member(false, false), "op:1"));
+    assert!(plain.iter().all(|(n, _)| n != crate::member_volume::CHECK_CONTAINER));
+}
+
+#[test]
+fn a_recovery_seed_member_restores_a_survivors_snapshot_as_a_new_cluster() {
+    let (c, d) = cluster("size: 3\nversion: 3.5.1");
+    let mut m = member(false, false);
+    m.initial_cluster = vec![("ex-abcde".into(), "http://ex-abcde.ex.ns.svc:2380".into())];
+    m.seed = Some(Seed::Member {
+        pod: "ex-a".into(),
+        client_url: "http://10.0.0.5:2379".into(),
+        cluster_id: 0xabc,
+        member_id: 0x12,
+    });
+    let inits = init_commands(&member_pod(&c, &d, &m, "op:1"));
+    let names: Vec<&str> = inits.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(&names[..3], ["restore-fetch", "restore-snapshot", "restore-finish"]);
+    assert!(inits[0].1.contains(&"seed-from-member".to_string()));
+    assert!(inits[0].1.contains(&"--member-url=http://10.0.0.5:2379".to_string()));
+    assert!(inits[0].1.contains(&"--cluster-id=abc".to_string()) && inits[0].1.contains(&"--member-id=12".to_string()));
+    assert!(inits[1].1.contains(&"--initial-cluster=ex-abcde=http://ex-abcde.ex.ns.svc:2380".to_string()));
+    // The restore writes the membership etcd then starts with: the same name, cluster, token
+    // and peer URL as etcd's own command line.
+    let pod = member_pod(&c, &d, &m, "op:1");
+    let etcd = pod.spec.unwrap().containers[0].command.clone().unwrap();
+    for flag in ["--name=", "--initial-cluster=", "--initial-cluster-token=", "--initial-advertise-peer-urls="] {
+        let of = |cmd: &[String]| cmd.iter().find(|a| a.starts_with(flag)).cloned();
+        assert_eq!(of(&inits[1].1), of(&etcd), "{flag}");
+        assert!(of(&etcd).is_some(), "{flag}");
+    }
+}
+
+#[test]
+fn services_select_only_members_of_this_cluster_object() {
+    let (c, _) = cluster("size: 3\nversion: 3.5.1");
+    for svc in [client_service(&c), peer_service(&c)] {
+        let sel = svc.spec.unwrap().selector.unwrap();
+        assert_eq!(sel[CLUSTER_UID_LABEL], "uid-1", "an orphaned pod of an earlier cluster named ex must not match");
+    }
+    let p = member_pod(&c, &d_of(&c), &member(true, false), "op:1");
+    assert_eq!(p.metadata.labels.unwrap()[CLUSTER_UID_LABEL], "uid-1");
+}
+
+fn d_of(c: &EtcdCluster) -> Desired {
+    validate("ex", &c.spec).unwrap()
+}
+
+#[test]
+fn deprecated_anti_affinity_becomes_required_pod_anti_affinity() {
+    let (c, d) = cluster("size: 3\nversion: 3.5.1\npod: {antiAffinity: true}");
+    let p = member_pod(&c, &d, &member(true, false), "op:1");
+    let aff = p.spec.unwrap().affinity.unwrap().pod_anti_affinity.unwrap();
+    assert_eq!(
+        aff.required_during_scheduling_ignored_during_execution.unwrap()[0].topology_key,
+        "kubernetes.io/hostname"
+    );
+}
+
+#[test]
+fn members_are_spread_by_default_and_a_users_affinity_replaces_the_default() {
+    let (c, d) = cluster("size: 3\nversion: 3.5.1");
+    let spec = member_pod(&c, &d, &member(true, false), "op:1").spec.unwrap();
+    let preferred =
+        spec.affinity.unwrap().pod_anti_affinity.unwrap().preferred_during_scheduling_ignored_during_execution.unwrap();
+    assert_eq!(preferred[0].pod_affinity_term.topology_key, "kubernetes.io/hostname");
+    let sel = preferred[0].pod_affinity_term.label_selector.clone().unwrap().match_labels.unwrap();
+    assert_eq!(sel[CLUSTER_LABEL], "ex", "only this cluster's members repel each other");
+    let tsc = spec.topology_spread_constraints.unwrap();
+    assert_eq!(
+        (tsc[0].topology_key.as_str(), tsc[0].when_unsatisfiable.as_str()),
+        ("topology.kubernetes.io/zone", "ScheduleAnyway")
+    );
+    // A user's affinity is taken as given; nothing is added to it.
+    let (c, d) = cluster(
+        "size: 3\nversion: 3.5.1\npod:\n  affinity:\n    nodeAffinity:\n      requiredDuringSchedulingIgnoredDuringExecution:\n        nodeSelectorTerms: [{matchExpressions: [{key: disk, operator: In, values: [ssd]}]}]",
+    );
+    let spec = member_pod(&c, &d, &member(true, false), "op:1").spec.unwrap();
+    assert!(spec.affinity.unwrap().pod_anti_affinity.is_none());
+    assert!(spec.topology_spread_constraints.is_none());
+}
+
+#[test]
+fn space_settings_become_flags_unless_etcd_env_sets_them() {
+    let (c, d) = cluster("size: 3\nversion: 3.6.15");
+    let cmd = etcd_command(&c, &d, &member(true, false));
+    for f in ["--quota-backend-bytes=2147483648", "--auto-compaction-mode=periodic", "--auto-compaction-retention=1h"] {
+        assert!(cmd.contains(&f.to_string()), "{f} missing from {cmd:?}");
+    }
+    let (c, d) = cluster(
+        "size: 3\nversion: 3.6.15\npod:\n  etcdEnv: [{name: ETCD_QUOTA_BACKEND_BYTES, value: '4294967296'}, {name: ETCD_AUTO_COMPACTION_RETENTION, value: '2h'}]",
+    );
+    let cmd = etcd_command(&c, &d, &member(true, false));
+    assert!(
+        !cmd.iter().any(|a| a.starts_with("--quota-backend-bytes") || a.starts_with("--auto-compaction")),
+        "{cmd:?}"
+    );
+}
+
+#[test]
+fn readiness_ignores_the_nospace_alarm() {
+    let (c, d) = cluster("size: 3\nversion: 3.6.15");
+    let p = member_pod(&c, &d, &member(true, false), "op:1");
+    let probe = p.spec.unwrap().containers[0].readiness_probe.clone().unwrap();
+    assert_eq!(probe.http_get.unwrap().path.as_deref(), Some("/health?exclude=NOSPACE"));
+}
+
+#[test]
+fn services_select_the_cluster_and_the_peer_one_is_headless() {
+    let (c, _) = cluster("size: 3\nversion: 3.5.1");
+    let peer = peer_service(&c);
+    assert_eq!(peer.metadata.name.as_deref(), Some("ex"));
+    let s = peer.spec.unwrap();
+    assert_eq!(s.cluster_ip.as_deref(), Some("None"));
+    assert_eq!(s.publish_not_ready_addresses, Some(true));
+    let client = client_service(&c);
+    assert_eq!(client.metadata.name.as_deref(), Some("ex-client"));
+    assert_eq!(client.spec.unwrap().ports.unwrap()[0].port, 2379);
+}
