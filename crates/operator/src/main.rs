@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
-use etcd_operator::{controller, crds, default_image, leader_election, manifests, telemetry};
+use etcd_operator::{controller, crd_install, crds, default_image, leader_election, manifests, telemetry};
 
 #[derive(Parser, Debug)]
 #[command(name = "etcd-operator", version, about = "Kubernetes operator for etcd (etcd.database.coreos.com/v1beta2)")]
@@ -274,7 +274,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             }
         }
         if args.create_crd {
-            crds::install(client.clone(), Duration::from_secs(60)).await?;
+            crd_install::install(client.clone(), Duration::from_secs(60)).await?;
         }
         let pod = args.pod_name.clone().unwrap_or_else(|| format!("{}-{}", hostname(), std::process::id()));
         // The install's namespace in the identity: a standby of another install says whose.
