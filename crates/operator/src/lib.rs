@@ -21,6 +21,7 @@ pub mod monitoring;
 pub mod naming;
 pub mod observe;
 pub mod observed;
+pub mod olm_bundle;
 pub mod panic_guard;
 pub mod permissions;
 pub mod planner;
