@@ -37,9 +37,29 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
 pub fn crds() -> Vec<CustomResourceDefinition> {
     use kube::CustomResourceExt;
     let mut crds = vec![EtcdCluster::crd(), EtcdBackup::crd(), EtcdRestore::crd()];
-    for_each_schema(&mut crds, &mut |s| s.default = None);
+    for_each_schema(&mut crds, &mut |s| {
+        s.default = None;
+        s.description = s.description.take().map(|d| unwrap_lines(&d));
+    });
     validation_rules::add(&mut crds);
     crds
+}
+
+/// A description with the line breaks of its doc comment's wrapping removed, so that `kubectl
+/// explain` wraps it as one paragraph. Blank lines and lines starting with a space, `-` or `*`
+/// (paragraphs and lists, as in the Kubernetes types' descriptions) keep their breaks.
+fn unwrap_lines(d: &str) -> String {
+    let mut out = String::with_capacity(d.len());
+    let mut chars = d.chars().peekable();
+    while let Some(c) = chars.next() {
+        let keep = |next: Option<&char>| matches!(next, None | Some('\n' | ' ' | '-' | '*'));
+        if c == '\n' && !out.ends_with('\n') && !keep(chars.peek()) {
+            out.push(' ');
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// [`crds`] without validation rules, for apiservers that have no CEL (before 1.25; 1.20
@@ -118,6 +138,12 @@ mod tests {
         let missing: Vec<&String> =
             all.iter().filter(|(_, d)| d.as_deref().is_none_or(|d| d.trim().is_empty())).map(|(p, _)| p).collect();
         assert!(missing.is_empty(), "properties without a description: {missing:#?}");
+    }
+
+    #[test]
+    fn wrapped_doc_lines_become_one_paragraph_and_lists_stay() {
+        assert_eq!(unwrap_lines("one\ntwo.\n\nnext"), "one two.\n\nnext");
+        assert_eq!(unwrap_lines("values:\n - `a`\n - `b`"), "values:\n - `a`\n - `b`");
     }
 
     /// The descriptions users read most say what the field mirrors and its limits.
