@@ -4,6 +4,7 @@
 pub mod act;
 pub mod backup;
 pub mod controller;
+pub mod coreos;
 pub mod crds;
 pub mod disruption_budget;
 pub mod etcd;
