@@ -265,3 +265,24 @@ fn kubectl_explain_prints_the_field_descriptions() -> Result<()> {
         Ok(Some(()))
     })
 }
+
+/// Under OLM the bundle's Deployment passes `olm.targetNamespaces` as `OLM_TARGET_NAMESPACES`
+/// (SingleNamespace: another namespace than the operator's own). The operator manages the
+/// EtcdClusters there, not those of its own namespace, and keeps its Lease at home.
+#[test]
+fn olm_target_namespaces_choose_what_the_operator_manages() -> Result<()> {
+    let home = TestNamespace::create("e2e-olm-home")?;
+    let target = TestNamespace::create("e2e-olm-target")?;
+    let mut op = common::Operator::start_process_with_env(&home, &[("OLM_TARGET_NAMESPACES", &target.name)])?;
+    let r = (|| -> Result<()> {
+        for ns in [&home, &target] {
+            ns.apply(&common::cluster_manifest(&ns.name, "olm", 1, "3.5.1", ""))?;
+        }
+        common::wait_healthy(&target, "olm", 1, Duration::from_secs(120))?;
+        ensure!(common::cluster(&home, "olm")?["status"].is_null(), "the home namespace's cluster was managed");
+        home.run(&["get", "lease", "etcd-operator"]).context("the Lease is in the operator's own namespace")?;
+        Ok(())
+    })();
+    op.stop();
+    r.with_context(|| format!("operator log:\n{}", op.log_text()))
+}
