@@ -5,7 +5,7 @@
 //! `<name>` and the client Service `<name>-client`; members added one by one after a seed member,
 //! as CoreOS grew a cluster; the EtcdCluster carrying only the status CoreOS wrote) is adopted by
 //! this operator in place: the same pods (same UIDs, never restarted), the same etcd members, the
-//! data written before still there, and then a resize that works.
+//! data written before still there; then a resize and an etcd upgrade that work.
 
 mod common;
 
@@ -20,6 +20,8 @@ use serde_json::{Value, json};
 
 const NAME: &str = "coreos";
 const VERSION: &str = "3.5.1";
+/// A patch upgrade (an image `hack/images.sh` loads).
+const UPGRADE_TO: &str = "3.5.34";
 
 /// CoreOS' member name suffix: 10 characters of Kubernetes' `utilrand` alphabet.
 fn coreos_suffix(seed: &mut u64) -> String {
@@ -188,7 +190,7 @@ fn etcd_members(ep: &str) -> Result<Vec<(String, String)>> {
 }
 
 #[test]
-fn a_coreos_cluster_is_adopted_in_place_and_then_resized() -> Result<()> {
+fn a_coreos_cluster_is_adopted_in_place_then_resized_and_upgraded() -> Result<()> {
     let ns = TestNamespace::create("e2e-coreos")?;
     let init_image = common::operator_image()?;
     let members = build_coreos_cluster(&ns, &init_image)?;
@@ -270,6 +272,24 @@ fn adopted(
     ensure!(ids_now.len() == 5 && ids_before.iter().all(|m| ids_now.contains(m)), "{ids_now:?}");
     common::check_keys(&ep, "before-adoption", 20)?;
     common::write_keys(&ep, "after-resize", 5)?;
+
+    // An upgrade reaches the CoreOS members too: their image is changed in place, as CoreOS
+    // did (the kubelet restarts a container whose image changed whatever the restart policy).
+    patch_spec(ns, NAME, &format!(r#"{{"version": "{UPGRADE_TO}"}}"#))?;
+    wait_until(Duration::from_secs(400), &format!("every member to run {UPGRADE_TO}"), || {
+        let c = cluster(ns, NAME)?;
+        Ok((c["status"]["currentVersion"] == UPGRADE_TO && c["status"]["readyMembers"] == 5).then_some(()))
+    })?;
+    let upgraded = pod_versions(ns, NAME)?;
+    for p in before {
+        let n = upgraded
+            .iter()
+            .find(|n| n.uid == p.uid)
+            .with_context(|| format!("CoreOS member {} was replaced", p.pod))?;
+        ensure!(n.annotation == UPGRADE_TO && n.image.ends_with(UPGRADE_TO), "{n:?}");
+    }
+    common::check_keys(&ep, "before-adoption", 20)?;
+    common::check_keys(&ep, "after-resize", 5)?;
     Ok(())
 }
 
