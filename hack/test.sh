@@ -103,6 +103,11 @@ run_leg() {
       | tee "$out/e2e-$tag-in-cluster.log" || status=1
     count "$out/e2e-$tag-in-cluster.log"
 
+    log "[$tag] CoreOS adoption with the operator installed in-cluster (its cluster domain in new members' peer URLs, CoreOS' without)"
+    E2E_OPERATOR=in-cluster cargo test -p e2e --test coreos_adoption --locked -- "${E2E_ARGS[@]}" 2>&1 \
+      | tee "$out/e2e-$tag-in-cluster-coreos.log" || status=1
+    count "$out/e2e-$tag-in-cluster-coreos.log"
+
     log "[$tag] an S3 backup and restore with the operator installed in-cluster (its shipped RBAC covers backups)"
     if [ -z "${E2E_FILTER:-}" ]; then
       E2E_OPERATOR=in-cluster cargo test -p e2e --test backup_restore --locked -- --test-threads=1 s3_backup 2>&1 \

@@ -20,7 +20,7 @@ pub const STORAGE_PVC: &str = "PVC";
     kind = "EtcdBackup",
     plural = "etcdbackups",
     namespaced,
-    doc = "A one-shot or periodic backup of an etcd cluster.",
+    doc = "A one-shot or periodic backup of an etcd cluster to S3, Azure Blob Storage, GCS or a PVC, each with a sha256 sidecar. API-compatible with the CoreOS etcd-operator's EtcdBackup.",
     status = "EtcdBackupStatus",
     printcolumn = r#"{"name":"Storage","type":"string","jsonPath":".spec.storageType"}"#,
     printcolumn = r#"{"name":"Succeeded","type":"boolean","jsonPath":".status.succeeded"}"#,
@@ -29,20 +29,29 @@ pub const STORAGE_PVC: &str = "PVC";
 )]
 #[serde(rename_all = "camelCase")]
 pub struct EtcdBackupSpec {
-    /// Client URLs of the cluster's members; the member with the highest revision is used.
+    /// Client URLs of the cluster's members, e.g. `http://example-client:2379`; the member
+    /// with the highest revision is backed up. Set this or `clusterName`. Mirrors CoreOS
+    /// `spec.etcdEndpoints`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub etcd_endpoints: Vec<String>,
-    /// Additive: name of an EtcdCluster in this namespace, instead of `etcdEndpoints`.
+    /// Additive: name of an EtcdCluster in this namespace whose members are backed up,
+    /// instead of `etcdEndpoints`.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub cluster_name: String,
-    /// `S3`, `ABS`, `GCS` or `PVC`.
+    /// Where the backup goes: `S3`, `ABS`, `GCS` (CoreOS' values) or the additive `PVC`; the
+    /// block of the same name (`s3`, `abs`, `gcs`, `pvc`) must be set. Mirrors CoreOS
+    /// `spec.storageType`.
     #[serde(default)]
     pub storage_type: String,
+    /// When to back up and how many backups to keep. Default: one backup, 60 s time limit.
+    /// Mirrors CoreOS `spec.backupPolicy`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backup_policy: Option<BackupPolicy>,
     #[serde(flatten)]
     pub source: BackupSource,
-    /// Secret with `etcd-client.crt`, `etcd-client.key`, `etcd-client-ca.crt`.
+    /// Name of a Secret with `etcd-client.crt`, `etcd-client.key` and `etcd-client-ca.crt`
+    /// for members that require TLS. Accepted and refused by this operator version (TLS is not
+    /// wired yet). Mirrors CoreOS `spec.clientTLSSecret`.
     #[serde(default, rename = "clientTLSSecret", skip_serializing_if = "String::is_empty")]
     pub client_tls_secret: String,
 }
@@ -51,13 +60,17 @@ pub struct EtcdBackupSpec {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct BackupSource {
+    /// Amazon S3 or an S3-compatible server; used with storage type `S3`. Mirrors CoreOS
+    /// `s3`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub s3: Option<S3Source>,
+    /// Azure Blob Storage; used with storage type `ABS`. Mirrors CoreOS `abs`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub abs: Option<AbsSource>,
+    /// Google Cloud Storage; used with storage type `GCS`. Mirrors CoreOS `gcs`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gcs: Option<GcsSource>,
-    /// Additive: a PersistentVolumeClaim in this namespace.
+    /// Additive: a PersistentVolumeClaim in this namespace; used with storage type `PVC`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pvc: Option<PvcSource>,
 }
@@ -66,15 +79,19 @@ pub struct BackupSource {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct BackupPolicy {
-    /// Time limit of one backup, in seconds (0 to 86400); 0 means the default (60 s).
+    /// Time limit of one backup, in seconds, 0 to 86400 (a day); 0 means the default, 60.
+    /// Mirrors CoreOS `timeoutInSecond`.
     #[schemars(range(min = 0, max = 86400))]
     #[serde(default)]
     pub timeout_in_second: i64,
-    /// Period of backups in seconds (0 to 31536000, a year); 0 means one backup.
+    /// Period of backups, in seconds, 0 to 31536000 (a year); 0 (the default) means one
+    /// backup. Each periodic backup is a new object `<path>_v<revision>_<YYYY-MM-DD-HHMMSS>`.
+    /// Mirrors CoreOS `backupIntervalInSecond`.
     #[schemars(range(min = 0, max = 31536000))]
     #[serde(default)]
     pub backup_interval_in_second: i64,
-    /// How many backups to keep (0 to 10000); 0 means all of them.
+    /// How many periodic backups to keep, 0 to 10000; the oldest beyond it are deleted after
+    /// each successful backup. 0 (the default) keeps all. Mirrors CoreOS `maxBackups`.
     #[schemars(range(min = 0, max = 10000))]
     #[serde(default)]
     pub max_backups: i32,
@@ -84,14 +101,21 @@ pub struct BackupPolicy {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct S3Source {
-    /// `<bucket>/<key>`; periodic backups append a timestamp suffix to the key.
+    /// `<bucket>/<key>` of the backup object, e.g. `my-bucket/etcd/example`; periodic
+    /// backups append `_v<revision>_<time>` to the key. Mirrors CoreOS `s3.path`.
     pub path: String,
-    /// Secret with AWS `credentials` and `config` files (profile `default`).
+    /// Name of a Secret in this namespace with the AWS files `credentials` and optionally
+    /// `config` (profile `default`; region from `config`, else `us-east-1`). Mirrors CoreOS
+    /// `s3.awsSecret`.
     #[serde(default)]
     pub aws_secret: String,
-    /// Empty for AWS; otherwise the URL of an S3-compatible server.
+    /// Empty for AWS; otherwise the URL of an S3-compatible server, e.g.
+    /// `http://minio.example:9000`. Mirrors CoreOS `s3.endpoint`.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub endpoint: String,
+    /// Address buckets as `<endpoint>/<bucket>` rather than `<bucket>.<endpoint>`, for
+    /// S3-compatible servers without bucket subdomains. Default false. Mirrors CoreOS
+    /// `s3.forcePathStyle`.
     #[serde(default)]
     pub force_path_style: bool,
 }
@@ -100,10 +124,13 @@ pub struct S3Source {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AbsSource {
-    /// `<container>/<blob>`.
+    /// `<container>/<blob>` of the backup, e.g. `etcd-backups/example`. Mirrors CoreOS
+    /// `abs.path`.
     pub path: String,
-    /// Secret with `storage-account`, `storage-key` and optionally `cloud` (additive:
-    /// `endpoint` for an emulator or sovereign cloud URL).
+    /// Name of a Secret in this namespace with `storage-account`, `storage-key` and
+    /// optionally `cloud` (`AzurePublicCloud`, the default, `AzureChinaCloud`,
+    /// `AzureUSGovernmentCloud`, `AzureGermanCloud`) and the additive `endpoint` (the account
+    /// URL, for an emulator or private endpoint). Mirrors CoreOS `abs.absSecret`.
     #[serde(default)]
     pub abs_secret: String,
 }
@@ -112,9 +139,11 @@ pub struct AbsSource {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct GcsSource {
-    /// `<bucket>/<object>`.
+    /// `<bucket>/<object>` of the backup, e.g. `my-bucket/etcd/example`. Mirrors CoreOS
+    /// `gcs.path`.
     pub path: String,
-    /// Secret with `credentials.json` (a service account key) or `access-token`.
+    /// Name of a Secret in this namespace with `credentials-data` or `credentials.json` (a
+    /// service-account key JSON) or `access-token`. Mirrors CoreOS `gcs.gcpSecret`.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub gcp_secret: String,
 }
@@ -123,8 +152,10 @@ pub struct GcsSource {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PvcSource {
+    /// Name of the PersistentVolumeClaim in this namespace; backup and restore pods mount it
+    /// at `/backup`. Additive.
     pub claim_name: String,
-    /// File path inside the volume, e.g. `backups/etcd.db`.
+    /// File path inside the volume, e.g. `backups/etcd.db`; default `etcd.backup`. Additive.
     #[serde(default)]
     pub path: String,
 }
@@ -133,11 +164,12 @@ pub struct PvcSource {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RestoreFrom {
-    /// `S3`, `ABS`, `GCS` or `PVC`.
+    /// Where the backup is: `S3`, `ABS`, `GCS` or `PVC`, with the block of the same name.
     pub backup_storage_type: String,
     #[serde(flatten)]
     pub source: BackupSource,
-    /// Hex sha256 the backup must have; every member checks it before restoring.
+    /// The 64 hex digits of the sha256 the backup must have; every member checks it before
+    /// restoring.
     pub sha256: String,
 }
 
@@ -145,27 +177,32 @@ pub struct RestoreFrom {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct EtcdBackupStatus {
+    /// The last backup succeeded. Mirrors CoreOS `status.succeeded`.
     #[serde(default)]
     pub succeeded: bool,
+    /// Why the last backup failed, or what it waits for. Mirrors CoreOS' `status.Reason`.
     #[serde(default)]
     pub reason: String,
+    /// etcd version of the member the last backup was taken from. Mirrors CoreOS
+    /// `status.etcdVersion`.
     #[serde(default)]
     pub etcd_version: String,
+    /// Store revision of the last backup. Mirrors CoreOS `status.etcdRevision`.
     #[serde(default)]
     pub etcd_revision: i64,
-    /// RFC 3339 time of the last successful backup.
+    /// RFC 3339 time of the last successful backup. Mirrors CoreOS `status.lastSuccessDate`.
     #[serde(default)]
     pub last_success_date: Option<String>,
-    /// Additive: where the last backup was written.
+    /// Additive: where the last backup was written, e.g. `s3://bucket/key`.
     #[serde(default)]
     pub path: String,
-    /// Additive: bytes of the last backup.
+    /// Additive: size of the last backup, in bytes.
     #[serde(default)]
     pub size: i64,
-    /// Additive: hex sha256 of the last backup.
+    /// Additive: hex sha256 of the last backup (also in its `<key>.meta.json` sidecar).
     #[serde(default)]
     pub sha256: String,
-    /// Additive: the backups that are kept, newest first.
+    /// Additive: the backups that are kept (at most `maxBackups`), newest first.
     #[serde(default)]
     pub history: Vec<BackupRecord>,
     /// Additive: RFC 3339 time the last backup (successful or not) started.
@@ -177,6 +214,7 @@ pub struct EtcdBackupStatus {
     /// Additive: the generation of the spec the status describes.
     #[serde(default)]
     pub observed_generation: i64,
+    /// Additive: conditions of the backup, in the EtcdCluster's shape.
     #[serde(default)]
     pub conditions: Vec<Condition>,
     /// Additive: the newest backup pods whose results are in this status (at most 10), so that
@@ -189,11 +227,15 @@ pub struct EtcdBackupStatus {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct BackupRecord {
+    /// Where the backup is, e.g. `s3://bucket/key_v1234_2026-11-23-020000`.
     pub path: String,
+    /// Hex sha256 of the backup.
     pub sha256: String,
+    /// Size of the backup, in bytes.
     pub size: i64,
+    /// Store revision the backup was taken at.
     pub etcd_revision: i64,
-    /// RFC 3339.
+    /// RFC 3339 time the backup was taken.
     pub time: String,
 }
 

@@ -1,4 +1,8 @@
 //! `EtcdCluster`: the declared state of one etcd cluster.
+//!
+//! Every field's doc comment is its `description` in the CRD schema, which `kubectl explain`
+//! prints: say the unit, the default, the range, and the CoreOS field it mirrors (or
+//! "additive" for fields CoreOS did not have). `tests::every_property_is_described` guards it.
 
 use std::collections::BTreeMap;
 
@@ -16,10 +20,11 @@ pub const DEFAULT_REPOSITORY: &str = "quay.io/coreos/etcd";
 /// etcd version used when `spec.version` is empty for a new cluster (a running cluster with an
 /// empty version keeps the version it runs: a new default never upgrades it). CoreOS defaulted to
 /// 3.2.13, which this operator refuses (below 3.4); a current 3.6 patch past the 3.6 → 3.7
-/// stepping stone.
+/// stepping stone. `spec.version`'s description names it too (a test keeps them equal).
 pub const DEFAULT_VERSION: &str = "3.6.15";
 
-/// Desired state of an etcd cluster.
+/// Desired state of an etcd cluster. The fields of CoreOS' `ClusterSpec` keep their names and
+/// meaning; `restore`, `recovery` and `maintenance` are additive.
 #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(
     group = "etcd.database.coreos.com",
@@ -28,7 +33,7 @@ pub const DEFAULT_VERSION: &str = "3.6.15";
     plural = "etcdclusters",
     shortname = "etcd",
     namespaced,
-    doc = "An etcd cluster managed by the operator (CoreOS-compatible).",
+    doc = "An etcd cluster run by the etcd operator: member pods, a peer and a client Service, optional volumes. API-compatible with the CoreOS etcd-operator's EtcdCluster (etcd.database.coreos.com/v1beta2).",
     status = "EtcdClusterStatus",
     printcolumn = r#"{"name":"Size","type":"integer","jsonPath":".spec.size","description":"Desired number of members"}"#,
     printcolumn = r#"{"name":"Ready","type":"integer","jsonPath":".status.readyMembers","description":"Members that are healthy voters"}"#,
@@ -38,22 +43,39 @@ pub const DEFAULT_VERSION: &str = "3.6.15";
 )]
 #[serde(rename_all = "camelCase")]
 pub struct EtcdClusterSpec {
-    /// Number of members (1 to 7; odd sizes tolerate the most failures per member).
+    /// Number of etcd members, 1 to 7 (any other value is refused with SpecValid=False). Odd sizes
+    /// tolerate the most failures per member: 3 members survive the loss of 1, 5 of 2. A change
+    /// resizes the running cluster one member at a time; new members join as learners and are
+    /// promoted once caught up. Mirrors CoreOS `spec.size`.
     #[serde(default)]
     pub size: i32,
-    /// Image repository with the same tags as etcd's releases; default `quay.io/coreos/etcd`.
+    /// Image repository of etcd; a member runs the image `<repository>:v<version>`, so the
+    /// repository must carry etcd's release tags. Default `quay.io/coreos/etcd`. A change is
+    /// rolled out to running members one at a time. Mirrors CoreOS `spec.repository`.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub repository: String,
-    /// etcd version, semver with or without a leading `v`; default [`DEFAULT_VERSION`].
+    /// etcd version, `MAJOR.MINOR.PATCH` with or without a leading `v` (e.g. `3.5.1`),
+    /// from 3.4.0 to 3.7.x. Default for a new cluster: 3.6.15; a running cluster left empty
+    /// keeps the version it runs. A change is a rolling upgrade, one member at a time, the
+    /// leader last; one minor version at a time, from the upstream stepping stones only (3.5 →
+    /// 3.6 from 3.5.26, 3.6 → 3.7 from 3.6.11). Mirrors CoreOS `spec.version` (whose default
+    /// 3.2.13 is refused).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub version: String,
-    /// When true the operator makes no change to this cluster (status still updates).
+    /// When true the operator changes nothing in this cluster (no healing, resizing or
+    /// upgrade); status still updates and `status.controlPaused` says so. Default false.
+    /// Mirrors CoreOS `spec.paused`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub paused: bool,
-    /// How member pods are made. Changes apply to members created afterwards.
+    /// How member pods are built: labels, scheduling, resources, etcd environment, volumes. A
+    /// change is rolled out to running members one at a time while every voter is healthy
+    /// (a member on a PVC restarts on it, an emptyDir member is replaced through a learner).
+    /// Mirrors CoreOS `spec.pod` (CoreOS applied changes to new members only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod: Option<PodPolicy>,
-    /// TLS for peers and clients (accepted; see the README for what is wired).
+    /// TLS for peer and client traffic, in the CoreOS shape. Accepted by the schema but refused
+    /// by this operator version (SpecValid=False): TLS is not wired yet. Mirrors CoreOS
+    /// `spec.TLS`.
     #[serde(default, rename = "TLS", skip_serializing_if = "Option::is_none")]
     pub tls: Option<TlsPolicy>,
     /// Additive: start every member of this new cluster from one verified backup (an
@@ -62,11 +84,12 @@ pub struct EtcdClusterSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restore: Option<crate::backup::RestoreFrom>,
     /// Additive: what the operator does when a quorum of voting members is lost for good
-    /// (fewer than a quorum can ever come back). Default: wait for a person.
+    /// (fewer than a quorum can ever come back). Default: wait for a person (`Wait`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recovery: Option<RecoveryPolicy>,
     /// Additive: keeping the database small: space quota, history compaction and
-    /// defragmentation (etcd's "maintenance" guide). Unset fields take the defaults below.
+    /// defragmentation (etcd's "maintenance" guide). Unset fields take etcd's or the
+    /// operator's defaults, named on each field.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub maintenance: Option<MaintenancePolicy>,
 }
@@ -80,23 +103,27 @@ pub struct EtcdClusterSpec {
 #[serde(rename_all = "camelCase")]
 pub struct MaintenancePolicy {
     /// etcd's `--quota-backend-bytes`: the database size at which etcd raises the NOSPACE alarm
-    /// and refuses writes, in bytes (16 MiB to 64 GiB); default 2 GiB (etcd's own default;
-    /// etcd advises at most 8 GiB).
+    /// and refuses writes, in bytes, 16777216 (16 MiB) to 68719476736 (64 GiB); default
+    /// 2147483648 (2 GiB, etcd's own default; etcd advises at most 8 GiB). Additive (CoreOS
+    /// users set `ETCD_QUOTA_BACKEND_BYTES` in `pod.etcdEnv`, which still works; not both).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 16777216, max = 68719476736_i64))]
     pub quota_backend_bytes: Option<i64>,
-    /// etcd's `--auto-compaction-mode`: `periodic` (keep a time window of history, default) or
-    /// `revision` (keep a number of revisions).
+    /// etcd's `--auto-compaction-mode`: `periodic` (keep a time window of history; the
+    /// default) or `revision` (keep a number of revisions). Additive (CoreOS: `etcdEnv`
+    /// `ETCD_AUTO_COMPACTION_MODE`).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     #[schemars(extend("enum" = ["", "periodic", "revision"]))]
     pub auto_compaction_mode: String,
     /// etcd's `--auto-compaction-retention`: a duration such as `1h` or `30m` for `periodic`
     /// (default `1h`), a number of revisions such as `10000` for `revision` (default `10000`).
-    /// `0` turns automatic compaction off.
+    /// `0` turns automatic compaction off. At most 32 characters. Additive (CoreOS: `etcdEnv`
+    /// `ETCD_AUTO_COMPACTION_RETENTION`).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     #[schemars(length(max = 32))]
     pub auto_compaction_retention: String,
-    /// When the operator defragments members (frees the space compaction left unused).
+    /// When the operator defragments members (returns the space compaction left unused to the
+    /// file system). Default: `Auto` with the thresholds below. Additive.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub defragmentation: Option<DefragmentationPolicy>,
 }
@@ -109,15 +136,18 @@ pub struct MaintenancePolicy {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DefragmentationPolicy {
-    /// `Auto` (default) or `Off` (only NOSPACE recovery defragments).
+    /// `Auto` (the default: defragment a member when both thresholds are met) or `Off` (only a
+    /// NOSPACE recovery defragments). Additive.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     #[schemars(extend("enum" = ["", "Auto", "Off"]))]
     pub mode: String,
-    /// Share of the database file that must be unused, in percent (1 to 99); default 50.
+    /// Share of a member's database file that must be unused before it is defragmented, in
+    /// percent, 1 to 99; default 50. Additive.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 99))]
     pub min_free_percent: Option<i32>,
-    /// Unused bytes needed at least (0 to 64 GiB); default 64 MiB.
+    /// Unused bytes a member's database file must have at least before it is defragmented,
+    /// 0 to 68719476736 (64 GiB); default 67108864 (64 MiB). Additive.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = 68719476736_i64))]
     pub min_free_bytes: Option<i64>,
@@ -127,64 +157,96 @@ pub struct DefragmentationPolicy {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RecoveryPolicy {
-    /// `Wait` (default): report the loss in the `Degraded` condition and change nothing.
+    /// `Wait` (the default): report the loss in the `Degraded` condition and change nothing.
     /// `FromSurvivor`: start a new cluster from a snapshot of the surviving member with the
     /// highest raft index (writes acknowledged after its revision are lost), then add the other
     /// members back as learners. `FromBackup`: the same from the newest backup of the
-    /// EtcdBackup named in `backup` (also when every member is gone).
+    /// EtcdBackup named in `backup` (also when every member is gone). Additive.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     #[schemars(extend("enum" = ["", "Wait", "FromSurvivor", "FromBackup"]))]
     pub quorum_loss: String,
-    /// Seconds the loss must have lasted before recovering (0 to 86400); default 60.
+    /// How long the loss must have lasted before `FromSurvivor` or `FromBackup` acts, in
+    /// seconds, 0 to 86400 (a day); default 60. Additive.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = 86400))]
     pub after_seconds: Option<i64>,
-    /// Name of an EtcdBackup in this namespace, for `FromBackup`.
+    /// Name of an EtcdBackup in this namespace whose newest successful backup `FromBackup`
+    /// restores (checked against its sha256). Required with `FromBackup`. Additive.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub backup: String,
 }
 
-/// How member pods are built. Field names are CoreOS' (including `ClusterDomain`).
+/// How member pods are built. Field names and meanings are CoreOS' `PodPolicy` (including the
+/// capitalised `ClusterDomain` and `DNSTimeoutInSecond`).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PodPolicy {
-    /// Extra pod labels. `app` and `etcd_*` are reserved.
+    /// Extra labels of member pods. `app` and `etcd_*` are reserved for the operator (refused);
+    /// its `etcd.database.coreos.com/*` labels override yours. Mirrors CoreOS `spec.pod.labels`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
+    /// Node labels a member pod's node must have (the pod's `nodeSelector`). Mirrors CoreOS
+    /// `spec.pod.nodeSelector`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub node_selector: BTreeMap<String, String>,
+    /// Scheduling constraints of member pods (the pod's `affinity`). Default: members prefer
+    /// distinct nodes (preferred pod anti-affinity on `kubernetes.io/hostname`) and zones (a
+    /// `ScheduleAnyway` topology spread). Mirrors CoreOS `spec.pod.affinity`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub affinity: Option<Affinity>,
-    /// Deprecated in CoreOS: becomes a required pod anti-affinity on `etcd_cluster`.
+    /// When true and `affinity` is unset: at most one member of this cluster per node (a
+    /// required pod anti-affinity on `etcd_cluster`, `kubernetes.io/hostname`). Default false.
+    /// Mirrors CoreOS `spec.pod.antiAffinity` (deprecated there in favour of `affinity`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub anti_affinity: bool,
-    /// Resources of the etcd container.
+    /// CPU and memory requests and limits of the etcd container. Default: none. Mirrors CoreOS
+    /// `spec.pod.resources`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourceRequirements>,
+    /// Taints member pods tolerate (the pod's `tolerations`). Mirrors CoreOS
+    /// `spec.pod.tolerations`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tolerations: Vec<Toleration>,
-    /// Environment of the etcd container (`ETCD_*` variables configure etcd). Must not
-    /// repeat the bootstrap flags the operator sets.
+    /// Environment of the etcd container, at most 128 entries: `ETCD_*` variables configure
+    /// etcd (e.g. `ETCD_SNAPSHOT_COUNT`). Names the operator owns (`ETCD_NAME`,
+    /// `ETCD_DATA_DIR`, `ETCD_WAL_DIR`, `ETCD_INITIAL_*`, `ETCD_*_URLS`,
+    /// `ETCD_FORCE_NEW_CLUSTER`, `ETCD_STRICT_RECONFIG_CHECK`, `ETCD_DISCOVERY*`) are refused.
+    /// Mirrors CoreOS `spec.pod.etcdEnv`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub etcd_env: Vec<EnvVar>,
-    /// When set, each member keeps its data on a PVC made from this spec instead of emptyDir.
+    /// When set, each member keeps its data on its own PersistentVolumeClaim `<member>-data`
+    /// made from this spec (e.g. `accessModes: [ReadWriteOnce]`, `resources.requests.storage:
+    /// 1Gi`) instead of an emptyDir: a member whose pod is lost restarts on its volume with its
+    /// data. Default: emptyDir (data lives as long as the pod). A larger storage request
+    /// raises existing claims (their StorageClass must allow expansion). Mirrors CoreOS
+    /// `spec.pod.persistentVolumeClaimSpec` (an alpha, non-stable storage there).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub persistent_volume_claim_spec: Option<PersistentVolumeClaimSpec>,
-    /// Extra pod annotations. `etcd.version` is reserved.
+    /// Extra annotations of member pods. `etcd.version` is reserved for the operator (refused).
+    /// Mirrors CoreOS `spec.pod.annotations`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub annotations: BTreeMap<String, String>,
-    /// Accepted for CoreOS compatibility and ignored: the DNS wait runs in the operator's image.
+    /// Accepted for compatibility and ignored: the DNS wait of a new member runs in the
+    /// operator's own image (`etcd-operator wait-dns`). Mirrors CoreOS `spec.pod.busyboxImage`
+    /// (default `busybox:1.28.0-glibc` there).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub busybox_image: String,
-    /// Pod-level security context.
+    /// Pod-level security context of member pods (user, group, `fsGroup`, seccomp). Set a
+    /// non-root user, `fsGroup` and `RuntimeDefault` seccomp for namespaces enforcing the
+    /// `restricted` Pod Security Standard. Default: none (etcd runs as the image's user).
+    /// Mirrors CoreOS `spec.pod.securityContext`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub security_context: Option<PodSecurityContext>,
-    /// How long a new member waits for its own DNS name before failing, in seconds (0 to
-    /// 3600); 0 means forever.
+    /// How long a new member's init container waits for the member's own DNS name to
+    /// resolve before failing, in seconds, 0 to 3600; 0 (the default) waits forever. Mirrors
+    /// CoreOS `spec.pod.DNSTimeoutInSecond`.
     #[serde(default, rename = "DNSTimeoutInSecond", skip_serializing_if = "is_zero")]
     #[schemars(range(min = 0, max = 3600))]
     pub dns_timeout_in_second: i64,
-    /// Cluster domain for member URLs, e.g. `cluster.local`. Empty: names end at `.svc`.
+    /// DNS domain of the Kubernetes cluster used in member URLs, e.g. `cluster.local` (a
+    /// leading dot as in CoreOS' `.cluster.local` is accepted). Empty: the operator's own
+    /// `--cluster-domain` (learned from its pod's resolv.conf), else names end at `.svc`.
+    /// Mirrors CoreOS `spec.pod.ClusterDomain`.
     #[serde(default, rename = "ClusterDomain", skip_serializing_if = "String::is_empty")]
     pub cluster_domain: String,
 }
@@ -197,6 +259,8 @@ fn is_zero(v: &i64) -> bool {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TlsPolicy {
+    /// Certificates made by the user and stored in Secrets (refused by this operator version:
+    /// TLS is not wired yet). Mirrors CoreOS `spec.TLS.static`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub r#static: Option<StaticTls>,
 }
@@ -205,9 +269,12 @@ pub struct TlsPolicy {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct StaticTls {
+    /// Secrets every member pod mounts. Mirrors CoreOS `spec.TLS.static.member`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub member: Option<MemberSecret>,
-    /// Secret with the client certificate the operator uses.
+    /// Name of a Secret with the client certificate the operator uses to talk to members
+    /// (`etcd-client.crt`, `etcd-client.key`, `etcd-client-ca.crt`); set together with
+    /// `member.serverSecret`. Mirrors CoreOS `spec.TLS.static.operatorSecret`.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub operator_secret: String,
 }
@@ -216,8 +283,12 @@ pub struct StaticTls {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct MemberSecret {
+    /// Name of a Secret with the peer certificate (`peer.crt`, `peer.key`, `peer-ca.crt`).
+    /// Mirrors CoreOS `spec.TLS.static.member.peerSecret`.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub peer_secret: String,
+    /// Name of a Secret with the client-facing server certificate (`server.crt`,
+    /// `server.key`, `server-ca.crt`). Mirrors CoreOS `spec.TLS.static.member.serverSecret`.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub server_secret: String,
 }
@@ -227,44 +298,56 @@ pub struct MemberSecret {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct EtcdClusterStatus {
-    /// `Creating`, `Running` or `Failed` (CoreOS values).
+    /// `Creating` (members starting), `Running` (it formed and served) or `Failed` (its data
+    /// is lost, or its spec is refused before it ever formed). Mirrors CoreOS `status.phase`.
     #[serde(default)]
     pub phase: String,
-    /// Why the phase is what it is, when that is not obvious.
+    /// Why the phase is what it is, when that is not obvious. Mirrors CoreOS `status.reason`.
     #[serde(default)]
     pub reason: String,
-    /// True while `spec.paused` is honoured.
+    /// True while `spec.paused` is honoured. Mirrors CoreOS `status.controlPaused`.
     #[serde(default)]
     pub control_paused: bool,
+    /// `Available`, `SpecValid`, `Scaling`, `Upgrading`, `Recovering`, `Degraded`,
+    /// `RecoveredFromQuorumLoss`, `NoSpace`, `Corrupt`: each with a reason and a message;
+    /// every change is also an Event. Mirrors CoreOS `status.conditions` (same shape, more
+    /// types).
     #[serde(default)]
     pub conditions: Vec<Condition>,
-    /// Current number of etcd members (voters and learners).
+    /// Current number of etcd members, voters and learners. Mirrors CoreOS `status.size`.
     #[serde(default)]
     pub size: i32,
-    /// Name of the client Service.
+    /// Name of the client Service, `<name>-client`: the address clients use. Mirrors CoreOS
+    /// `status.serviceName`.
     #[serde(default)]
     pub service_name: String,
-    /// Port of the client Service.
+    /// Port of the client Service and of every member, 2379. Mirrors CoreOS
+    /// `status.clientPort`.
     #[serde(default)]
     pub client_port: i32,
+    /// Members by state, named by their pods. Mirrors CoreOS `status.members` (plus
+    /// `learners`).
     #[serde(default)]
     pub members: MembersStatus,
-    /// Version every member runs (empty while they differ).
+    /// etcd version every member reports; kept at the last common version while they differ.
+    /// Mirrors CoreOS `status.currentVersion`.
     #[serde(default)]
     pub current_version: String,
-    /// Version being rolled out; empty when not upgrading.
+    /// Version being rolled out; empty when every member runs `spec.version`. Mirrors CoreOS
+    /// `status.targetVersion`.
     #[serde(default)]
     pub target_version: String,
-    /// Additive: number of ready voting members (printer column).
+    /// Additive: number of healthy voting members (the `Ready` column).
     #[serde(default)]
     pub ready_members: i32,
-    /// Additive: the member that leads, by name.
+    /// Additive: the member (pod name) that leads; empty without a leader.
     #[serde(default)]
     pub leader: String,
-    /// Additive: etcd cluster ID in hex.
+    /// Additive: etcd's cluster ID in hex, once the cluster formed (also kept in the
+    /// `etcd.database.coreos.com/cluster-id` annotation).
     #[serde(default)]
     pub cluster_id: String,
-    /// Additive: `metadata.generation` this status was computed for.
+    /// Additive: the `metadata.generation` this status was computed for.
     #[serde(default)]
     pub observed_generation: Option<i64>,
 }
@@ -273,11 +356,15 @@ pub struct EtcdClusterStatus {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct MembersStatus {
+    /// Voting members that are healthy (answer with a leader, no errors). Mirrors CoreOS
+    /// `status.members.ready`.
     #[serde(default)]
     pub ready: Vec<String>,
+    /// Voting members that are not healthy, or pods not (yet) members while etcd does not
+    /// answer. Mirrors CoreOS `status.members.unready`.
     #[serde(default)]
     pub unready: Vec<String>,
-    /// Additive: members that are learners (not yet voting).
+    /// Additive: members that are learners (catching up, not yet voting).
     #[serde(default)]
     pub learners: Vec<String>,
 }

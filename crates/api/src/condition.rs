@@ -8,21 +8,22 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Condition {
-    /// Type of condition, e.g. `Available`, `Scaling`, `Upgrading`, `SpecValid`.
+    /// Type of condition, e.g. `Available`, `Scaling`, `Upgrading`, `SpecValid`; one entry per
+    /// type.
     #[serde(rename = "type")]
     pub type_: String,
     /// `True`, `False` or `Unknown`.
     pub status: String,
-    /// The last time this condition was updated.
+    /// RFC 3339 time the condition last changed (status, reason or message).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub last_update_time: String,
-    /// Last time the condition transitioned from one status to another.
+    /// RFC 3339 time the condition's status last changed.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub last_transition_time: String,
-    /// One CamelCase word saying why.
+    /// One CamelCase word saying why, e.g. `QuorumHealthy`, `NoQuorum`, `InvalidSpec`.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub reason: String,
-    /// A sentence for humans.
+    /// What happened, for a person: names the members, values and limits involved.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub message: String,
 }

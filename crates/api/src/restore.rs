@@ -15,7 +15,7 @@ use crate::condition::Condition;
     kind = "EtcdRestore",
     plural = "etcdrestores",
     namespaced,
-    doc = "Creates an EtcdCluster from a backup.",
+    doc = "Creates a new EtcdCluster whose every member starts from one backup, after checking the backup against its sha256. API-compatible with the CoreOS etcd-operator's EtcdRestore; unlike CoreOS it never replaces an existing cluster.",
     status = "EtcdRestoreStatus",
     printcolumn = r#"{"name":"Cluster","type":"string","jsonPath":".spec.etcdCluster.name"}"#,
     printcolumn = r#"{"name":"Succeeded","type":"boolean","jsonPath":".status.succeeded"}"#,
@@ -23,12 +23,16 @@ use crate::condition::Condition;
 )]
 #[serde(rename_all = "camelCase")]
 pub struct EtcdRestoreSpec {
-    /// `S3`, `ABS`, `GCS` or `PVC`.
+    /// Where the backup is: `S3`, `ABS`, `GCS` (CoreOS' values) or the additive `PVC`, with
+    /// the block of the same name (`s3`, `abs`, `gcs`, `pvc`) naming the backup object. Mirrors
+    /// CoreOS `spec.backupStorageType`.
     #[serde(default)]
     pub backup_storage_type: String,
     #[serde(flatten)]
     pub source: BackupSource,
-    /// The EtcdCluster to create (it must not exist yet, or be the one this restore made).
+    /// The EtcdCluster to create. It must not exist yet (or be the one this restore made): an
+    /// existing cluster is never replaced, the restore waits until you delete it. Mirrors
+    /// CoreOS `spec.etcdCluster` (CoreOS deleted and re-created an existing cluster).
     #[serde(default)]
     pub etcd_cluster: EtcdClusterRef,
 }
@@ -36,10 +40,13 @@ pub struct EtcdRestoreSpec {
 /// Reference to an EtcdCluster in the same namespace.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct EtcdClusterRef {
+    /// Name of the EtcdCluster to create in this namespace. Mirrors CoreOS
+    /// `spec.etcdCluster.name`.
     #[serde(default)]
     pub name: String,
-    /// Additive: spec of the cluster to create (`restore` is filled in by the operator).
-    /// Default: 3 members of the etcd version the backup was taken from.
+    /// Additive: spec of the cluster to create (`restore` is filled in by the operator); its
+    /// version must be of the backup's minor version or the next one. Default: 3 members of
+    /// the etcd version the backup was taken from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spec: Option<crate::cluster::EtcdClusterSpec>,
 }
@@ -48,25 +55,32 @@ pub struct EtcdClusterRef {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct EtcdRestoreStatus {
+    /// The cluster was created from the verified backup. Mirrors CoreOS `status.succeeded`.
     #[serde(default)]
     pub succeeded: bool,
+    /// Why the restore failed or waits (a missing backup, a checksum mismatch, an existing
+    /// cluster). Mirrors CoreOS `status.reason`.
     #[serde(default)]
     pub reason: String,
     /// Additive: `Verifying`, `Restoring`, `Restored` or `Failed`.
     #[serde(default)]
     pub phase: String,
-    /// Additive: the verified backup.
+    /// Additive: hex sha256 of the verified backup.
     #[serde(default)]
     pub sha256: String,
+    /// Additive: size of the verified backup, in bytes.
     #[serde(default)]
     pub size: i64,
+    /// Additive: etcd version the backup was taken from.
     #[serde(default)]
     pub etcd_version: String,
+    /// Additive: store revision of the backup; the restored cluster starts there.
     #[serde(default)]
     pub etcd_revision: i64,
     /// Additive: the generation of the spec the status describes.
     #[serde(default)]
     pub observed_generation: i64,
+    /// Additive: conditions of the restore, in the EtcdCluster's shape.
     #[serde(default)]
     pub conditions: Vec<Condition>,
 }

@@ -53,9 +53,14 @@ fn operator_stdout(args: &[&str]) -> Result<String> {
 }
 
 fn server_dry_run(k: &Kubectl, yaml: &str) -> Result<String> {
+    kubectl_with_input(k, &["apply", "--dry-run=server", "-f", "-"], yaml)
+}
+
+/// `kubectl <args>` with `yaml` on its standard input.
+fn kubectl_with_input(k: &Kubectl, args: &[&str], yaml: &str) -> Result<String> {
     let mut child = k
         .command()
-        .args(["apply", "--dry-run=server", "-f", "-"])
+        .args(args)
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -214,4 +219,70 @@ fn a_missing_verb_is_reported_by_name() -> Result<()> {
     })();
     let _ = ns.kubectl.run(&["delete", "clusterrole,clusterrolebinding", &cluster_rbac, "--ignore-not-found"]);
     result
+}
+
+/// `kubectl explain` prints the CRDs' field descriptions (the API types' doc comments). The
+/// CRDs are installed as the operator installs them (server-side apply, its field manager);
+/// they are cluster-scoped and shared with other tests, so they are applied, never deleted. The
+/// apiserver publishes a changed CRD's OpenAPI a moment later, and another test's operator may
+/// re-apply its own build's CRDs meanwhile: apply and ask again until the text shows.
+#[test]
+fn kubectl_explain_prints_the_field_descriptions() -> Result<()> {
+    let k = Kubectl::from_env()?;
+    let args: &[&str] = if k.has_crd_validation_rules()? { &["crds"] } else { &["crds", "--no-validation-rules"] };
+    let crds = operator_stdout(args)?;
+    let apply = || -> Result<()> {
+        let args = ["apply", "--server-side", "--force-conflicts", "--field-manager=etcd-operator", "-f", "-"];
+        kubectl_with_input(&k, &args, &crds).map(drop)
+    };
+    // (field, phrases its explanation must carry: the description, and for an object a field of it)
+    let cases: [(&str, &[&str]); 2] = [
+        ("etcdcluster.spec.size", &["Number of etcd members, 1 to 7", "Mirrors CoreOS `spec.size`"]),
+        (
+            "etcdcluster.spec.pod.persistentVolumeClaimSpec",
+            &[
+                "own PersistentVolumeClaim `<member>-data`",
+                "Default: emptyDir",
+                "Mirrors CoreOS `spec.pod.persistentVolumeClaimSpec`",
+                "accessModes",
+                "storageClassName",
+            ],
+        ),
+    ];
+    let mut last_apply = std::time::Instant::now() - Duration::from_secs(60);
+    e2e::wait_until(Duration::from_secs(120), "kubectl explain to print the descriptions", || {
+        if last_apply.elapsed() > Duration::from_secs(10) {
+            apply()?;
+            last_apply = std::time::Instant::now();
+        }
+        for (field, phrases) in cases {
+            // kubectl wraps and indents: compare with whitespace collapsed.
+            let out = k.run(&["explain", field])?.split_whitespace().collect::<Vec<_>>().join(" ");
+            if let Some(p) = phrases.iter().find(|p| !out.contains(*p)) {
+                anyhow::bail!("`kubectl explain {field}` lacks {p:?}: {out}");
+            }
+        }
+        Ok(Some(()))
+    })
+}
+
+/// Under OLM the bundle's Deployment passes `olm.targetNamespaces` as `OLM_TARGET_NAMESPACES`
+/// (SingleNamespace: another namespace than the operator's own). The operator manages the
+/// EtcdClusters there, not those of its own namespace, and keeps its Lease at home.
+#[test]
+fn olm_target_namespaces_choose_what_the_operator_manages() -> Result<()> {
+    let home = TestNamespace::create("e2e-olm-home")?;
+    let target = TestNamespace::create("e2e-olm-target")?;
+    let mut op = common::Operator::start_process_with_env(&home, &[("OLM_TARGET_NAMESPACES", &target.name)])?;
+    let r = (|| -> Result<()> {
+        for ns in [&home, &target] {
+            ns.apply(&common::cluster_manifest(&ns.name, "olm", 1, "3.5.1", ""))?;
+        }
+        common::wait_healthy(&target, "olm", 1, Duration::from_secs(120))?;
+        ensure!(common::cluster(&home, "olm")?["status"].is_null(), "the home namespace's cluster was managed");
+        home.run(&["get", "lease", "etcd-operator"]).context("the Lease is in the operator's own namespace")?;
+        Ok(())
+    })();
+    op.stop();
+    r.with_context(|| format!("operator log:\n{}", op.log_text()))
 }

@@ -4,6 +4,7 @@
 pub mod act;
 pub mod backup;
 pub mod controller;
+pub mod coreos;
 pub mod crd_install;
 pub mod crds;
 pub mod disruption_budget;
@@ -22,6 +23,7 @@ pub mod monitoring;
 pub mod naming;
 pub mod observe;
 pub mod observed;
+pub mod olm_bundle;
 pub mod panic_guard;
 pub mod permissions;
 pub mod planner;

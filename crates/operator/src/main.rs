@@ -25,6 +25,8 @@ enum Command {
     /// Print everything to apply to install the operator (CRDs, ServiceAccount, RBAC, Deployment;
     /// with `--monitoring` also PodMonitors, a PrometheusRule and a Grafana dashboard).
     Manifests(ManifestArgs),
+    /// Write the OLM bundle (ClusterServiceVersion, CRDs, metadata/annotations.yaml).
+    Bundle(BundleArgs),
     /// Wait until a host name resolves (the init container of every etcd member pod).
     WaitDns(WaitDnsArgs),
     /// Take a snapshot and store it with its checksum (what backup pods run).
@@ -92,6 +94,21 @@ struct RunArgs {
     /// This replica's name, for Events and leader election.
     #[arg(long, env = "MY_POD_NAME")]
     pod_name: Option<String>,
+    /// Under OLM: the `olm.targetNamespaces` of the install (the bundle's Deployment sets it).
+    /// One namespace is watched instead of `--namespace`; empty means every namespace, as with
+    /// `--cluster-wide`.
+    #[arg(long, env = etcd_operator::olm_bundle::TARGET_NAMESPACES_ENV)]
+    olm_target_namespaces: Option<String>,
+}
+
+#[derive(Args, Debug)]
+struct BundleArgs {
+    /// Directory of the bundle (its `manifests/` and `metadata/` are replaced).
+    #[arg(long, default_value = "bundle")]
+    output_dir: std::path::PathBuf,
+    /// Operator image.
+    #[arg(long, default_value_t = default_image())]
+    image: String,
 }
 
 #[derive(Args, Debug)]
@@ -158,6 +175,10 @@ fn main() {
             monitoring: m.monitoring,
         })
         .and_then(print_out),
+        Some(Command::Bundle(b)) => {
+            etcd_operator::olm_bundle::write(&b.output_dir, &etcd_operator::olm_bundle::Options { image: b.image })
+                .map(|files| files.iter().for_each(|f| println!("{}", f.display())))
+        }
         Some(Command::Run(args)) => run(args),
         Some(Command::WaitDns(a)) => wait_dns(&a.host, a.timeout_secs),
         Some(Command::BackupSave(a)) => pod_command(|| async {
@@ -201,8 +222,17 @@ fn print_out(s: String) -> anyhow::Result<()> {
     }
 }
 
-fn run(args: RunArgs) -> anyhow::Result<()> {
+fn run(mut args: RunArgs) -> anyhow::Result<()> {
     telemetry::init(args.log_format);
+    let olm_watch = match args.olm_target_namespaces.as_deref().map(etcd_operator::olm_bundle::watch_scope) {
+        Some(Err(e)) => anyhow::bail!(e),
+        Some(Ok(None)) => {
+            args.cluster_wide = true;
+            None
+        }
+        Some(Ok(watch)) => watch,
+        None => None,
+    };
     rustls::crypto::ring::default_provider()
         .install_default()
         .map_err(|_| anyhow::anyhow!("a rustls crypto provider was already installed"))?;
@@ -212,7 +242,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         let namespace = if args.cluster_wide {
             None
         } else {
-            Some(args.namespace.clone().unwrap_or_else(|| client.default_namespace().to_string()))
+            Some(olm_watch.or(args.namespace.clone()).unwrap_or_else(|| client.default_namespace().to_string()))
         };
         tracing::info!(
             version = env!("CARGO_PKG_VERSION"),

@@ -303,7 +303,10 @@ pub async fn observe(
         .filter(|p| seeded.as_ref().is_none_or(|m| *m == p.name))
         .filter_map(|p| p.ip.as_ref().map(|ip| (p.name.clone(), format!("http://{ip}:{CLIENT_PORT}"))))
         .collect();
-    let formed = annotations.contains_key(CLUSTER_ID_ANNOTATION) || !status.cluster_id.is_empty();
+    // A status that shows the cluster ran (CoreOS' included: it recorded no cluster ID) counts.
+    let formed = annotations.contains_key(CLUSTER_ID_ANNOTATION)
+        || !status.cluster_id.is_empty()
+        || crate::coreos::status_shows_it_ran(&status);
     let (desired, spec_refused, version_defaulted) = desired_of(cluster, &name, formed);
     let desired = desired.map(|mut d| {
         if d.pod.cluster_domain.is_empty() {
@@ -344,8 +347,8 @@ pub async fn observe(
         etcd,
         etcd_error,
         // PVCs that no bootstrap of this operator made (an earlier version's, CoreOS') may hold
-        // data: such a cluster is treated as formed.
-        ever_bootstrapped: !recorded_cluster_id.is_empty() || pvcs.values().any(|v| !v.bootstrap),
+        // data: such a cluster is treated as formed, as is one whose status shows it ran.
+        ever_bootstrapped: formed || pvcs.values().any(|v| !v.bootstrap),
         pvcs,
         spec_refused,
         quorum_lost_secs,

@@ -53,7 +53,15 @@ impl Target<'_> {
             .collect();
         let fresh = Api::<EtcdCluster>::namespaced(self.client.clone(), &ns).get(&name).await?;
         let formed = fresh.annotations().get(naming::CLUSTER_ID_ANNOTATION).cloned().unwrap_or_default();
-        let formed = if formed.is_empty() { fresh.status.map(|s| s.cluster_id).unwrap_or_default() } else { formed };
+        let formed =
+            if formed.is_empty() { fresh.status.clone().map(|s| s.cluster_id).unwrap_or_default() } else { formed };
+        // A CoreOS-made cluster records no ID; its status shows that it ran.
+        let formed = match fresh.status.as_ref() {
+            Some(s) if formed.is_empty() && crate::coreos::status_shows_it_ran(s) => {
+                "unknown (its status shows it ran)".into()
+            }
+            _ => formed,
+        };
         if !left.is_empty() || !formed.is_empty() {
             return Err(Error::Refused(format!(
                 "refusing to bootstrap: the API server shows this cluster's {} {}; the watch cache was stale",
