@@ -61,14 +61,14 @@ fn a_restore_killed_half_way_through_etcdutl_still_restores_every_member() -> Re
     })
 }
 
-/// What a reader finds at one moment: the backup at the key matches its sidecar, or the staged
-/// copy of a one-shot backup being published does.
+/// What a reader finds at one moment: the backup at the key matches its sidecar, or the previous
+/// backup, kept aside while a one-shot backup replaces it, does.
 #[derive(Debug, PartialEq)]
 enum Seen {
     /// The key and its sidecar agree.
     Key,
-    /// They disagree (or one is missing), and the staged pair is complete.
-    Staged,
+    /// They disagree (or one is missing), and the previous pair is complete.
+    Previous,
     Neither(String),
 }
 
@@ -91,7 +91,7 @@ fn pair(server: &dyn ObjectServer, key: &str) -> Result<std::result::Result<Stri
     })
 }
 
-/// One look, as a restore would take it (the key first, then the staged copy), retried twice at
+/// One look, as a restore would take it (the key first, then the previous one), retried twice at
 /// once: a look is not atomic, and the state may move on between its reads.
 fn look(server: &dyn ObjectServer, key: &str) -> Result<Seen> {
     let mut why = String::new();
@@ -100,8 +100,8 @@ fn look(server: &dyn ObjectServer, key: &str) -> Result<Seen> {
             Ok(_) => return Ok(Seen::Key),
             Err(e) => why = e,
         }
-        if pair(server, &format!("{key}.incoming"))?.is_ok() {
-            return Ok(Seen::Staged);
+        if pair(server, &format!("{key}.previous"))?.is_ok() {
+            return Ok(Seen::Previous);
         }
     }
     Ok(Seen::Neither(why))
@@ -132,18 +132,18 @@ fn a_one_shot_backup_taken_again_leaves_a_complete_backup_readable_at_every_mome
         let reader = {
             let (moto, stop) = (moto.clone(), stop.clone());
             std::thread::spawn(move || -> Result<(usize, usize, Vec<String>)> {
-                let (mut looks, mut staged, mut bad) = (0, 0, Vec::new());
+                let (mut looks, mut previous, mut bad) = (0, 0, Vec::new());
                 let started = Instant::now();
                 while !stop.load(Ordering::Relaxed) {
                     match look(moto.as_ref(), key)? {
                         Seen::Key => {}
-                        Seen::Staged => staged += 1,
+                        Seen::Previous => previous += 1,
                         Seen::Neither(why) => bad.push(format!("{:.1}s: {why}", started.elapsed().as_secs_f64())),
                     }
                     looks += 1;
                     std::thread::sleep(Duration::from_millis(100));
                 }
-                Ok((looks, staged, bad))
+                Ok((looks, previous, bad))
             })
         };
         // A changed spec takes the one-shot backup again.
@@ -162,15 +162,18 @@ fn a_one_shot_backup_taken_again_leaves_a_complete_backup_readable_at_every_mome
         })?;
         std::thread::sleep(Duration::from_secs(1));
         stop.store(true, Ordering::Relaxed);
-        let (looks, staged, bad) = reader.join().map_err(|_| anyhow::anyhow!("reader panicked"))??;
-        eprintln!("{looks} looks, {staged} found the staged copy, {} found nothing complete", bad.len());
+        let (looks, previous, bad) = reader.join().map_err(|_| anyhow::anyhow!("reader panicked"))??;
+        eprintln!(
+            "{looks} looks, {previous} found the previous backup kept aside, {} found nothing complete",
+            bad.len()
+        );
         ensure!(bad.is_empty(), "no complete backup at some moments: {bad:?}");
-        ensure!(staged > 0, "the reader never saw the replacement window ({looks} looks): the test proves nothing");
+        ensure!(previous > 0, "the reader never saw the replacement window ({looks} looks): the test proves nothing");
         ensure!(looks > 50, "only {looks} looks");
-        // The end state: the new backup at the key, nothing staged left.
+        // The end state: the new backup at the key, nothing kept aside any more.
         ensure!(look(moto.as_ref(), key)? == Seen::Key);
         ensure!(pair(moto.as_ref(), key)?.ok().as_deref() == second["status"]["sha256"].as_str());
-        ensure!(moto.get_object_with_metadata(BUCKET, &format!("{key}.incoming"))?.is_none(), "staged object left");
+        ensure!(moto.get_object_with_metadata(BUCKET, &format!("{key}.previous"))?.is_none(), "previous object left");
         Ok(())
     })
 }

@@ -113,13 +113,13 @@ pub async fn verify(args: VerifyArgs) -> Result<BackupMeta, String> {
     let (store, _) = store::open(&loc, &args.storage.credentials_dir, &args.storage.s3())?;
     let checked = check_pair(&*store, &loc).await;
     // The key and its sidecar disagree, or one is missing: a one-shot backup may be replacing
-    // it right now, in which case the staged copy is complete (`one_shot`).
+    // it right now, in which case the previous one is kept aside, complete (`one_shot`).
     if let Err(why) = &checked
         && why.starts_with(REFUSED)
-        && check_pair(&*store, &loc.with_key(location::staged_key(&loc.key))).await.is_ok()
+        && check_pair(&*store, &loc.with_key(location::previous_key(&loc.key))).await.is_ok()
     {
         return Err(format!(
-            "a new backup is being published at {} (its staged copy is complete); trying again",
+            "a new backup is being written over {} (the previous one is kept aside, complete); trying again",
             loc.url()
         ));
     }
@@ -188,10 +188,10 @@ pub async fn prepare(args: PrepareArgs) -> Result<String, String> {
     let loc = args.storage.location()?;
     let (store, _) = store::open(&loc, &args.storage.credentials_dir, &args.storage.s3())?;
     // The backup the restore was verified against: at the key, or (a one-shot backup being
-    // published over it right now) its staged copy.
-    let staged = loc.with_key(location::staged_key(&loc.key));
-    let from = match one_shot::read_sidecar(&*store, &staged.key).await {
-        Ok(Some(m)) if m.sha256 == args.sha256 => staged,
+    // written over it right now) kept aside.
+    let previous = loc.with_key(location::previous_key(&loc.key));
+    let from = match one_shot::read_sidecar(&*store, &previous.key).await {
+        Ok(Some(m)) if m.sha256 == args.sha256 => previous,
         _ => loc.clone(),
     };
     let part = work.join(format!("{SNAPSHOT_FILE}.part"));
@@ -346,7 +346,8 @@ mod tests {
     }
 
     /// The one-shot protocol, step by step, with a reader after each step: the pair at the key
-    /// or the staged pair is always complete (what the verify pod accepts, or retries on).
+    /// or the previous pair kept aside is always complete (what the verify pod accepts, or
+    /// retries on).
     #[tokio::test]
     async fn a_one_shot_backup_being_replaced_is_readable_at_every_step() {
         use object_store::memory::InMemory;
@@ -366,34 +367,32 @@ mod tests {
             let loc = loc.clone();
             let store = store.clone();
             async move {
-                let staged = loc.with_key(location::staged_key(&loc.key));
-                check_pair(&store, &loc).await.is_ok() || check_pair(&store, &staged).await.is_ok()
+                let previous = loc.with_key(location::previous_key(&loc.key));
+                check_pair(&store, &loc).await.is_ok() || check_pair(&store, &previous).await.is_ok()
             }
         };
-        // The previous backup.
+        // The first backup: nothing to keep.
+        assert_eq!(one_shot::before(&store, &loc.key).await.unwrap(), one_shot::Before::Nothing);
         put(loc.key.clone(), b"old".to_vec()).await;
-        one_shot::write_sidecar(&store, &loc.key, &meta(b"old")).await.unwrap();
+        let mut old = meta(b"old");
+        old.object_etag = one_shot::etag(&store, &loc.key).await.unwrap().unwrap();
+        one_shot::write_sidecar(&store, &loc.key, &old).await.unwrap();
         assert!(check_pair(&store, &loc).await.is_ok());
-        // 1: the new snapshot staged; 2: its sidecar.
-        put(location::staged_key(&loc.key), b"new".to_vec()).await;
-        assert!(readable(&store).await, "after the upload");
-        one_shot::write_sidecar(&store, &location::staged_key(&loc.key), &meta(b"new")).await.unwrap();
-        assert!(readable(&store).await, "after the staged sidecar");
-        // 3: copied over the key, its sidecar not yet written: the key's pair disagrees.
-        store
-            .copy(
-                &object_store::path::Path::parse(location::staged_key(&loc.key)).unwrap(),
-                &object_store::path::Path::parse(loc.key.clone()).unwrap(),
-            )
-            .await
-            .unwrap();
+        // 0, 1: a complete backup at the key is copied aside.
+        assert_eq!(one_shot::before(&store, &loc.key).await.unwrap(), one_shot::Before::Complete);
+        one_shot::keep_previous(&store, &loc.key).await.unwrap();
+        assert!(readable(&store).await, "after keeping the previous one");
+        // 2: the upload completes: the key's pair disagrees, the previous pair covers it.
+        put(loc.key.clone(), b"new".to_vec()).await;
         assert!(check_pair(&store, &loc).await.unwrap_err().starts_with(REFUSED), "the window");
-        assert!(readable(&store).await, "the staged pair covers the window");
-        // 4 and 5, as a run that recovers them does.
-        let published = one_shot::publish_staged(&store, &loc.key).await.unwrap().unwrap();
-        assert_eq!(published.sha256, meta(b"new").sha256);
+        assert!(readable(&store).await, "the previous pair covers the window");
+        // A run that dies here leaves the previous pair; the next run keeps it as it is.
+        assert_eq!(one_shot::before(&store, &loc.key).await.unwrap(), one_shot::Before::PreviousKept);
+        // 3: the new sidecar; 4: the previous pair goes.
+        one_shot::write_sidecar(&store, &loc.key, &meta(b"new")).await.unwrap();
+        assert!(readable(&store).await, "after the new sidecar");
+        one_shot::drop_previous(&store, &loc.key).await.unwrap();
         assert_eq!(check_pair(&store, &loc).await.unwrap().sha256, meta(b"new").sha256);
-        assert!(one_shot::read_sidecar(&store, &location::staged_key(&loc.key)).await.unwrap().is_none());
-        assert_eq!(one_shot::recover(&store, &loc.key).await.unwrap(), None, "nothing left to recover");
+        assert!(one_shot::read_sidecar(&store, &location::previous_key(&loc.key)).await.unwrap().is_none());
     }
 }

@@ -7,9 +7,9 @@ use serde::{Deserialize, Serialize};
 
 /// Suffix of the sidecar object next to every backup: its sha256, size and origin.
 pub const SIDECAR_SUFFIX: &str = ".meta.json";
-/// Suffix of the key a one-shot backup is written to before it replaces the previous one
-/// (`one_shot`): with its own sidecar, a complete backup while the previous is replaced.
-pub const STAGED_SUFFIX: &str = ".incoming";
+/// Suffix of the key where a one-shot backup keeps the backup it replaces, with its sidecar, until
+/// the new one is complete (`one_shot`).
+pub const PREVIOUS_SUFFIX: &str = ".previous";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
@@ -108,8 +108,8 @@ fn check_key(what: &str, key: &str) -> Result<(), String> {
     if key.ends_with(SIDECAR_SUFFIX) {
         return Err(format!("{what} {key:?} must not end in {SIDECAR_SUFFIX} (the checksum sidecars' suffix)"));
     }
-    if key.ends_with(STAGED_SUFFIX) {
-        return Err(format!("{what} {key:?} must not end in {STAGED_SUFFIX} (the suffix of backups being written)"));
+    if key.ends_with(PREVIOUS_SUFFIX) {
+        return Err(format!("{what} {key:?} must not end in {PREVIOUS_SUFFIX} (the suffix of backups being replaced)"));
     }
     Ok(())
 }
@@ -125,9 +125,9 @@ pub fn sidecar_key(key: &str) -> String {
     format!("{key}{SIDECAR_SUFFIX}")
 }
 
-/// Where a one-shot backup of `key` is staged.
-pub fn staged_key(key: &str) -> String {
-    format!("{key}{STAGED_SUFFIX}")
+/// Where a one-shot backup keeps the backup at `key` while it replaces it.
+pub fn previous_key(key: &str) -> String {
+    format!("{key}{PREVIOUS_SUFFIX}")
 }
 
 /// If `key` is a periodic backup of `base`: its (time, revision), for ordering.
@@ -188,6 +188,10 @@ pub struct BackupMeta {
     /// (two EtcdBackups may write to the same path). Empty in sidecars written before.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub owner: String,
+    /// The store's ETag of the object when its sidecar was written: a cheap check that the
+    /// object at the key is still the one this sidecar describes (`one_shot`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub object_etag: String,
 }
 
 #[cfg(test)]

@@ -1,18 +1,22 @@
 //! A one-shot backup replaces the backup at its key, and the previous one stays restorable until
-//! the new one is complete. With K the key, S = K[`STAGED_SUFFIX`] and `.meta.json` sidecars:
+//! the new one is complete. With K the key, P = K[`PREVIOUS_SUFFIX`] and `.meta.json` sidecars:
 //!
-//! 0. a staged pair an interrupted run left complete (S.meta.json exists) is published first;
-//! 1. the snapshot is uploaded to S (multipart: S appears whole or not at all);
-//! 2. S.meta.json is written: from here (S, S.meta.json) is a complete backup;
-//! 3. S is copied over K (server-side), 4. K.meta.json is written: (K, K.meta.json) is complete;
-//! 5. S.meta.json, then S, are deleted.
+//! 0. what K holds is judged from the store's metadata (the ETag its sidecar recorded, or the
+//!    size for sidecars written before ETags were): a complete pair (K, K.meta.json), or a
+//!    complete P pair left by a run that died half-way, or nothing restorable;
+//! 1. K's complete pair is copied to P (server-side: data, then sidecar) **while** the new
+//!    snapshot streams (a multipart upload to K: K changes only when the upload completes, and it
+//!    completes only after the copy);
+//! 2. the upload completes: K is new, K.meta.json still the old one: P covers this moment;
+//! 3. K.meta.json is written (with K's new ETag): (K, K.meta.json) complete again;
+//! 4. P.meta.json, then P, are deleted.
 //!
-//! At every moment one of the pairs is complete: the old (K, K.meta.json) until step 3, the
-//! staged one from step 2 to 5, the new (K, K.meta.json) from step 4. A reader that finds K and
-//! its sidecar disagree looks at the staged pair ([`read_pair`] callers in `fetch`). Runs in
-//! backup pods (I/O).
+//! At every moment (K, K.meta.json) or (P, P.meta.json) is complete; a reader that finds K and its
+//! sidecar disagree looks at P (`fetch`). A P pair left complete by a dead run is never
+//! overwritten by a K that its sidecar does not vouch for. The copy runs beside the stream, so a
+//! one-shot backup takes no longer end to end than a periodic one. Runs in backup pods (I/O).
 //!
-//! [`STAGED_SUFFIX`]: super::location::STAGED_SUFFIX
+//! [`PREVIOUS_SUFFIX`]: super::location::PREVIOUS_SUFFIX
 
 use std::time::Duration;
 
@@ -65,30 +69,75 @@ pub async fn write_sidecar(store: &dyn ObjectStore, key: &str, meta: &BackupMeta
     Err(format!("write checksum sidecar {sidecar}: {last}"))
 }
 
-/// Steps 3 to 5 for the staged pair of `key`, if there is a complete one; its metadata then.
-pub async fn publish_staged(store: &dyn ObjectStore, key: &str) -> Result<Option<BackupMeta>, String> {
-    let staged = location::staged_key(key);
-    let Some(meta) = read_sidecar(store, &staged).await? else { return Ok(None) };
+/// The store's ETag of `key` (empty when the store gives none), None when there is no object.
+pub async fn etag(store: &dyn ObjectStore, key: &str) -> Result<Option<String>, String> {
+    match store.head(&path(key)?).await {
+        Ok(m) => Ok(Some(m.e_tag.unwrap_or_default())),
+        Err(object_store::Error::NotFound { .. }) => Ok(None),
+        Err(e) => Err(format!("head {key}: {}", store::why(&e))),
+    }
+}
+
+/// Whether the object at `key` is the one its sidecar describes, judged from metadata (the
+/// sha256 is what restores check; this only decides what to keep).
+pub async fn pair_looks_complete(store: &dyn ObjectStore, key: &str) -> Result<bool, String> {
+    let Some(meta) = read_sidecar(store, key).await? else { return Ok(false) };
+    let head = match store.head(&path(key)?).await {
+        Ok(m) => m,
+        Err(object_store::Error::NotFound { .. }) => return Ok(false),
+        Err(e) => return Err(format!("head {key}: {}", store::why(&e))),
+    };
+    Ok(if meta.object_etag.is_empty() {
+        head.size as i64 == meta.size
+    } else {
+        head.e_tag.as_deref() == Some(meta.object_etag.as_str())
+    })
+}
+
+/// What the key holds before a one-shot backup replaces it (step 0).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Before {
+    /// A complete backup at the key: copy it aside while the new one streams.
+    Complete,
+    /// The key is not complete but the previous backup kept aside is: keep it as it is.
+    PreviousKept,
+    /// Nothing restorable (the first backup, or both broken).
+    Nothing,
+}
+
+pub async fn before(store: &dyn ObjectStore, key: &str) -> Result<Before, String> {
+    if pair_looks_complete(store, key).await? {
+        return Ok(Before::Complete);
+    }
+    if pair_looks_complete(store, &location::previous_key(key)).await? {
+        return Ok(Before::PreviousKept);
+    }
+    Ok(Before::Nothing)
+}
+
+/// Step 1: the pair at `key` copied aside, data first, then its sidecar (naming the copy's own
+/// ETag: a server-side copy may get a new one, e.g. of an S3 multipart object).
+pub async fn keep_previous(store: &dyn ObjectStore, key: &str) -> Result<(), String> {
+    let previous = location::previous_key(key);
+    let mut meta = read_sidecar(store, key).await?.ok_or_else(|| format!("{key} has no sidecar any more"))?;
     store
-        .copy(&path(&staged)?, &path(key)?)
+        .copy(&path(key)?, &path(&previous)?)
         .await
-        .map_err(|e| format!("copy {staged} to {key}: {}", store::why(&e)))?;
+        .map_err(|e| format!("copy {key} to {previous}: {}", store::why(&e)))?;
+    meta.object_etag = etag(store, &previous).await?.unwrap_or_default();
+    write_sidecar(store, &previous, &meta).await?;
     pause_if_armed().await;
-    write_sidecar(store, key, &meta).await?;
-    pause_if_armed().await;
-    for k in [location::sidecar_key(&staged), staged.clone()] {
+    Ok(())
+}
+
+/// Step 4, once the new pair at `key` is complete: the previous pair goes, sidecar first.
+pub async fn drop_previous(store: &dyn ObjectStore, key: &str) -> Result<(), String> {
+    let previous = location::previous_key(key);
+    for k in [location::sidecar_key(&previous), previous.clone()] {
         match store.delete(&path(&k)?).await {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
             Err(e) => return Err(format!("delete {k}: {}", store::why(&e))),
         }
     }
-    Ok(Some(meta))
-}
-
-/// Step 0: finish a publication an interrupted run left half-done (or remove an incomplete
-/// staged object, which no sidecar vouches for, by overwriting it in step 1).
-pub async fn recover(store: &dyn ObjectStore, key: &str) -> Result<Option<String>, String> {
-    Ok(publish_staged(store, key)
-        .await?
-        .map(|m| format!("published the backup an interrupted run had staged (sha256 {})", m.sha256)))
+    Ok(())
 }

@@ -88,21 +88,27 @@ async fn save(args: &SaveArgs) -> Result<SaveReport, String> {
     let base = args.storage.location()?;
     let (store, _) = store::open(&base, &args.storage.credentials_dir, &args.storage.s3())?;
     let mut warnings = Vec::new();
-    if !args.periodic {
-        // Before anything is overwritten: a run that died half-way through publishing.
-        if let Some(note) = one_shot::recover(&*store, &base.key).await? {
-            warnings.push(note);
-        }
+    // A one-shot backup replaces the one at its key: what is there now (`one_shot`).
+    let before = if args.periodic { one_shot::Before::Nothing } else { one_shot::before(&*store, &base.key).await? };
+    if before == one_shot::Before::PreviousKept {
+        warnings.push(format!(
+            "{} was left incomplete by an earlier run; the backup before it, kept at {}, stays until this one is complete",
+            base.url(),
+            location::previous_key(&base.key)
+        ));
     }
     let (member, url, revision, version) = pick_member(&args.endpoints).await?;
     let now = k8s_openapi::jiff::Timestamp::now();
     let key = if args.periodic { location::periodic_key(&base.key, revision, now) } else { base.key.clone() };
     let loc = base.with_key(key.clone());
-    // A one-shot backup is written next to the previous one, which it replaces once complete.
-    let written = if args.periodic { key.clone() } else { location::staged_key(&key) };
-    let path = object_store::path::Path::parse(&written).map_err(|e| format!("object key {written:?}: {e}"))?;
+    let path = object_store::path::Path::parse(&key).map_err(|e| format!("object key {key:?}: {e}"))?;
     eprintln!("snapshot of member {member} ({url}, revision {revision}, etcd {version}) to {}", loc.url());
 
+    // The complete backup at the key is copied aside while the snapshot streams.
+    let keeping = (before == one_shot::Before::Complete).then(|| {
+        let (store, key) = (store.clone(), key.clone());
+        tokio::spawn(async move { one_shot::keep_previous(&*store, &key).await })
+    });
     let mut client = Client::connect([url.as_str()], Some(ConnectOptions::new().with_connect_timeout(CONNECT_TIMEOUT)))
         .await
         .map_err(|e| format!("connect to {member}: {e}"))?;
@@ -121,7 +127,15 @@ async fn save(args: &SaveArgs) -> Result<SaveReport, String> {
             hashes.update(msg.blob());
             writer.write(msg.blob());
         }
-        hashes.check_etcd_integrity()
+        hashes.check_etcd_integrity()?;
+        // The key changes when the upload completes: only once the previous backup is aside.
+        if let Some(keeping) = keeping {
+            keeping
+                .await
+                .map_err(|e| format!("keeping the previous backup aside: {e}"))?
+                .map_err(|e| format!("keeping the previous backup aside: {e}; {} is left as it was", loc.url()))?;
+        }
+        Ok(())
     }
     .await;
     if let Err(e) = streamed {
@@ -142,22 +156,23 @@ async fn save(args: &SaveArgs) -> Result<SaveReport, String> {
         member,
         time: super::backup_planner::rfc3339(now),
         owner: args.owner_uid.clone(),
+        object_etag: one_shot::etag(&*store, &key).await.ok().flatten().unwrap_or_default(),
     };
-    // Without its sidecar no restore accepts the object. A periodic object without one is left
-    // in place (a person can still recover it by hand); a staged one-shot object too, and the
-    // previous backup at the key is untouched.
-    one_shot::write_sidecar(&*store, &written, &meta).await.map_err(|e| {
-        format!("{e}; the backup object {written} is left in place but no restore will accept it without its sidecar")
+    // Without its sidecar no restore accepts the object. It is left in place (a person can still
+    // recover it by hand); for a one-shot backup the previous one is kept aside, complete.
+    one_shot::write_sidecar(&*store, &key, &meta).await.map_err(|e| {
+        let kept = if args.periodic {
+            String::new()
+        } else {
+            format!(" (the previous backup is kept at {} with its sidecar)", location::previous_key(&key))
+        };
+        format!("{e}; the backup object {key} is left in place but no restore will accept it without its sidecar{kept}")
     })?;
     one_shot::pause_if_armed().await;
-    if !args.periodic {
-        one_shot::publish_staged(&*store, &key).await.map_err(|e| {
-            format!(
-                "{e}; the complete backup is at {} (with its sidecar), the previous one at {} is kept",
-                location::staged_key(&key),
-                loc.url()
-            )
-        })?;
+    if !args.periodic && before != one_shot::Before::Nothing {
+        if let Err(e) = one_shot::drop_previous(&*store, &key).await {
+            warnings.push(format!("the previous backup kept aside could not be deleted: {e}"));
+        }
     }
 
     let mut report = SaveReport { backup: meta.clone(), transfer_seconds, warnings, ..Default::default() };
