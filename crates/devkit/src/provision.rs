@@ -158,7 +158,9 @@ pub fn volume_name(claim_uid: &str) -> String {
 pub enum VolumeDecision {
     Ignore,
     /// Remove the directory, then delete the volume.
-    Reclaim { dir: PathBuf },
+    Reclaim {
+        dir: PathBuf,
+    },
     /// Ours and due for deletion, but its path is not a directory this provisioner made: nothing
     /// is removed (why, for a Warning Event).
     Refuse(String),
@@ -309,7 +311,11 @@ mod tests {
                 |c, _| c.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH)),
                 "ignore",
             ),
-            ("WaitForFirstConsumer, no pod yet", |_, s| s.volume_binding_mode = Some("WaitForFirstConsumer".into()), "wait"),
+            (
+                "WaitForFirstConsumer, no pod yet",
+                |_, s| s.volume_binding_mode = Some("WaitForFirstConsumer".into()),
+                "wait",
+            ),
             (
                 "WaitForFirstConsumer, node selected",
                 |c, s| {
@@ -387,26 +393,38 @@ mod tests {
             ("bound", volume(OURS, "Bound", "Delete", &ours), VolumeDecision::Ignore),
             ("available", volume(OURS, "Available", "Delete", &ours), VolumeDecision::Ignore),
             ("released, Retain", volume(OURS, "Released", "Retain", &ours), VolumeDecision::Ignore),
-            ("another provisioner's", volume("kubernetes.io/host-path", "Released", "Delete", &ours), VolumeDecision::Ignore),
+            (
+                "another provisioner's",
+                volume("kubernetes.io/host-path", "Released", "Delete", &ours),
+                VolumeDecision::Ignore,
+            ),
             (
                 "path outside the root",
                 volume(OURS, "Released", "Delete", "/var/lib/etcd"),
-                VolumeDecision::Refuse(format!("its hostPath /var/lib/etcd is not a directory directly under {ROOT}: not removed")),
+                VolumeDecision::Refuse(format!(
+                    "its hostPath /var/lib/etcd is not a directory directly under {ROOT}: not removed"
+                )),
             ),
             (
                 "the root itself",
                 volume(OURS, "Released", "Delete", ROOT),
-                VolumeDecision::Refuse(format!("its hostPath {ROOT} is not a directory directly under {ROOT}: not removed")),
+                VolumeDecision::Refuse(format!(
+                    "its hostPath {ROOT} is not a directory directly under {ROOT}: not removed"
+                )),
             ),
             (
                 "below the root through ..",
                 volume(OURS, "Released", "Delete", &format!("{ROOT}/../pki")),
-                VolumeDecision::Refuse(format!("its hostPath {ROOT}/../pki is not a directory directly under {ROOT}: not removed")),
+                VolumeDecision::Refuse(format!(
+                    "its hostPath {ROOT}/../pki is not a directory directly under {ROOT}: not removed"
+                )),
             ),
             (
                 "two levels down",
                 volume(OURS, "Released", "Delete", &format!("{ROOT}/a/b")),
-                VolumeDecision::Refuse(format!("its hostPath {ROOT}/a/b is not a directory directly under {ROOT}: not removed")),
+                VolumeDecision::Refuse(format!(
+                    "its hostPath {ROOT}/a/b is not a directory directly under {ROOT}: not removed"
+                )),
             ),
         ];
         for (name, pv, want) in cases {

@@ -47,7 +47,8 @@ fn listed<K>(ev: &Event<K>, which: Listed) -> Listed {
 
 pub async fn run(opts: Options) -> Result<()> {
     ensure!(
-        opts.root.is_absolute() && opts.root.components().all(|c| matches!(c, Component::RootDir | Component::Normal(_))),
+        opts.root.is_absolute()
+            && opts.root.components().all(|c| matches!(c, Component::RootDir | Component::Normal(_))),
         "--root {} must be an absolute path without . or ..",
         opts.root.display()
     );
