@@ -31,7 +31,12 @@ SNAPSHOTTER_FILE=$STATE_DIR/containerd/snapshotter
 PAUSE_IMAGE=k8s.gcr.io/pause:3.2
 
 IMAGES_CACHE=$CACHE_DIR/images
-HOSTPATH_PV_DIR=/tmp/hostpath_pv   # hard-coded in the in-tree host-path provisioner
+# StorageClass `standard`: `devkit provision` makes a directory per claim under PV_DIR.
+PV_DIR=$STATE_DIR/pv
+PV_PROVISIONER=dev.etcd-operator/host-path
+# The in-tree host-path provisioner's directory (hard-coded there), used by clusters started
+# before `devkit provision`: `down` still removes it.
+HOSTPATH_PV_DIR=/tmp/hostpath_pv
 
 # ctr of the running leg; containerd 2's deprecation notice for cgroup v1 hosts is said once by
 # cluster.sh, not at every call.

@@ -19,7 +19,7 @@ source "$HACK_DIR/common.sh"
 source "$HACK_DIR/cluster-env.sh"
 
 # Start order; `down` stops them in reverse.
-COMPONENTS=(etcd containerd dnsmasq kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy dns-sync)
+COMPONENTS=(etcd containerd dnsmasq kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy dns-sync provisioner)
 
 # ---------------------------------------------------------------------------------------------
 # processes
@@ -594,7 +594,6 @@ start_controller_manager() {
     --use-service-account-credentials=true \
     --service-account-private-key-file="$PKI_DIR/sa.key" --root-ca-file="$PKI_DIR/ca.crt" \
     --cluster-signing-cert-file="$PKI_DIR/ca.crt" --cluster-signing-key-file="$PKI_DIR/ca.key" \
-    --enable-hostpath-provisioner=true \
     --flex-volume-plugin-dir="$STATE_DIR/kubelet-plugins" \
     --profiling=false --v=1
 }
@@ -625,6 +624,14 @@ start_kube_proxy() {
 start_dns_sync() {
   start dns-sync "$DEVKIT" dns-sync --kubeconfig "$KUBECONFIG_PATH" --hosts-file "$STATE_DIR/dns/hosts" \
     --pidfile "$RUN_DIR/dnsmasq.pid" --etc-hosts
+}
+
+# The volumes of StorageClass `standard`: a directory per claim under $PV_DIR, mode 0777. kubelet
+# never applies fsGroup to hostPath volumes, so the in-tree host-path provisioner's root-owned
+# 0750 directories are not writable by non-root pods, which real storage (CSI drivers apply
+# fsGroup) is. See crates/devkit/src/provision.rs.
+start_provisioner() {
+  start provisioner "$DEVKIT" provision --kubeconfig "$KUBECONFIG_PATH" --root "$PV_DIR" --provisioner "$PV_PROVISIONER"
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -658,15 +665,27 @@ healthy() {
 }
 
 apply_defaults() {
-  kubectl_ apply -f - >/dev/null <<'EOF'
+  # A class's provisioner cannot be changed: a cluster from before `devkit provision` has
+  # `standard` on kubernetes.io/host-path, which is replaced (its bound volumes keep working; the
+  # in-tree plugin deletes them when their claims go while the old controller-manager runs with
+  # --enable-hostpath-provisioner; after a restart without it they turn Failed instead, and
+  # their directories in $HOSTPATH_PV_DIR stay until `down`).
+  local current
+  current=$(kubectl_ get storageclass standard -o jsonpath='{.provisioner}' --ignore-not-found)
+  if [ -n "$current" ] && [ "$current" != "$PV_PROVISIONER" ]; then
+    log "replacing StorageClass standard ($current -> $PV_PROVISIONER)"
+    kubectl_ delete storageclass standard >/dev/null
+  fi
+  kubectl_ apply -f - >/dev/null <<EOF
 apiVersion: storage.k8s.io/v1
 kind: StorageClass
 metadata:
   name: standard
   annotations:
     storageclass.kubernetes.io/is-default-class: "true"
-provisioner: kubernetes.io/host-path
+provisioner: $PV_PROVISIONER
 reclaimPolicy: Delete
+# One node: nothing to wait for (and the operator's PVC members are tested the way most clusters bind).
 volumeBindingMode: Immediate
 EOF
 }
@@ -740,10 +759,12 @@ cmd_up() {
   start_kubelet
   start_kube_proxy
   start_dns_sync
+  start_provisioner
   wait_for kubelet 60 "node $NODE_NAME Ready" node_ready
   wait_for dns-sync 30 "DNS answers kubernetes.default.svc.$CLUSTER_DOMAIN" dns_answers
   wait_for kube-controller-manager 60 "the default ServiceAccount" default_sa_ready
   is_running dnsmasq || fail_component dnsmasq "is not running"
+  is_running provisioner || fail_component provisioner "is not running"
   if [ "$K8S_VERSION" = "$K8S_MODERN" ] && [ "$(stat -fc %T /sys/fs/cgroup)" != cgroup2fs ]; then
     log "note: this host has cgroup v1, deprecated by containerd 2.2 and kubelet 1.35 (kept working; see kubelet failCgroupV1)"
   fi
@@ -894,7 +915,9 @@ cmd_down() {
   fi
   # Files the CNI plugins keep at their fixed places for our network.
   rm -rf "/var/lib/cni/networks/$CNI_NETWORK" /var/lib/cni/results/"$CNI_NETWORK"-* 2>/dev/null || true
-  rm -rf "$HOSTPATH_PV_DIR"
+  # Volumes: devkit provision's, and the in-tree host-path provisioner's of a cluster started
+  # before it (that directory is fixed in the in-tree plugin).
+  rm -rf "$PV_DIR" "$HOSTPATH_PV_DIR"
   restore_host_state
   rm -rf "$STATE_DIR" "$RUN_DIR"
   log "cluster down"

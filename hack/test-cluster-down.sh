@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Asserts that `hack/cluster.sh down` left nothing of the local cluster behind: no processes,
 # no bridge/veths/network namespaces, no KUBE-*/CNI-* iptables chains or rules, no mounts, no
-# state directories, no /etc/hosts block, no host-path volumes.
+# state directories, no /etc/hosts block, no host-path volumes (devkit provision's under
+# $PV_DIR, the in-tree provisioner's in /tmp/hostpath_pv), no devkit process.
 #
 #   test-cluster-down.sh          check only (after you ran `cluster.sh down`)
 #   test-cluster-down.sh --down   run `cluster.sh down` first, then check
@@ -68,7 +69,7 @@ done
 while read -r m; do
   leftover "mount $m"
 done < <(awk -v s="$STATE_DIR" -v r="$RUN_DIR" 'index($5, s) == 1 || index($5, r) == 1 { print $5 }' /proc/self/mountinfo)
-for d in "$STATE_DIR" "$RUN_DIR" "$HOSTPATH_PV_DIR" "/var/lib/cni/networks/$CNI_NETWORK"; do
+for d in "$STATE_DIR" "$RUN_DIR" "$PV_DIR" "$HOSTPATH_PV_DIR" "/var/lib/cni/networks/$CNI_NETWORK"; do
   [ -e "$d" ] && leftover "path $d"
 done
 compgen -G "/var/lib/cni/results/$CNI_NETWORK-*" >/dev/null && leftover "CNI result cache /var/lib/cni/results/$CNI_NETWORK-*"

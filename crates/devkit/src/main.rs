@@ -1,7 +1,10 @@
-//! `devkit`: helpers for the project's local Kubernetes cluster (see hack/cluster.sh).
+//! `devkit`: helpers for the project's local Kubernetes cluster (see hack/cluster.sh): cluster DNS
+//! records for dnsmasq and /etc/hosts (`dns-sync`), a host-directory volume provisioner (`provision`).
 
 mod dnsquery;
 mod hostsfile;
+mod provision;
+mod provisioner;
 mod records;
 mod sync;
 
@@ -45,6 +48,18 @@ enum Command {
         #[arg(long, value_enum, default_value = "endpoints")]
         pod_records: records::PodRecordPolicy,
     },
+    /// Provision host directories (mode 0777) as PersistentVolumes for the claims of the
+    /// StorageClasses naming PROVISIONER, and remove them again when their claims are gone.
+    Provision {
+        #[arg(long)]
+        kubeconfig: PathBuf,
+        /// The directory holding one directory per volume (created if missing).
+        #[arg(long)]
+        root: PathBuf,
+        /// The provisioner name the StorageClasses give.
+        #[arg(long, default_value = "dev.etcd-operator/host-path")]
+        provisioner: String,
+    },
     /// Resolve NAME (A records) at a DNS server; exit status 1 unless it answers with an address.
     DnsQuery {
         #[arg(long, default_value = "10.244.0.1:53")]
@@ -85,6 +100,11 @@ fn run(cli: Cli) -> Result<ExitCode> {
             };
             let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build()?;
             rt.block_on(sync::run(opts))?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Provision { kubeconfig, root, provisioner } => {
+            let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build()?;
+            rt.block_on(provisioner::run(provisioner::Options { kubeconfig, root, provisioner }))?;
             Ok(ExitCode::SUCCESS)
         }
         Command::DnsQuery { server, wait, name } => {

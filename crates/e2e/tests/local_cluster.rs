@@ -5,9 +5,10 @@
 
 use std::time::Duration;
 
-use anyhow::{Context, Result, ensure};
+use anyhow::{Context, Result, bail, ensure};
 use e2e::{
-    ETCD_IMAGE_3_5_1, Kubectl, TestNamespace, cluster_ip_service, etcd_pod, headless_service, host_etcdctl, wait_until,
+    ETCD_IMAGE_3_5_1, Kubectl, TestNamespace, cluster_ip_service, condition_true, etcd_pod, headless_service,
+    host_etcdctl, wait_until,
 };
 
 const POD_START: Duration = Duration::from_secs(90);
@@ -154,6 +155,80 @@ spec:
     wait_until(Duration::from_secs(60), "the volume to be deleted", || {
         let gone = ns.kubectl.run(&["get", "pv", &pv_name, "--ignore-not-found", "-o", "name"])?.trim().is_empty();
         Ok((gone && !std::path::Path::new(&host_path).exists()).then_some(()))
+    })?;
+    Ok(())
+}
+
+/// Pod Security `restricted` members (non-root user and fsGroup 65532) can write a claim of the
+/// default class, as on real storage: its provisioner (`devkit provision`, started by
+/// hack/cluster.sh) makes each volume a 0777 directory because kubelet never applies fsGroup to
+/// hostPath volumes. Deleting the claim removes the volume and its directory.
+#[test]
+fn non_root_pod_writes_its_claim_of_the_default_class() -> Result<()> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    const UID: u32 = 65532;
+    let ns = TestNamespace::create("e2e-pvc-nonroot")?;
+    ns.kubectl.run(&["label", "namespace", &ns.name, "pod-security.kubernetes.io/enforce=restricted"])?;
+    ns.apply(&format!(
+        r#"apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {{ name: data, namespace: {ns} }}
+spec:
+  accessModes: [ReadWriteOnce]
+  resources: {{ requests: {{ storage: 16Mi }} }}
+---
+apiVersion: v1
+kind: Pod
+metadata: {{ name: etcd-0, namespace: {ns} }}
+spec:
+  terminationGracePeriodSeconds: 1
+  securityContext:
+    {{ runAsUser: {UID}, runAsGroup: {UID}, fsGroup: {UID}, runAsNonRoot: true, seccompProfile: {{ type: RuntimeDefault }} }}
+  containers:
+  - name: etcd
+    image: {ETCD_IMAGE_3_5_1}
+    imagePullPolicy: IfNotPresent
+    command: [/usr/local/bin/etcd, --data-dir=/var/lib/etcd/data, --listen-client-urls=http://0.0.0.0:2379,
+      --advertise-client-urls=http://127.0.0.1:2379]
+    securityContext: {{ allowPrivilegeEscalation: false, capabilities: {{ drop: [ALL] }} }}
+    readinessProbe: {{ httpGet: {{ path: /health, port: 2379 }}, periodSeconds: 1 }}
+    volumeMounts: [{{ name: data, mountPath: /var/lib/etcd }}]
+  volumes: [{{ name: data, persistentVolumeClaim: {{ claimName: data }} }}]
+"#,
+        ns = ns.name
+    ))?;
+    // A volume this pod cannot write makes etcd exit at once ("permission denied"): the first
+    // restart fails the test with etcd's last words (wait_pod_ready would wait out the back-off).
+    let exited = wait_until(POD_START, "etcd-0 Ready (or its container exiting)", || {
+        let pod = ns.pod("etcd-0")?;
+        if pod["status"]["containerStatuses"][0]["restartCount"].as_u64().unwrap_or(0) > 0 {
+            return Ok(Some(Some(ns.run(&["logs", "etcd-0", "--previous", "--tail=3"]).unwrap_or_default())));
+        }
+        Ok(condition_true(&pod, "Ready").then_some(None))
+    })?;
+    if let Some(logs) = exited {
+        bail!("etcd running as uid {UID} exited; last lines:\n{logs}");
+    }
+    let out = ns.exec("etcd-0", &etcdctl_cmd("--endpoints=http://127.0.0.1:2379", &["put", "on-disk", "yes"]))?;
+    ensure!(out.trim() == "OK", "put printed {out:?}");
+
+    let pvc = ns.json(&["get", "pvc", "data"])?;
+    ensure!(pvc["spec"]["storageClassName"] == "standard", "claim did not get the default class: {pvc}");
+    let pv_name = pvc["spec"]["volumeName"].as_str().context("bound claim without volumeName")?.to_string();
+    let volume = ns.kubectl.json(&["get", "pv", &pv_name])?;
+    let by = &volume["metadata"]["annotations"]["pv.kubernetes.io/provisioned-by"];
+    ensure!(by == "dev.etcd-operator/host-path", "volume {pv_name} provisioned by {by}, not devkit provision");
+    let dir = std::path::PathBuf::from(volume["spec"]["hostPath"]["path"].as_str().context("not a hostPath volume")?);
+    let mode = std::fs::metadata(&dir).with_context(|| format!("{}", dir.display()))?.permissions().mode() & 0o7777;
+    ensure!(mode == 0o777, "{} has mode {mode:o}", dir.display());
+    let data = std::fs::metadata(dir.join("data"))?;
+    ensure!(data.uid() == UID, "etcd's data directory is owned by {}, not the pod's user", data.uid());
+
+    ns.run(&["delete", "pod", "etcd-0", "--wait=true", "--timeout=60s"])?;
+    ns.run(&["delete", "pvc", "data", "--wait=true", "--timeout=60s"])?;
+    wait_until(Duration::from_secs(60), "the volume and its directory to be removed", || {
+        let gone = ns.kubectl.run(&["get", "pv", &pv_name, "--ignore-not-found", "-o", "name"])?.trim().is_empty();
+        Ok((gone && !dir.exists()).then_some(()))
     })?;
     Ok(())
 }
