@@ -19,6 +19,7 @@ pub mod member_volume;
 pub mod metrics;
 pub mod monitoring;
 pub mod naming;
+pub mod network_policy;
 pub mod observe;
 pub mod observed;
 pub mod panic_guard;
