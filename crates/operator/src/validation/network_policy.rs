@@ -102,7 +102,7 @@ fn selector(mut s: LabelSelector, at: &str, errs: &mut Vec<String>) -> LabelSele
     s
 }
 
-/// A CIDR as (address bits as u128, prefix length, IPv4?).
+/// A CIDR as (address bits as u128, an IPv4 address in the top 32; prefix length; IPv4?).
 fn cidr(s: &str) -> Option<(u128, u32, bool)> {
     let (addr, len) = s.split_once('/')?;
     let len: u32 = len.parse().ok()?;
@@ -122,11 +122,9 @@ fn ip_block(b: &mut IPBlock, at: &str, errs: &mut Vec<String>) {
         errs.push(format!("{at}.cidr {:?} is not a CIDR such as 10.0.0.0/8 or fd00::/64", b.cidr));
         return;
     };
-    let len = if v4 { len + 96 } else { len };
     for e in b.except.iter().flatten() {
         match cidr(e) {
             Some((ebits, elen, ev4)) if ev4 == v4 => {
-                let elen = if ev4 { elen + 96 } else { elen };
                 if elen <= len || network_of(ebits, len) != network_of(net, len) {
                     errs.push(format!("{at}.except {e:?} must lie strictly inside cidr {:?}", b.cidr));
                 }
@@ -163,6 +161,32 @@ mod tests {
         NetworkPolicyPeer {
             ip_block: Some(IPBlock { cidr: cidr.into(), except: Some(except.iter().map(|s| s.to_string()).collect()) }),
             ..Default::default()
+        }
+    }
+
+    proptest::proptest! {
+        /// Any CIDR text (prefix lengths 0 to 255, both families) is checked without a panic.
+        #[test]
+        fn cidr_checks_never_panic(a in "[0-9a-f:.]{0,20}", la in 0u32..256, b in "[0-9a-f:.]{0,20}", lb in 0u32..256) {
+            let mut errs = vec![];
+            let mut ip = IPBlock { cidr: format!("{a}/{la}"), except: Some(vec![format!("{b}/{lb}"), format!("{a}/{lb}")]) };
+            ip_block(&mut ip, "x", &mut errs);
+        }
+    }
+
+    #[test]
+    fn ip_blocks_of_both_families_and_edge_lengths() {
+        for (cidr, except, ok) in [
+            ("0.0.0.0/0", "10.0.0.0/8", true),
+            ("10.0.0.0/8", "10.255.255.255/32", true),
+            ("::/0", "fd00::/8", true),
+            ("fd00::/8", "fd00::1/128", true),
+            ("fd00::/8", "fe00::/16", false),
+            ("10.0.0.0/32", "10.0.0.0/32", false),
+        ] {
+            let mut errs = vec![];
+            ip_block(&mut IPBlock { cidr: cidr.into(), except: Some(vec![except.into()]) }, "x", &mut errs);
+            assert_eq!(errs.is_empty(), ok, "{cidr} except {except}: {errs:?}");
         }
     }
 
