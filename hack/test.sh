@@ -8,8 +8,8 @@
 # Two legs on the local cluster: the whole suite on the modern one (Kubernetes 1.37, the
 # default), then a smoke subset (create, resize, heal, upgrade, a drain under the policy/v1beta1
 # PodDisruptionBudget, CRDs without CEL and the
-# operator's own refusals, an in-cluster install, a non-root pod writing its claim) on the legacy
-# one (1.20).
+# operator's own refusals, the NetworkPolicy objects, an in-cluster install, a non-root pod writing
+# its claim) on the legacy one (1.20).
 #   KEEP_CLUSTER=1  leave the local cluster up afterwards (default: take it down and check that
 #                   nothing is left behind, when this run brought it up). Skips the legacy leg.
 #   LEGACY_SMOKE=0  skip the legacy leg.
@@ -134,6 +134,7 @@ LEGACY_SMOKE_TESTS="process@lifecycle:create_resize_3_5_3_and_delete process@lif
   process@bad_input:absurd_input_is_refused_and_the_operator_keeps_healing_others
   process@day2:a_drain_evicts_one_member_at_a_time
   process@local_cluster:non_root_pod_writes_its_claim_of_the_default_class
+  process@network_policy:a_cluster_gets_its_network_policy_and_loses_it_when_turned_off
   in-cluster@lifecycle:a_pvc_member_restarts_on_its_volume_as_the_same_member"
 
 run_leg "" "$K8S_VERSION"

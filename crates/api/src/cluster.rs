@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{
     Affinity, EnvVar, PersistentVolumeClaimSpec, PodSecurityContext, ResourceRequirements, Toleration,
 };
+use k8s_openapi::api::networking::v1::NetworkPolicyPeer;
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -92,6 +93,31 @@ pub struct EtcdClusterSpec {
     /// operator's defaults, named on each field.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub maintenance: Option<MaintenancePolicy>,
+    /// Additive: the cluster's NetworkPolicy (on by default): peers only from members, the
+    /// client port from the members, the operator, this cluster's backup pods and `clients`.
+    /// `{enabled: false}` removes it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network_policy: Option<NetworkAccessPolicy>,
+}
+
+/// Who may reach the members (additive). The operator keeps one NetworkPolicy per cluster,
+/// named like the cluster: the peer port (2380) admits only the cluster's members; the client
+/// port (2379) admits the members, the operator's pods, the backup pods of EtcdBackups that
+/// name this cluster (`clusterName`), and `clients`. Enforcement needs a network plugin that
+/// enforces NetworkPolicies; elsewhere the object exists and changes nothing.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NetworkAccessPolicy {
+    /// `false`: no NetworkPolicy (an existing one is deleted). Default `true`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enabled: Option<bool>,
+    /// Who else may reach the client port, as NetworkPolicy `from` entries (each a
+    /// `podSelector`, a `namespaceSelector`, both, or an `ipBlock`; at most 32). Unset: every
+    /// pod of the cluster's namespace (`[{podSelector: {}}]`). `[]`: nobody else. List a
+    /// Prometheus that scrapes the members' `/metrics` here, and the host of an operator that
+    /// runs outside the Kubernetes cluster (`ipBlock`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clients: Option<Vec<NetworkPolicyPeer>>,
 }
 
 /// Space quota, compaction and defragmentation (additive). Settings that etcd reads at start
@@ -419,5 +445,30 @@ pod:
         assert!(back["pod"].get("ClusterDomain").is_some());
         assert!(back["pod"].get("DNSTimeoutInSecond").is_some());
         assert!(back.get("TLS").is_some());
+    }
+
+    #[test]
+    fn network_policy_is_optional_and_keeps_an_empty_client_list() {
+        let spec: EtcdClusterSpec = serde_yaml::from_str("size: 3").unwrap();
+        assert!(spec.network_policy.is_none(), "absent: the operator's default applies");
+        assert!(serde_json::to_value(&spec).unwrap().get("networkPolicy").is_none());
+        let yaml = r#"
+size: 3
+networkPolicy:
+  enabled: true
+  clients:
+  - podSelector: {matchLabels: {app: api}}
+  - namespaceSelector: {matchLabels: {team: a}}
+    podSelector: {}
+  - ipBlock: {cidr: 10.0.0.0/8}
+"#;
+        let spec: EtcdClusterSpec = serde_yaml::from_str(yaml).unwrap();
+        let np = spec.network_policy.clone().unwrap();
+        assert_eq!(np.enabled, Some(true));
+        assert_eq!(np.clients.as_ref().unwrap().len(), 3);
+        // `clients: []` (nobody else) must survive a round trip as an empty list, not vanish.
+        let none: EtcdClusterSpec = serde_yaml::from_str("size: 1\nnetworkPolicy: {clients: []}").unwrap();
+        let back = serde_json::to_value(&none).unwrap();
+        assert_eq!(back["networkPolicy"]["clients"], serde_json::json!([]));
     }
 }

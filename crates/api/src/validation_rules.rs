@@ -34,6 +34,8 @@ pub const OPERATOR_OWNED_ETCD_ENV_SINCE_0_2: &[&str] =
 pub const OPERATOR_OWNED_ETCD_ENV_PREFIX: &str = "ETCD_DISCOVERY";
 /// Bound on `spec.pod.etcdEnv` (also what keeps the rule's CEL cost estimate bounded).
 pub const MAX_ETCD_ENV: i64 = 128;
+/// Bound on `spec.networkPolicy.clients` (also what keeps the rule's CEL cost estimate bounded).
+pub const MAX_NETWORK_CLIENTS: i64 = 32;
 /// Longest cluster name: the client Service `<name>-client` must be a 63-character label.
 pub const MAX_CLUSTER_NAME: usize = 63 - "-client".len();
 
@@ -107,6 +109,12 @@ pub fn rules() -> Vec<Rule> {
             "spec.TLS.static: operatorSecret and member.serverSecret are set together (clients need the server's CA and a client certificate)",
         ),
         rule(
+            "EtcdCluster",
+            &["spec", "networkPolicy", "clients", "[]"],
+            "has(self.ipBlock) ? !has(self.podSelector) && !has(self.namespaceSelector) : (has(self.podSelector) || has(self.namespaceSelector))",
+            "spec.networkPolicy.clients: each entry is either an ipBlock alone, or a podSelector and/or a namespaceSelector",
+        ),
+        rule(
             "EtcdBackup",
             &["spec"],
             storage_block_rule("storageType"),
@@ -163,6 +171,9 @@ pub fn add(crds: &mut [CustomResourceDefinition]) {
                 }
                 if let Some(name) = at(root, &["spec", "pod", "etcdEnv", "[]", "name"]) {
                     name.max_length = Some(253);
+                }
+                if let Some(clients) = at(root, &["spec", "networkPolicy", "clients"]) {
+                    clients.max_items = Some(MAX_NETWORK_CLIENTS);
                 }
             }
             for r in rules.iter().filter(|r| r.kind == kind) {

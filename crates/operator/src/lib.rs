@@ -21,6 +21,7 @@ pub mod member_volume;
 pub mod metrics;
 pub mod monitoring;
 pub mod naming;
+pub mod network_policy;
 pub mod observe;
 pub mod observed;
 pub mod olm_bundle;

@@ -342,6 +342,8 @@ fn run(mut args: RunArgs) -> anyhow::Result<()> {
             init_image: args.init_image.clone(),
             cluster_domain: args.cluster_domain.clone().unwrap_or_else(detect_cluster_domain),
             reporter_instance: args.pod_name.clone(),
+            // A pod (the Deployment sets both): its namespace, which `--namespace` may not be.
+            operator_namespace: std::env::var("MY_POD_NAMESPACE").ok().filter(|_| args.pod_name.is_some()),
         };
         let holding = async {
             if leases.is_empty() {

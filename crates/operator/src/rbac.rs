@@ -118,6 +118,14 @@ pub const PERMISSIONS: &[Permission] = &[
         why: "one PodDisruptionBudget per cluster: a drain evicts at most one member at a time",
     },
     Permission {
+        group: "networking.k8s.io",
+        resource: "networkpolicies",
+        verbs: &["get", "list", "watch", "create", "patch", "delete"],
+        scope: Scope::Namespaced,
+        names: &[],
+        why: "one NetworkPolicy per cluster (spec.networkPolicy): who may reach the members; deleted when turned off",
+    },
+    Permission {
         group: "events.k8s.io",
         resource: "events",
         verbs: &["create", "patch"],

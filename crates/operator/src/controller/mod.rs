@@ -1,7 +1,7 @@
 //! Wiring of the EtcdCluster controller: watches and caches, the shared reconcile context,
 //! Events. The reconcile itself is in `reconcile`; `scope` says which objects are ours,
 //! `expectations` holds planning until the cache shows our writes, `upkeep` keeps the
-//! PodDisruptionBudget and volume sizes. I/O: Kubernetes API.
+//! PodDisruptionBudget, the NetworkPolicy and volume sizes. I/O: Kubernetes API.
 
 mod expectations;
 mod reconcile;
@@ -14,6 +14,7 @@ use std::time::Duration;
 use etcd_operator_api::EtcdCluster;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ObjectReference, PersistentVolumeClaim, Pod, Service};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::api::{Api, ApiResource, DynamicObject};
 use kube::runtime::controller::Controller;
 use kube::runtime::events::{Event, EventType, Reporter};
@@ -55,6 +56,10 @@ pub struct Context {
     pub caches_synced: Arc<std::sync::atomic::AtomicBool>,
     /// Volume growths the API server refused (reported once).
     pub refused_volume_sizes: crate::volume_size::Refused,
+    /// The clusters' NetworkPolicies (`network_policy`).
+    pub network_policies: reflector::Store<NetworkPolicy>,
+    /// Namespace of the operator's own pods; `None` when it runs as a process outside a pod.
+    pub operator_namespace: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -105,6 +110,8 @@ pub struct Options {
     pub init_image: String,
     pub cluster_domain: String,
     pub reporter_instance: Option<String>,
+    /// Namespace of the operator's own pods (NetworkPolicies admit them); `None` outside a pod.
+    pub operator_namespace: Option<String>,
 }
 
 /// Run the controller until `shutdown` resolves.
@@ -131,6 +138,16 @@ pub async fn run(client: Client, opts: Options, shutdown: impl std::future::Futu
         .default_backoff()
         .reflect(pvcs_w)
         .touched_objects();
+    let (policies, policies_w) = reflector::store::<NetworkPolicy>();
+    let policy_events = watcher(scope.api::<NetworkPolicy>(&client), children.clone())
+        .default_backoff()
+        .reflect(policies_w)
+        .touched_objects();
+    if opts.operator_namespace.is_none() {
+        tracing::info!(
+            "the operator runs outside a pod: cluster NetworkPolicies cannot name it; it reaches members from a node of the cluster (always allowed) or through spec.networkPolicy.clients (ipBlock)"
+        );
+    }
     // PodDisruptionBudgets in whichever policy version the server serves (discovery).
     let budget_api = crate::disruption_budget::discover(&client).await;
     match &budget_api {
@@ -173,6 +190,8 @@ pub async fn run(client: Client, opts: Options, shutdown: impl std::future::Futu
         caches_synced: opts.ready.clone(),
         metrics: opts.metrics.clone(),
         refused_volume_sizes: Default::default(),
+        network_policies: policies.clone(),
+        operator_namespace: opts.operator_namespace,
     });
     tracing::info!(crd = EtcdCluster::crd_name(), "watching EtcdClusters");
     let controller = Controller::new_with(clusters, watcher::Config::default(), ar.clone());
@@ -184,8 +203,11 @@ pub async fn run(client: Client, opts: Options, shutdown: impl std::future::Futu
             .map(|c| crate::metrics::ClusterLabels { namespace: c.namespace().unwrap_or_default(), name: c.name_any() })
             .collect()
     }));
-    let controller =
-        controller.owns_stream_with(pod_events, ()).owns_stream_with(svc_events, ()).owns_stream_with(pvc_events, ());
+    let controller = controller
+        .owns_stream_with(pod_events, ())
+        .owns_stream_with(svc_events, ())
+        .owns_stream_with(pvc_events, ())
+        .owns_stream_with(policy_events, ());
     let budget_store = budgets.as_ref().map(|(_, store, _)| store.clone());
     let controller = match budgets {
         Some((ar, _, events)) => controller.owns_stream_with(events, ar),
@@ -196,7 +218,12 @@ pub async fn run(client: Client, opts: Options, shutdown: impl std::future::Futu
     });
     let synced_ctx = ctx.clone();
     tokio::spawn(async move {
-        let _ = tokio::join!(pods.wait_until_ready(), services.wait_until_ready(), pvcs.wait_until_ready());
+        let _ = tokio::join!(
+            pods.wait_until_ready(),
+            services.wait_until_ready(),
+            pvcs.wait_until_ready(),
+            policies.wait_until_ready()
+        );
         if let Some(b) = budget_store {
             let _ = b.wait_until_ready().await;
         }

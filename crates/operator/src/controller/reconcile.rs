@@ -11,7 +11,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
 
-use super::upkeep::{ensure_disruption_budget, grow_volumes};
+use super::upkeep::{ensure_disruption_budget, ensure_network_policy, grow_volumes};
 use super::{Context, Error, HEALTH_CHECK_PERIOD, PROGRESS_PERIOD, key_of, publish};
 use crate::act::{self, Target};
 use crate::observe;
@@ -98,6 +98,7 @@ async fn reconcile_one(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
         return Ok(Action::requeue(PROGRESS_PERIOD));
     }
     ensure_disruption_budget(&ctx, &cluster, &observed, &reference).await;
+    ensure_network_policy(&ctx, &cluster, &observed, &reference).await;
     grow_volumes(&ctx, &cluster, &observed, &reference).await;
     let target = Target {
         client: &ctx.client,

@@ -1,9 +1,10 @@
 //! What is kept up beside the planned step, never holding it up: the cluster's
-//! PodDisruptionBudget and member PVCs' storage requests (volume expansion). Failures are
-//! reported as Events. I/O: Kubernetes API.
+//! PodDisruptionBudget, its NetworkPolicy and member PVCs' storage requests (volume
+//! expansion). Failures are reported as Events. I/O: Kubernetes API.
 
 use etcd_operator_api::EtcdCluster;
 use k8s_openapi::api::core::v1::{ObjectReference, PersistentVolumeClaim};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::ResourceExt;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::runtime::events::EventType;
@@ -34,6 +35,43 @@ pub(super) async fn ensure_disruption_budget(
                 format!("PodDisruptionBudget {} ({}) could not be applied: {e}", cluster.name_any(), ar.api_version);
             tracing::warn!(cluster = %key_of(cluster), "{note}");
             publish(ctx, reference, None, EventType::Warning, "DisruptionBudgetFailed", note, "DisruptionBudget").await;
+        }
+    }
+}
+
+/// Keep the cluster's NetworkPolicy as `network_policy::decide` says, beside the planned step:
+/// a failure is reported and never holds up the step.
+pub(super) async fn ensure_network_policy(
+    ctx: &Context,
+    cluster: &EtcdCluster,
+    o: &crate::observed::Observed,
+    reference: &ObjectReference,
+) {
+    use crate::network_policy::{Action, decide};
+    let (name, ns) = (cluster.name_any(), cluster.namespace().unwrap_or_default());
+    let have = ctx.network_policies.get(&reflector::ObjectRef::new(&name).within(&ns));
+    let action = decide(cluster, o.desired.as_ref().ok(), have.as_deref(), ctx.operator_namespace.as_deref());
+    let api: Api<NetworkPolicy> = Api::namespaced(ctx.client.clone(), &ns);
+    let (result, done, verb) = match action {
+        Action::Nothing => return,
+        Action::Apply(np) => {
+            let r = api.patch(&name, &PatchParams::apply(crate::OPERATOR_NAME).force(), &Patch::Apply(&*np)).await;
+            (r.map(|_| ()), "NetworkPolicyApplied", "applied")
+        }
+        Action::Delete => (api.delete(&name, &Default::default()).await.map(|_| ()), "NetworkPolicyDeleted", "deleted"),
+    };
+    match result {
+        Ok(()) => {
+            let note = format!("NetworkPolicy {name} {verb} (spec.networkPolicy)");
+            tracing::info!(cluster = %key_of(cluster), "{note}");
+            publish(ctx, reference, None, EventType::Normal, done, note, "NetworkPolicy").await;
+        }
+        // Already gone: the cache was behind.
+        Err(kube::Error::Api(s)) if verb == "deleted" && s.code == 404 => {}
+        Err(e) => {
+            let note = format!("NetworkPolicy {name} could not be {verb}: {e}");
+            tracing::warn!(cluster = %key_of(cluster), "{note}");
+            publish(ctx, reference, None, EventType::Warning, "NetworkPolicyFailed", note, "NetworkPolicy").await;
         }
     }
 }

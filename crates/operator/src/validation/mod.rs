@@ -1,9 +1,10 @@
 //! Turning a user's EtcdCluster spec into a checked, defaulted [`Desired`] — or into the list
 //! of reasons it was refused. An invalid spec changes nothing in the running cluster. Pure.
-//! Here: `Desired` and the checks of the spec's top level; `spec.maintenance`, `spec.recovery`
-//! and the stricter `spec.pod` rules are in their own modules.
+//! Here: `Desired` and the checks of the spec's top level; `spec.maintenance`, `spec.recovery`,
+//! `spec.networkPolicy` and the stricter `spec.pod` rules are in their own modules.
 
 mod maintenance;
+mod network_policy;
 mod pod_policy;
 mod recovery;
 #[cfg(test)]
@@ -13,7 +14,8 @@ pub use maintenance::{
     CompactionMode, DEFAULT_DEFRAG_FREE_BYTES, DEFAULT_DEFRAG_FREE_PERCENT, DEFAULT_PERIODIC_RETENTION,
     DEFAULT_QUOTA_BYTES, DEFAULT_REVISION_RETENTION, DefragRule, MAX_QUOTA_BYTES, MIN_QUOTA_BYTES, Maintenance,
 };
-pub use pod_policy::{MAX_DNS_TIMEOUT_SECS, is_dns1035_label, is_dns1123_label};
+pub use network_policy::{NetworkAccess, same_namespace as default_clients};
+pub use pod_policy::{ETCD_ENV_PREFIX, MAX_DNS_TIMEOUT_SECS, is_dns1035_label, is_dns1123_label};
 pub use recovery::{DEFAULT_RECOVERY_AFTER_SECS, MAX_RECOVERY_AFTER_SECS};
 
 use etcd_operator_api::EtcdClusterSpec;
@@ -42,6 +44,8 @@ pub struct Desired {
     pub recovery: crate::observed::Recovery,
     /// Space quota, compaction and defragmentation (`spec.maintenance`, defaults filled in).
     pub maintenance: Maintenance,
+    /// Who may reach the members (`spec.networkPolicy`); `None`: no NetworkPolicy.
+    pub network_policy: Option<NetworkAccess>,
 }
 
 /// A validated `spec.restore`.
@@ -163,6 +167,7 @@ fn validate_with(name: &str, spec: &EtcdClusterSpec, strict: bool) -> Result<Des
     });
     let recovery = recovery::recovery_policy(spec.recovery.as_ref(), &mut errs);
     let maintenance = maintenance::maintenance_policy(spec.maintenance.as_ref(), &pod, &mut errs);
+    let network_policy = network_policy::network_access(spec.network_policy.as_ref(), &mut errs);
     if !errs.is_empty() {
         return Err(errs);
     }
@@ -175,5 +180,6 @@ fn validate_with(name: &str, spec: &EtcdClusterSpec, strict: bool) -> Result<Des
         restore,
         recovery,
         maintenance,
+        network_policy,
     })
 }

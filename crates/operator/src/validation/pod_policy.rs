@@ -1,5 +1,5 @@
-//! The stricter `spec.pod` rules (label and annotation syntax, `etcdEnv` bounds, the DNS
-//! timeout and cluster domain) and the DNS label syntax they use. Pure.
+//! The stricter `spec.pod` rules (label and annotation syntax, `etcdEnv` bounds and Secrets, the
+//! DNS timeout and cluster domain) and the DNS label syntax they use. Pure.
 
 use etcd_operator_api::cluster::PodPolicy;
 
@@ -22,6 +22,15 @@ pub(super) fn strict_pod_rules(pod: &PodPolicy, errs: &mut Vec<String>) {
     if let Some(e) = pod.etcd_env.iter().find(|e| e.name.len() > 253) {
         errs.push(format!("spec.pod.etcdEnv: a name of {} characters is too long (at most 253)", e.name.len()));
     }
+    for e in &pod.etcd_env {
+        let secret = e.value_from.as_ref().and_then(|v| v.secret_key_ref.as_ref());
+        if let (Some(s), true) = (secret, e.name.starts_with(ETCD_ENV_PREFIX)) {
+            errs.push(format!(
+                "spec.pod.etcdEnv: {} takes its value from Secret {:?} (key {:?}), but etcd prints the value of every {ETCD_ENV_PREFIX}* variable in its start-up log (\"recognized and used environment variable\"; unknown ones as \"unrecognized environment variable\"), so the secret would end up in the pod's log. Give etcd no secret through its environment: credentials for clients and peers belong in spec.TLS",
+                e.name, s.name, s.key
+            ));
+        }
+    }
     if !(0..=MAX_DNS_TIMEOUT_SECS).contains(&pod.dns_timeout_in_second) {
         errs.push(format!(
             "spec.pod.DNSTimeoutInSecond {} is out of range: it must be between 0 (wait forever) and {MAX_DNS_TIMEOUT_SECS}",
@@ -33,6 +42,9 @@ pub(super) fn strict_pod_rules(pod: &PodPolicy, errs: &mut Vec<String>) {
         errs.push(format!("spec.pod.ClusterDomain {:?} is not a DNS domain name", pod.cluster_domain));
     }
 }
+
+/// etcd reads (and logs, value included) every environment variable with this prefix.
+pub const ETCD_ENV_PREFIX: &str = "ETCD_";
 
 /// Longest wait of a new member for its own DNS name.
 pub const MAX_DNS_TIMEOUT_SECS: i64 = 3600;
@@ -65,7 +77,7 @@ fn check_name_part(n: &str) -> Result<(), String> {
 }
 
 /// A label or annotation key: `[prefix/]name`, the prefix a DNS subdomain.
-fn check_qualified_name(k: &str) -> Result<(), String> {
+pub(super) fn check_qualified_name(k: &str) -> Result<(), String> {
     match k.split_once('/') {
         Some((prefix, name)) => {
             if prefix.is_empty() || prefix.len() > 253 || !prefix.split('.').all(is_dns1123_label) {
@@ -77,6 +89,6 @@ fn check_qualified_name(k: &str) -> Result<(), String> {
     }
 }
 
-fn check_label_value(v: &str) -> Result<(), String> {
+pub(super) fn check_label_value(v: &str) -> Result<(), String> {
     if v.is_empty() { Ok(()) } else { check_name_part(v).map_err(|e| format!("value {v:?}: {e}")) }
 }

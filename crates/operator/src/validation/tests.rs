@@ -232,3 +232,49 @@ fn etcd_env_is_bounded_like_the_crd_schema() {
     let e = env(1, 300).unwrap_err();
     assert!(e[0].contains("too long (at most 253)"), "{e:?}");
 }
+
+/// etcd logs the value of every `ETCD_*` variable at start-up (known ones as "recognized and
+/// used environment variable", unknown ones as "unrecognized environment variable" with the
+/// whole `NAME=value`): a Secret there would be in the pod's log.
+#[test]
+fn secrets_are_refused_only_where_etcd_would_log_them() {
+    use k8s_openapi::api::core::v1::{ConfigMapKeySelector, EnvVarSource, ObjectFieldSelector, SecretKeySelector};
+    let secret = |name: &str| EnvVar {
+        name: name.into(),
+        value_from: Some(EnvVarSource {
+            secret_key_ref: Some(SecretKeySelector { name: "creds".into(), key: "k".into(), ..Default::default() }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let with_env = |env: Vec<EnvVar>| {
+        let mut s = spec(3, "3.6.15");
+        s.pod = Some(PodPolicy { etcd_env: env, ..Default::default() });
+        s
+    };
+    for name in ["ETCD_QUOTA_BACKEND_BYTES", "ETCD_LOG_LEVEL", "ETCD_NOT_A_FLAG"] {
+        let e = validate("a", &with_env(vec![secret(name)])).unwrap_err();
+        assert_eq!(e.len(), 1, "{e:?}");
+        assert!(e[0].contains(name) && e[0].contains("\"creds\"") && e[0].contains("start-up log"), "{e:?}");
+        // A cluster formed under an earlier version keeps healing and is told.
+        assert!(validate_legacy("a", &with_env(vec![secret(name)])).is_ok());
+    }
+    // etcd neither reads nor logs other variables; values from ConfigMaps or fields are no secret.
+    let config_map = EnvVar {
+        name: "ETCD_LOG_LEVEL".into(),
+        value_from: Some(EnvVarSource {
+            config_map_key_ref: Some(ConfigMapKeySelector { name: "cm".into(), key: "k".into(), ..Default::default() }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let field = EnvVar {
+        name: "ETCD_HEARTBEAT_INTERVAL".into(),
+        value_from: Some(EnvVarSource {
+            field_ref: Some(ObjectFieldSelector { field_path: "metadata.name".into(), ..Default::default() }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    assert!(validate("a", &with_env(vec![secret("MY_TOKEN"), config_map, field])).is_ok());
+}
