@@ -250,10 +250,14 @@ pub fn member_pod(c: &EtcdCluster, d: &Desired, m: &NewMember, init_image: &str)
     // A recovered cluster's first member starts from its seed; a restored cluster's bootstrap
     // members from the backup; later members join.
     use crate::backup::restore_init::{RestoreInit, SnapshotSource};
+    let seed_tls = crate::tls::seed_tls(&d.tls, &name, &ns);
     let from = match (&m.seed, &d.restore) {
-        (Some(Seed::Member { client_url, cluster_id, member_id, .. }), _) => {
-            Some(SnapshotSource::Member { client_url, cluster_id: *cluster_id, member_id: *member_id })
-        }
+        (Some(Seed::Member { client_url, cluster_id, member_id, .. }), _) => Some(SnapshotSource::Member {
+            client_url,
+            cluster_id: *cluster_id,
+            member_id: *member_id,
+            client_tls: seed_tls.as_ref().map(|(s, n)| (s.as_str(), n.as_str())),
+        }),
         (Some(Seed::Backup(r)), _) => {
             Some(SnapshotSource::Backup { loc: &r.location, source: &r.source, sha256: &r.sha256 })
         }

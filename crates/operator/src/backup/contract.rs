@@ -114,18 +114,29 @@ impl StorageArgs {
 pub struct ClientTlsArgs {
     #[arg(long, default_value = "")]
     pub client_tls_dir: String,
+    /// The name server certificates are checked against, when the URL is a pod IP (empty:
+    /// the URL's host).
+    #[arg(long, default_value = "")]
+    pub client_tls_server_name: String,
 }
 
 impl ClientTlsArgs {
     /// The arguments of a pod that mounts a client Secret (`tls::CLIENT_DIR`), or none.
     pub fn of(secret: &str) -> ClientTlsArgs {
         let dir = if secret.is_empty() { "" } else { crate::tls::CLIENT_DIR };
-        ClientTlsArgs { client_tls_dir: dir.to_string() }
+        ClientTlsArgs { client_tls_dir: dir.to_string(), client_tls_server_name: String::new() }
     }
 
     /// The flags that parse back into `self`.
     pub fn to_args(&self) -> Vec<String> {
-        if self.client_tls_dir.is_empty() { vec![] } else { vec![format!("--client-tls-dir={}", self.client_tls_dir)] }
+        let mut a = vec![];
+        if !self.client_tls_dir.is_empty() {
+            a.push(format!("--client-tls-dir={}", self.client_tls_dir));
+        }
+        if !self.client_tls_server_name.is_empty() {
+            a.push(format!("--client-tls-server-name={}", self.client_tls_server_name));
+        }
+        a
     }
 
     /// The client identity from the mounted files, or None for plaintext.
@@ -133,7 +144,7 @@ impl ClientTlsArgs {
         if self.client_tls_dir.is_empty() {
             return Ok(None);
         }
-        crate::tls::material::ClientTls::from_dir(&self.client_tls_dir, "")
+        crate::tls::material::ClientTls::from_dir(&self.client_tls_dir, &self.client_tls_server_name)
             .map(Some)
             .map_err(|e| format!("client TLS files in {}: {e}", self.client_tls_dir))
     }
@@ -230,8 +241,9 @@ mod tests {
 
     #[test]
     fn client_tls_args_render_to_flags_that_parse_back() {
-        for secret in ["", "etcd-client-tls"] {
-            let a = ClientTlsArgs::of(secret);
+        let named = ClientTlsArgs { client_tls_server_name: "ex-client.ns.svc".into(), ..ClientTlsArgs::of("s") };
+        for a in [ClientTlsArgs::of(""), ClientTlsArgs::of("etcd-client-tls"), named] {
+            let secret = &a.client_tls_dir;
             let argv = std::iter::once("cmd".to_string()).chain(a.to_args());
             assert_eq!(TlsCmd::try_parse_from(argv).unwrap().tls, a, "{secret:?}");
         }

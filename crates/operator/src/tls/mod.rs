@@ -182,6 +182,12 @@ pub fn secure_member(p: &Policy, etcd: &mut Container, volumes: &mut Vec<Volume>
     }
 }
 
+/// What a recovery's seed container needs to stream from a survivor when clients speak TLS:
+/// the operator's Secret (mounted into that init container only) and the server name.
+pub fn seed_tls(p: &Policy, cluster: &str, namespace: &str) -> Option<(String, String)> {
+    p.client.as_ref().map(|c| (c.operator_secret.clone(), server_name(cluster, namespace)))
+}
+
 /// A Secret as a read-only volume (owner- and group-readable: with a pod `fsGroup` a non-root etcd reads them; no one else).
 pub fn secret_volume(volume: &str, secret: &str) -> Volume {
     Volume {
