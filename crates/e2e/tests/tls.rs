@@ -97,11 +97,18 @@ fn client_ip(ns: &TestNamespace, cluster: &str) -> Result<String> {
     Ok(svc["spec"]["clusterIP"].as_str().context("no clusterIP")?.to_string())
 }
 
-/// A put and a get through the client Service over TLS; `identity`: the client certificate
-/// and key to present, or none. The server certificate is checked against the client
-/// Service's DNS name.
-fn put_get(ns: &TestNamespace, cluster: &str, ca: &str, identity: Option<&(String, String)>, key: &str) -> Result<()> {
-    use etcd_client::{Certificate, Client, ConnectOptions, Identity, TlsOptions};
+/// Puts `puts`, then reads every key under `prefix`, through the client Service over TLS;
+/// `identity`: the client certificate and key to present, or none. The server certificate is
+/// checked against the client Service's DNS name.
+fn tls_kv(
+    ns: &TestNamespace,
+    cluster: &str,
+    ca: &str,
+    identity: Option<&(String, String)>,
+    puts: &[(String, String)],
+    prefix: &str,
+) -> Result<Vec<(String, String)>> {
+    use etcd_client::{Certificate, Client, ConnectOptions, GetOptions, Identity, TlsOptions};
     let url = format!("https://{}:2379", client_ip(ns, cluster)?);
     let mut tls = TlsOptions::new()
         .ca_certificate(Certificate::from_pem(ca))
@@ -116,11 +123,26 @@ fn put_get(ns: &TestNamespace, cluster: &str, ca: &str, identity: Option<&(Strin
             .with_connect_timeout(Duration::from_secs(3))
             .with_timeout(Duration::from_secs(5));
         let mut c = Client::connect([url.as_str()], Some(opts)).await?;
-        c.put(key, "v", None).await?;
-        let r = c.get(key, None).await?;
-        ensure!(r.kvs().first().map(|kv| kv.value()) == Some(b"v".as_slice()), "read back {:?}", r.kvs());
-        Ok(())
+        for (k, v) in puts {
+            c.put(k.as_str(), v.as_str(), None).await?;
+        }
+        let r = c.get(prefix, Some(GetOptions::new().with_prefix())).await?;
+        Ok(r.kvs()
+            .iter()
+            .map(|kv| (kv.key_str().unwrap_or("").to_string(), kv.value_str().unwrap_or("").to_string()))
+            .collect())
     })
+}
+
+/// A put and its read back over TLS.
+fn put_get(ns: &TestNamespace, cluster: &str, ca: &str, identity: Option<&(String, String)>, key: &str) -> Result<()> {
+    let got = tls_kv(ns, cluster, ca, identity, &[(key.to_string(), "v".to_string())], key)?;
+    ensure!(got == [(key.to_string(), "v".to_string())], "read back {got:?}");
+    Ok(())
+}
+
+fn keys(n: usize) -> Vec<(String, String)> {
+    (0..n).map(|i| (format!("keys/{i:03}"), format!("value-{i}"))).collect()
 }
 
 #[test]
@@ -154,10 +176,13 @@ fn static_tls_cluster_needs_client_certificates_resizes_and_backs_up() -> Result
             "a client certificate from another CA was accepted"
         );
 
-        // The operator resizes over TLS (learner, promote: every call with its certificate).
+        // The operator resizes over TLS (learner, promote, move leader, remove: every call
+        // with its certificate).
         patch_spec(ns, "example", r#"{"size":5}"#)?;
         wait_healthy(ns, "example", 5, Duration::from_secs(240))?;
-        put_get(ns, "example", &m.ca.pem, Some(&m.client), "tls/after-resize")?;
+        patch_spec(ns, "example", r#"{"size":3}"#)?;
+        wait_healthy(ns, "example", 3, Duration::from_secs(240))?;
+        tls_kv(ns, "example", &m.ca.pem, Some(&m.client), &keys(KEYS), "keys/")?;
 
         // An S3 backup with clientTLSSecret (the backup pod connects with it).
         ns.apply(&moto.secret_manifest(&ns.name, "creds"))?;
@@ -169,6 +194,34 @@ fn static_tls_cluster_needs_client_certificates_resizes_and_backs_up() -> Result
         ensure!(b["status"]["etcdRevision"].as_i64().unwrap_or(0) >= 3, "{}", b["status"]);
         let data = moto.get_object(BUCKET, "example/etcd.backup")?;
         ensure!(sha256_hex(&data)? == b["status"]["sha256"].as_str().unwrap_or_default(), "stored sha256 differs");
+
+        // Restored as a TLS cluster (restored members start with https peer URLs): every key.
+        delete_cluster(ns, "example")?;
+        let tls_spec: String = COREOS_TLS.lines().map(|l| format!("    {l}\n")).collect();
+        ns.apply(&format!(
+            "apiVersion: etcd.database.coreos.com/v1beta2\nkind: EtcdRestore\nmetadata: {{name: back, namespace: {}}}\nspec:\n  backupStorageType: S3\n  {storage}\n  etcdCluster:\n    name: example\n    spec:\n      size: 3\n      version: \"{VERSION}\"\n{tls_spec}",
+            ns.name
+        ))?;
+        wait_until(RESTORE, "EtcdRestore to succeed", || {
+            let r = get(ns, "etcdrestore", "back")?;
+            ensure!(r["status"]["phase"] != "Failed", "restore failed: {}", r["status"]);
+            Ok((r["status"]["succeeded"] == true).then_some(()))
+        })?;
+        wait_healthy(ns, "example", 3, CREATE)?;
+        let got = wait_until(Duration::from_secs(30), "the restored keys over TLS", || {
+            Ok(tls_kv(ns, "example", &m.ca.pem, Some(&m.client), &[], "keys/").ok())
+        })?;
+        ensure!(got == keys(KEYS), "restored {} of {KEYS} keys", got.len());
+        let pods = member_pods(ns, "example")?;
+        let initial = pods[0]["spec"]["containers"][0]["command"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .find(|a| a.starts_with("--initial-cluster="))
+            .context("no --initial-cluster")?
+            .to_string();
+        ensure!(initial.matches("=https://").count() == 3 && !initial.contains("http://"), "{initial}");
         Ok(())
     })
 }
