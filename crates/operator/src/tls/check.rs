@@ -233,7 +233,7 @@ mod tests {
             secret("p", Some(&data(PEER_KEYS, "junk", "junk", "junk")), PEER_KEYS, Use::Peer, &[], now()).unwrap_err();
         assert_eq!(e.len(), 3, "{e:?}");
         let (c, k) = leaf(&ca, &["*.ex.ns.svc"], &[]);
-        let late = 4_200_000_000_00;
+        let late = 420_000_000_000;
         let e = secret("p", Some(&data(PEER_KEYS, &c, &k, &ca.pem)), PEER_KEYS, Use::Peer, &[], late).unwrap_err();
         assert!(e[0].contains("expired at"), "{e:?}");
     }

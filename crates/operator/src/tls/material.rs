@@ -160,3 +160,94 @@ pub fn checked(
     }
     if errs.is_empty() { Ok(client) } else { Err(errs) }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tls::{CLIENT_KEYS, ClientSecrets, Keys, PEER_KEYS, SERVER_KEYS};
+    use rcgen::{CertificateParams, ExtendedKeyUsagePurpose as Eku, IsCa, Issuer, KeyPair};
+
+    struct Ca {
+        issuer: Issuer<'static, KeyPair>,
+        pem: String,
+    }
+
+    fn ca(name: &str) -> Ca {
+        let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
+        p.distinguished_name.push(rcgen::DnType::CommonName, name);
+        p.is_ca = IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let key = KeyPair::generate().unwrap();
+        let pem = p.self_signed(&key).unwrap().pem();
+        Ca { pem, issuer: Issuer::new(p, key) }
+    }
+
+    fn secret(keys: Keys, by: &Ca, trust: &Ca, sans: &[&str], eku: Eku) -> SecretData {
+        let mut p = CertificateParams::new(sans.iter().map(|s| s.to_string()).collect::<Vec<_>>()).unwrap();
+        p.extended_key_usages = vec![eku];
+        let key = KeyPair::generate().unwrap();
+        let cert = p.signed_by(&key, &by.issuer).unwrap();
+        Some(BTreeMap::from([
+            (keys.cert.to_string(), cert.pem().into_bytes()),
+            (keys.key.to_string(), key.serialize_pem().into_bytes()),
+            (keys.ca.to_string(), trust.pem.clone().into_bytes()),
+        ]))
+    }
+
+    fn policy() -> Policy {
+        Policy {
+            peer_secret: Some("peer".into()),
+            client: Some(ClientSecrets { server_secret: "server".into(), operator_secret: "op".into() }),
+        }
+    }
+
+    /// The three Secrets; the operator's certificate issued by `client_by`.
+    fn fetched(a: &Ca, client_by: &Ca) -> BTreeMap<String, SecretData> {
+        BTreeMap::from([
+            ("peer".into(), secret(PEER_KEYS, a, a, &["*.ex.ns.svc"], Eku::ServerAuth)),
+            ("server".into(), secret(SERVER_KEYS, a, a, &["*.ex.ns.svc", "ex-client.ns.svc"], Eku::ServerAuth)),
+            ("op".into(), secret(CLIENT_KEYS, client_by, a, &[], Eku::ClientAuth)),
+        ])
+    }
+
+    #[test]
+    fn consistent_material_gives_the_operator_its_identity() {
+        let a = ca("a");
+        let mut f = fetched(&a, &a);
+        // The peer certificate needs clientAuth as well.
+        f.insert("peer".into(), {
+            let mut p = CertificateParams::new(vec!["*.ex.ns.svc".to_string()]).unwrap();
+            p.extended_key_usages = vec![Eku::ServerAuth, Eku::ClientAuth];
+            let key = KeyPair::generate().unwrap();
+            let cert = p.signed_by(&key, &a.issuer).unwrap();
+            Some(BTreeMap::from([
+                ("peer.crt".to_string(), cert.pem().into_bytes()),
+                ("peer.key".to_string(), key.serialize_pem().into_bytes()),
+                ("peer-ca.crt".to_string(), a.pem.clone().into_bytes()),
+            ]))
+        });
+        let c = checked(&policy(), &f, "ex", "ns", "", 1_900_000_000).unwrap().unwrap();
+        assert_eq!(c.server_name, "ex-client.ns.svc");
+        assert_eq!(c.ca, a.pem.as_bytes());
+        assert!(format!("{c:?}").find("BEGIN").is_none(), "Debug never prints the material");
+    }
+
+    #[test]
+    fn an_operator_certificate_from_another_ca_is_refused_naming_both_secrets() {
+        let (a, b) = (ca("a"), ca("b"));
+        let e = checked(&policy(), &fetched(&a, &b), "ex", "ns", "", 1_900_000_000).unwrap_err();
+        assert!(e.iter().any(|m| m.contains("peer.crt: extended key usage lacks clientAuth")), "{e:?}");
+        let mut f = fetched(&a, &b);
+        f.insert("peer".into(), None);
+        let e = checked(&policy(), &f, "ex", "ns", "", 1_900_000_000).unwrap_err();
+        assert_eq!(e, ["Secret peer does not exist"], "single-Secret problems first");
+        let p = Policy { peer_secret: None, ..policy() };
+        let e = checked(&p, &fetched(&a, &b), "ex", "ns", "", 1_900_000_000).unwrap_err();
+        assert_eq!(
+            e,
+            [
+                "Secret op: etcd-client.crt is not issued by server-ca.crt of Secret server (the members would refuse the operator)"
+            ]
+        );
+        assert!(checked(&Policy::default(), &BTreeMap::new(), "ex", "ns", "", 0).unwrap().is_none());
+    }
+}
