@@ -430,4 +430,18 @@ mod tests {
         let (_, _, empty) = desired_of(&cluster(edit, Some(r#"{"size":3,"version":"3.5.1"}"#)), "ex", true);
         assert!(!empty);
     }
+
+    /// A formed cluster keeps planning under the TLS it formed with; a new one takes any.
+    #[test]
+    fn turning_tls_on_for_a_formed_cluster_is_refused() {
+        let with_tls: etcd_operator_api::EtcdClusterSpec = serde_json::from_str(
+            r#"{"size":3,"TLS":{"static":{"member":{"peerSecret":"p","serverSecret":"s"},"operatorSecret":"o"}}}"#,
+        )
+        .unwrap();
+        let (d, refused, _) = desired_of(&cluster(with_tls.clone(), Some(r#"{"size":3}"#)), "ex", true);
+        assert!(d.unwrap().tls.is_off(), "planned under the last valid spec");
+        assert!(refused.unwrap()[0].contains("spec.TLS cannot change"));
+        let (d, refused, _) = desired_of(&cluster(with_tls, Some(r#"{"size":3}"#)), "ex", false);
+        assert!(d.unwrap().tls.peer_secret.is_some() && refused.is_none(), "not formed yet: no history to keep");
+    }
 }
