@@ -14,7 +14,7 @@ pub mod check;
 pub mod material;
 
 use etcd_operator_api::cluster::TlsPolicy;
-use k8s_openapi::api::core::v1::{Container, SecretVolumeSource, Volume, VolumeMount};
+use k8s_openapi::api::core::v1::{Container, ContainerPort, SecretVolumeSource, Volume, VolumeMount};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 /// Keys of `member.peerSecret`.
@@ -179,6 +179,11 @@ pub fn secure_member(p: &Policy, etcd: &mut Container, volumes: &mut Vec<Volume>
         if let Some(get) = etcd.readiness_probe.as_mut().and_then(|r| r.http_get.as_mut()) {
             get.port = IntOrString::Int(METRICS_PORT);
         }
+        etcd.ports.get_or_insert_with(Vec::new).push(ContainerPort {
+            name: Some("metrics".into()),
+            container_port: METRICS_PORT,
+            ..Default::default()
+        });
     }
 }
 
@@ -250,6 +255,27 @@ mod tests {
         assert!(f.contains(&"--trusted-ca-file=/etc/etcdtls/member/server-tls/server-ca.crt".to_string()));
         assert!(member_flags(&Policy::default()).is_empty());
         assert_eq!(p.secrets().iter().map(|s| s.0).collect::<Vec<_>>(), ["p", "s", "o"]);
+    }
+
+    #[test]
+    fn a_secured_member_mounts_the_secrets_and_probes_the_metrics_listener() {
+        use k8s_openapi::api::core::v1::{HTTPGetAction, Probe};
+        let probe = Probe {
+            http_get: Some(HTTPGetAction { port: IntOrString::Int(2379), ..Default::default() }),
+            ..Default::default()
+        };
+        let plain = Container { readiness_probe: Some(probe), ..Default::default() };
+        let (mut c, mut v) = (plain.clone(), vec![]);
+        secure_member(&Policy::default(), &mut c, &mut v);
+        assert_eq!((c, v.len()), (plain.clone(), 0), "a plaintext member is left as it was");
+        let (mut c, mut v) = (plain, vec![]);
+        secure_member(&Policy::of(Some(&spec("p", "s", "o"))).unwrap(), &mut c, &mut v);
+        let secrets: Vec<_> = v.iter().filter_map(|v| v.secret.as_ref()?.secret_name.clone()).collect();
+        assert_eq!(secrets, ["p", "s"], "never the operator's Secret");
+        let dirs: Vec<_> = c.volume_mounts.unwrap().iter().map(|m| m.mount_path.clone()).collect();
+        assert_eq!(dirs, [PEER_DIR, SERVER_DIR]);
+        let port = &c.readiness_probe.unwrap().http_get.unwrap().port;
+        assert_eq!(port, &IntOrString::Int(METRICS_PORT));
     }
 
     #[test]
