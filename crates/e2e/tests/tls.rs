@@ -16,7 +16,9 @@ use e2e::{TestNamespace, wait_until};
 use rcgen::{CertificateParams, ExtendedKeyUsagePurpose as Eku, IsCa, Issuer, KeyPair};
 use serde_json::Value;
 
-const VERSION: &str = "3.5.1";
+/// The example leaves `version` empty: the default.
+const VERSION: &str = "3.6.15";
+const EXAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/tls/example-tls-cluster.yaml");
 
 struct Ca {
     issuer: Issuer<'static, KeyPair>,
@@ -151,8 +153,9 @@ fn static_tls_cluster_needs_client_certificates_resizes_and_backs_up() -> Result
     moto.create_bucket(BUCKET)?;
     with_operator("e2e-tls", |ns, _op| {
         let m = coreos_secrets(ns, "example", None)?;
-        ns.apply(&cluster_manifest(&ns.name, "example", 3, VERSION, COREOS_TLS))?;
-        wait_healthy(ns, "example", 3, CREATE)?;
+        ns.run(&["apply", "-f", EXAMPLE])?;
+        let c = wait_healthy(ns, "example", 3, CREATE)?;
+        ensure!(c["status"]["currentVersion"] == VERSION, "{}", c["status"]["currentVersion"]);
 
         // Peers and clients speak TLS: the URLs etcd itself reports are https.
         let pods = member_pods(ns, "example")?;
