@@ -158,6 +158,21 @@ pub fn member_flags(p: &Policy) -> Vec<String> {
     f
 }
 
+/// `etcdEnv` names that would set what the TLS flags set (etcd refuses a setting given both
+/// ways), as refusal reasons. Derived from [`member_flags`]: `--peer-cert-file` is
+/// `ETCD_PEER_CERT_FILE`.
+pub fn env_conflicts(p: &Policy, env: &[k8s_openapi::api::core::v1::EnvVar]) -> Vec<String> {
+    let owned: Vec<String> = member_flags(p)
+        .iter()
+        .filter_map(|f| f.strip_prefix("--")?.split('=').next())
+        .map(|n| format!("ETCD_{}", n.to_ascii_uppercase().replace('-', "_")))
+        .collect();
+    env.iter()
+        .filter(|e| owned.contains(&e.name))
+        .map(|e| format!("spec.pod.etcdEnv: {} is set by the operator from spec.TLS and cannot be set", e.name))
+        .collect()
+}
+
 /// The member's etcd container and the pod's volumes, secured: the Secrets mounted read-only,
 /// the readiness probe moved to the metrics listener when clients need certificates. A cluster
 /// without TLS is left exactly as it was.
@@ -276,6 +291,18 @@ mod tests {
         assert_eq!(dirs, [PEER_DIR, SERVER_DIR]);
         let port = &c.readiness_probe.unwrap().http_get.unwrap().port;
         assert_eq!(port, &IntOrString::Int(METRICS_PORT));
+    }
+
+    #[test]
+    fn etcd_env_cannot_set_what_the_tls_flags_set() {
+        use k8s_openapi::api::core::v1::EnvVar;
+        let env = |n: &str| EnvVar { name: n.into(), value: Some("x".into()), ..Default::default() };
+        let env = [env("ETCD_PEER_CERT_FILE"), env("ETCD_CLIENT_CERT_AUTH"), env("ETCD_HEARTBEAT_INTERVAL")];
+        let p = Policy::of(Some(&spec("p", "s", "o"))).unwrap();
+        let e = env_conflicts(&p, &env);
+        assert_eq!(e.len(), 2, "{e:?}");
+        assert!(e[0].contains("ETCD_PEER_CERT_FILE"));
+        assert!(env_conflicts(&Policy::default(), &env).is_empty(), "without TLS they are the user's");
     }
 
     #[test]

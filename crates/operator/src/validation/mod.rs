@@ -145,6 +145,7 @@ fn validate_with(name: &str, spec: &EtcdClusterSpec, strict: bool) -> Result<Des
     }
     // The Secrets themselves are checked when observed (`tls::material`): reading them is I/O.
     let tls = crate::tls::Policy::of(spec.tls.as_ref()).map_err(|e| errs.push(e)).unwrap_or_default();
+    errs.extend(crate::tls::env_conflicts(&tls, &pod.etcd_env));
     let restore = spec.restore.as_ref().and_then(|r| {
         let loc = crate::backup::location::Location::of(&r.backup_storage_type, &r.source)
             .map_err(|e| errs.push(format!("spec.restore: {e}")))
