@@ -5,7 +5,7 @@
 //! connection per member instead of a new one every observation).
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use etcd_client::{Client, ConnectOptions, MemberAddOptions};
@@ -13,6 +13,7 @@ use futures::future::join_all;
 
 use crate::naming;
 use crate::observed::{Alarm, AlarmKind, EtcdState, MemberState, MemberStatus};
+use crate::tls::material::ClientTls;
 
 /// Time to open a connection to one member.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -33,11 +34,32 @@ pub enum Error {
     OtherCluster { endpoint: String, found: u64 },
 }
 
-/// A member's client endpoint by pod name, e.g. `ex-abcde` → `http://10.244.0.7:2379`.
-pub type Endpoints = BTreeMap<String, String>;
+/// Members' client endpoints by pod name, e.g. `ex-abcde` → `http://10.244.0.7:2379`
+/// (dereferences to that map), and the client identity they need when clients speak TLS.
+#[derive(Clone, Debug, Default)]
+pub struct Endpoints {
+    pub urls: BTreeMap<String, String>,
+    pub tls: Option<Arc<ClientTls>>,
+}
 
-async fn connect(endpoints: &[String], timeout: Duration) -> Result<Client, Error> {
-    let opts = ConnectOptions::new().with_connect_timeout(CONNECT_TIMEOUT).with_timeout(timeout);
+impl std::ops::Deref for Endpoints {
+    type Target = BTreeMap<String, String>;
+    fn deref(&self) -> &Self::Target {
+        &self.urls
+    }
+}
+
+impl Endpoints {
+    pub fn tls(&self) -> Option<&ClientTls> {
+        self.tls.as_deref()
+    }
+}
+
+pub async fn connect(endpoints: &[String], tls: Option<&ClientTls>, timeout: Duration) -> Result<Client, Error> {
+    let mut opts = ConnectOptions::new().with_connect_timeout(CONNECT_TIMEOUT).with_timeout(timeout);
+    if let Some(t) = tls {
+        opts = opts.with_tls(t.options());
+    }
     let label = endpoints.join(",");
     match tokio::time::timeout(CONNECT_TIMEOUT + Duration::from_millis(500), Client::connect(endpoints, Some(opts)))
         .await
@@ -74,8 +96,10 @@ pub struct MemberClients {
 }
 
 impl MemberClients {
-    async fn get(&self, url: &str) -> Result<Client, Error> {
+    async fn get(&self, url: &str, tls: Option<&ClientTls>) -> Result<Client, Error> {
         let now = Instant::now();
+        let key = cache_key(url, tls);
+        let url = key.as_str();
         {
             let mut m = self.clients.lock().unwrap_or_else(|e| e.into_inner());
             m.retain(|_, (_, used)| now.duration_since(*used) < CLIENT_IDLE_LIMIT);
@@ -84,23 +108,39 @@ impl MemberClients {
                 return Ok(c.clone());
             }
         }
-        let c = connect(&[url.to_string()], READ_TIMEOUT).await?;
+        let c = connect(&[url_of(url).to_string()], tls, READ_TIMEOUT).await?;
         self.clients.lock().unwrap_or_else(|e| e.into_inner()).insert(url.to_string(), (c.clone(), now));
         Ok(c)
     }
 
-    fn forget(&self, url: &str) {
-        self.clients.lock().unwrap_or_else(|e| e.into_inner()).remove(url);
+    fn forget(&self, url: &str, tls: Option<&ClientTls>) {
+        self.clients.lock().unwrap_or_else(|e| e.into_inner()).remove(&cache_key(url, tls));
     }
 }
 
+/// A cached client is reused only with the same TLS material (`<url> <fingerprint>`).
+fn cache_key(url: &str, tls: Option<&ClientTls>) -> String {
+    match tls {
+        Some(t) => format!("{url} {}", t.fingerprint()),
+        None => url.to_string(),
+    }
+}
+
+fn url_of(key: &str) -> &str {
+    key.split(' ').next().unwrap_or(key)
+}
+
 /// One member's answer to Status, through a client of its own.
-async fn member_status(clients: &MemberClients, url: &str) -> Result<(u64, u64, MemberStatus, bool, Client), Error> {
-    let mut c = clients.get(url).await?;
+async fn member_status(
+    clients: &MemberClients,
+    url: &str,
+    tls: Option<&ClientTls>,
+) -> Result<(u64, u64, MemberStatus, bool, Client), Error> {
+    let mut c = clients.get(url, tls).await?;
     let s = match with_deadline(url, READ_TIMEOUT, c.status()).await {
         Ok(s) => s,
         Err(e) => {
-            clients.forget(url);
+            clients.forget(url, tls);
             return Err(e);
         }
     };
@@ -158,7 +198,8 @@ pub async fn observe(
     if endpoints.is_empty() {
         return Err(Error::NoEndpoint);
     }
-    let answers = join_all(endpoints.values().map(|u| async move { (u, member_status(clients, u).await) })).await;
+    let tls = endpoints.tls();
+    let answers = join_all(endpoints.values().map(|u| async move { (u, member_status(clients, u, tls).await) })).await;
     let mut last_err = None;
     let mut ok = vec![];
     for (url, a) in answers {
@@ -175,7 +216,7 @@ pub async fn observe(
     for (url, (id, cid, st, member_alarmed, client)) in ok {
         if Some(cid) != want {
             foreign.extend(endpoints.iter().filter(|(_, u)| *u == url).map(|(pod, _)| pod.clone()));
-            clients.forget(url);
+            clients.forget(url, tls);
             last_err = Some(Error::OtherCluster { endpoint: url.clone(), found: cid });
             continue;
         }
@@ -194,7 +235,7 @@ pub async fn observe(
     let list = match with_deadline("member list", READ_TIMEOUT, client.member_list()).await {
         Ok(l) => l,
         Err(e) => {
-            clients.forget(url);
+            clients.forget(url, tls);
             return Err(e);
         }
     };
@@ -202,7 +243,7 @@ pub async fn observe(
         match alarms(client).await {
             Ok(a) => a,
             Err(e) => {
-                clients.forget(url);
+                clients.forget(url, tls);
                 return Err(e);
             }
         }
@@ -228,16 +269,16 @@ pub async fn observe(
     Ok(EtcdState { cluster_id, leader, members, foreign, alarms })
 }
 
-async fn change_client(endpoints: &[String]) -> Result<Client, Error> {
+async fn change_client(endpoints: &[String], tls: Option<&ClientTls>) -> Result<Client, Error> {
     if endpoints.is_empty() {
         return Err(Error::NoEndpoint);
     }
-    connect(endpoints, CHANGE_TIMEOUT).await
+    connect(endpoints, tls, CHANGE_TIMEOUT).await
 }
 
 /// Register a learner with the given peer URL; returns its member ID.
-pub async fn add_learner(endpoints: &[String], peer_url: &str) -> Result<u64, Error> {
-    let mut c = change_client(endpoints).await?;
+pub async fn add_learner(endpoints: &[String], tls: Option<&ClientTls>, peer_url: &str) -> Result<u64, Error> {
+    let mut c = change_client(endpoints, tls).await?;
     let r = with_deadline(
         "member add",
         CHANGE_TIMEOUT,
@@ -247,19 +288,19 @@ pub async fn add_learner(endpoints: &[String], peer_url: &str) -> Result<u64, Er
     Ok(r.member().map(|m| m.id()).unwrap_or_default())
 }
 
-pub async fn promote(endpoints: &[String], id: u64) -> Result<(), Error> {
-    let mut c = change_client(endpoints).await?;
+pub async fn promote(endpoints: &[String], tls: Option<&ClientTls>, id: u64) -> Result<(), Error> {
+    let mut c = change_client(endpoints, tls).await?;
     with_deadline("member promote", CHANGE_TIMEOUT, c.member_promote(id)).await.map(|_| ())
 }
 
-pub async fn remove(endpoints: &[String], id: u64) -> Result<(), Error> {
-    let mut c = change_client(endpoints).await?;
+pub async fn remove(endpoints: &[String], tls: Option<&ClientTls>, id: u64) -> Result<(), Error> {
+    let mut c = change_client(endpoints, tls).await?;
     with_deadline("member remove", CHANGE_TIMEOUT, c.member_remove(id)).await.map(|_| ())
 }
 
 /// Hand leadership to `to`; must be sent to the current leader.
-pub async fn move_leader(leader_endpoint: &str, to: u64) -> Result<(), Error> {
-    let mut c = change_client(&[leader_endpoint.to_string()]).await?;
+pub async fn move_leader(leader_endpoint: &str, tls: Option<&ClientTls>, to: u64) -> Result<(), Error> {
+    let mut c = change_client(&[leader_endpoint.to_string()], tls).await?;
     with_deadline(leader_endpoint, CHANGE_TIMEOUT, c.move_leader(to)).await.map(|_| ())
 }
 
@@ -270,8 +311,8 @@ const DEFRAG_TIMEOUT: Duration = Duration::from_secs(300);
 /// The store's current revision: the header of a linearizable read (a Status answer may come
 /// from a member that has not applied the latest writes yet; a compaction below them would free
 /// nothing they deleted). The read counts one key and fetches nothing.
-pub async fn revision(endpoints: &[String]) -> Result<i64, Error> {
-    let mut c = change_client(endpoints).await?;
+pub async fn revision(endpoints: &[String], tls: Option<&ClientTls>) -> Result<i64, Error> {
+    let mut c = change_client(endpoints, tls).await?;
     let opts = etcd_client::GetOptions::new().with_count_only();
     let r = with_deadline("revision read", READ_TIMEOUT, c.get("\0", Some(opts))).await?;
     Ok(r.header().map(|h| h.revision()).unwrap_or_default())
@@ -279,8 +320,8 @@ pub async fn revision(endpoints: &[String]) -> Result<i64, Error> {
 
 /// Compact the history up to `revision` and wait until every member has applied it
 /// (physical). A revision compacted already is not an error.
-pub async fn compact(endpoints: &[String], revision: i64) -> Result<(), Error> {
-    let mut c = change_client(endpoints).await?;
+pub async fn compact(endpoints: &[String], tls: Option<&ClientTls>, revision: i64) -> Result<(), Error> {
+    let mut c = change_client(endpoints, tls).await?;
     let opts = etcd_client::CompactionOptions::new().with_physical();
     match with_deadline("compact", DEFRAG_TIMEOUT, c.compact(revision, Some(opts))).await {
         Err(Error::Call { source, .. }) if source.to_string().contains("compacted") => Ok(()),
@@ -289,34 +330,34 @@ pub async fn compact(endpoints: &[String], revision: i64) -> Result<(), Error> {
 }
 
 /// Size of a member's database file and how much of it is in use, asked of that member.
-pub async fn db_size(endpoint: &str) -> Result<(i64, i64), Error> {
-    let mut c = connect(&[endpoint.to_string()], READ_TIMEOUT).await?;
+pub async fn db_size(endpoint: &str, tls: Option<&ClientTls>) -> Result<(i64, i64), Error> {
+    let mut c = connect(&[endpoint.to_string()], tls, READ_TIMEOUT).await?;
     let s = with_deadline(endpoint, READ_TIMEOUT, c.status()).await?;
     Ok((s.db_size(), s.raft_used_db_size()))
 }
 
 /// Defragment one member (only the member behind `endpoint`); returns its database file size
 /// before and after, and how long the defragmentation call took.
-pub async fn defragment(endpoint: &str) -> Result<(i64, i64, Duration), Error> {
-    let before = db_size(endpoint).await?.0;
-    let mut c = connect(&[endpoint.to_string()], DEFRAG_TIMEOUT).await?;
+pub async fn defragment(endpoint: &str, tls: Option<&ClientTls>) -> Result<(i64, i64, Duration), Error> {
+    let before = db_size(endpoint, tls).await?.0;
+    let mut c = connect(&[endpoint.to_string()], tls, DEFRAG_TIMEOUT).await?;
     let started = Instant::now();
     with_deadline(endpoint, DEFRAG_TIMEOUT, c.defragment()).await?;
     let took = started.elapsed();
-    let after = db_size(endpoint).await?.0;
+    let after = db_size(endpoint, tls).await?.0;
     Ok((before, after, took))
 }
 
 /// The alarms raised now (through any of `endpoints`).
-pub async fn alarms_of(endpoints: &[String]) -> Result<Vec<Alarm>, Error> {
-    let mut c = change_client(endpoints).await?;
+pub async fn alarms_of(endpoints: &[String], tls: Option<&ClientTls>) -> Result<Vec<Alarm>, Error> {
+    let mut c = change_client(endpoints, tls).await?;
     alarms(&mut c).await
 }
 
 /// Deactivate one alarm.
-pub async fn disarm(endpoints: &[String], alarm: &Alarm) -> Result<(), Error> {
+pub async fn disarm(endpoints: &[String], tls: Option<&ClientTls>, alarm: &Alarm) -> Result<(), Error> {
     use etcd_client::{AlarmAction, AlarmOptions, AlarmType};
-    let mut c = change_client(endpoints).await?;
+    let mut c = change_client(endpoints, tls).await?;
     let kind = match alarm.kind {
         AlarmKind::NoSpace => AlarmType::Nospace,
         AlarmKind::Corrupt => AlarmType::Corrupt,

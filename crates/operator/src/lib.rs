@@ -32,6 +32,7 @@ pub mod pod_spec;
 pub mod rbac;
 pub mod status;
 pub mod telemetry;
+pub mod tls;
 pub mod validation;
 pub mod version;
 pub mod volume_size;

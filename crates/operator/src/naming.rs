@@ -86,12 +86,14 @@ pub fn member_host(member: &str, cluster: &str, namespace: &str, cluster_domain:
     }
 }
 
-pub fn peer_url(host: &str) -> String {
-    format!("http://{host}:{PEER_PORT}")
+/// A member's peer URL; `scheme` is `https` when peers speak TLS (`tls::Policy::peer_scheme`).
+pub fn peer_url(scheme: &str, host: &str) -> String {
+    format!("{scheme}://{host}:{PEER_PORT}")
 }
 
-pub fn client_url(host: &str) -> String {
-    format!("http://{host}:{CLIENT_PORT}")
+/// A member's client URL; `scheme` is `https` when clients speak TLS.
+pub fn client_url(scheme: &str, host: &str) -> String {
+    format!("{scheme}://{host}:{CLIENT_PORT}")
 }
 
 /// The member (pod) name a peer URL points at: the first label of its host. This is how the
@@ -118,7 +120,8 @@ mod tests {
     fn urls_round_trip_to_member_names() {
         let h = member_host("ex-abcde", "ex", "ns", "");
         assert_eq!(h, "ex-abcde.ex.ns.svc");
-        assert_eq!(member_of_peer_url(&peer_url(&h)).as_deref(), Some("ex-abcde"));
+        assert_eq!(member_of_peer_url(&peer_url("http", &h)).as_deref(), Some("ex-abcde"));
+        assert_eq!(peer_url("https", &h), "https://ex-abcde.ex.ns.svc:2380");
         let h = member_host("ex-abcde", "ex", "ns", ".cluster.local");
         assert_eq!(h, "ex-abcde.ex.ns.svc.cluster.local");
         assert_eq!(member_of_peer_url("https://m1.c.ns.svc:2380").as_deref(), Some("m1"));

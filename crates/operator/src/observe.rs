@@ -184,7 +184,7 @@ fn desired_of(
     name: &str,
     formed: bool,
 ) -> (Result<Desired, Vec<String>>, Option<Vec<String>>, bool) {
-    match validate(name, &cluster.spec) {
+    match validate(name, &cluster.spec).and_then(|d| tls_unchanged(cluster, name, formed, d)) {
         Ok(d) => (Ok(d), None, cluster.spec.version.is_empty()),
         Err(errs) => {
             let recorded = cluster.annotations().get(LAST_VALID_SPEC_ANNOTATION);
@@ -202,6 +202,18 @@ fn desired_of(
                 None => (Err(errs), None, false),
             }
         }
+    }
+}
+
+/// A formed cluster keeps the TLS it formed with (the last valid spec's; `tls::check_change`).
+fn tls_unchanged(cluster: &EtcdCluster, name: &str, formed: bool, d: Desired) -> Result<Desired, Vec<String>> {
+    let recorded = cluster.annotations().get(LAST_VALID_SPEC_ANNOTATION);
+    let before = recorded
+        .and_then(|j| serde_json::from_str::<etcd_operator_api::EtcdClusterSpec>(j).ok())
+        .and_then(|spec| validate(name, &spec).ok());
+    match before {
+        Some(b) if formed => crate::tls::check_change(&b.tls, &d.tls).map(|_| d).map_err(|e| vec![e]),
+        _ => Ok(d),
     }
 }
 
@@ -296,13 +308,6 @@ pub async fn observe(
     // During a recovery the new first member is the cluster: only it is asked, whatever cluster
     // ID it has. Otherwise answers from another cluster (a reused pod IP) are ignored.
     let seeded = recovery_record.as_ref().filter(|r| pods.contains_key(&r.member)).map(|r| r.member.clone());
-    let endpoints: etcd::Endpoints = pods
-        .values()
-        // A terminating or ended pod's etcd is going away: not worth a connection timeout.
-        .filter(|p| !p.is_dead() && !p.deleting)
-        .filter(|p| seeded.as_ref().is_none_or(|m| *m == p.name))
-        .filter_map(|p| p.ip.as_ref().map(|ip| (p.name.clone(), format!("http://{ip}:{CLIENT_PORT}"))))
-        .collect();
     // A status that shows the cluster ran (CoreOS' included: it recorded no cluster ID) counts.
     let formed = annotations.contains_key(CLUSTER_ID_ANNOTATION)
         || !status.cluster_id.is_empty()
@@ -314,6 +319,25 @@ pub async fn observe(
         }
         d
     });
+    // TLS material is checked before anything uses it: refused material is an invalid spec.
+    let (desired, client_tls) = match desired {
+        Ok(d) => match crate::tls::material::load(client, &namespace, &name, &d.pod.cluster_domain, &d.tls).await {
+            Ok(t) => (Ok(d), t),
+            Err(reasons) => (Err(reasons), None),
+        },
+        Err(e) => (Err(e), None),
+    };
+    let scheme = desired.as_ref().map(|d| d.tls.client_scheme()).unwrap_or("http");
+    let endpoints = etcd::Endpoints {
+        urls: pods
+            .values()
+            // A terminating or ended pod's etcd is going away: not worth a connection timeout.
+            .filter(|p| !p.is_dead() && !p.deleting)
+            .filter(|p| seeded.as_ref().is_none_or(|m| *m == p.name))
+            .filter_map(|p| p.ip.as_ref().map(|ip| (p.name.clone(), format!("{scheme}://{ip}:{CLIENT_PORT}"))))
+            .collect(),
+        tls: client_tls,
+    };
     let recorded_cluster_id = annotations.get(CLUSTER_ID_ANNOTATION).cloned().unwrap_or(status.cluster_id.clone());
     let (etcd, etcd_error) = if desired.is_err() || endpoints.is_empty() {
         (None, None)
@@ -408,5 +432,19 @@ mod tests {
         assert!(empty, "the last valid spec left the version empty");
         let (_, _, empty) = desired_of(&cluster(edit, Some(r#"{"size":3,"version":"3.5.1"}"#)), "ex", true);
         assert!(!empty);
+    }
+
+    /// A formed cluster keeps planning under the TLS it formed with; a new one takes any.
+    #[test]
+    fn turning_tls_on_for_a_formed_cluster_is_refused() {
+        let with_tls: etcd_operator_api::EtcdClusterSpec = serde_json::from_str(
+            r#"{"size":3,"TLS":{"static":{"member":{"peerSecret":"p","serverSecret":"s"},"operatorSecret":"o"}}}"#,
+        )
+        .unwrap();
+        let (d, refused, _) = desired_of(&cluster(with_tls.clone(), Some(r#"{"size":3}"#)), "ex", true);
+        assert!(d.unwrap().tls.is_off(), "planned under the last valid spec");
+        assert!(refused.unwrap()[0].contains("spec.TLS cannot change"));
+        let (d, refused, _) = desired_of(&cluster(with_tls, Some(r#"{"size":3}"#)), "ex", false);
+        assert!(d.unwrap().tls.peer_secret.is_some() && refused.is_none(), "not formed yet: no history to keep");
     }
 }

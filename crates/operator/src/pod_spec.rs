@@ -145,15 +145,16 @@ pub fn etcd_command(c: &EtcdCluster, d: &Desired, m: &NewMember) -> Vec<String> 
         "/usr/local/bin/etcd".into(),
         format!("--name={}", m.name),
         format!("--data-dir={DATA_DIR}"),
-        format!("--initial-advertise-peer-urls={}", naming::peer_url(&host)),
-        format!("--listen-peer-urls=http://0.0.0.0:{PEER_PORT}"),
-        format!("--listen-client-urls=http://0.0.0.0:{CLIENT_PORT}"),
-        format!("--advertise-client-urls={}", naming::client_url(&host)),
+        format!("--initial-advertise-peer-urls={}", naming::peer_url(d.tls.peer_scheme(), &host)),
+        format!("--listen-peer-urls={}://0.0.0.0:{PEER_PORT}", d.tls.peer_scheme()),
+        format!("--listen-client-urls={}://0.0.0.0:{CLIENT_PORT}", d.tls.client_scheme()),
+        format!("--advertise-client-urls={}", naming::client_url(d.tls.client_scheme(), &host)),
         format!("--initial-cluster={}", initial.join(",")),
         format!("--initial-cluster-state={}", if m.existing { "existing" } else { "new" }),
         // The EtcdCluster's UID: two clusters of the same name never cross-talk.
         format!("--initial-cluster-token={uid}"),
     ];
+    flags.extend(crate::tls::member_flags(&d.tls));
     // Space: the quota and history compaction (unless `etcdEnv` sets them: etcd refuses a
     // setting given both ways).
     if let Some(q) = d.maintenance.quota_flag {
@@ -249,10 +250,14 @@ pub fn member_pod(c: &EtcdCluster, d: &Desired, m: &NewMember, init_image: &str)
     // A recovered cluster's first member starts from its seed; a restored cluster's bootstrap
     // members from the backup; later members join.
     use crate::backup::restore_init::{RestoreInit, SnapshotSource};
+    let seed_tls = crate::tls::seed_tls(&d.tls, &name, &ns);
     let from = match (&m.seed, &d.restore) {
-        (Some(Seed::Member { client_url, cluster_id, member_id, .. }), _) => {
-            Some(SnapshotSource::Member { client_url, cluster_id: *cluster_id, member_id: *member_id })
-        }
+        (Some(Seed::Member { client_url, cluster_id, member_id, .. }), _) => Some(SnapshotSource::Member {
+            client_url,
+            cluster_id: *cluster_id,
+            member_id: *member_id,
+            client_tls: seed_tls.as_ref().map(|(s, n)| (s.as_str(), n.as_str())),
+        }),
         (Some(Seed::Backup(r)), _) => {
             Some(SnapshotSource::Backup { loc: &r.location, source: &r.source, sha256: &r.sha256 })
         }
@@ -267,7 +272,7 @@ pub fn member_pod(c: &EtcdCluster, d: &Desired, m: &NewMember, init_image: &str)
             initial_cluster: m.initial_cluster.clone(),
             // As etcd's own --initial-cluster-token: the EtcdCluster's UID.
             token: c.meta().uid.clone().unwrap_or_default(),
-            peer_url: naming::peer_url(&host),
+            peer_url: naming::peer_url(d.tls.peer_scheme(), &host),
         };
         let etcd_image = image_for(&d.repository, &m.version);
         let (containers, vols) = crate::backup::restore_init::restore_init_containers(
@@ -288,6 +293,8 @@ pub fn member_pod(c: &EtcdCluster, d: &Desired, m: &NewMember, init_image: &str)
     if needs_dns_wait {
         init_containers.push(wait_dns);
     }
+    let mut etcd = etcd;
+    crate::tls::secure_member(&d.tls, &mut etcd, &mut volumes);
     let data = if m.pvc {
         Volume {
             name: "etcd-data".into(),

@@ -110,6 +110,14 @@ pub const PERMISSIONS: &[Permission] = &[
         why: "member data volumes (patch: grow them when the spec asks for more)",
     },
     Permission {
+        group: "",
+        resource: "secrets",
+        verbs: &["get"],
+        scope: Scope::Namespaced,
+        names: &[],
+        why: "read the spec.TLS.static Secrets a cluster names, to check them and to connect (no list or watch: only Secrets a spec names)",
+    },
+    Permission {
         group: "policy",
         resource: "poddisruptionbudgets",
         verbs: &["get", "list", "watch", "create", "patch"],
@@ -183,9 +191,13 @@ mod tests {
         assert_eq!(CRD_NAMES, own);
     }
 
-    /// No code reads Secrets: credentials are mounted only into backup and restore pods.
+    /// Secrets: `get` only (the TLS Secrets a cluster's spec names); never list, watch or
+    /// write. Storage credentials are still mounted only into backup and restore pods.
     #[test]
-    fn no_secret_access() {
-        assert!(PERMISSIONS.iter().all(|p| p.resource != "secrets"));
+    fn secrets_are_only_read_by_name() {
+        let s: Vec<_> = PERMISSIONS.iter().filter(|p| p.resource == "secrets").collect();
+        assert_eq!(s.len(), 1);
+        assert_eq!(s[0].verbs, ["get"]);
+        assert_eq!(s[0].scope, Scope::Namespaced);
     }
 }

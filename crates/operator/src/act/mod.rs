@@ -143,7 +143,7 @@ pub async fn execute(t: &Target<'_>, step: &Step) -> Result<Option<Done>, Error>
         }
         Step::AddLearner(m) => {
             let peer = &m.initial_cluster.last().expect("the new member is in its initial cluster").1;
-            let id = etcd::add_learner(&t.change_endpoints(), peer).await?;
+            let id = etcd::add_learner(&t.change_endpoints(), t.endpoints.tls(), peer).await?;
             t.create_member(m).await?;
             let size = t.observed.etcd.as_ref().map(|e| e.members.len()).unwrap_or_default();
             Done {
@@ -205,7 +205,7 @@ pub async fn execute(t: &Target<'_>, step: &Step) -> Result<Option<Done>, Error>
             }
         }
         Step::Promote { id, pod } => {
-            etcd::promote(&t.change_endpoints(), *id).await?;
+            etcd::promote(&t.change_endpoints(), t.endpoints.tls(), *id).await?;
             done(
                 "LearnerPromoted",
                 format!("learner {pod} (ID {}) caught up and is now a voting member", etcd::hex(*id)),
@@ -216,7 +216,7 @@ pub async fn execute(t: &Target<'_>, step: &Step) -> Result<Option<Done>, Error>
             // removal and answers "server stopped" although the removal went through.
             let others: Vec<String> =
                 t.change_endpoints().into_iter().filter(|ep| t.endpoints.get(pod) != Some(ep)).collect();
-            etcd::remove(&others, *id).await?;
+            etcd::remove(&others, t.endpoints.tls(), *id).await?;
             t.delete_pod(pod, true).await?;
             Done {
                 reason: "MemberRemoved",
@@ -245,7 +245,7 @@ pub async fn execute(t: &Target<'_>, step: &Step) -> Result<Option<Done>, Error>
         }
         Step::MoveLeader { from_pod, to, to_pod, purpose } => {
             let ep = t.endpoints.get(from_pod).cloned().unwrap_or_default();
-            etcd::move_leader(&ep, *to).await?;
+            etcd::move_leader(&ep, t.endpoints.tls(), *to).await?;
             done("LeaderMoved", format!("leadership moved from {from_pod} to {to_pod} before {}", purpose.as_str()))
         }
         Step::Defragment { pod, free_bytes } => {

@@ -82,6 +82,7 @@ fn backup_pod(obj: &DynamicObject, target: &BackupTarget, image: &str, name: &st
     command.push(format!("--endpoints={}", target.endpoints.join(",")));
     command.push(format!("--timeout-secs={}", target.timeout_secs));
     command.push(format!("--owner-uid={}", owner.uid));
+    command.extend(super::contract::ClientTlsArgs::of(&backup.spec.client_tls_secret).to_args());
     if target.interval.is_some() {
         command.push("--periodic".into());
         command.push(format!("--max-backups={}", target.max_backups));
@@ -90,7 +91,7 @@ fn backup_pod(obj: &DynamicObject, target: &BackupTarget, image: &str, name: &st
     if !backup.spec.cluster_name.is_empty() {
         labels.insert(BACKUP_OF_LABEL.to_string(), backup.spec.cluster_name.clone());
     }
-    Ok(pods::job_pod(JobPod {
+    let mut pod = pods::job_pod(JobPod {
         name: name.to_string(),
         namespace: obj.namespace().unwrap_or_default(),
         labels,
@@ -101,7 +102,9 @@ fn backup_pod(obj: &DynamicObject, target: &BackupTarget, image: &str, name: &st
         source: &backup.spec.source,
         deadline_secs: target.timeout_secs + POD_START_SLACK_SECS,
         writes: true,
-    }))
+    });
+    pods::mount_client_tls(&mut pod, &backup.spec.client_tls_secret);
+    Ok(pod)
 }
 
 /// Run the EtcdBackup controller until `shutdown` resolves.

@@ -88,14 +88,13 @@ pub struct BackupPlan {
 /// Check a spec; `namespace` resolves `clusterName` to its client Service.
 pub fn check_spec(spec: &EtcdBackupSpec, namespace: &str) -> Result<BackupTarget, String> {
     let location = Location::of(&spec.storage_type, &spec.source)?;
-    if !spec.client_tls_secret.is_empty() {
-        return Err("clientTLSSecret is not supported yet by this operator version (TLS is not wired)".into());
-    }
+    // With a client certificate the cluster's clients speak TLS (CoreOS `clientTLSSecret`).
+    let scheme = crate::tls::scheme(!spec.client_tls_secret.is_empty());
     let endpoints = match (spec.etcd_endpoints.is_empty(), spec.cluster_name.is_empty()) {
         (false, true) => spec.etcd_endpoints.clone(),
         (true, false) => {
             vec![format!(
-                "http://{}.{namespace}.svc:{}",
+                "{scheme}://{}.{namespace}.svc:{}",
                 crate::naming::client_service(&spec.cluster_name),
                 crate::naming::CLIENT_PORT
             )]

@@ -296,7 +296,7 @@ fn specs_are_checked_with_the_reason_named() {
     assert!(check_spec(&spec(30, 2), "ns").is_ok());
     let mut s = spec(0, 0);
     s.client_tls_secret = "tls".into();
-    assert!(check_spec(&s, "ns").unwrap_err().contains("clientTLSSecret"));
+    assert_eq!(check_spec(&s, "ns").unwrap().endpoints, ["https://ex-client.ns.svc:2379"], "a client certificate: TLS");
     let mut s = spec(0, 0);
     s.storage_type = "NFS".into();
     assert!(check_spec(&s, "ns").unwrap_err().contains("NFS"));

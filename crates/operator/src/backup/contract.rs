@@ -107,6 +107,49 @@ impl StorageArgs {
     }
 }
 
+/// How a pod reaches etcd over TLS: the directory where the client Secret (`clientTLSSecret`,
+/// CoreOS keys `etcd-client.crt`, `etcd-client.key`, `etcd-client-ca.crt`) is mounted; none:
+/// plaintext. The server certificate is checked against the host of each URL.
+#[derive(clap::Args, Debug, Clone, Default, PartialEq)]
+pub struct ClientTlsArgs {
+    #[arg(long, default_value = "")]
+    pub client_tls_dir: String,
+    /// The name server certificates are checked against, when the URL is a pod IP (empty:
+    /// the URL's host).
+    #[arg(long, default_value = "")]
+    pub client_tls_server_name: String,
+}
+
+impl ClientTlsArgs {
+    /// The arguments of a pod that mounts a client Secret (`tls::CLIENT_DIR`), or none.
+    pub fn of(secret: &str) -> ClientTlsArgs {
+        let dir = if secret.is_empty() { "" } else { crate::tls::CLIENT_DIR };
+        ClientTlsArgs { client_tls_dir: dir.to_string(), client_tls_server_name: String::new() }
+    }
+
+    /// The flags that parse back into `self`.
+    pub fn to_args(&self) -> Vec<String> {
+        let mut a = vec![];
+        if !self.client_tls_dir.is_empty() {
+            a.push(format!("--client-tls-dir={}", self.client_tls_dir));
+        }
+        if !self.client_tls_server_name.is_empty() {
+            a.push(format!("--client-tls-server-name={}", self.client_tls_server_name));
+        }
+        a
+    }
+
+    /// The client identity from the mounted files, or None for plaintext.
+    pub fn load(&self) -> Result<Option<crate::tls::material::ClientTls>, String> {
+        if self.client_tls_dir.is_empty() {
+            return Ok(None);
+        }
+        crate::tls::material::ClientTls::from_dir(&self.client_tls_dir, &self.client_tls_server_name)
+            .map(Some)
+            .map_err(|e| format!("client TLS files in {}: {e}", self.client_tls_dir))
+    }
+}
+
 /// What a restored member's `etcdutl snapshot restore` needs to know about the member: passed as
 /// data from the planner's new member, not recovered from etcd's command line.
 #[derive(Clone, Debug, PartialEq)]
@@ -188,6 +231,25 @@ mod tests {
     struct Cmd {
         #[command(flatten)]
         storage: StorageArgs,
+    }
+
+    #[derive(Parser)]
+    struct TlsCmd {
+        #[command(flatten)]
+        tls: ClientTlsArgs,
+    }
+
+    #[test]
+    fn client_tls_args_render_to_flags_that_parse_back() {
+        let named = ClientTlsArgs { client_tls_server_name: "ex-client.ns.svc".into(), ..ClientTlsArgs::of("s") };
+        for a in [ClientTlsArgs::of(""), ClientTlsArgs::of("etcd-client-tls"), named] {
+            let secret = &a.client_tls_dir;
+            let argv = std::iter::once("cmd".to_string()).chain(a.to_args());
+            assert_eq!(TlsCmd::try_parse_from(argv).unwrap().tls, a, "{secret:?}");
+        }
+        assert_eq!(ClientTlsArgs::of("s").to_args(), ["--client-tls-dir=/etc/etcdtls/operator/etcd-tls"]);
+        assert!(ClientTlsArgs::of("").load().unwrap().is_none());
+        assert!(ClientTlsArgs::of("s").load().unwrap_err().contains("/etc/etcdtls/operator/etcd-tls"));
     }
 
     fn parse_back(a: &StorageArgs) -> StorageArgs {

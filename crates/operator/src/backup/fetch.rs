@@ -68,6 +68,9 @@ pub struct SeedArgs {
     /// The member ID (hex) that must answer at that URL.
     #[arg(long)]
     pub member_id: String,
+    /// The operator's client certificate when the cluster's clients speak TLS.
+    #[command(flatten)]
+    pub tls: super::contract::ClientTlsArgs,
     #[arg(long)]
     pub data_dir: PathBuf,
     #[arg(long)]
@@ -222,7 +225,10 @@ pub async fn seed_from_member(args: SeedArgs) -> Result<String, String> {
         return Ok(kept);
     }
     let url = args.member_url.as_str();
-    let opts = etcd_client::ConnectOptions::new().with_connect_timeout(std::time::Duration::from_secs(5));
+    let mut opts = etcd_client::ConnectOptions::new().with_connect_timeout(std::time::Duration::from_secs(5));
+    if let Some(t) = args.tls.load()? {
+        opts = opts.with_tls(t.options());
+    }
     let mut client =
         etcd_client::Client::connect([url], Some(opts)).await.map_err(|e| format!("connect to {url}: {e}"))?;
     // The pod IP may have been given to another pod since: only the expected member of the

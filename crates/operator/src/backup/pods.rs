@@ -168,6 +168,30 @@ pub fn job_pod(j: JobPod) -> Pod {
     }
 }
 
+/// Mounts the client TLS Secret (`clientTLSSecret`) where [`super::contract::ClientTlsArgs`]
+/// reads it; nothing for an empty name. The files are readable by the owner and the group: a
+/// non-root pod reads them through its `fsGroup`.
+pub fn mount_client_tls(pod: &mut Pod, secret: &str) {
+    if secret.is_empty() {
+        return;
+    }
+    let Some(spec) = pod.spec.as_mut() else { return };
+    spec.volumes.get_or_insert_with(Vec::new).push(crate::tls::secret_volume(crate::tls::CLIENT_VOLUME, secret));
+    let mut user = None;
+    for c in &mut spec.containers {
+        user = user.or(c.security_context.as_ref().and_then(|s| s.run_as_user));
+        c.volume_mounts.get_or_insert_with(Vec::new).push(VolumeMount {
+            name: crate::tls::CLIENT_VOLUME.into(),
+            mount_path: crate::tls::CLIENT_DIR.into(),
+            read_only: Some(true),
+            ..Default::default()
+        });
+    }
+    if let Some(u) = user.filter(|u| *u != 0) {
+        spec.security_context.get_or_insert_with(Default::default).fs_group = Some(u);
+    }
+}
+
 /// The name of an EtcdBackup or EtcdRestore becomes the label value that finds its pods, and a
 /// label value holds at most 63 characters: a longer name is refused up front (it used to fail
 /// pod creation with no status and no Event).

@@ -29,7 +29,9 @@ pub enum SnapshotSource<'a> {
     Backup { loc: &'a Location, source: &'a BackupSource, sha256: &'a str },
     /// A live member of another (broken) cluster, streamed over its client URL and checked
     /// against etcd's own integrity hash (quorum-loss recovery).
-    Member { client_url: &'a str, cluster_id: u64, member_id: u64 },
+    /// `client_tls`: the operator's Secret and the name to check the member's certificate
+    /// against, when the cluster's clients speak TLS.
+    Member { client_url: &'a str, cluster_id: u64, member_id: u64, client_tls: Option<(&'a str, &'a str)> },
 }
 
 /// What the init containers need besides the snapshot's source.
@@ -56,17 +58,31 @@ pub fn restore_init_containers(from: SnapshotSource<'_>, r: &RestoreInit<'_>) ->
             prepare.push(format!("--sha256={sha256}"));
             (volumes, mounts, prepare)
         }
-        SnapshotSource::Member { client_url, cluster_id, member_id } => (
-            vec![],
-            vec![r.data_mount.clone()],
-            vec![
+        SnapshotSource::Member { client_url, cluster_id, member_id, client_tls } => {
+            let mut seed = vec![
                 crate::OPERATOR_NAME.to_string(),
                 "seed-from-member".into(),
                 format!("--member-url={client_url}"),
                 format!("--cluster-id={cluster_id:x}"),
                 format!("--member-id={member_id:x}"),
-            ],
-        ),
+            ];
+            let (mut volumes, mut mounts) = (vec![], vec![r.data_mount.clone()]);
+            if let Some((secret, server_name)) = client_tls {
+                let args = super::contract::ClientTlsArgs {
+                    client_tls_server_name: server_name.to_string(),
+                    ..super::contract::ClientTlsArgs::of(secret)
+                };
+                seed.extend(args.to_args());
+                volumes.push(crate::tls::secret_volume(crate::tls::CLIENT_VOLUME, secret));
+                mounts.push(VolumeMount {
+                    name: crate::tls::CLIENT_VOLUME.into(),
+                    mount_path: crate::tls::CLIENT_DIR.into(),
+                    read_only: Some(true),
+                    ..Default::default()
+                });
+            }
+            (volumes, mounts, seed)
+        }
     };
     prepare.extend([format!("--data-dir={}", r.data_dir), format!("--work-dir={RESTORE_WORK_DIR}")]);
     let (tool, mut env) = if r.version.minor_line() >= (3, 5) {
@@ -192,5 +208,36 @@ mod tests {
         assert_eq!(restore[restore.iter().position(|a| a == "--").unwrap() + 1], "/usr/local/bin/etcdctl");
         assert_eq!(c[1].env.as_ref().unwrap()[0].value.as_deref(), Some("3"));
         assert_eq!(c[0].security_context.as_ref().unwrap().run_as_user, None, "the pod's user applies");
+    }
+
+    #[test]
+    fn a_seed_over_tls_mounts_the_operator_secret_into_the_fetch_container_only() {
+        let data_mount = VolumeMount { name: "etcd-data".into(), mount_path: "/var/etcd".into(), ..Default::default() };
+        let v = Version::parse("3.5.1").unwrap();
+        let m = member();
+        let init = RestoreInit {
+            init_image: "op:1",
+            etcd_image: "etcd:v3.5.1",
+            version: &v,
+            member: &m,
+            data_mount: &data_mount,
+            data_dir: "/var/etcd/data",
+            pod_security: None,
+        };
+        let seed = |client_tls| SnapshotSource::Member {
+            client_url: "https://10.0.0.1:2379",
+            cluster_id: 1,
+            member_id: 2,
+            client_tls,
+        };
+        let (c, vols) = restore_init_containers(seed(Some(("op-tls", "ex-client.ns.svc"))), &init);
+        let cmd = c[0].command.as_ref().unwrap();
+        assert!(cmd.contains(&"--client-tls-dir=/etc/etcdtls/operator/etcd-tls".to_string()), "{cmd:?}");
+        assert!(cmd.contains(&"--client-tls-server-name=ex-client.ns.svc".to_string()), "{cmd:?}");
+        assert_eq!(vols[0].secret.as_ref().unwrap().secret_name.as_deref(), Some("op-tls"));
+        assert_eq!(c[0].volume_mounts.as_ref().unwrap().len(), 2);
+        assert_eq!(c[1].volume_mounts.as_ref().unwrap().len(), 1, "the etcd image never sees the key");
+        let (c, vols) = restore_init_containers(seed(None), &init);
+        assert!(vols.is_empty() && !c[0].command.as_ref().unwrap().iter().any(|a| a.contains("tls")));
     }
 }

@@ -15,6 +15,7 @@ use super::contract::{HISTORY_LIMIT, SaveReport, StorageArgs};
 use super::location::{self, BackupMeta};
 use super::one_shot;
 use super::store;
+use crate::tls::material::ClientTls;
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct SaveArgs {
@@ -36,6 +37,8 @@ pub struct SaveArgs {
     /// sidecar names it.
     #[arg(long, default_value = "")]
     pub owner_uid: String,
+    #[command(flatten)]
+    pub tls: super::contract::ClientTlsArgs,
 }
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -55,8 +58,14 @@ pub async fn run(args: SaveArgs) -> Result<SaveReport, String> {
 
 /// The voting member with the highest revision (a follower when tied with the leader: the
 /// snapshot's disk and network load then stays off the leader).
-async fn pick_member(endpoints: &[String]) -> Result<(String, String, i64, String), String> {
-    let opts = || Some(ConnectOptions::new().with_connect_timeout(CONNECT_TIMEOUT).with_timeout(CONNECT_TIMEOUT));
+async fn pick_member(endpoints: &[String], tls: Option<&ClientTls>) -> Result<(String, String, i64, String), String> {
+    let opts = || {
+        let o = ConnectOptions::new().with_connect_timeout(CONNECT_TIMEOUT).with_timeout(CONNECT_TIMEOUT);
+        Some(match tls {
+            Some(t) => o.with_tls(t.options()),
+            None => o,
+        })
+    };
     let mut c = Client::connect(endpoints, opts()).await.map_err(|e| format!("connect to {endpoints:?}: {e}"))?;
     let members = c.member_list().await.map_err(|e| format!("member list: {e}"))?;
     let mut best: Option<(i64, bool, String, String, String)> = None;
@@ -97,7 +106,8 @@ async fn save(args: &SaveArgs) -> Result<SaveReport, String> {
             location::previous_key(&base.key)
         ));
     }
-    let (member, url, revision, version) = pick_member(&args.endpoints).await?;
+    let tls = args.tls.load()?;
+    let (member, url, revision, version) = pick_member(&args.endpoints, tls.as_ref()).await?;
     let now = k8s_openapi::jiff::Timestamp::now();
     let key = if args.periodic { location::periodic_key(&base.key, revision, now) } else { base.key.clone() };
     let loc = base.with_key(key.clone());
@@ -109,9 +119,12 @@ async fn save(args: &SaveArgs) -> Result<SaveReport, String> {
         let (store, key) = (store.clone(), key.clone());
         tokio::spawn(async move { one_shot::keep_previous(&*store, &key).await })
     });
-    let mut client = Client::connect([url.as_str()], Some(ConnectOptions::new().with_connect_timeout(CONNECT_TIMEOUT)))
-        .await
-        .map_err(|e| format!("connect to {member}: {e}"))?;
+    let mut opts = ConnectOptions::new().with_connect_timeout(CONNECT_TIMEOUT);
+    if let Some(t) = &tls {
+        opts = opts.with_tls(t.options());
+    }
+    let mut client =
+        Client::connect([url.as_str()], Some(opts)).await.map_err(|e| format!("connect to {member}: {e}"))?;
     let mut stream = client.snapshot().await.map_err(|e| format!("snapshot from {member}: {e}"))?;
     let upload =
         store.put_multipart(&path).await.map_err(|e| format!("start upload to {}: {}", loc.url(), store::why(&e)))?;

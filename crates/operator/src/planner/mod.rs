@@ -379,5 +379,5 @@ pub(crate) fn initial_cluster_of(etcd: &EtcdState) -> Vec<(String, String)> {
 /// `name=peerURL` for a member about to be created.
 pub(crate) fn peer_of(o: &Observed, d: &Desired, member: &str) -> (String, String) {
     let host = crate::naming::member_host(member, &o.name, &o.namespace, &d.pod.cluster_domain);
-    (member.to_string(), crate::naming::peer_url(&host))
+    (member.to_string(), crate::naming::peer_url(d.tls.peer_scheme(), &host))
 }

@@ -185,12 +185,13 @@ fn seed_member(o: &Observed, d: &Desired, version: Version, seed: Seed) -> NewMe
 /// include entries never committed; then the highest revision; a voter before a learner) whose
 /// pod has an address.
 fn survivor<'a>(o: &Observed, etcd: &'a EtcdState) -> Option<(&'a MemberState, String)> {
+    let scheme = o.desired.as_ref().map(|d| d.tls.client_scheme()).unwrap_or("http");
     etcd.members
         .iter()
         .filter_map(|m| {
             let pod = o.pods.get(&m.pod).filter(|p| !p.deleting && !p.is_dead())?;
             m.status.as_ref()?;
-            Some((m, format!("http://{}:{}", pod.ip.as_ref()?, naming::CLIENT_PORT)))
+            Some((m, format!("{scheme}://{}:{}", pod.ip.as_ref()?, naming::CLIENT_PORT)))
         })
         .max_by_key(|(m, _)| {
             let s = m.status.as_ref().expect("filtered");

@@ -46,6 +46,8 @@ pub struct Desired {
     pub maintenance: Maintenance,
     /// Who may reach the members (`spec.networkPolicy`); `None`: no NetworkPolicy.
     pub network_policy: Option<NetworkAccess>,
+    /// `spec.TLS.static`: which sides speak TLS, with which Secrets (`crate::tls`).
+    pub tls: crate::tls::Policy,
 }
 
 /// A validated `spec.restore`.
@@ -145,16 +147,9 @@ fn validate_with(name: &str, spec: &EtcdClusterSpec, strict: bool) -> Result<Des
     if strict {
         pod_policy::strict_pod_rules(&pod, &mut errs);
     }
-    if let Some(tls) = spec.tls.as_ref().and_then(|t| t.r#static.as_ref()) {
-        let server = tls.member.as_ref().is_some_and(|m| !m.server_secret.is_empty());
-        if !tls.operator_secret.is_empty() && !server {
-            errs.push("spec.TLS.static: operatorSecret is set but member.serverSecret is not".into());
-        }
-        if tls.operator_secret.is_empty() && server {
-            errs.push("spec.TLS.static: member.serverSecret is set but operatorSecret is not".into());
-        }
-        errs.push("spec.TLS.static is accepted by the API but not yet wired by this operator version; remove it to run without TLS".into());
-    }
+    // The Secrets themselves are checked when observed (`tls::material`): reading them is I/O.
+    let tls = crate::tls::Policy::of(spec.tls.as_ref()).map_err(|e| errs.push(e)).unwrap_or_default();
+    errs.extend(crate::tls::env_conflicts(&tls, &pod.etcd_env));
     let restore = spec.restore.as_ref().and_then(|r| {
         let loc = crate::backup::location::Location::of(&r.backup_storage_type, &r.source)
             .map_err(|e| errs.push(format!("spec.restore: {e}")))
@@ -181,5 +176,6 @@ fn validate_with(name: &str, spec: &EtcdClusterSpec, strict: bool) -> Result<Des
         recovery,
         maintenance,
         network_policy,
+        tls,
     })
 }

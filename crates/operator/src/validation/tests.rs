@@ -278,3 +278,20 @@ fn secrets_are_refused_only_where_etcd_would_log_them() {
     };
     assert!(validate("a", &with_env(vec![secret("MY_TOKEN"), config_map, field])).is_ok());
 }
+
+#[test]
+fn coreos_static_tls_is_accepted_and_half_a_client_pair_refused() {
+    use etcd_operator_api::cluster::{MemberSecret, StaticTls, TlsPolicy};
+    let tls = |server: &str, operator: &str| TlsPolicy {
+        r#static: Some(StaticTls {
+            member: Some(MemberSecret { peer_secret: "p".into(), server_secret: server.into() }),
+            operator_secret: operator.into(),
+        }),
+    };
+    let s = EtcdClusterSpec { tls: Some(tls("s", "o")), ..spec(3, "3.5.1") };
+    let d = validate("ex", &s).unwrap();
+    assert_eq!((d.tls.peer_scheme(), d.tls.client_scheme()), ("https", "https"));
+    assert!(validate("ex", &spec(3, "3.5.1")).unwrap().tls.is_off());
+    let s = EtcdClusterSpec { tls: Some(tls("s", "")), ..spec(3, "3.5.1") };
+    assert!(validate("ex", &s).unwrap_err().iter().any(|e| e.contains("operatorSecret is not")));
+}
