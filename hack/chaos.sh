@@ -16,6 +16,7 @@
 # or stops one. Not part of hack/test.sh.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
+source "$(dirname "$0")/cluster-env.sh"
 cd "$REPO_DIR"
 need_root
 export KUBECONFIG=${KUBECONFIG:-$LOCAL_KUBECONFIG}
@@ -31,5 +32,7 @@ else
   log "$KUBECONFIG is not the local cluster: $CHAOS_IMAGE and the etcd images must be pullable there; node faults need the node to be this machine"
 fi
 mkdir -p target/chaos
+# The node's containerd (SIGKILL/SIGSTOP of etcd, the network namespace of a member).
+export CHAOS_CTR=$RUNTIME_BIN/ctr CHAOS_CONTAINERD_SOCK=$CONTAINERD_SOCK
 E2E_OPERATOR_IMAGE=$CHAOS_IMAGE ETCD_OPERATOR_INIT_IMAGE=$CHAOS_IMAGE ETCD_OPERATOR_BIN=target/debug/etcd-operator \
   exec target/debug/chaos "$@"

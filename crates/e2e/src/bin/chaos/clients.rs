@@ -179,11 +179,14 @@ async fn rmw(shared: &Shared, cluster: &str, id: u32, ep: &str, c: Client, key: 
 
 /// Every key under `u/` and `r/` of a cluster, read after the clients stopped (linearizable,
 /// retried for a while). None when no member answered.
-pub async fn final_read(ep: &str, clients: u32) -> Option<BTreeMap<String, String>> {
+pub async fn final_read(eps: &[String], clients: u32) -> Option<BTreeMap<String, String>> {
     // One range per client: a single range over every key could outgrow a gRPC message.
     let prefixes: Vec<String> = (0..clients).map(|c| format!("u/{c}/")).chain(["r/".to_string()]).collect();
     let deadline = Instant::now() + Duration::from_secs(120);
-    while Instant::now() < deadline {
+    for ep in eps.iter().cycle() {
+        if Instant::now() > deadline {
+            break;
+        }
         if let Some(mut c) = connect(ep).await {
             let mut out = BTreeMap::new();
             let mut ok = true;

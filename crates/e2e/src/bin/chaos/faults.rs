@@ -8,7 +8,7 @@
 //! - network cut: iptables rules in the member pod's network namespace (`nsenter -t <pid> -n`)
 //!   dropping peer traffic (port 2380) both ways, deleted at heal;
 //! - operator leader: its pod force-deleted (grace 0), as a crash of its node would;
-//! - quota fill: 64 KiB puts until etcd says the database space is exceeded, then after the
+//! - quota fill: 512 KiB puts until etcd says the database space is exceeded, then after the
 //!   hold the filler keys are deleted (as a user would), leaving the rest to the operator;
 //! - resize / upgrade: spec patches; upgrade+delete: a member pod deleted mid-upgrade;
 //! - kube-apiserver / kubelet restart: `hack/cluster.sh restart <component>`, only with
@@ -54,7 +54,6 @@ pub struct Injector<'a> {
     pub mon: &'a Monitor,
     pub rt: &'a tokio::runtime::Handle,
     pub clusters: &'a [ClusterDesc],
-    pub services: &'a std::collections::HashMap<String, String>,
     /// `ctr` and its containerd socket (hack/cluster-env.sh).
     pub ctr: (String, String),
     pending: Mutex<Vec<Undo>>,
@@ -71,14 +70,19 @@ impl<'a> Injector<'a> {
         mon: &'a Monitor,
         rt: &'a tokio::runtime::Handle,
         clusters: &'a [ClusterDesc],
-        services: &'a std::collections::HashMap<String, String>,
     ) -> Result<Self> {
-        let out = run(Command::new("bash").arg("-c").arg(format!(
-            "source {WORKSPACE}/hack/cluster-env.sh >/dev/null && echo \"$RUNTIME_BIN/ctr\" && echo \"$CONTAINERD_SOCK\""
-        )))?;
-        let mut l = out.lines();
-        let ctr = (l.next().unwrap_or("ctr").to_string(), l.next().unwrap_or("").to_string());
-        Ok(Injector { ns, op, mon, rt, clusters, services, ctr, pending: Mutex::default() })
+        // hack/chaos.sh exports them; else ask the scripts where the local cluster's containerd is.
+        let ctr = match (std::env::var("CHAOS_CTR"), std::env::var("CHAOS_CONTAINERD_SOCK")) {
+            (Ok(c), Ok(s)) if !c.is_empty() => (c, s),
+            _ => {
+                let out = run(Command::new("bash").arg("-c").arg(format!(
+                    "source {WORKSPACE}/hack/common.sh && source {WORKSPACE}/hack/cluster-env.sh && echo \"$RUNTIME_BIN/ctr\" && echo \"$CONTAINERD_SOCK\""
+                )))?;
+                let mut l = out.lines();
+                (l.next().unwrap_or("ctr").to_string(), l.next().unwrap_or("").to_string())
+            }
+        };
+        Ok(Injector { ns, op, mon, rt, clusters, ctr, pending: Mutex::default() })
     }
 
     fn ctr(&self, args: &[&str]) -> Result<String> {
@@ -220,14 +224,28 @@ impl<'a> Injector<'a> {
                 self.op.run(&["delete", "pod", &leader, "--grace-period=0", "--force", "--wait=false"]).map(drop)
             }
             Kind::QuotaFill => {
-                let ep = self.services.get(c).cloned().context("no client Service")?;
-                let puts = self.rt.block_on(fill(&ep))?;
+                // Straight to the members: with etcd < 3.5.2 a NOSPACE alarm raised by several
+                // members makes /health?exclude=NOSPACE fail (etcd#13467), so every member is
+                // unready and the client Service has no endpoint for the delete.
+                let eps: Vec<String> = self
+                    .members(c)?
+                    .iter()
+                    .filter(|m| !m.ip.is_empty())
+                    .map(|m| format!("http://{}:2379", m.ip))
+                    .collect();
+                let puts = self.rt.block_on(fill(&eps))?;
                 rec.detail = format!(
-                    "filled the quota after {puts} puts of 64 KiB; deleted the filler after {} ms",
+                    "filled the quota after {puts} puts of 512 KiB; deleted the filler after {} ms",
                     step.hold_ms
                 );
                 self.hold(step);
-                self.rt.block_on(unfill(&ep))?;
+                let eps: Vec<String> = self
+                    .members(c)?
+                    .iter()
+                    .filter(|m| !m.ip.is_empty())
+                    .map(|m| format!("http://{}:2379", m.ip))
+                    .collect();
+                self.rt.block_on(unfill(&eps))?;
                 rec.heal_ms = Some(now_ms());
                 Ok(())
             }
@@ -273,9 +291,9 @@ fn options() -> ConnectOptions {
     ConnectOptions::new().with_connect_timeout(Duration::from_secs(2)).with_timeout(Duration::from_secs(10))
 }
 
-async fn fill(ep: &str) -> Result<u64> {
-    let mut c = Client::connect([ep], Some(options())).await?;
-    let blob = vec![b'x'; 64 << 10];
+async fn fill(eps: &[String]) -> Result<u64> {
+    let mut c = Client::connect(eps, Some(options())).await?;
+    let blob = vec![b'x'; 512 << 10];
     let t = Instant::now();
     for i in 0..4000u64 {
         match c.put(format!("fill/{i:05}"), blob.clone(), None).await {
@@ -288,14 +306,14 @@ async fn fill(ep: &str) -> Result<u64> {
             Err(e) => return Err(e.into()),
         }
     }
-    bail!("4000 puts of 64 KiB never filled the quota")
+    bail!("4000 puts of 512 KiB never filled the quota")
 }
 
-async fn unfill(ep: &str) -> Result<()> {
+async fn unfill(eps: &[String]) -> Result<()> {
     let t = Instant::now();
     loop {
         let r = async {
-            let mut c = Client::connect([ep], Some(options())).await?;
+            let mut c = Client::connect(eps, Some(options())).await?;
             c.delete("fill/", Some(DeleteOptions::new().with_prefix())).await
         };
         match r.await {

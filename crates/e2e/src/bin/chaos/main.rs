@@ -220,7 +220,7 @@ fn run(args: Args) -> Result<bool> {
     let mut final_converge_s = None;
     let mut final_reads: BTreeMap<(String, String), Option<String>> = BTreeMap::new();
     let mut final_reads_ok = true;
-    let inj = faults::Injector::new(&ns, &op, &mon, rt.handle(), &clusters, &services)?;
+    let inj = faults::Injector::new(&ns, &op, &mon, rt.handle(), &clusters)?;
     let t_faults = Instant::now();
     std::thread::scope(|sc| -> Result<()> {
         sc.spawn(|| monitor::run(&ns, rt.handle(), &names, &services, &shared, &mon, &stop_mon));
@@ -263,6 +263,11 @@ fn run(args: Args) -> Result<bool> {
                     while !mon.all_converged_since(end + 3_000) && t.elapsed() < converge {
                         std::thread::sleep(Duration::from_millis(500));
                     }
+                    eprintln!(
+                        "chaos: {} every cluster converged ({:.1} s waited)",
+                        fmt_ms(now_ms()),
+                        t.elapsed().as_secs_f64() + 3.0
+                    );
                 }
             }
         }
@@ -283,8 +288,10 @@ fn run(args: Args) -> Result<bool> {
             }
         });
         for c in &names {
-            let ep = services.get(c).cloned().unwrap_or_default();
-            match rt.block_on(clients::final_read(&ep, args.clients)) {
+            // The Service first, then each member (a cluster under NOSPACE may have no Ready one).
+            let mut eps = vec![services.get(c).cloned().unwrap_or_default()];
+            eps.extend(shared.targets.lock().unwrap().get(c).map(|t| t.members.clone()).unwrap_or_default());
+            match rt.block_on(clients::final_read(&eps, args.clients)) {
                 Some(kv) => {
                     let seen: Vec<String> = shared
                         .history

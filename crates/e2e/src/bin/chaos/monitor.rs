@@ -182,7 +182,16 @@ fn round(
         let healthy = ms.iter().filter(|m| m.read_ok).count();
         let status_ready = st["members"]["ready"].as_array().map(|a| a.len()).unwrap_or(0);
         let learners = st["members"]["learners"].as_array().map(|a| a.len()).unwrap_or(0);
-        let converged = healthy == spec_size
+        // The operator saw the latest spec and every member runs its version (an upgrade that has
+        // not started yet is not converged).
+        let spec_version = ec["spec"]["version"].as_str().unwrap_or("");
+        let caught_up = st["observedGeneration"] == ec["metadata"]["generation"]
+            && st["currentVersion"]
+                .as_str()
+                .is_some_and(|v| v.trim_start_matches('v') == spec_version.trim_start_matches('v'))
+            && st["targetVersion"].as_str().unwrap_or("").is_empty();
+        let converged = caught_up
+            && healthy == spec_size
             && ms.len() == spec_size
             && status_ready == spec_size
             && learners == 0
