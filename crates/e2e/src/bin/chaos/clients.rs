@@ -76,7 +76,7 @@ pub async fn client(shared: Arc<Shared>, cluster: String, id: u32, seed: u64, pa
     while !shared.stop.load(Ordering::Relaxed) {
         tokio::time::sleep(pause).await;
         let t = shared.targets.lock().unwrap().get(&cluster).cloned().unwrap_or_default();
-        let ep = if id % 3 == 0 || t.members.is_empty() {
+        let ep = if id.is_multiple_of(3) || t.members.is_empty() {
             t.service.clone()
         } else {
             t.members[rng.below(t.members.len() as u64) as usize].clone()

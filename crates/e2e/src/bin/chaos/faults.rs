@@ -220,6 +220,7 @@ impl<'a> Injector<'a> {
             }
             Kind::KillOperatorLeader => {
                 let leader = self.op.leader()?;
+                let _ = self.op.logs(); // its log up to now: the pod and its log go
                 rec.detail = format!("force-deleted operator leader pod {leader}");
                 self.op.run(&["delete", "pod", &leader, "--grace-period=0", "--force", "--wait=false"]).map(drop)
             }

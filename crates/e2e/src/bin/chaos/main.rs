@@ -223,7 +223,7 @@ fn run(args: Args) -> Result<bool> {
     let inj = faults::Injector::new(&ns, &op, &mon, rt.handle(), &clusters)?;
     let t_faults = Instant::now();
     std::thread::scope(|sc| -> Result<()> {
-        sc.spawn(|| monitor::run(&ns, rt.handle(), &names, &services, &shared, &mon, &stop_mon));
+        sc.spawn(|| monitor::run(&ns, rt.handle(), &names, &services, &shared, &mon, &op, &stop_mon));
         // Clients start once the monitor published the member IPs.
         std::thread::sleep(Duration::from_secs(3));
         let mut tasks = vec![];
@@ -342,10 +342,10 @@ fn run(args: Args) -> Result<bool> {
     let mut id_changes = vec![];
     for c in &names {
         let mine: Vec<&monitor::Sample> = samples.iter().filter(|s| &s.cluster == c).collect();
-        for (start, end) in invariants::quorum_losses(&mine) {
+        for (start, end, n) in invariants::quorum_losses(&mine) {
             let size = mine.iter().rev().find(|s| s.t_ms <= start).map(|s| s.spec_size).unwrap_or(0);
             let cause = invariants::attribute(c, start, size, &records, &events, window_ms);
-            losses.push(invariants::Loss { cluster: c.clone(), start_ms: start, end_ms: end, cause });
+            losses.push(invariants::Loss { cluster: c.clone(), start_ms: start, end_ms: end, samples: n, cause });
         }
         let ids = invariants::cluster_ids(&mine);
         if ids.len() > 1 {

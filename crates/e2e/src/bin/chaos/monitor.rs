@@ -29,6 +29,8 @@ pub struct Member {
     pub read_ok: bool,
     pub leader: bool,
     pub cluster_id: u64,
+    /// The member's status reports an alarm (NOSPACE, CORRUPT).
+    pub alarm: bool,
 }
 
 /// One observation of one cluster.
@@ -54,7 +56,16 @@ impl Sample {
         let pods: Vec<String> = self
             .members
             .iter()
-            .map(|m| format!("{}{}{}", m.pod, if m.leader { "*" } else { "" }, if m.read_ok { "" } else { "(down)" }))
+            .map(|m| {
+                let state = if !m.read_ok {
+                    "(down)"
+                } else if m.alarm {
+                    "(alarm)"
+                } else {
+                    ""
+                };
+                format!("{}{}{state}", m.pod, if m.leader { "*" } else { "" })
+            })
             .collect();
         format!(
             "{} {} spec={} healthy={} ready={} learners={} quorum={} converged={} phase={} id={} [{}]",
@@ -101,17 +112,18 @@ fn options() -> ConnectOptions {
         .with_require_leader(true)
 }
 
-/// (read ok, is leader, cluster id)
-async fn probe(ip: String) -> (bool, bool, u64) {
+/// (read ok, is leader, cluster id, alarm)
+async fn probe(ip: String) -> (bool, bool, u64, bool) {
     let attempt = async {
         let mut c = Client::connect([format!("http://{ip}:2379")], Some(options())).await.ok()?;
         let st = c.status().await.ok()?;
         let leader = st.header().is_some_and(|h| h.member_id() == st.leader());
         let cid = st.header().map(|h| h.cluster_id()).unwrap_or(0);
+        let alarm = !st.errors().is_empty();
         let read = c.get("chaos-probe", None).await.is_ok();
-        Some((read, leader, cid))
+        Some((read, leader, cid, alarm))
     };
-    tokio::time::timeout(PROBE_TIMEOUT, attempt).await.ok().flatten().unwrap_or((false, false, 0))
+    tokio::time::timeout(PROBE_TIMEOUT, attempt).await.ok().flatten().unwrap_or((false, false, 0, false))
 }
 
 fn pods_of<'a>(pods: &'a [Value], cluster: &str) -> Vec<&'a Value> {
@@ -168,9 +180,9 @@ fn round(
     }
     rt.block_on(async {
         while let Some(r) = probes.join_next().await {
-            if let Ok((c, i, (read_ok, leader, cid))) = r {
+            if let Ok((c, i, (read_ok, leader, cid, alarm))) = r {
                 let m = &mut members.get_mut(&c).expect("cluster")[i];
-                (m.read_ok, m.leader, m.cluster_id) = (read_ok, leader, cid);
+                (m.read_ok, m.leader, m.cluster_id, m.alarm) = (read_ok, leader, cid, alarm);
             }
         }
     });
@@ -191,6 +203,7 @@ fn round(
                 .is_some_and(|v| v.trim_start_matches('v') == spec_version.trim_start_matches('v'))
             && st["targetVersion"].as_str().unwrap_or("").is_empty();
         let converged = caught_up
+            && !ms.iter().any(|m| m.alarm)
             && healthy == spec_size
             && ms.len() == spec_size
             && status_ready == spec_size
@@ -231,7 +244,8 @@ fn round(
     }
 }
 
-/// Runs until `shared.stop_monitor`... until `stop` is set; one round per second.
+/// Runs until `stop` is set: one round per second; the operator's logs every 10 s.
+#[allow(clippy::too_many_arguments)]
 pub fn run(
     ns: &TestNamespace,
     rt: &Handle,
@@ -239,9 +253,11 @@ pub fn run(
     services: &HashMap<String, String>,
     shared: &Shared,
     mon: &Monitor,
+    op: &e2e::harness::InClusterOperator,
     stop: &std::sync::atomic::AtomicBool,
 ) {
     let mut last_lease = Instant::now() - Duration::from_secs(10);
+    let mut last_logs = Instant::now();
     while !stop.load(Ordering::Relaxed) {
         let t0 = Instant::now();
         round(ns, rt, clusters, services, shared, mon);
@@ -254,6 +270,11 @@ pub fn run(
                     hs.push((now_ms(), h));
                 }
             }
+        }
+        // The operator's logs, kept for pods that a fault deletes later.
+        if last_logs.elapsed() >= Duration::from_secs(10) {
+            last_logs = Instant::now();
+            let _ = op.logs();
         }
         if let Some(rest) = PERIOD.checked_sub(t0.elapsed()) {
             std::thread::sleep(rest);

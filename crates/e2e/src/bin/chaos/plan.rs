@@ -326,11 +326,27 @@ mod tests {
         // after a deliberate change of the plan, old seeds no longer replay: say so in the README.
         let got: Vec<String> = plan(7, 8, &clusters(), &[], false)
             .iter()
-            .map(|s| format!("{}@{}", s.kind, s.cluster.map(|c| c.to_string()).unwrap_or("-".into())))
+            .map(|s| {
+                let c = s.cluster.map(|c| c.to_string()).unwrap_or("-".into());
+                let gap = match s.gap {
+                    Gap::Converge => "c".to_string(),
+                    Gap::Overlap(ms) => format!("o{ms}"),
+                };
+                format!("{}@{c}/{}/{gap}", s.kind, s.hold_ms)
+            })
             .collect();
-        assert_eq!(got.join(" "), PINNED);
+        assert_eq!(got, PINNED);
     }
-    const PINNED: &str = "sigkill-etcd@2 network-cut@3 resize@3 sigkill-etcd@1 sigkill-etcd@3 delete-leader@2 sigkill-etcd@1 delete-follower@1";
+    const PINNED: [&str; 8] = [
+        "sigkill-etcd@2/0/o771",
+        "network-cut@3/4548/c",
+        "resize@3/0/o1780",
+        "sigkill-etcd@1/0/c",
+        "sigkill-etcd@3/0/c",
+        "delete-leader@2/0/c",
+        "sigkill-etcd@1/0/c",
+        "delete-follower@1/0/c",
+    ];
 
     #[test]
     fn node_faults_only_when_allowed() {
