@@ -277,6 +277,20 @@ impl<'a> Injector<'a> {
         }
     }
 
+    /// Self-test (`CHAOS_SABOTAGE=hidden-quorum-loss`): SIGSTOP two members of `cluster` for
+    /// `hold`, recorded as no fault: the report must show an unattributed quorum loss.
+    pub fn sabotage_stop_two(&self, cluster: &str, hold: Duration) -> Result<String> {
+        let ms = self.members(cluster)?;
+        let two: Vec<&Member> = ms.iter().take(2).collect();
+        for m in &two {
+            self.signal(m, "SIGSTOP")?;
+            self.pending.lock().unwrap().push(Undo::Cont(m.container.clone()));
+        }
+        std::thread::sleep(hold);
+        self.heal_all();
+        Ok(two.iter().map(|m| m.pod.clone()).collect::<Vec<_>>().join(", "))
+    }
+
     /// Undoes whatever is still held (SIGCONT, network rules): on every way out.
     pub fn heal_all(&self) {
         for u in std::mem::take(&mut *self.pending.lock().unwrap()) {

@@ -176,7 +176,8 @@ fn run(args: Args) -> Result<bool> {
     if steps.len() < args.faults {
         bail!("only {} faults can be planned for these clusters and kinds", steps.len());
     }
-    let out_dir = PathBuf::from(WORKSPACE).join("target/chaos").join(format!("chaos-{}-{seed}", now_ms() / 1000));
+    let workspace = PathBuf::from(WORKSPACE).canonicalize().unwrap_or_else(|_| PathBuf::from(WORKSPACE));
+    let out_dir = workspace.join("target/chaos").join(format!("chaos-{}-{seed}", now_ms() / 1000));
     std::fs::create_dir_all(&out_dir)?;
     let kubectl = Kubectl::from_env()?;
     let nodes = kubectl.node_ready_statuses().context("the cluster does not answer")?;
@@ -271,6 +272,14 @@ fn run(args: Args) -> Result<bool> {
                 }
             }
         }
+        if std::env::var("CHAOS_SABOTAGE").as_deref() == Ok("hidden-quorum-loss")
+            && let Some(d) = clusters.iter().find(|d| d.size >= 3)
+        {
+            // Self-test: a quorum loss no fault explains, after the attribution window.
+            std::thread::sleep(Duration::from_millis(window_ms + 1_000));
+            let r = inj.sabotage_stop_two(&d.name, Duration::from_secs(6));
+            eprintln!("chaos: CHAOS_SABOTAGE: SIGSTOPped {r:?} of {} for 6 s, unrecorded", d.name);
+        }
         let t = Instant::now();
         let last = now_ms();
         while !mon.all_converged_since(last) && t.elapsed() < converge {
@@ -287,6 +296,19 @@ fn run(args: Args) -> Result<bool> {
                 let _ = t.await;
             }
         });
+        if std::env::var("CHAOS_SABOTAGE").as_deref() == Ok("delete-acked-write") {
+            // Self-test of the whole pipeline: one acknowledged write disappears behind the
+            // clients' back; the report must say "lost" and the run must fail.
+            let victim =
+                shared.acked.lock().unwrap().iter().next().and_then(|(c, v)| Some((c.clone(), v.first()?.0.clone())));
+            if let Some((c, key)) = victim {
+                let ep = services.get(&c).cloned().unwrap_or_default();
+                let r = rt.block_on(async {
+                    etcd_client::Client::connect([ep], None).await?.delete(key.as_str(), None).await
+                });
+                eprintln!("chaos: CHAOS_SABOTAGE: deleted acknowledged key {key} of {c}: {:?}", r.map(drop));
+            }
+        }
         for c in &names {
             // The Service first, then each member (a cluster under NOSPACE may have no Ready one).
             let mut eps = vec![services.get(c).cloned().unwrap_or_default()];
