@@ -3,6 +3,7 @@
 //!   (or still held), else to a spec change of a size-1 cluster (an upgrade must restart its
 //!   only member), else to the operator (its Events about the cluster, or a resize/upgrade the
 //!   chaos asked for, within the window), else unattributed;
+//! - the client Service keeps a ready endpoint while the cluster has a quorum (10 s grace);
 //! - no second bootstrap: the etcd cluster ID of a cluster never changes;
 //! - convergence: after each fault, the time until its cluster (every cluster for operator and
 //!   node faults) is back to spec.size healthy voters, no learners, status agreeing.
@@ -96,6 +97,30 @@ pub fn attribute(
         return Cause::Operator(evs.join(" | "));
     }
     Cause::Unattributed
+}
+
+/// Spans of at least `min_ms` in which the cluster had a quorum yet its client Service had no
+/// ready endpoint (clients of the Service are cut off from a working cluster): (start, end).
+pub fn service_gaps(samples: &[&Sample], min_ms: u64) -> Vec<(u64, u64)> {
+    let mut out = vec![];
+    let mut start: Option<u64> = None;
+    let mut last = 0;
+    for s in samples {
+        if s.quorum && s.service_ready == 0 {
+            start.get_or_insert(s.t_ms);
+            last = s.t_ms;
+        } else if let Some(st) = start.take()
+            && s.t_ms - st >= min_ms
+        {
+            out.push((st, s.t_ms));
+        }
+    }
+    if let Some(st) = start
+        && last - st >= min_ms
+    {
+        out.push((st, last));
+    }
+    out
 }
 
 /// Distinct etcd cluster IDs seen in probes, in order; more than one is a second bootstrap.
@@ -202,6 +227,20 @@ mod tests {
         assert_eq!(convergence_ms(&f, &v, 5), Some(0));
         let v = vec![s(11, true, false), s(12, true, false)];
         assert_eq!(convergence_ms(&f, &v, 5), None);
+    }
+
+    #[test]
+    fn service_without_endpoints_while_the_cluster_works() {
+        let mk =
+            |t: u64, quorum: bool, svc: usize| Sample { t_ms: t, quorum, service_ready: svc, ..Default::default() };
+        let v = [mk(0, true, 3), mk(1_000, true, 0), mk(5_000, true, 0), mk(12_000, true, 0), mk(13_000, true, 2)];
+        let refs: Vec<&Sample> = v.iter().collect();
+        assert_eq!(service_gaps(&refs, 10_000), vec![(1_000, 13_000)]);
+        assert!(service_gaps(&refs, 20_000).is_empty());
+        // No quorum: nothing to serve anyway.
+        let v = [mk(0, false, 0), mk(30_000, false, 0)];
+        let refs: Vec<&Sample> = v.iter().collect();
+        assert!(service_gaps(&refs, 10_000).is_empty());
     }
 
     #[test]

@@ -362,12 +362,16 @@ fn run(args: Args) -> Result<bool> {
     let _ = std::fs::write(out_dir.join("samples.txt"), samples.iter().map(|s| s.line() + "\n").collect::<String>());
     let mut losses = vec![];
     let mut id_changes = vec![];
+    let mut service_gaps = vec![];
     for c in &names {
         let mine: Vec<&monitor::Sample> = samples.iter().filter(|s| &s.cluster == c).collect();
         for (start, end, n) in invariants::quorum_losses(&mine) {
             let size = mine.iter().rev().find(|s| s.t_ms <= start).map(|s| s.spec_size).unwrap_or(0);
             let cause = invariants::attribute(c, start, size, &records, &events, window_ms);
             losses.push(invariants::Loss { cluster: c.clone(), start_ms: start, end_ms: end, samples: n, cause });
+        }
+        for (a, b) in invariants::service_gaps(&mine, 10_000) {
+            service_gaps.push((c.clone(), a, b));
         }
         let ids = invariants::cluster_ids(&mine);
         if ids.len() > 1 {
@@ -399,6 +403,7 @@ fn run(args: Args) -> Result<bool> {
         verdict: &verdict,
         losses: &losses,
         id_changes: &id_changes,
+        service_gaps: &service_gaps,
         final_converge_s,
         operator_restarts: op_pods.values().map(|p| p.1).sum(),
         operator_pods_seen: op_pods.len(),

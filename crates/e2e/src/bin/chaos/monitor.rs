@@ -47,6 +47,8 @@ pub struct Sample {
     /// At least one member answered a linearizable read: the cluster has a quorum.
     pub quorum: bool,
     pub converged: bool,
+    /// Ready endpoints of the client Service (its EndpointSlices).
+    pub service_ready: usize,
     pub status_cluster_id: String,
     pub phase: String,
 }
@@ -68,13 +70,14 @@ impl Sample {
             })
             .collect();
         format!(
-            "{} {} spec={} healthy={} ready={} learners={} quorum={} converged={} phase={} id={} [{}]",
+            "{} {} spec={} healthy={} ready={} learners={} svc={} quorum={} converged={} phase={} id={} [{}]",
             crate::fmt_ms(self.t_ms),
             self.cluster,
             self.spec_size,
             self.healthy,
             self.status_ready,
             self.learners,
+            self.service_ready,
             self.quorum,
             self.converged,
             self.phase,
@@ -155,6 +158,16 @@ fn round(
     mon: &Monitor,
 ) {
     let (Ok(ecs), Ok(pods)) = (ns.json(&["get", "etcdclusters"]), ns.json(&["get", "pods"])) else { return };
+    let slices = ns.json(&["get", "endpointslices"]).unwrap_or_default();
+    let slices = slices["items"].as_array().cloned().unwrap_or_default();
+    let service_ready = |c: &str| -> usize {
+        slices
+            .iter()
+            .filter(|s| s["metadata"]["labels"]["kubernetes.io/service-name"] == format!("{c}-client").as_str())
+            .flat_map(|s| s["endpoints"].as_array().cloned().unwrap_or_default())
+            .filter(|e| e["conditions"]["ready"] == true)
+            .count()
+    };
     let t_ms = now_ms();
     let pods = pods["items"].as_array().cloned().unwrap_or_default();
     let ecs = ecs["items"].as_array().cloned().unwrap_or_default();
@@ -218,6 +231,7 @@ fn round(
             healthy,
             quorum: healthy > 0,
             converged,
+            service_ready: service_ready(c),
             status_cluster_id: st["clusterId"].as_str().or(st["clusterID"].as_str()).unwrap_or("").to_string(),
             phase: st["phase"].as_str().unwrap_or("").to_string(),
             members: ms,

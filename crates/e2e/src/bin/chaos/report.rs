@@ -21,6 +21,8 @@ pub struct Inputs<'a> {
     pub verdict: &'a Verdict,
     pub losses: &'a [Loss],
     pub id_changes: &'a [String],
+    /// (cluster, start, end) with a quorum but no ready client Service endpoint.
+    pub service_gaps: &'a [(String, u64, u64)],
     pub final_converge_s: Option<f64>,
     pub operator_restarts: i64,
     pub operator_pods_seen: usize,
@@ -133,6 +135,15 @@ pub fn build(i: &Inputs) -> (Value, String, bool) {
             json!({"type": "second bootstrap (cluster ID changed)", "seed": i.seed, "detail": c, "logs": i.logs}),
         );
     }
+    for (c, a, b) in i.service_gaps {
+        violations.push(json!({
+            "type": "client Service without a ready endpoint while the cluster had a quorum",
+            "seed": i.seed, "cluster": c, "start": crate::fmt_ms(*a), "end": crate::fmt_ms(*b),
+            "fault": last_fault_before(i, *a),
+            "timeline": timeline(i, Some(c), a.saturating_sub(i.window_ms), b + 5_000),
+            "logs": i.logs,
+        }));
+    }
     for f in &not_converged {
         violations.push(json!({
             "type": "did not converge", "seed": i.seed,
@@ -182,6 +193,7 @@ pub fn build(i: &Inputs) -> (Value, String, bool) {
                 "end": l.end_ms.map(crate::fmt_ms), "samples": l.samples, "cause": format!("{:?}", l.cause)})).collect::<Vec<_>>(),
         },
         "cluster_id_changes": i.id_changes,
+        "service_without_endpoints": i.service_gaps.len(),
         "convergence_s": stats(all_conv).map(|(m, p, x)| json!({"median": m, "p95": p, "max": x})),
         "final_convergence_s": i.final_converge_s,
         "operator": {"container_restarts": i.operator_restarts, "pods_seen": i.operator_pods_seen, "lease_holder_changes": i.leader_changes},
@@ -232,6 +244,7 @@ pub fn build(i: &Inputs) -> (Value, String, bool) {
         ("  unattributed", unattributed.len().to_string()),
         ("  unattributed, one sample", blips.to_string()),
         ("cluster ID changes", i.id_changes.len().to_string()),
+        ("Service empty, cluster working", i.service_gaps.len().to_string()),
         ("final convergence s", i.final_converge_s.map(|s| format!("{s:.1}")).unwrap_or("NEVER".into())),
         ("operator container restarts", i.operator_restarts.to_string()),
         ("operator lease holder changes", i.leader_changes.to_string()),
