@@ -10,7 +10,7 @@
 #                                                 # and the kubelet: ONLY on a machine of your own
 #   hack/chaos.sh --ci                            # the CI version: 20 faults of the fixed seed 98
 #                                                 # (10 of the 11 pod-level kinds), then 20 of a
-#                                                 # random seed (printed); about 10 minutes
+#                                                 # random seed (printed); about 8 minutes
 #   hack/chaos.sh --dry-run --faults 50 --seed 7  # print the fault sequence of a seed
 #   hack/chaos.sh --help
 # Report (text + JSON), operator log and samples: target/chaos/chaos-<time>-<seed>/. Exit code 0
