@@ -1,10 +1,11 @@
 //! The history checker: per key, is there a linearizable order of the operations of a
 //! single register (write, read, compare-and-set) consistent with every outcome and with real
 //! time? A Wing–Gong search with Lowe's memoisation (the set of operations already placed plus
-//! the register value), written here: the crates found on the registry either check only
-//! complete histories (todc-utils' WGLChecker has no operation of unknown outcome) or are
-//! unmaintained single-purpose demos. Operations whose outcome is unknown (a timeout, a
-//! connection lost mid-call) may have happened at any time after their call, or never.
+//! the register value), written here: the registry's search API was not reachable from this
+//! machine; of the crates its documentation shows, todc-utils' WGLChecker documents only
+//! complete call/response histories and the others are demos or "simplified" checks. Operations
+//! whose outcome is unknown (a timeout, a connection lost mid-call) may have happened at any
+//! time after their call, or never.
 //!
 //! On top of that, direct counts for the report: acknowledged writes of write-once keys missing
 //! or changed in the final read ("lost"), and final values no operation ever wrote ("phantom").
