@@ -1,0 +1,255 @@
+//! The operator's invariants, from the monitor's samples (pure functions, tested below):
+//! - quorum losses per cluster (no member answers a linearizable read), each attributed: to an injected fault on that cluster within the window before it
+//!   (or still held), else to a spec change of a size-1 cluster (an upgrade must restart its
+//!   only member), else to the operator (its Events about the cluster, or a resize/upgrade the
+//!   chaos asked for, within the window), else unattributed;
+//! - the client Service keeps a ready endpoint while the cluster has a quorum (10 s grace);
+//! - no second bootstrap: the etcd cluster ID of a cluster never changes;
+//! - convergence: after each fault, the time until its cluster (every cluster for operator and
+//!   node faults) is back to spec.size healthy voters, no learners, status agreeing.
+
+use std::collections::BTreeSet;
+
+use crate::faults::FaultRecord;
+use crate::monitor::Sample;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Cause {
+    Fault(usize),
+    SizeOneSpecChange(usize),
+    Operator(String),
+    Unattributed,
+}
+
+#[derive(Clone, Debug)]
+pub struct Loss {
+    pub cluster: String,
+    pub start_ms: u64,
+    /// None: still without quorum at the end.
+    pub end_ms: Option<u64>,
+    pub samples: usize,
+    pub cause: Cause,
+}
+
+/// An Event about an EtcdCluster: (time in unix ms, cluster, reason, note).
+pub type Event = (u64, String, String, String);
+
+/// Spans without quorum of one cluster's samples (oldest first): (start, end, samples in it).
+/// A span of one sample (a second or two) may be a probe that timed out on a loaded machine.
+pub fn quorum_losses(samples: &[&Sample]) -> Vec<(u64, Option<u64>, usize)> {
+    let mut out = vec![];
+    let mut i = 0;
+    while i < samples.len() {
+        if samples[i].quorum {
+            i += 1;
+            continue;
+        }
+        let start = samples[i].t_ms;
+        let mut j = i;
+        while j < samples.len() && !samples[j].quorum {
+            j += 1;
+        }
+        out.push((start, samples.get(j).map(|s| s.t_ms), j - i));
+        i = j;
+    }
+    out
+}
+
+fn touches(f: &FaultRecord, cluster: &str) -> bool {
+    f.cluster.as_deref().is_none_or(|c| c == cluster)
+}
+
+/// Why cluster `cluster` (of size `size` when the loss began) lost its quorum at `start`.
+pub fn attribute(
+    cluster: &str,
+    start: u64,
+    size: usize,
+    faults: &[FaultRecord],
+    events: &[Event],
+    window_ms: u64,
+) -> Cause {
+    let in_window = |f: &FaultRecord| {
+        let end = f.heal_ms.unwrap_or(f.inject_ms).max(f.inject_ms);
+        touches(f, cluster) && f.inject_ms <= start && start <= end + window_ms
+    };
+    // Destructive faults first (and operator/node ones: a killed operator leader acts on no
+    // cluster, so it explains nothing by itself unless no other cause is found).
+    if let Some(f) =
+        faults.iter().rev().find(|f| in_window(f) && !f.kind.spec_change() && f.cluster.as_deref() == Some(cluster))
+    {
+        return Cause::Fault(f.index);
+    }
+    if let Some(f) = faults.iter().rev().find(|f| in_window(f) && f.kind.node_level()) {
+        return Cause::Fault(f.index);
+    }
+    if let Some(f) = faults.iter().rev().find(|f| in_window(f) && f.kind.spec_change()) {
+        if size == 1 {
+            return Cause::SizeOneSpecChange(f.index);
+        }
+        return Cause::Operator(format!("after fault #{} ({}) the operator acted on the spec change", f.index, f.kind));
+    }
+    let evs: Vec<String> = events
+        .iter()
+        .filter(|e| e.1 == cluster && e.0 + window_ms >= start && e.0 <= start + 2_000)
+        .map(|e| format!("{} {}: {}", crate::fmt_ms(e.0), e.2, e.3))
+        .collect();
+    if !evs.is_empty() {
+        return Cause::Operator(evs.join(" | "));
+    }
+    Cause::Unattributed
+}
+
+/// Spans of at least `min_ms` in which the cluster had a quorum yet its client Service had no
+/// ready endpoint (clients of the Service are cut off from a working cluster): (start, end).
+pub fn service_gaps(samples: &[&Sample], min_ms: u64) -> Vec<(u64, u64)> {
+    let mut out = vec![];
+    let mut start: Option<u64> = None;
+    let mut last = 0;
+    for s in samples {
+        if s.quorum && s.service_ready == 0 {
+            start.get_or_insert(s.t_ms);
+            last = s.t_ms;
+        } else if let Some(st) = start.take()
+            && s.t_ms - st >= min_ms
+        {
+            out.push((st, s.t_ms));
+        }
+    }
+    if let Some(st) = start
+        && last - st >= min_ms
+    {
+        out.push((st, last));
+    }
+    out
+}
+
+/// Distinct etcd cluster IDs seen in probes, in order; more than one is a second bootstrap.
+pub fn cluster_ids(samples: &[&Sample]) -> Vec<(u64, u64)> {
+    let mut out: Vec<(u64, u64)> = vec![];
+    let mut seen = BTreeSet::new();
+    for s in samples {
+        for m in &s.members {
+            if m.cluster_id != 0 && seen.insert(m.cluster_id) {
+                out.push((s.t_ms, m.cluster_id));
+            }
+        }
+    }
+    out
+}
+
+/// Time from the fault's end (its heal, or its injection) until its cluster(s) converged: the
+/// first converged sample after the first unconverged one that follows the fault; a fault that
+/// never showed (no unconverged sample within `settle_ms`) converged at once. None: never.
+pub fn convergence_ms(f: &FaultRecord, samples: &[Sample], settle_ms: u64) -> Option<u64> {
+    let from = f.heal_ms.unwrap_or(f.inject_ms).max(f.inject_ms);
+    let mine: Vec<&Sample> = samples.iter().filter(|s| touches(f, &s.cluster) && s.t_ms >= f.inject_ms).collect();
+    // All touched clusters converged at time t: group by time (one round samples every cluster).
+    let mut times: Vec<u64> = mine.iter().map(|s| s.t_ms).collect();
+    times.dedup();
+    let converged_at = |t: u64| mine.iter().filter(|s| s.t_ms == t).all(|s| s.converged);
+    let first_bad = times.iter().copied().find(|t| !converged_at(*t));
+    match first_bad {
+        None => Some(0),
+        Some(b) if b > from + settle_ms && times.iter().any(|t| *t >= from && *t < b) => Some(0),
+        Some(b) => {
+            times.iter().copied().find(|t| *t > b && *t >= from && converged_at(*t)).map(|t| t.saturating_sub(from))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::Kind;
+
+    fn s(t: u64, quorum: bool, converged: bool) -> Sample {
+        Sample { t_ms: t, cluster: "a".into(), quorum, converged, ..Default::default() }
+    }
+    fn fault(index: usize, kind: Kind, cluster: Option<&str>, inject: u64, heal: Option<u64>) -> FaultRecord {
+        FaultRecord {
+            index,
+            kind,
+            cluster: cluster.map(str::to_string),
+            inject_ms: inject,
+            heal_ms: heal,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn losses_with_their_length() {
+        let v = [
+            s(0, true, true),
+            s(1, false, false),
+            s(2, true, false),
+            s(3, false, false),
+            s(4, false, false),
+            s(5, true, true),
+        ];
+        let refs: Vec<&Sample> = v.iter().collect();
+        assert_eq!(quorum_losses(&refs), vec![(1, Some(2), 1), (3, Some(5), 2)]);
+        let v = [s(0, false, false), s(1, false, false)];
+        let refs: Vec<&Sample> = v.iter().collect();
+        assert_eq!(quorum_losses(&refs), vec![(0, None, 2)]);
+    }
+
+    #[test]
+    fn attribution() {
+        let faults = vec![
+            fault(0, Kind::DeleteTwo, Some("a"), 1_000, None),
+            fault(1, Kind::Upgrade, Some("b"), 50_000, None),
+            fault(2, Kind::Upgrade, Some("one"), 80_000, None),
+            fault(3, Kind::StopEtcd, Some("a"), 100_000, Some(120_000)),
+        ];
+        let w = 10_000;
+        assert_eq!(attribute("a", 5_000, 3, &faults, &[], w), Cause::Fault(0));
+        // Too long after: not the fault's.
+        assert_eq!(attribute("a", 30_000, 3, &faults, &[], w), Cause::Unattributed);
+        // A 3-member cluster losing its quorum during an upgrade: the operator's.
+        assert!(matches!(attribute("b", 52_000, 3, &faults, &[], w), Cause::Operator(_)));
+        assert_eq!(attribute("one", 81_000, 1, &faults, &[], w), Cause::SizeOneSpecChange(2));
+        // Held faults cover their whole hold.
+        assert_eq!(attribute("a", 125_000, 3, &faults, &[], w), Cause::Fault(3));
+        let ev = vec![(29_000, "a".to_string(), "MemberRemoved".to_string(), "x".to_string())];
+        assert!(
+            matches!(attribute("a", 30_000, 3, &faults, &ev, w), Cause::Operator(m) if m.contains("MemberRemoved"))
+        );
+        // Another cluster's fault explains nothing.
+        assert_eq!(attribute("c", 5_000, 3, &faults, &[], w), Cause::Unattributed);
+    }
+
+    #[test]
+    fn convergence() {
+        let f = fault(0, Kind::DeleteFollower, Some("a"), 10, None);
+        let v = vec![s(5, true, true), s(11, true, true), s(12, true, false), s(13, true, false), s(20, true, true)];
+        assert_eq!(convergence_ms(&f, &v, 5), Some(10));
+        let v = vec![s(11, true, true), s(12, true, true), s(30, true, false)];
+        assert_eq!(convergence_ms(&f, &v, 5), Some(0));
+        let v = vec![s(11, true, false), s(12, true, false)];
+        assert_eq!(convergence_ms(&f, &v, 5), None);
+    }
+
+    #[test]
+    fn service_without_endpoints_while_the_cluster_works() {
+        let mk =
+            |t: u64, quorum: bool, svc: usize| Sample { t_ms: t, quorum, service_ready: svc, ..Default::default() };
+        let v = [mk(0, true, 3), mk(1_000, true, 0), mk(5_000, true, 0), mk(12_000, true, 0), mk(13_000, true, 2)];
+        let refs: Vec<&Sample> = v.iter().collect();
+        assert_eq!(service_gaps(&refs, 10_000), vec![(1_000, 13_000)]);
+        assert!(service_gaps(&refs, 20_000).is_empty());
+        // No quorum: nothing to serve anyway.
+        let v = [mk(0, false, 0), mk(30_000, false, 0)];
+        let refs: Vec<&Sample> = v.iter().collect();
+        assert!(service_gaps(&refs, 10_000).is_empty());
+    }
+
+    #[test]
+    fn second_bootstrap_is_seen() {
+        let mut a = s(1, true, true);
+        a.members = vec![crate::monitor::Member { cluster_id: 7, ..Default::default() }];
+        let mut b = s(2, true, true);
+        b.members = vec![crate::monitor::Member { cluster_id: 9, ..Default::default() }];
+        assert_eq!(cluster_ids(&[&a, &a.clone()]).len(), 1);
+        assert_eq!(cluster_ids(&[&a, &b]), vec![(1, 7), (2, 9)]);
+    }
+}

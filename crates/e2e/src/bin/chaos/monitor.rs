@@ -1,0 +1,297 @@
+//! The outside observer: every second, per cluster, the EtcdCluster status, its member pods and
+//! a probe of each member straight at its pod IP (status and a linearizable read). From these
+//! samples come the invariants (invariants.rs) and what the faults and clients need now: the
+//! member IPs, the etcd leader, each member's container, whether everything converged.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use e2e::TestNamespace;
+use etcd_client::{Client, ConnectOptions};
+use serde_json::Value;
+use tokio::runtime::Handle;
+use tokio::task::JoinSet;
+
+use crate::clients::{Shared, Targets};
+use crate::now_ms;
+
+const PROBE_TIMEOUT: Duration = Duration::from_millis(1500);
+const PERIOD: Duration = Duration::from_secs(1);
+
+#[derive(Clone, Debug, Default)]
+pub struct Member {
+    pub pod: String,
+    pub ip: String,
+    /// containerd id of the `etcd` container.
+    pub container: String,
+    pub read_ok: bool,
+    pub leader: bool,
+    pub cluster_id: u64,
+    /// The member's status reports an alarm (NOSPACE, CORRUPT).
+    pub alarm: bool,
+}
+
+/// One observation of one cluster.
+#[derive(Clone, Debug, Default)]
+pub struct Sample {
+    pub t_ms: u64,
+    pub cluster: String,
+    pub spec_size: usize,
+    pub status_ready: usize,
+    pub learners: usize,
+    pub members: Vec<Member>,
+    /// Members answering a linearizable read (a started voter of a cluster with a leader).
+    pub healthy: usize,
+    /// At least one member answered a linearizable read: the cluster has a quorum.
+    pub quorum: bool,
+    pub converged: bool,
+    /// Ready endpoints of the client Service (its EndpointSlices).
+    pub service_ready: usize,
+    pub status_cluster_id: String,
+    pub phase: String,
+}
+
+impl Sample {
+    pub fn line(&self) -> String {
+        let pods: Vec<String> = self
+            .members
+            .iter()
+            .map(|m| {
+                let state = if !m.read_ok {
+                    "(down)"
+                } else if m.alarm {
+                    "(alarm)"
+                } else {
+                    ""
+                };
+                format!("{}{}{state}", m.pod, if m.leader { "*" } else { "" })
+            })
+            .collect();
+        format!(
+            "{} {} spec={} healthy={} ready={} learners={} svc={} quorum={} converged={} phase={} id={} [{}]",
+            crate::fmt_ms(self.t_ms),
+            self.cluster,
+            self.spec_size,
+            self.healthy,
+            self.status_ready,
+            self.learners,
+            self.service_ready,
+            self.quorum,
+            self.converged,
+            self.phase,
+            self.status_cluster_id,
+            pods.join(" ")
+        )
+    }
+}
+
+#[derive(Default)]
+pub struct Monitor {
+    pub samples: Mutex<Vec<Sample>>,
+    pub latest: Mutex<BTreeMap<String, Sample>>,
+    /// Operator pods by uid: (name, highest restart count seen).
+    pub operator_pods: Mutex<BTreeMap<String, (String, i64)>>,
+    /// Lease holders in the order seen, with the time.
+    pub lease_holders: Mutex<Vec<(u64, String)>>,
+}
+
+impl Monitor {
+    pub fn latest(&self, cluster: &str) -> Option<Sample> {
+        self.latest.lock().unwrap().get(cluster).cloned()
+    }
+
+    pub fn all_converged_since(&self, t_ms: u64) -> bool {
+        let l = self.latest.lock().unwrap();
+        !l.is_empty() && l.values().all(|s| s.converged && s.t_ms >= t_ms)
+    }
+}
+
+fn options() -> ConnectOptions {
+    ConnectOptions::new()
+        .with_connect_timeout(Duration::from_millis(800))
+        .with_timeout(PROBE_TIMEOUT)
+        .with_require_leader(true)
+}
+
+/// (read ok, is leader, cluster id, alarm)
+async fn probe(ip: String) -> (bool, bool, u64, bool) {
+    let attempt = async {
+        let mut c = Client::connect([format!("http://{ip}:2379")], Some(options())).await.ok()?;
+        let st = c.status().await.ok()?;
+        let leader = st.header().is_some_and(|h| h.member_id() == st.leader());
+        let cid = st.header().map(|h| h.cluster_id()).unwrap_or(0);
+        let alarm = !st.errors().is_empty();
+        let read = c.get("chaos-probe", None).await.is_ok();
+        Some((read, leader, cid, alarm))
+    };
+    tokio::time::timeout(PROBE_TIMEOUT, attempt).await.ok().flatten().unwrap_or((false, false, 0, false))
+}
+
+fn pods_of<'a>(pods: &'a [Value], cluster: &str) -> Vec<&'a Value> {
+    let mut v: Vec<&Value> = pods
+        .iter()
+        .filter(|p| p["metadata"]["labels"]["etcd_cluster"] == cluster && p["metadata"]["labels"]["app"] == "etcd")
+        .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
+        .collect();
+    v.sort_by_key(|p| p["metadata"]["name"].as_str().unwrap_or("").to_string());
+    v
+}
+
+fn etcd_container(p: &Value) -> String {
+    p["status"]["containerStatuses"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["name"] == "etcd"))
+        .and_then(|c| c["containerID"].as_str())
+        .map(|id| id.rsplit("://").next().unwrap_or(id).to_string())
+        .unwrap_or_default()
+}
+
+/// One round over every cluster.
+fn round(
+    ns: &TestNamespace,
+    rt: &Handle,
+    clusters: &[String],
+    services: &HashMap<String, String>,
+    shared: &Shared,
+    mon: &Monitor,
+) {
+    let (Ok(ecs), Ok(pods)) = (ns.json(&["get", "etcdclusters"]), ns.json(&["get", "pods"])) else { return };
+    let slices = ns.json(&["get", "endpointslices"]).unwrap_or_default();
+    let slices = slices["items"].as_array().cloned().unwrap_or_default();
+    let service_ready = |c: &str| -> usize {
+        slices
+            .iter()
+            .filter(|s| s["metadata"]["labels"]["kubernetes.io/service-name"] == format!("{c}-client").as_str())
+            .flat_map(|s| s["endpoints"].as_array().cloned().unwrap_or_default())
+            .filter(|e| e["conditions"]["ready"] == true)
+            .count()
+    };
+    let t_ms = now_ms();
+    let pods = pods["items"].as_array().cloned().unwrap_or_default();
+    let ecs = ecs["items"].as_array().cloned().unwrap_or_default();
+    let mut probes = JoinSet::new();
+    let mut members: HashMap<String, Vec<Member>> = HashMap::new();
+    for c in clusters {
+        let list: Vec<Member> = pods_of(&pods, c)
+            .iter()
+            .map(|p| Member {
+                pod: p["metadata"]["name"].as_str().unwrap_or("").to_string(),
+                ip: p["status"]["podIP"].as_str().unwrap_or("").to_string(),
+                container: etcd_container(p),
+                ..Default::default()
+            })
+            .collect();
+        for (i, m) in list.iter().enumerate() {
+            if !m.ip.is_empty() {
+                let (c2, ip) = (c.clone(), m.ip.clone());
+                probes.spawn_on(async move { (c2, i, probe(ip).await) }, rt);
+            }
+        }
+        members.insert(c.clone(), list);
+    }
+    rt.block_on(async {
+        while let Some(r) = probes.join_next().await {
+            if let Ok((c, i, (read_ok, leader, cid, alarm))) = r {
+                let m = &mut members.get_mut(&c).expect("cluster")[i];
+                (m.read_ok, m.leader, m.cluster_id, m.alarm) = (read_ok, leader, cid, alarm);
+            }
+        }
+    });
+    for c in clusters {
+        let ec = ecs.iter().find(|e| e["metadata"]["name"] == c.as_str()).cloned().unwrap_or_default();
+        let st = &ec["status"];
+        let ms = members.remove(c).unwrap_or_default();
+        let spec_size = ec["spec"]["size"].as_u64().unwrap_or(0) as usize;
+        let healthy = ms.iter().filter(|m| m.read_ok).count();
+        let status_ready = st["members"]["ready"].as_array().map(|a| a.len()).unwrap_or(0);
+        let learners = st["members"]["learners"].as_array().map(|a| a.len()).unwrap_or(0);
+        // The operator saw the latest spec and every member runs its version (an upgrade that has
+        // not started yet is not converged).
+        let spec_version = ec["spec"]["version"].as_str().unwrap_or("");
+        let caught_up = st["observedGeneration"] == ec["metadata"]["generation"]
+            && st["currentVersion"]
+                .as_str()
+                .is_some_and(|v| v.trim_start_matches('v') == spec_version.trim_start_matches('v'))
+            && st["targetVersion"].as_str().unwrap_or("").is_empty();
+        let converged = caught_up
+            && !ms.iter().any(|m| m.alarm)
+            && healthy == spec_size
+            && ms.len() == spec_size
+            && status_ready == spec_size
+            && learners == 0
+            && st["size"].as_u64() == Some(spec_size as u64);
+        let s = Sample {
+            t_ms,
+            cluster: c.clone(),
+            spec_size,
+            status_ready,
+            learners,
+            healthy,
+            quorum: healthy > 0,
+            converged,
+            service_ready: service_ready(c),
+            status_cluster_id: st["clusterId"].as_str().or(st["clusterID"].as_str()).unwrap_or("").to_string(),
+            phase: st["phase"].as_str().unwrap_or("").to_string(),
+            members: ms,
+        };
+        let ips: Vec<String> =
+            s.members.iter().filter(|m| !m.ip.is_empty()).map(|m| format!("http://{}:2379", m.ip)).collect();
+        shared
+            .targets
+            .lock()
+            .unwrap()
+            .insert(c.clone(), Targets { service: services.get(c).cloned().unwrap_or_default(), members: ips });
+        mon.latest.lock().unwrap().insert(c.clone(), s.clone());
+        mon.samples.lock().unwrap().push(s);
+    }
+    let mut op = mon.operator_pods.lock().unwrap();
+    for p in pods.iter().filter(|p| p["metadata"]["labels"]["app.kubernetes.io/name"] == "etcd-operator") {
+        let uid = p["metadata"]["uid"].as_str().unwrap_or("").to_string();
+        let restarts: i64 = p["status"]["containerStatuses"]
+            .as_array()
+            .map(|cs| cs.iter().map(|c| c["restartCount"].as_i64().unwrap_or(0)).sum())
+            .unwrap_or(0);
+        let e = op.entry(uid).or_insert((p["metadata"]["name"].as_str().unwrap_or("").to_string(), 0));
+        e.1 = e.1.max(restarts);
+    }
+}
+
+/// Runs until `stop` is set: one round per second; the operator's logs every 10 s.
+#[allow(clippy::too_many_arguments)]
+pub fn run(
+    ns: &TestNamespace,
+    rt: &Handle,
+    clusters: &[String],
+    services: &HashMap<String, String>,
+    shared: &Shared,
+    mon: &Monitor,
+    op: &e2e::harness::InClusterOperator,
+    stop: &std::sync::atomic::AtomicBool,
+) {
+    let mut last_lease = Instant::now() - Duration::from_secs(10);
+    let mut last_logs = Instant::now();
+    while !stop.load(Ordering::Relaxed) {
+        let t0 = Instant::now();
+        round(ns, rt, clusters, services, shared, mon);
+        if last_lease.elapsed() >= Duration::from_secs(3) {
+            last_lease = Instant::now();
+            if let Ok(l) = ns.json(&["get", "lease", "etcd-operator"]) {
+                let h = l["spec"]["holderIdentity"].as_str().unwrap_or("").to_string();
+                let mut hs = mon.lease_holders.lock().unwrap();
+                if hs.last().map(|x| &x.1) != Some(&h) {
+                    hs.push((now_ms(), h));
+                }
+            }
+        }
+        // The operator's logs, kept for pods that a fault deletes later.
+        if last_logs.elapsed() >= Duration::from_secs(10) {
+            last_logs = Instant::now();
+            let _ = op.logs();
+        }
+        if let Some(rest) = PERIOD.checked_sub(t0.elapsed()) {
+            std::thread::sleep(rest);
+        }
+    }
+}
