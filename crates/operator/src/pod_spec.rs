@@ -134,6 +134,40 @@ pub fn member_pvc(c: &EtcdCluster, d: &Desired, m: &NewMember) -> Option<Persist
 /// The readiness probe's path: etcd's `/health` without the NOSPACE alarm.
 pub const HEALTH_PATH: &str = "/health?exclude=NOSPACE";
 
+/// etcd 3.5.0 and 3.5.1 exclude a NOSPACE alarm from `/health` only when one member raised it
+/// (etcd#13467, fixed in 3.5.2): once every member has, every member reads unready and the client
+/// Service empties while the cluster still serves reads and deletes (found by hack/chaos.sh).
+pub fn health_exclude_is_broken(v: &crate::version::Version) -> bool {
+    v.minor_line() == (3, 5) && v.patch < 2
+}
+
+/// The readiness probe for those versions: a linearizable read through etcdctl (of the member's
+/// own image), which fails without a leader and on a learner, as `/health` does, and works
+/// under a NOSPACE alarm.
+fn read_probe() -> Probe {
+    Probe {
+        exec: Some(k8s_openapi::api::core::v1::ExecAction {
+            command: Some(
+                [
+                    "/usr/local/bin/etcdctl",
+                    "--endpoints=http://127.0.0.1:2379",
+                    "--dial-timeout=1s",
+                    "--command-timeout=2s",
+                    "get",
+                    "health",
+                ]
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
+            ),
+        }),
+        period_seconds: Some(1),
+        timeout_seconds: Some(3),
+        failure_threshold: Some(3),
+        ..Default::default()
+    }
+}
+
 /// The etcd command line of a member.
 pub fn etcd_command(c: &EtcdCluster, d: &Desired, m: &NewMember) -> Vec<String> {
     let name = cluster_name(c);
@@ -294,6 +328,9 @@ pub fn member_pod(c: &EtcdCluster, d: &Desired, m: &NewMember, init_image: &str)
         init_containers.push(wait_dns);
     }
     let mut etcd = etcd;
+    if health_exclude_is_broken(&m.version) && d.tls.client_scheme() == "http" {
+        etcd.readiness_probe = Some(read_probe());
+    }
     crate::tls::secure_member(&d.tls, &mut etcd, &mut volumes);
     let data = if m.pvc {
         Volume {

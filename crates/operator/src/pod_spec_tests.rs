@@ -236,3 +236,27 @@ fn services_select_the_cluster_and_the_peer_one_is_headless() {
     assert_eq!(client.metadata.name.as_deref(), Some("ex-client"));
     assert_eq!(client.spec.unwrap().ports.unwrap()[0].port, 2379);
 }
+
+/// etcd 3.5.0/3.5.1 do not exclude a NOSPACE alarm raised by several members from `/health`
+/// (etcd#13467): their members read through etcdctl for readiness instead, so a full cluster
+/// keeps serving reads and deletes through its client Service (found by hack/chaos.sh,
+/// `--kinds quota-fill --seed 1`).
+#[test]
+fn members_of_etcd_with_the_broken_health_exclude_probe_readiness_with_a_read() {
+    for (version, exec) in [("3.5.0", true), ("3.5.1", true), ("3.5.34", false), ("3.4.23", false), ("3.6.15", false)] {
+        let (c, d) = cluster(&format!("size: 3\nversion: {version}"));
+        let mut m = member(false, false);
+        m.version = Version::parse(version).unwrap();
+        let pod = member_pod(&c, &d, &m, "op:1");
+        let probe = pod.spec.unwrap().containers[0].readiness_probe.clone().unwrap();
+        assert_eq!(probe.exec.is_some(), exec, "{version}");
+        assert_eq!(probe.http_get.is_none(), exec, "{version}");
+        if exec {
+            let cmd = probe.exec.unwrap().command.unwrap();
+            assert_eq!(cmd[0], "/usr/local/bin/etcdctl");
+            assert!(cmd.contains(&"get".to_string()), "a linearizable read: {cmd:?}");
+        } else {
+            assert_eq!(probe.http_get.unwrap().path.as_deref(), Some(HEALTH_PATH));
+        }
+    }
+}

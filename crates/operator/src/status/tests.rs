@@ -179,7 +179,8 @@ fn an_alarm_condition_does_not_change_with_the_order_etcd_lists_alarms_in() {
     use crate::observed::{Alarm, AlarmKind};
     let with_alarms = |ids: &[u64]| {
         let mut o = obs(3, &[true, true, true]);
-        o.etcd.as_mut().unwrap().alarms = ids.iter().map(|&member_id| Alarm { member_id, kind: AlarmKind::NoSpace }).collect();
+        o.etcd.as_mut().unwrap().alarms =
+            ids.iter().map(|&member_id| Alarm { member_id, kind: AlarmKind::NoSpace }).collect();
         compute(&o, &plan(&o), &Default::default(), None, "t")
     };
     let a = with_alarms(&[1, 2, 3]);
