@@ -16,7 +16,7 @@
 # Report (text + JSON), operator log and samples: target/chaos/chaos-<time>-<seed>/. Exit code 0
 # when every check passed, 1 on a violation, 2 when the run itself failed. Needs root (ctr,
 # nsenter, iptables on this machine, the cluster's node) and a running cluster: it never starts
-# or stops one. Not part of hack/test.sh.
+# or stops one. hack/test.sh runs `--ci` on the modern leg (CHAOS=0 skips it).
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 source "$(dirname "$0")/cluster-env.sh"
