@@ -219,7 +219,9 @@ fn space_settings_become_flags_unless_etcd_env_sets_them() {
 #[test]
 fn readiness_ignores_the_nospace_alarm() {
     let (c, d) = cluster("size: 3\nversion: 3.6.15");
-    let p = member_pod(&c, &d, &member(true, false), "op:1");
+    let mut m = member(true, false);
+    m.version = Version::parse("3.6.15").unwrap();
+    let p = member_pod(&c, &d, &m, "op:1");
     let probe = p.spec.unwrap().containers[0].readiness_probe.clone().unwrap();
     assert_eq!(probe.http_get.unwrap().path.as_deref(), Some("/health?exclude=NOSPACE"));
 }
