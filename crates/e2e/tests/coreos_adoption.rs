@@ -138,6 +138,13 @@ fn wait_member(ns: &TestNamespace, member: &str) -> Result<String> {
         let ep = format!("http://{ip}:2379");
         Ok(host_etcdctl(&ep, &["endpoint", "health"]).ok().map(|_| ep))
     })
+    .map_err(|e| {
+        // Seen once in a CI run (in-cluster, right after the in-cluster lifecycle suite): the
+        // hand-made seed member never answered. Say what the pod was doing.
+        let status = ns.pod(member).map(|p| p["status"].to_string()).unwrap_or_default();
+        let logs = ns.run(&["logs", member, "--all-containers", "--tail=20"]).unwrap_or_default();
+        e.context(format!("pod {member} status: {status}\nlast log lines:\n{logs}"))
+    })
 }
 
 /// The cluster CoreOS would have left: a seed member, then each further member added to etcd
