@@ -1,5 +1,5 @@
 //! Everything a user applies to install the operator: CRDs, ServiceAccount, RBAC, Deployment
-//! (and, when asked, the monitoring objects of `monitoring.rs`). Pure builders from options to
+//! (and, when asked, the monitoring objects of `monitoring/`). Pure builders from options to
 //! objects; `render` turns them into one YAML stream.
 
 use std::collections::BTreeMap;
@@ -33,7 +33,7 @@ pub struct Options {
     pub with_crds: bool,
     /// CRDs with their CEL validation rules (Kubernetes 1.25+).
     pub validation_rules: bool,
-    /// Add the Prometheus Operator objects and the Grafana dashboard (`monitoring.rs`).
+    /// Add the Prometheus Operator objects and the Grafana dashboard (`monitoring/`).
     pub monitoring: bool,
 }
 
