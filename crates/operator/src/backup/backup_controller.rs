@@ -59,16 +59,7 @@ async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<JobContext>) -> Result<Acti
             ctx.metrics.observe_backup(&ns, &o.name, last_success, target.interval);
         }
     }
-    if plan.status != o.status {
-        jobs::patch_status(&ctx, &obj, &ar, &plan.status).await?;
-    }
-    for (type_, reason, note) in &plan.events {
-        jobs::publish(&ctx, &obj, &ar, *type_, reason, note.clone()).await;
-    }
-    // Only once the result is in status: a pod deleted before that would lose it.
-    for pod in &plan.delete_pods {
-        jobs::delete_pod(&ctx, &ns, pod).await;
-    }
+    jobs::write_back(&ctx, &obj, &ar, (&o.status, &plan.status), &plan.events, &plan.delete_pods).await?;
     ctx.metrics.reconciled("etcdbackup", started.elapsed(), false);
     Ok(plan.requeue.map(Action::requeue).unwrap_or_else(Action::await_change))
 }

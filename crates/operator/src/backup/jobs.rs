@@ -129,6 +129,30 @@ pub async fn create_pod(ctx: &JobContext, pod: &Pod) -> Result<(), Error> {
     }
 }
 
+/// The common end of a job reconcile, in the order that loses nothing: the new status (only when
+/// it changed), then its Events, then the finished pods (a pod deleted before its result is in
+/// status would lose it).
+pub async fn write_back<S: Serialize + PartialEq>(
+    ctx: &JobContext,
+    obj: &DynamicObject,
+    ar: &ApiResource,
+    (old, new): (&S, &S),
+    events: &[(EventType, &'static str, String)],
+    delete_pods: &[String],
+) -> Result<(), Error> {
+    if new != old {
+        patch_status(ctx, obj, ar, new).await?;
+    }
+    for (type_, reason, note) in events {
+        publish(ctx, obj, ar, *type_, reason, note.clone()).await;
+    }
+    let ns = obj.namespace().unwrap_or_default();
+    for pod in delete_pods {
+        delete_pod(ctx, &ns, pod).await;
+    }
+    Ok(())
+}
+
 /// A watched, cached stream of the pods carrying `label`, for a job controller.
 fn job_pod_watch(
     client: &Client,

@@ -83,15 +83,7 @@ async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<JobContext>) -> Result<Acti
             }
         }
     }
-    if plan.status != o.status {
-        jobs::patch_status(&ctx, &obj, &ar, &plan.status).await?;
-    }
-    for (type_, reason, note) in &plan.events {
-        jobs::publish(&ctx, &obj, &ar, *type_, reason, note.clone()).await;
-    }
-    for pod in &plan.delete_pods {
-        jobs::delete_pod(&ctx, &ns, pod).await;
-    }
+    jobs::write_back(&ctx, &obj, &ar, (&o.status, &plan.status), &plan.events, &plan.delete_pods).await?;
     Ok(plan.requeue.map(Action::requeue).unwrap_or_else(Action::await_change))
 }
 
