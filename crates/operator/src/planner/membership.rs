@@ -155,6 +155,15 @@ pub(super) fn with_etcd(o: &Observed, d: &Desired, etcd: &EtcdState) -> Step {
     if healthy_voters < quorum {
         return super::recovery::no_quorum(o, d, etcd, healthy_voters);
     }
+    // A learner is finished first under NOSPACE (started, promoted or dropped: membership
+    // changes, not writes of keys). It answers neither alarm nor defragment calls, and one that
+    // replayed a history past the quota keeps raising the alarm until it votes and is
+    // defragmented. One still catching up does not hold the voters' recovery back.
+    if etcd.has_alarm(crate::observed::AlarmKind::NoSpace) && !etcd.has_alarm(crate::observed::AlarmKind::Corrupt) {
+        if let Some(step) = learner_step(o, d, etcd, healthy_voters, voters).filter(|s| !matches!(s, Step::Wait(_))) {
+            return step;
+        }
+    }
     // An alarm is the cluster's, not an unhealthy member: CORRUPT stops everything, NOSPACE is
     // recovered first.
     if let Some(step) = super::maintenance::alarms(o, d, etcd) {
