@@ -298,6 +298,18 @@ pub async fn remove(endpoints: &[String], tls: Option<&ClientTls>, id: u64) -> R
     with_deadline("member remove", CHANGE_TIMEOUT, c.member_remove(id)).await.map(|_| ())
 }
 
+/// Change a member's peer URLs (etcd's member update); through the cluster's quorum like any
+/// membership change.
+pub async fn update_peer_urls(
+    endpoints: &[String],
+    tls: Option<&ClientTls>,
+    id: u64,
+    urls: &[String],
+) -> Result<(), Error> {
+    let mut c = change_client(endpoints, tls).await?;
+    with_deadline("member update", CHANGE_TIMEOUT, c.member_update(id, urls.to_vec())).await.map(|_| ())
+}
+
 /// Hand leadership to `to`; must be sent to the current leader.
 pub async fn move_leader(leader_endpoint: &str, tls: Option<&ClientTls>, to: u64) -> Result<(), Error> {
     let mut c = change_client(&[leader_endpoint.to_string()], tls).await?;

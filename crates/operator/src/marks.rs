@@ -6,13 +6,15 @@
 //! - since when a quorum cannot come back: the clock of `spec.recovery.afterSeconds`;
 //! - a recovery under way, removed once its first member serves;
 //! - the raft index at which the cluster finished its last minor upgrade: 3.6 → 3.7 waits for a
-//!   raft snapshot past it (`planner::upgrade`).
+//!   raft snapshot past it (`planner::upgrade`);
+//! - the Secrets of a TLS side being turned off while members still use them
+//!   (`tls::transition::Leaving`).
 
 use std::collections::BTreeMap;
 
 use crate::naming::{
     CLUSTER_ID_ANNOTATION, LAST_RECOVERY_ANNOTATION, LAST_VALID_SPEC_ANNOTATION, MINOR_SINCE_ANNOTATION,
-    QUORUM_LOST_AT_ANNOTATION, RECOVERY_ANNOTATION,
+    QUORUM_LOST_AT_ANNOTATION, RECOVERY_ANNOTATION, TLS_LEAVING_ANNOTATION,
 };
 use crate::observed::Observed;
 use crate::planner::recovery;
@@ -53,6 +55,12 @@ pub fn cluster_annotations(
     }
     if o.desired.is_ok() && o.spec_refused.is_none() {
         set(LAST_VALID_SPEC_ANNOTATION, Some(spec_json.to_string()));
+    }
+    // The Secrets of a TLS side being turned off, while pods are still made with them (written
+    // in the same patch as the last valid spec that stops naming them).
+    if let Ok(d) = &o.desired {
+        let leaving = crate::tls::transition::leaving_of(&d.tls, &d.tls_stage);
+        set(TLS_LEAVING_ANNOTATION, (!leaving.is_empty()).then(|| serde_json::to_string(&leaving).unwrap_or_default()));
     }
     // The minor every member runs: first seen → index 0; changed → the leader's index now (the
     // entries up to it were written by members of the earlier minor). A recovered cluster

@@ -24,6 +24,9 @@ pub const CLUSTER_ID_ANNOTATION: &str = "etcd.database.coreos.com/cluster-id";
 /// EtcdCluster annotation: the last spec that passed validation (JSON). An invalid edit is
 /// refused while the cluster keeps healing under this one.
 pub const LAST_VALID_SPEC_ANNOTATION: &str = "etcd.database.coreos.com/last-valid-spec";
+/// EtcdCluster annotation: the Secrets of a TLS side `spec.TLS` turned off while members still
+/// use them (JSON `tls::transition::Leaving`), removed once no member does.
+pub const TLS_LEAVING_ANNOTATION: &str = "etcd.database.coreos.com/tls-leaving";
 /// EtcdCluster annotation: RFC 3339 time since which a quorum cannot come back.
 pub const QUORUM_LOST_AT_ANNOTATION: &str = "etcd.database.coreos.com/quorum-lost-at";
 /// EtcdCluster annotation: the store revision the operator last compacted to while recovering

@@ -16,6 +16,7 @@ use crate::naming::{
     VERSION_CHANGED_ANNOTATION,
 };
 use crate::observed::{BackupPoint, EtcdState, Observed, PodState, PvcState, QuorumLossPolicy};
+use crate::tls::transition::PodTls;
 use crate::validation::{Desired, validate};
 
 /// The watch caches observation reads from.
@@ -137,6 +138,10 @@ pub fn pod_state(p: &Pod, now: k8s_openapi::jiff::Timestamp) -> PodState {
             .as_ref()
             .and_then(|s| s.volumes.as_ref())
             .is_some_and(|vs| vs.iter().any(|v| v.persistent_volume_claim.is_some())),
+        tls: crate::tls::transition::PodTls::of(
+            etcd_container.and_then(|c| c.command.as_deref()).unwrap_or_default(),
+            p.spec.as_ref().and_then(|s| s.volumes.as_deref()).unwrap_or_default(),
+        ),
     }
 }
 
@@ -178,13 +183,14 @@ pub fn pvc_state(v: &PersistentVolumeClaim) -> Option<PvcState> {
 /// (the cluster keeps healing under it), with the reasons this one was refused. A cluster that
 /// formed under an operator version that recorded no last valid spec keeps its spec if that
 /// version's rules accepted it. The last value says whether the spec planned from left
-/// `version` empty (the default applies).
+/// `version` empty (the default applies). `pods`: how the member pods speak TLS.
 fn desired_of(
     cluster: &EtcdCluster,
     name: &str,
     formed: bool,
+    pods: &[&PodTls],
 ) -> (Result<Desired, Vec<String>>, Option<Vec<String>>, bool) {
-    match validate(name, &cluster.spec).and_then(|d| tls_unchanged(cluster, name, formed, d)) {
+    match validate(name, &cluster.spec).and_then(|d| tls_change_allowed(cluster, name, formed, pods, d)) {
         Ok(d) => (Ok(d), None, cluster.spec.version.is_empty()),
         Err(errs) => {
             let recorded = cluster.annotations().get(LAST_VALID_SPEC_ANNOTATION);
@@ -205,16 +211,54 @@ fn desired_of(
     }
 }
 
-/// A formed cluster keeps the TLS it formed with (the last valid spec's; `tls::check_change`).
-fn tls_unchanged(cluster: &EtcdCluster, name: &str, formed: bool, d: Desired) -> Result<Desired, Vec<String>> {
-    let recorded = cluster.annotations().get(LAST_VALID_SPEC_ANNOTATION);
-    let before = recorded
-        .and_then(|j| serde_json::from_str::<etcd_operator_api::EtcdClusterSpec>(j).ok())
-        .and_then(|spec| validate(name, &spec).ok());
-    match before {
-        Some(b) if formed => crate::tls::check_change(&b.tls, &d.tls).map(|_| d).map_err(|e| vec![e]),
-        _ => Ok(d),
+/// The policy of the last valid spec the operator recorded, if any.
+fn last_valid_tls(cluster: &EtcdCluster, name: &str) -> Option<crate::tls::Policy> {
+    let recorded = cluster.annotations().get(LAST_VALID_SPEC_ANNOTATION)?;
+    let spec = serde_json::from_str::<etcd_operator_api::EtcdClusterSpec>(recorded).ok()?;
+    validate(name, &spec).ok().map(|d| d.tls)
+}
+
+/// A formed cluster may turn TLS on or off, not swap the Secrets of a side that stays on
+/// (`tls::transition::check_change`, against the last valid spec and the pods).
+fn tls_change_allowed(
+    cluster: &EtcdCluster,
+    name: &str,
+    formed: bool,
+    pods: &[&PodTls],
+    d: Desired,
+) -> Result<Desired, Vec<String>> {
+    if !formed {
+        return Ok(d);
     }
+    let before = last_valid_tls(cluster, name).unwrap_or_default();
+    crate::tls::transition::check_change(&before, &d.tls, pods).map(|_| d).map_err(|e| vec![e])
+}
+
+/// The stage member pods are made at now (`tls::transition::stage`): the Secrets of a side
+/// `spec.TLS` turns off come from the `tls-leaving` mark, else the last valid spec, else the
+/// pods' volumes.
+fn tls_stage(
+    cluster: &EtcdCluster,
+    name: &str,
+    d: &Desired,
+    pods: &[&PodTls],
+    pvcs: &BTreeMap<String, PvcState>,
+    formed: bool,
+) -> Result<crate::tls::transition::Stage, Vec<String>> {
+    use crate::tls::transition::{Leaving, stage};
+    let mut sources = vec![];
+    if let Some(l) =
+        cluster.annotations().get(naming::TLS_LEAVING_ANNOTATION).and_then(|j| serde_json::from_str(j).ok())
+    {
+        sources.push(l);
+    }
+    if let Some(p) = last_valid_tls(cluster, name) {
+        sources.push(Leaving::of_policy(&p));
+    }
+    sources.push(Leaving::of_pods(pods.iter().copied()));
+    let https_url_on_volume =
+        pvcs.values().any(|v| !v.deleting && v.peer_url.as_deref().is_some_and(|u| u.starts_with("https://")));
+    stage(&d.tls, &Leaving::find(&d.tls, &sources), pods, https_url_on_volume, formed).map_err(|e| vec![e])
 }
 
 /// The newest backup of an EtcdBackup, as a restore source.
@@ -312,22 +356,33 @@ pub async fn observe(
     let formed = annotations.contains_key(CLUSTER_ID_ANNOTATION)
         || !status.cluster_id.is_empty()
         || crate::coreos::status_shows_it_ran(&status);
-    let (desired, spec_refused, version_defaulted) = desired_of(cluster, &name, formed);
-    let desired = desired.map(|mut d| {
+    let pod_tls: Vec<&PodTls> = pods.values().map(|p| &p.tls).collect();
+    let (desired, spec_refused, version_defaulted) = desired_of(cluster, &name, formed, &pod_tls);
+    let desired = desired.and_then(|mut d| {
         if d.pod.cluster_domain.is_empty() {
             d.pod.cluster_domain = cluster_domain.to_string();
         }
-        d
+        d.tls_stage = tls_stage(cluster, &name, &d, &pod_tls, &pvcs, formed)?;
+        Ok(d)
     });
-    // TLS material is checked before anything uses it: refused material is an invalid spec.
+    // TLS material is checked before anything uses it: refused material is an invalid spec. The
+    // Secrets checked are the ones pods are made with now (a side being turned off keeps its
+    // Secrets until no member uses them).
     let (desired, client_tls) = match desired {
-        Ok(d) => match crate::tls::material::load(client, &namespace, &name, &d.pod.cluster_domain, &d.tls).await {
-            Ok(t) => (Ok(d), t),
-            Err(reasons) => (Err(reasons), None),
-        },
+        Ok(d) => {
+            match crate::tls::material::load(client, &namespace, &name, &d.pod.cluster_domain, &d.tls_stage.secrets)
+                .await
+            {
+                Ok(t) => (Ok(d), t),
+                Err(reasons) => (Err(reasons), None),
+            }
+        }
         Err(e) => (Err(e), None),
     };
-    let scheme = desired.as_ref().map(|d| d.tls.client_scheme()).unwrap_or("http");
+    // One scheme for every member: the one every member serves (`tls::transition::stage`).
+    let operator_https = desired.as_ref().is_ok_and(|d| d.tls_stage.operator_https);
+    let scheme = crate::tls::scheme(operator_https);
+    let client_tls = client_tls.filter(|_| operator_https);
     let endpoints = etcd::Endpoints {
         urls: pods
             .values()
@@ -421,30 +476,39 @@ mod tests {
     fn the_version_default_follows_the_spec_planned_from() {
         use etcd_operator_api::EtcdClusterSpec;
         let (d, refused, empty) =
-            desired_of(&cluster(EtcdClusterSpec { size: 3, ..Default::default() }, None), "ex", true);
+            desired_of(&cluster(EtcdClusterSpec { size: 3, ..Default::default() }, None), "ex", true, &[]);
         assert!(d.is_ok() && refused.is_none() && empty);
         let pinned = EtcdClusterSpec { size: 3, version: "3.5.1".into(), ..Default::default() };
-        assert!(!desired_of(&cluster(pinned, None), "ex", true).2);
+        assert!(!desired_of(&cluster(pinned, None), "ex", true, &[]).2);
         // An invalid edit (size 0) of a cluster last valid with an empty version.
         let edit = EtcdClusterSpec { size: 0, version: "3.5.1".into(), ..Default::default() };
-        let (d, refused, empty) = desired_of(&cluster(edit.clone(), Some(r#"{"size":3}"#)), "ex", true);
+        let (d, refused, empty) = desired_of(&cluster(edit.clone(), Some(r#"{"size":3}"#)), "ex", true, &[]);
         assert!(d.is_ok() && refused.is_some());
         assert!(empty, "the last valid spec left the version empty");
-        let (_, _, empty) = desired_of(&cluster(edit, Some(r#"{"size":3,"version":"3.5.1"}"#)), "ex", true);
+        let (_, _, empty) = desired_of(&cluster(edit, Some(r#"{"size":3,"version":"3.5.1"}"#)), "ex", true, &[]);
         assert!(!empty);
     }
 
-    /// A formed cluster keeps planning under the TLS it formed with; a new one takes any.
+    /// A formed cluster may turn TLS on (its members move one at a time), not swap the Secret of
+    /// a side that stays on: such an edit is refused and it plans under the last valid spec.
     #[test]
-    fn turning_tls_on_for_a_formed_cluster_is_refused() {
-        let with_tls: etcd_operator_api::EtcdClusterSpec = serde_json::from_str(
-            r#"{"size":3,"TLS":{"static":{"member":{"peerSecret":"p","serverSecret":"s"},"operatorSecret":"o"}}}"#,
-        )
-        .unwrap();
-        let (d, refused, _) = desired_of(&cluster(with_tls.clone(), Some(r#"{"size":3}"#)), "ex", true);
-        assert!(d.unwrap().tls.is_off(), "planned under the last valid spec");
-        assert!(refused.unwrap()[0].contains("spec.TLS cannot change"));
-        let (d, refused, _) = desired_of(&cluster(with_tls, Some(r#"{"size":3}"#)), "ex", false);
-        assert!(d.unwrap().tls.peer_secret.is_some() && refused.is_none(), "not formed yet: no history to keep");
+    fn a_formed_cluster_turns_tls_on_but_keeps_its_secrets() {
+        let with_tls = |peer: &str| -> etcd_operator_api::EtcdClusterSpec {
+            serde_json::from_str(&format!(
+                r#"{{"size":3,"TLS":{{"static":{{"member":{{"peerSecret":"{peer}","serverSecret":"s"}},"operatorSecret":"o"}}}}}}"#
+            ))
+            .unwrap()
+        };
+        let (d, refused, _) = desired_of(&cluster(with_tls("p"), Some(r#"{"size":3}"#)), "ex", true, &[]);
+        assert!(d.unwrap().tls.peer_secret.is_some() && refused.is_none(), "turning TLS on is accepted");
+        let last = serde_json::to_string(&with_tls("p")).unwrap();
+        let (d, refused, _) = desired_of(&cluster(with_tls("q"), Some(&last)), "ex", true, &[]);
+        assert_eq!(d.unwrap().tls.peer_secret.as_deref(), Some("p"), "planned under the last valid spec");
+        assert!(refused.unwrap()[0].contains("cannot switch to Secret q"));
+        let (d, refused, _) = desired_of(&cluster(with_tls("q"), Some(&last)), "ex", false, &[]);
+        assert!(
+            d.unwrap().tls.peer_secret.as_deref() == Some("q") && refused.is_none(),
+            "not formed yet: no history to keep"
+        );
     }
 }

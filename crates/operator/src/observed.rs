@@ -126,6 +126,8 @@ pub struct PodState {
     pub deleting_secs: Option<i64>,
     /// Seconds since the operator last defragmented this member (pod annotation).
     pub defragmented_secs: Option<i64>,
+    /// How it speaks TLS, as its command line and volumes say (`tls::transition`).
+    pub tls: crate::tls::transition::PodTls,
 }
 
 /// Kubernetes' view of one member's PersistentVolumeClaim.

@@ -175,20 +175,17 @@ pub fn etcd_command(c: &EtcdCluster, d: &Desired, m: &NewMember) -> Vec<String> 
     let host = naming::member_host(&m.name, &name, &ns, &d.pod.cluster_domain);
     let initial: Vec<String> = m.initial_cluster.iter().map(|(n, u)| format!("{n}={u}")).collect();
     let uid = c.meta().uid.clone().unwrap_or_default();
-    let mut flags = vec![
-        "/usr/local/bin/etcd".into(),
-        format!("--name={}", m.name),
-        format!("--data-dir={DATA_DIR}"),
-        format!("--initial-advertise-peer-urls={}", naming::peer_url(d.tls.peer_scheme(), &host)),
-        format!("--listen-peer-urls={}://0.0.0.0:{PEER_PORT}", d.tls.peer_scheme()),
-        format!("--listen-client-urls={}://0.0.0.0:{CLIENT_PORT}", d.tls.client_scheme()),
-        format!("--advertise-client-urls={}", naming::client_url(d.tls.client_scheme(), &host)),
+    let mut flags = vec!["/usr/local/bin/etcd".into(), format!("--name={}", m.name), format!("--data-dir={DATA_DIR}")];
+    // Listen and advertise URLs: the peer listener takes the scheme of the member's own URL, the
+    // client port serves what the TLS stage says (`tls::transition`).
+    flags.extend(d.tls_stage.url_flags(&own_peer_url(d, m, &host), &host));
+    flags.extend([
         format!("--initial-cluster={}", initial.join(",")),
         format!("--initial-cluster-state={}", if m.existing { "existing" } else { "new" }),
         // The EtcdCluster's UID: two clusters of the same name never cross-talk.
         format!("--initial-cluster-token={uid}"),
-    ];
-    flags.extend(crate::tls::member_flags(&d.tls));
+    ]);
+    flags.extend(crate::tls::member_flags(&d.tls_stage.secrets));
     // Space: the quota and history compaction (unless `etcdEnv` sets them: etcd refuses a
     // setting given both ways).
     if let Some(q) = d.maintenance.quota_flag {
@@ -199,6 +196,15 @@ pub fn etcd_command(c: &EtcdCluster, d: &Desired, m: &NewMember) -> Vec<String> 
         flags.push(format!("--auto-compaction-retention={retention}"));
     }
     flags
+}
+
+/// The member's own peer URL: as the membership (or its volume) names it, else a new one.
+fn own_peer_url(d: &Desired, m: &NewMember, host: &str) -> String {
+    m.initial_cluster
+        .iter()
+        .find(|(n, _)| *n == m.name)
+        .map(|(_, u)| u.clone())
+        .unwrap_or_else(|| naming::peer_url(d.tls_stage.peer_scheme(), host))
 }
 
 /// The pod of one member.
@@ -284,7 +290,7 @@ pub fn member_pod(c: &EtcdCluster, d: &Desired, m: &NewMember, init_image: &str)
     // A recovered cluster's first member starts from its seed; a restored cluster's bootstrap
     // members from the backup; later members join.
     use crate::backup::restore_init::{RestoreInit, SnapshotSource};
-    let seed_tls = crate::tls::seed_tls(&d.tls, &name, &ns);
+    let seed_tls = crate::tls::seed_tls(&d.tls_stage.secrets, &name, &ns).filter(|_| d.tls_stage.operator_https);
     let from = match (&m.seed, &d.restore) {
         (Some(Seed::Member { client_url, cluster_id, member_id, .. }), _) => Some(SnapshotSource::Member {
             client_url,
@@ -306,7 +312,7 @@ pub fn member_pod(c: &EtcdCluster, d: &Desired, m: &NewMember, init_image: &str)
             initial_cluster: m.initial_cluster.clone(),
             // As etcd's own --initial-cluster-token: the EtcdCluster's UID.
             token: c.meta().uid.clone().unwrap_or_default(),
-            peer_url: naming::peer_url(d.tls.peer_scheme(), &host),
+            peer_url: own_peer_url(d, m, &host),
         };
         let etcd_image = image_for(&d.repository, &m.version);
         let (containers, vols) = crate::backup::restore_init::restore_init_containers(
@@ -328,10 +334,10 @@ pub fn member_pod(c: &EtcdCluster, d: &Desired, m: &NewMember, init_image: &str)
         init_containers.push(wait_dns);
     }
     let mut etcd = etcd;
-    if health_exclude_is_broken(&m.version) && d.tls.client_scheme() == "http" {
+    if health_exclude_is_broken(&m.version) && d.tls_stage.serves().http() {
         etcd.readiness_probe = Some(read_probe());
     }
-    crate::tls::secure_member(&d.tls, &mut etcd, &mut volumes);
+    crate::tls::secure_member(&d.tls_stage.secrets, &mut etcd, &mut volumes);
     let data = if m.pvc {
         Volume {
             name: "etcd-data".into(),

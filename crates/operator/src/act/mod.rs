@@ -273,6 +273,18 @@ pub async fn execute(t: &Target<'_>, step: &Step) -> Result<Option<Done>, Error>
                 .await?;
             done("MemberDrained", format!("member {pod} taken out of the client Service before it leaves"))
         }
+        Step::UpdatePeerUrls { id, pod, urls } => {
+            // The volume's record first: a member restarted while no member answers takes its
+            // listener's scheme from it, and must match what the membership says (a record
+            // ahead of the membership is moved again by the next reconcile; one behind would
+            // start a member nobody can dial).
+            let patch = serde_json::json!({"metadata": {"annotations": {naming::PEER_URL_ANNOTATION: urls.first()}}});
+            Api::<k8s_openapi::api::core::v1::PersistentVolumeClaim>::namespaced(t.client.clone(), &ns)
+                .patch(&naming::pvc_name(pod), &PatchParams::default(), &Patch::Merge(&patch))
+                .await?;
+            etcd::update_peer_urls(&t.change_endpoints(), t.endpoints.tls(), *id, urls).await?;
+            done("PeerURLUpdated", format!("member {pod} (ID {}) now has peer URL {}", etcd::hex(*id), urls.join(",")))
+        }
         Step::DeletePod { pod, why, keep_volume } => {
             t.delete_pod(pod, !keep_volume).await?;
             Done {

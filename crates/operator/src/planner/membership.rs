@@ -388,6 +388,9 @@ fn resize(o: &Observed, d: &Desired, etcd: &EtcdState, healthy_voters: usize, vo
     if let Some(step) = super::upgrade::next(o, d, etcd) {
         return step;
     }
+    if let Some(step) = super::tls_transition::next(o, d, etcd) {
+        return step;
+    }
     if let Some(step) = super::rollout::next(o, d, etcd) {
         return step;
     }

@@ -31,7 +31,10 @@ mod tests_membership;
 #[cfg(test)]
 mod tests_restore;
 #[cfg(test)]
+mod tests_tls_transition;
+#[cfg(test)]
 mod tests_upgrade;
+pub mod tls_transition;
 pub mod upgrade;
 mod volumes;
 
@@ -77,6 +80,10 @@ pub enum Step {
     /// Delete a pod that belongs to no member (or whose member must restart on its PVC, in
     /// which case its volume is kept).
     DeletePod { pod: String, why: String, keep_volume: bool },
+    /// Move a member's peer URL between http and https (etcd's member update; its volume's
+    /// record first): the next member of a cluster turning peer TLS on or off. Its pod is made
+    /// again right after, listening on the new scheme (`tls_transition`).
+    UpdatePeerUrls { id: u64, pod: String, urls: Vec<String> },
 }
 
 impl Step {
@@ -97,6 +104,7 @@ impl Step {
             Step::Defragment { .. } => "Defragment",
             Step::Drain { .. } => "Drain",
             Step::RecoverSpace(_) => "RecoverSpace",
+            Step::UpdatePeerUrls { .. } => "UpdatePeerUrls",
         }
     }
 
@@ -110,7 +118,8 @@ impl Step {
             | Step::UpgradeMember { pod, .. }
             | Step::DeletePod { pod, .. }
             | Step::Defragment { pod, .. }
-            | Step::Drain { pod } => Some(pod),
+            | Step::Drain { pod }
+            | Step::UpdatePeerUrls { pod, .. } => Some(pod),
             Step::MoveLeader { from_pod, .. } => Some(from_pod),
             Step::Wait(_) | Step::CreateServices | Step::Bootstrap(_) | Step::RecoverSpace(_) => None,
         }
@@ -379,5 +388,5 @@ pub(crate) fn initial_cluster_of(etcd: &EtcdState) -> Vec<(String, String)> {
 /// `name=peerURL` for a member about to be created.
 pub(crate) fn peer_of(o: &Observed, d: &Desired, member: &str) -> (String, String) {
     let host = crate::naming::member_host(member, &o.name, &o.namespace, &d.pod.cluster_domain);
-    (member.to_string(), crate::naming::peer_url(d.tls.peer_scheme(), &host))
+    (member.to_string(), crate::naming::peer_url(d.tls_stage.peer_scheme(), &host))
 }

@@ -185,7 +185,7 @@ fn seed_member(o: &Observed, d: &Desired, version: Version, seed: Seed) -> NewMe
 /// include entries never committed; then the highest revision; a voter before a learner) whose
 /// pod has an address.
 fn survivor<'a>(o: &Observed, etcd: &'a EtcdState) -> Option<(&'a MemberState, String)> {
-    let scheme = o.desired.as_ref().map(|d| d.tls.client_scheme()).unwrap_or("http");
+    let scheme = o.desired.as_ref().map(|d| d.tls_stage.operator_scheme()).unwrap_or("http");
     etcd.members
         .iter()
         .filter_map(|m| {

@@ -16,16 +16,26 @@ use crate::naming;
 use crate::observed::{EtcdState, MemberState, Observed};
 use crate::validation::Desired;
 
-/// Voters whose pod was made from another spec than the current one, followers first (by
-/// name), the leader last.
+/// Voters whose pod was made from another spec than the current one (or at another TLS stage,
+/// `tls_transition::outdated`), followers first (by name), the leader last.
 pub(super) fn outdated<'a>(o: &Observed, d: &Desired, etcd: &'a EtcdState) -> Vec<&'a MemberState> {
     let hash = d.pod_hash();
     let mut out: Vec<&MemberState> = etcd
         .voters()
-        .filter(|m| o.pods.get(&m.pod).is_some_and(|p| !p.deleting && p.spec_hash.as_ref().is_some_and(|h| *h != hash)))
+        .filter(|m| {
+            o.pods.get(&m.pod).is_some_and(|p| {
+                !p.deleting
+                    && (p.spec_hash.as_ref().is_some_and(|h| *h != hash) || super::tls_transition::outdated(d, m, p))
+            })
+        })
         .collect();
-    out.sort_by(|a, b| (Some(a.id) == etcd.leader).cmp(&(Some(b.id) == etcd.leader)).then(a.pod.cmp(&b.pod)));
+    followers_first(etcd, &mut out);
     out
+}
+
+/// Followers first (by name), the leader last.
+pub(super) fn followers_first(etcd: &EtcdState, members: &mut [&MemberState]) {
+    members.sort_by(|a, b| (Some(a.id) == etcd.leader).cmp(&(Some(b.id) == etcd.leader)).then(a.pod.cmp(&b.pod)));
 }
 
 /// A rollout replaces an emptyDir member: the one extra member (a learner, then a voter) is
@@ -59,13 +69,28 @@ pub(super) fn surplus(o: &Observed, d: &Desired, etcd: &EtcdState) -> Option<Ste
     Some(Step::RemoveMember {
         id: first.id,
         pod: first.pod.clone(),
-        why: "rolling out a spec.pod change: its replacement with the new spec is a voting member now".into(),
+        why: format!("{}: its replacement with the new spec is a voting member now", what(d, first, o)),
     })
+}
+
+/// What a rollout of `m`'s pod carries out, for Events.
+fn what(d: &Desired, m: &MemberState, o: &Observed) -> &'static str {
+    let pod = o.pods.get(&m.pod);
+    if pod.is_some_and(|p| p.spec_hash.as_ref().is_some_and(|h| *h != d.pod_hash())) {
+        "rolling out a spec.pod change"
+    } else {
+        "moving to the TLS spec.TLS asks for"
+    }
 }
 
 /// The next rollout step when membership matches the spec and every voter is healthy.
 pub(super) fn next(o: &Observed, d: &Desired, etcd: &EtcdState) -> Option<Step> {
-    let first = *outdated(o, d, etcd).first()?;
+    roll(o, d, etcd, outdated(o, d, etcd).first()?)
+}
+
+/// The next step of making `first`'s pod again under the current spec: restarted on its volume,
+/// or replaced (emptyDir).
+pub(super) fn roll(o: &Observed, d: &Desired, etcd: &EtcdState, first: &MemberState) -> Option<Step> {
     let pod = o.pods.get(&first.pod)?;
     if pod.uses_pvc {
         // Its volume must be there to restart on (a claim the cache does not show, or one going
@@ -81,7 +106,7 @@ pub(super) fn next(o: &Observed, d: &Desired, etcd: &EtcdState) -> Option<Step> 
         }
         return Some(Step::DeletePod {
             pod: first.pod.clone(),
-            why: "rolling out a spec.pod change: the member restarts on its volume with the new spec".into(),
+            why: format!("{}: the member restarts on its volume with the new spec", what(d, first, o)),
             keep_volume: true,
         });
     }

@@ -19,6 +19,9 @@ pub const DEGRADED: &str = "Degraded";
 pub const NO_SPACE: &str = "NoSpace";
 /// etcd's CORRUPT alarm is raised: names the member; never cleared by the operator.
 pub const CORRUPT: &str = "Corrupt";
+/// A running cluster turns TLS on or off (`planner::tls_transition::progress`): the phase as
+/// reason, the member being moved and what clients see in the message.
+pub const TLS_TRANSITION: &str = "TLSTransition";
 
 fn cond(type_: &str, ok: bool, reason: &str, message: impl Into<String>) -> Condition {
     Condition {
@@ -163,6 +166,13 @@ pub(super) fn update(cs: &mut Vec<Condition>, o: &Observed, step: &Step, now: &s
         }
         Step::Wait(w) if w.reason == WaitReason::Stable => condition::remove(cs, UPGRADING),
         _ => {}
+    }
+    // A TLS transition, while etcd answers (the member URLs are etcd's).
+    if o.etcd.is_some() {
+        match crate::planner::tls_transition::progress(o, step) {
+            Some((reason, msg)) => condition::upsert(cs, cond(TLS_TRANSITION, true, reason, msg), now),
+            None => condition::remove(cs, TLS_TRANSITION),
+        }
     }
     // Alarms, while etcd reports them (only known while a member answers).
     if let Some(e) = &o.etcd {

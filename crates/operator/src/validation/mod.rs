@@ -48,6 +48,9 @@ pub struct Desired {
     pub network_policy: Option<NetworkAccess>,
     /// `spec.TLS.static`: which sides speak TLS, with which Secrets (`crate::tls`).
     pub tls: crate::tls::Policy,
+    /// How member pods are made now: `tls` itself, or while a running cluster turns a side on
+    /// or off, the stage on the way (`tls::transition`; observation derives it from the pods).
+    pub tls_stage: crate::tls::transition::Stage,
 }
 
 /// A validated `spec.restore`.
@@ -176,6 +179,7 @@ fn validate_with(name: &str, spec: &EtcdClusterSpec, strict: bool) -> Result<Des
         recovery,
         maintenance,
         network_policy,
+        tls_stage: crate::tls::transition::Stage::steady(&tls),
         tls,
     })
 }

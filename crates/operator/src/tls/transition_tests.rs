@@ -1,0 +1,219 @@
+//! The stages of turning TLS on and off, as tables: what pods look like (their command line
+//! and volumes read back), and the stage pods are made at next.
+
+use super::*;
+
+const P: &str = "peer-tls";
+const S: &str = "server-tls";
+const O: &str = "operator-tls";
+
+fn both_sides() -> Policy {
+    Policy {
+        peer_secret: Some(P.into()),
+        client: Some(ClientSecrets { server_secret: S.into(), operator_secret: O.into() }),
+    }
+}
+
+/// A pod as `(peer certificate, peer listener https, client port)`; the server certificate is
+/// there exactly when the client port serves https.
+fn pod(peer_cert: bool, peer_https: bool, client: Serves) -> PodTls {
+    PodTls {
+        peer_secret: peer_cert.then(|| P.to_string()),
+        peer_https,
+        server_secret: client.https().then(|| S.to_string()),
+        client,
+    }
+}
+
+fn plain() -> PodTls {
+    pod(false, false, Serves::Http)
+}
+
+fn secure() -> PodTls {
+    pod(true, true, Serves::Https)
+}
+
+fn leaving_all() -> Leaving {
+    Leaving::of_policy(&both_sides())
+}
+
+fn stage_of(target: &Policy, leaving: &Leaving, pods: &[PodTls]) -> Stage {
+    stage(target, leaving, &pods.iter().collect::<Vec<_>>(), false, true).unwrap()
+}
+
+/// `(peer certificate on new pods, new peer URLs https, client port, operator https)`.
+fn summary(s: &Stage) -> (bool, bool, Serves, bool) {
+    (s.secrets.peer_secret.is_some(), s.peer_https, s.serves(), s.operator_https)
+}
+
+#[test]
+fn a_pod_is_read_back_from_its_command_line_and_volumes() {
+    let s = Stage::steady(&both_sides());
+    let cmd: Vec<String> = s
+        .url_flags("https://ex-a.ex.ns.svc:2380", "ex-a.ex.ns.svc")
+        .into_iter()
+        .chain(crate::tls::member_flags(&s.secrets))
+        .collect();
+    let mut etcd = k8s_openapi::api::core::v1::Container::default();
+    let mut volumes = vec![];
+    crate::tls::secure_member(&s.secrets, &mut etcd, &mut volumes);
+    assert_eq!(PodTls::of(&cmd, &volumes), secure(), "what a pod is made as, it reads back as");
+
+    // Both schemes on the client port; peer listener http with the certificate.
+    let mid = Stage { client_http_too: true, peer_https: false, ..s };
+    let cmd = mid.url_flags("http://ex-a.ex.ns.svc:2380", "ex-a.ex.ns.svc");
+    assert!(cmd.contains(&"--listen-client-urls=http://0.0.0.0:2379,https://0.0.0.0:2379".to_string()), "{cmd:?}");
+    assert!(
+        cmd.contains(&"--advertise-client-urls=http://ex-a.ex.ns.svc:2379".to_string()),
+        "the URL every client can use"
+    );
+    assert!(
+        cmd.contains(&"--listen-peer-urls=http://0.0.0.0:2380".to_string()),
+        "the listener follows the member's URL"
+    );
+    assert_eq!(PodTls::of(&cmd, &volumes), pod(true, false, Serves::Both));
+
+    // A pod of an earlier operator version without TLS: nothing configured.
+    let old = ["--listen-peer-urls=http://0.0.0.0:2380".to_string(), "--listen-client-urls=http://0.0.0.0:2379".into()];
+    assert_eq!(PodTls::of(&old, &[]), plain());
+}
+
+/// Turning both sides on, pod by pod, as `rollout` and the member updates make them.
+#[test]
+fn turning_tls_on_walks_certificates_then_urls_then_https_only() {
+    let on = both_sides();
+    let none = Leaving::default();
+    #[rustfmt::skip]
+    let table: &[(&str, Vec<PodTls>, (bool, bool, Serves, bool))] = &[
+        // what the pods are                          cert  https-URLs client        operator https
+        ("nothing has the certificates yet",         vec![plain(), plain(), plain()],
+                                                      (true, false, Serves::Both, false)),
+        ("one pod has them: still both, still http", vec![pod(true, false, Serves::Both), plain(), plain()],
+                                                      (true, false, Serves::Both, false)),
+        ("every pod has them: URLs may move; https only next; the operator switches",
+                                                      vec![pod(true, false, Serves::Both), pod(true, false, Serves::Both), pod(true, false, Serves::Both)],
+                                                      (true, true, Serves::Https, true)),
+        ("half-way through the URLs",                vec![secure(), pod(true, false, Serves::Both), pod(true, false, Serves::Both)],
+                                                      (true, true, Serves::Https, true)),
+        ("done: steady",                              vec![secure(), secure(), secure()],
+                                                      (true, true, Serves::Https, true)),
+    ];
+    for (case, pods, want) in table {
+        assert_eq!(summary(&stage_of(&on, &none, pods)), *want, "{case}");
+    }
+    assert_eq!(
+        stage_of(&on, &none, &[secure(), secure()]),
+        Stage::steady(&on),
+        "a finished transition is the steady stage"
+    );
+}
+
+#[test]
+fn turning_tls_off_walks_the_same_stages_back_with_the_secrets_being_left() {
+    let off = Policy::default();
+    let leaving = leaving_all();
+    #[rustfmt::skip]
+    let table: &[(&str, Vec<PodTls>, (bool, bool, Serves, bool))] = &[
+        ("all https: the port serves both first; certificates stay; the operator stays on https",
+                                                      vec![secure(), secure(), secure()],
+                                                      (true, false, Serves::Both, true)),
+        ("one member moved back to http peers",      vec![pod(true, false, Serves::Both), secure(), secure()],
+                                                      (true, false, Serves::Both, true)),
+        ("no pod listens on https any more: certificates go, the operator uses http",
+                                                      vec![pod(true, false, Serves::Both), pod(true, false, Serves::Both), pod(true, false, Serves::Both)],
+                                                      (false, false, Serves::Http, false)),
+        ("half-way through removing them",           vec![plain(), pod(true, false, Serves::Both), pod(true, false, Serves::Both)],
+                                                      (false, false, Serves::Http, false)),
+    ];
+    for (case, pods, want) in table {
+        let s = stage_of(&off, &leaving, pods);
+        assert_eq!(summary(&s), *want, "{case}");
+        if s.secrets.client.is_some() {
+            assert_eq!(
+                s.secrets.client.as_ref().unwrap().operator_secret,
+                O,
+                "{case}: the operator's certificate is kept"
+            );
+        }
+    }
+    assert_eq!(stage_of(&off, &leaving, &[plain(), plain()]), Stage::steady(&off));
+    // A member whose pod is gone comes back on its volume with the URL recorded there: while
+    // that is https, pods keep the peer certificate (and can dial it).
+    let pods = [pod(true, false, Serves::Both), pod(true, false, Serves::Both)];
+    let s = stage(&off, &leaving, &pods.iter().collect::<Vec<_>>(), true, true).unwrap();
+    assert!(s.secrets.peer_secret.is_some(), "{s:?}");
+}
+
+#[test]
+fn each_side_moves_on_its_own() {
+    let peers_only = Policy { peer_secret: Some(P.into()), client: None };
+    let clients_only = Policy { client: both_sides().client, peer_secret: None };
+    let none = Leaving::default();
+    assert_eq!(summary(&stage_of(&peers_only, &none, &[plain(), plain()])), (true, false, Serves::Http, false));
+    assert_eq!(
+        summary(&stage_of(&peers_only, &none, &[pod(true, false, Serves::Http), pod(true, false, Serves::Http)])),
+        (true, true, Serves::Http, false)
+    );
+    assert_eq!(summary(&stage_of(&clients_only, &none, &[plain(), plain()])), (false, false, Serves::Both, false));
+    // Clients move on while peers go back: peers keep the certificate while any pod listens on https.
+    let s = stage_of(&clients_only, &leaving_all(), &[secure(), pod(true, false, Serves::Https)]);
+    assert_eq!(summary(&s), (true, false, Serves::Https, true));
+}
+
+#[test]
+fn a_side_being_left_needs_its_secrets_known() {
+    let off = Policy::default();
+    let pods = [secure()];
+    let e = stage(&off, &Leaving::default(), &pods.iter().collect::<Vec<_>>(), false, true).unwrap_err();
+    assert!(e.contains("peer TLS") && e.contains("put the previous spec.TLS back"), "{e}");
+    // From the pods' volumes the peer and server Secrets are known, the operator's is not.
+    let from_pods = Leaving::of_pods(pods.iter());
+    assert_eq!(from_pods.peer_secret.as_deref(), Some(P));
+    let e = stage(&off, &from_pods, &pods.iter().collect::<Vec<_>>(), false, true).unwrap_err();
+    assert!(e.contains("client TLS"), "{e}");
+    // Not formed, or no pod: what the spec says.
+    assert_eq!(
+        stage(&off, &Leaving::default(), &pods.iter().collect::<Vec<_>>(), false, false),
+        Ok(Stage::steady(&off))
+    );
+    assert_eq!(stage(&off, &Leaving::default(), &[], false, true), Ok(Stage::steady(&off)));
+}
+
+#[test]
+fn the_leaving_mark_names_what_pods_are_still_made_with() {
+    let off = Policy::default();
+    let sources = [Leaving::default(), leaving_all()];
+    let found = Leaving::find(&off, &sources);
+    assert_eq!(found, leaving_all(), "the first source that names a side");
+    assert!(Leaving::find(&both_sides(), &sources).is_empty(), "sides turned on need no leaving Secrets");
+    let s = stage_of(&off, &found, &[secure()]);
+    assert_eq!(leaving_of(&off, &s), leaving_all());
+    let s = stage_of(&off, &found, &[pod(true, false, Serves::Both)]);
+    assert!(leaving_of(&off, &s).is_empty(), "no pod listens with them: the mark goes");
+    let json = serde_json::to_string(&leaving_all()).unwrap();
+    assert_eq!(json, r#"{"peerSecret":"peer-tls","serverSecret":"server-tls","operatorSecret":"operator-tls"}"#);
+    assert_eq!(serde_json::from_str::<Leaving>(&json).unwrap(), leaving_all());
+}
+
+#[test]
+fn a_formed_cluster_may_turn_sides_on_and_off_but_not_swap_their_secrets() {
+    let on = both_sides();
+    let off = Policy::default();
+    let no_pods: [&PodTls; 0] = [];
+    assert!(check_change(&off, &on, &no_pods).is_ok(), "turning on");
+    assert!(check_change(&on, &off, &no_pods).is_ok(), "turning off");
+    let mut other_operator = on.clone();
+    other_operator.client.as_mut().unwrap().operator_secret = "another-operator-secret".into();
+    assert!(check_change(&on, &other_operator, &no_pods).is_ok(), "the operator's own Secret may change");
+    let mut other_peer = on.clone();
+    other_peer.peer_secret = Some("another-peer-secret".into());
+    let e = check_change(&on, &other_peer, &no_pods).unwrap_err();
+    assert!(e.contains("member.peerSecret") && e.contains("peer-tls") && e.contains("another-peer-secret"), "{e}");
+    // Off and on again with another Secret while pods still mount the first: refused too.
+    let still = secure();
+    let e = check_change(&off, &other_peer, &[&still]).unwrap_err();
+    assert!(e.contains("Secret peer-tls for peers"), "{e}");
+    let mut other_server = on.clone();
+    other_server.client.as_mut().unwrap().server_secret = "another-server-secret".into();
+    assert!(check_change(&on, &other_server, &no_pods).unwrap_err().contains("member.serverSecret"));
+}
