@@ -27,6 +27,10 @@ pub const LAST_VALID_SPEC_ANNOTATION: &str = "etcd.database.coreos.com/last-vali
 /// EtcdCluster annotation: the Secrets of a TLS side `spec.TLS` turned off while members still
 /// use them (JSON `tls::transition::Leaving`), removed once no member does.
 pub const TLS_LEAVING_ANNOTATION: &str = "etcd.database.coreos.com/tls-leaving";
+/// EtcdCluster annotation a user sets to `"true"`: members serve clients over http and https on
+/// the client port, both, whichever way `spec.TLS` moves them, until it is removed (time for
+/// clients to move; `tls::transition::stage`).
+pub const TLS_SERVE_BOTH_ANNOTATION: &str = "etcd.database.coreos.com/tls-serve-both";
 /// EtcdCluster annotation: RFC 3339 time since which a quorum cannot come back.
 pub const QUORUM_LOST_AT_ANNOTATION: &str = "etcd.database.coreos.com/quorum-lost-at";
 /// EtcdCluster annotation: the store revision the operator last compacted to while recovering

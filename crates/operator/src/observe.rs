@@ -243,7 +243,6 @@ fn tls_stage(
     d: &Desired,
     pods: &[&PodTls],
     pvcs: &BTreeMap<String, PvcState>,
-    formed: bool,
 ) -> Result<crate::tls::transition::Stage, Vec<String>> {
     use crate::tls::transition::{Leaving, stage};
     let mut sources = vec![];
@@ -258,7 +257,8 @@ fn tls_stage(
     sources.push(Leaving::of_pods(pods.iter().copied()));
     let https_url_on_volume =
         pvcs.values().any(|v| !v.deleting && v.peer_url.as_deref().is_some_and(|u| u.starts_with("https://")));
-    stage(&d.tls, &Leaving::find(&d.tls, &sources), pods, https_url_on_volume, formed).map_err(|e| vec![e])
+    let serve_both = cluster.annotations().get(naming::TLS_SERVE_BOTH_ANNOTATION).is_some_and(|v| v == "true");
+    stage(&d.tls, &Leaving::find(&d.tls, &sources), pods, https_url_on_volume, serve_both).map_err(|e| vec![e])
 }
 
 /// The newest backup of an EtcdBackup, as a restore source.
@@ -362,7 +362,7 @@ pub async fn observe(
         if d.pod.cluster_domain.is_empty() {
             d.pod.cluster_domain = cluster_domain.to_string();
         }
-        d.tls_stage = tls_stage(cluster, &name, &d, &pod_tls, &pvcs, formed)?;
+        d.tls_stage = tls_stage(cluster, &name, &d, &pod_tls, &pvcs)?;
         Ok(d)
     });
     // TLS material is checked before anything uses it: refused material is an invalid spec. The

@@ -4,6 +4,7 @@
 #![allow(dead_code, unused_imports)]
 
 pub mod backups;
+pub mod tls;
 pub mod writer;
 
 pub use e2e::harness::*;

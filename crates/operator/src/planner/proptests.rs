@@ -3,7 +3,8 @@
 //! emptyDir members with and without their volumes, an orphan pod, upgrades in progress, paused
 //! and invalid specs, unreachable etcd, clusters that did or did not form, each recovery policy;
 //! day 2: pods made from an older pod spec (rollouts), fragmented databases, NOSPACE and CORRUPT
-//! alarms, members drained or being drained from the client Service, a running backup.
+//! alarms, members drained or being drained from the client Service, a running backup; TLS
+//! being turned on or off (pods at every stage, peer URLs of either scheme).
 //! Each property is checked on the Step itself, against etcd's own definition of a quorum
 //! (a majority of voters), not against the planner's helpers.
 //!
@@ -57,6 +58,13 @@ struct Gen {
     /// 0 none, 1 NOSPACE, 2 CORRUPT (raised by member 1).
     alarm: u8,
     backup_running: bool,
+    /// 0: no TLS; 1: `spec.TLS` turned on; 2: turned off (from both sides on).
+    tls: u8,
+    /// Per voter: 0 plain pod, 1 certificates with an http peer listener and both client
+    /// schemes, 2 TLS only.
+    tls_pods: Vec<u8>,
+    /// Per voter: its peer URL is https.
+    https_urls: Vec<bool>,
 }
 
 fn pod_state() -> impl Strategy<Value = Pod> {
@@ -99,13 +107,24 @@ fn observations() -> impl Strategy<Value = Gen> {
                 prop_oneof![8 => Just(0u8), 1 => Just(1u8), 1 => Just(2u8)],
                 prop::bool::weighted(0.1),
             ),
+            (
+                prop_oneof![6 => Just(0u8), 1 => Just(1u8), 1 => Just(2u8)],
+                (0u8..2, proptest::collection::vec(prop::bool::weighted(0.3), n)),
+                proptest::collection::vec(prop::bool::weighted(0.15), n),
+            ),
         )
             .prop_map(
                 |(
                     (pods, pvc, volumes, leader, learner, orphan),
                     (size, old_version, etcd_answers, formed, paused, invalid, policy, lost_for),
                     (outdated, drained, fragmented, alarm, backup_running),
+                    (tls, (tls_base, ahead), moved),
                 )| Gen {
+                    tls,
+                    // Pods of one stage, some one stage ahead; URLs follow the pods', a few
+                    // moved and not made again yet.
+                    https_urls: ahead.iter().zip(&moved).map(|(a, m)| (tls_base + u8::from(*a) == 2) != *m).collect(),
+                    tls_pods: ahead.iter().map(|a| tls_base + u8::from(*a)).collect(),
                     outdated,
                     drained,
                     fragmented,
@@ -135,8 +154,14 @@ fn name(i: usize) -> String {
 }
 
 fn observed(g: &Gen) -> Observed {
-    let spec =
+    let mut spec =
         EtcdClusterSpec { size: if g.invalid { 0 } else { g.size }, version: "3.5.1".into(), ..Default::default() };
+    let both: etcd_operator_api::cluster::TlsPolicy =
+        serde_json::from_str(r#"{"static":{"member":{"peerSecret":"p","serverSecret":"s"},"operatorSecret":"o"}}"#)
+            .expect("a TLS policy");
+    if g.tls == 1 {
+        spec.tls = Some(both.clone());
+    }
     let mut desired = validate("ex", &spec);
     if let Ok(d) = desired.as_mut() {
         d.recovery.after_secs = 60;
@@ -194,11 +219,25 @@ fn observed(g: &Gen) -> Observed {
                 );
             }
             let answers = matches!(state, Pod::Healthy);
+            let (tls_pod, https_url) =
+                if learner || g.tls == 0 { (0, false) } else { (g.tls_pods[i], g.https_urls[i]) };
+            if let Some(p) = o.pods.get_mut(&n) {
+                let on = crate::tls::Policy::of(Some(&both)).expect("valid");
+                let certified = crate::tls::transition::Stage {
+                    client_http_too: true,
+                    ..crate::tls::transition::Stage::steady(&on)
+                };
+                p.tls = match tls_pod {
+                    0 => Default::default(),
+                    1 => certified.pod(false),
+                    _ => crate::tls::transition::Stage::steady(&on).pod(true),
+                };
+            }
             members.push(MemberState {
                 id,
                 name: if started { n.clone() } else { String::new() },
                 pod: n.clone(),
-                peer_urls: vec![format!("http://{n}.ex.ns.svc:2380")],
+                peer_urls: vec![format!("{}://{n}.ex.ns.svc:2380", crate::tls::scheme(https_url))],
                 is_learner: learner,
                 status: answers.then(|| MemberStatus {
                     version: version.into(),
@@ -234,6 +273,21 @@ fn observed(g: &Gen) -> Observed {
                 ..Default::default()
             },
         );
+    }
+    // The TLS stage, derived from the pods as `observe` derives it.
+    if g.tls != 0 {
+        let leaving = if g.tls == 2 {
+            crate::tls::transition::Leaving::of_policy(&crate::tls::Policy::of(Some(&both)).expect("valid"))
+        } else {
+            Default::default()
+        };
+        let pods: Vec<&crate::tls::transition::PodTls> = o.pods.values().map(|p| &p.tls).collect();
+        if let Ok(d) = o.desired.as_mut() {
+            match crate::tls::transition::stage(&d.tls, &leaving, &pods, false, false) {
+                Ok(s) => d.tls_stage = s,
+                Err(e) => o.desired = Err(vec![e]),
+            }
+        }
     }
     if g.etcd_answers && members.iter().any(|m| m.status.is_some()) {
         let alarms = match g.alarm {
@@ -389,6 +443,15 @@ fn check(o: &Observed, step: &Step) -> Result<(), TestCaseError> {
                 m.name
             );
         }
+        Step::UpdatePeerUrls { urls, .. } => {
+            prop_assert!(had_quorum && healthy.len() == voters.len(), "a peer URL moved beside an unhealthy voter");
+            if urls.iter().any(|u| u.starts_with("https://")) {
+                prop_assert!(
+                    o.pods.values().all(|p| p.tls.peer_secret.is_some()),
+                    "an https peer URL while a pod has no peer certificate to dial it"
+                );
+            }
+        }
         Step::Recover(_) => {
             prop_assert!(!had_quorum, "disaster recovery with a healthy quorum");
             let d = o.desired.as_ref().expect("valid");
@@ -396,6 +459,13 @@ fn check(o: &Observed, step: &Step) -> Result<(), TestCaseError> {
             prop_assert!(o.quorum_lost_secs.unwrap_or(0) >= d.recovery.after_secs, "recovered before afterSeconds");
         }
         _ => {}
+    }
+    // A new member's https peer URL is dialable by every pod.
+    if let Step::AddLearner(m) = step {
+        let own = m.initial_cluster.iter().find(|(n, _)| *n == m.name).map(|(_, u)| u.as_str()).unwrap_or("");
+        if own.starts_with("https://") {
+            prop_assert!(o.pods.values().all(|p| p.tls.peer_secret.is_some()), "an https learner some pod cannot dial");
+        }
     }
     // A refused volume never restarts its member.
     if let Step::CreatePod(m) = step {
@@ -447,6 +517,7 @@ fn every_planned_step_keeps_the_safety_rules() {
         "Defragment",
         "RecoverSpace",
         "MoveLeader",
+        "UpdatePeerUrls",
     ] {
         assert!(kinds.get(k).is_some_and(|c| *c > 0) || n < 500, "no {k} in {n} cases: {kinds:?}");
     }

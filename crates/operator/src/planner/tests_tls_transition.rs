@@ -34,7 +34,7 @@ fn observe_stage(o: &mut Observed, leaving: &[Leaving]) {
     let pods: Vec<&PodTls> = o.pods.values().map(|p| &p.tls).collect();
     let on_volume = o.pvcs.values().any(|v| v.peer_url.as_deref().is_some_and(|u| u.starts_with("https://")));
     let d = o.desired.as_ref().unwrap();
-    let s = stage(&d.tls, &Leaving::find(&d.tls, leaving), &pods, on_volume, true).unwrap();
+    let s = stage(&d.tls, &Leaving::find(&d.tls, leaving), &pods, on_volume, false).unwrap();
     o.desired.as_mut().unwrap().tls_stage = s;
 }
 
@@ -465,3 +465,27 @@ fn switching_the_secrets_of_a_side_that_stays_on_is_refused() {
 }
 
 use crate::tls::Policy;
+
+#[test]
+fn serve_both_holds_the_client_port_at_both_schemes_and_says_so() {
+    // Peers move on as usual; the client port keeps plaintext until the annotation goes.
+    let mut o = pvc_cluster_asked_for(BOTH);
+    let d = o.desired.as_ref().unwrap().clone();
+    for p in ["ex-m1", "ex-m2", "ex-m3"] {
+        set_tls(&mut o, p, Stage { client_http_too: true, ..Stage::steady(&d.tls) }.pod(true));
+    }
+    for id in 1..=3 {
+        https_url(&mut o, id);
+    }
+    let pods: Vec<&PodTls> = o.pods.values().map(|p| &p.tls).collect();
+    let held = stage(&d.tls, &Leaving::default(), &pods, false, true).unwrap();
+    o.desired.as_mut().unwrap().tls_stage = held;
+    assert_eq!(wait_reason(&plan(&o)), WaitReason::Stable, "nothing to do while held");
+    let (reason, msg) = tls_transition::progress(&o, &plan(&o)).unwrap();
+    assert_eq!(reason, "ServingBoth");
+    assert!(msg.contains("tls-serve-both"), "{msg}");
+    // Removed: the client port goes https only, one member at a time.
+    observe_stage(&mut o, &[]);
+    assert_eq!(plan(&o), Step::Drain { pod: "ex-m2".into() });
+    assert_eq!(tls_transition::progress(&o, &plan(&o)).unwrap().0, "DroppingPlaintextClients");
+}

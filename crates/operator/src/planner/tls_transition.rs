@@ -78,7 +78,9 @@ pub fn progress(o: &Observed, step: &Step) -> Option<(&'static str, String)> {
     let s = &d.tls_stage;
     let members: Vec<(&MemberState, &PodState)> =
         e.voters().filter_map(|m| o.pods.get(&m.pod).filter(|p| !p.deleting).map(|p| (m, p))).collect();
-    let n = members.len();
+    // A voter whose pod is being made again counts as not done in the phase under way.
+    let n = e.voters().count();
+    let restarting = n - members.len();
     let peer_on = d.tls.peer_secret.is_some();
     let client_on = d.tls.client.is_some();
     let count = |f: &dyn Fn(&MemberState, &PodState) -> bool| members.iter().filter(|(m, p)| f(m, p)).count();
@@ -103,12 +105,19 @@ pub fn progress(o: &Observed, step: &Step) -> Option<(&'static str, String)> {
             "members get the certificates (peer URLs stay http; the client port serves http and https)".to_string(),
             lacking_certs,
         )
-    } else if https_only_left > 0 {
-        ("AddingPlaintextClients", "the client port serves http again beside https".to_string(), https_only_left)
     } else if urls_left > 0 {
         let to = crate::tls::scheme(peer_on);
         let reason = if peer_on { "MovingPeerURLsToHttps" } else { "MovingPeerURLsToHttp" };
         (reason, format!("peer URLs move to {to} one member at a time (member update, then a restart)"), urls_left)
+    } else if https_only_left > 0 {
+        ("AddingPlaintextClients", "the client port serves http again beside https".to_string(), https_only_left)
+    } else if s.serves() == Serves::Both && members.iter().all(|(_, p)| p.tls.client == Serves::Both) {
+        // Only the user's `tls-serve-both` annotation keeps every member here.
+        let what = format!(
+            "members serve clients over http and https until the {} annotation is removed",
+            crate::naming::TLS_SERVE_BOTH_ANNOTATION
+        );
+        ("ServingBoth", what, 0)
     } else if plaintext_left > 0 {
         ("DroppingPlaintextClients", "the client port stops serving http".to_string(), plaintext_left)
     } else if certs_left > 0 {
@@ -121,7 +130,7 @@ pub fn progress(o: &Observed, step: &Step) -> Option<(&'static str, String)> {
         reason,
         format!(
             "{what}: {} of {n} members done; {focus}new pods' client port serves {}; the operator connects over {}",
-            n.saturating_sub(left),
+            n.saturating_sub(left + restarting),
             s.serves().as_str(),
             s.operator_scheme()
         ),

@@ -242,16 +242,19 @@ impl Stage {
 /// - Clients on: the port serves both while any pod serves http only, then https only; the
 ///   operator switches to https once every pod serves it.
 /// - Clients off: the port serves both while any pod serves https only, then http only.
+/// - `serve_both` (the user's `tls-serve-both` annotation): the port keeps serving both
+///   schemes, whichever way clients move, until it is removed (time for clients to move).
 ///
-/// A cluster that has not formed (no pod, or never bootstrapped) is made as `target` says.
+/// A cluster without pods (a new one, a restore) is made as `target` says. One that is still
+/// forming moves like any other: its next members must speak as the ones already started.
 pub fn stage(
     target: &Policy,
     leaving: &Leaving,
     pods: &[&PodTls],
     https_url_on_volume: bool,
-    formed: bool,
+    serve_both: bool,
 ) -> Result<Stage, String> {
-    if !formed || pods.is_empty() {
+    if pods.is_empty() {
         return Ok(Stage::steady(target));
     }
     let unknown = |what: &str| {
@@ -269,20 +272,16 @@ pub fn stage(
         None => (None, false),
     };
     let every_pod_serves_https = pods.iter().all(|p| p.client.https());
+    let keeps_https = |p: &&PodTls| p.client == Serves::Https || (serve_both && p.client.https());
     let (client, client_http_too) = match &target.client {
-        Some(c) => (Some(c.clone()), !every_pod_serves_https),
-        None if pods.iter().any(|p| p.client == Serves::Https) => {
-            match (&leaving.server_secret, &leaving.operator_secret) {
-                (Some(server_secret), Some(operator_secret)) => (
-                    Some(ClientSecrets {
-                        server_secret: server_secret.clone(),
-                        operator_secret: operator_secret.clone(),
-                    }),
-                    true,
-                ),
-                _ => return Err(unknown("client TLS")),
-            }
-        }
+        Some(c) => (Some(c.clone()), serve_both || !every_pod_serves_https),
+        None if pods.iter().any(keeps_https) => match (&leaving.server_secret, &leaving.operator_secret) {
+            (Some(server_secret), Some(operator_secret)) => (
+                Some(ClientSecrets { server_secret: server_secret.clone(), operator_secret: operator_secret.clone() }),
+                true,
+            ),
+            _ => return Err(unknown("client TLS")),
+        },
         None => (None, false),
     };
     let operator_https = client.is_some() && every_pod_serves_https;

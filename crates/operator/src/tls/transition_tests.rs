@@ -38,7 +38,7 @@ fn leaving_all() -> Leaving {
 }
 
 fn stage_of(target: &Policy, leaving: &Leaving, pods: &[PodTls]) -> Stage {
-    stage(target, leaving, &pods.iter().collect::<Vec<_>>(), false, true).unwrap()
+    stage(target, leaving, &pods.iter().collect::<Vec<_>>(), false, false).unwrap()
 }
 
 /// `(peer certificate on new pods, new peer URLs https, client port, operator https)`.
@@ -140,7 +140,7 @@ fn turning_tls_off_walks_the_same_stages_back_with_the_secrets_being_left() {
     // A member whose pod is gone comes back on its volume with the URL recorded there: while
     // that is https, pods keep the peer certificate (and can dial it).
     let pods = [pod(true, false, Serves::Both), pod(true, false, Serves::Both)];
-    let s = stage(&off, &leaving, &pods.iter().collect::<Vec<_>>(), true, true).unwrap();
+    let s = stage(&off, &leaving, &pods.iter().collect::<Vec<_>>(), true, false).unwrap();
     assert!(s.secrets.peer_secret.is_some(), "{s:?}");
 }
 
@@ -164,19 +164,15 @@ fn each_side_moves_on_its_own() {
 fn a_side_being_left_needs_its_secrets_known() {
     let off = Policy::default();
     let pods = [secure()];
-    let e = stage(&off, &Leaving::default(), &pods.iter().collect::<Vec<_>>(), false, true).unwrap_err();
+    let e = stage(&off, &Leaving::default(), &pods.iter().collect::<Vec<_>>(), false, false).unwrap_err();
     assert!(e.contains("peer TLS") && e.contains("put the previous spec.TLS back"), "{e}");
     // From the pods' volumes the peer and server Secrets are known, the operator's is not.
     let from_pods = Leaving::of_pods(pods.iter());
     assert_eq!(from_pods.peer_secret.as_deref(), Some(P));
-    let e = stage(&off, &from_pods, &pods.iter().collect::<Vec<_>>(), false, true).unwrap_err();
+    let e = stage(&off, &from_pods, &pods.iter().collect::<Vec<_>>(), false, false).unwrap_err();
     assert!(e.contains("client TLS"), "{e}");
-    // Not formed, or no pod: what the spec says.
-    assert_eq!(
-        stage(&off, &Leaving::default(), &pods.iter().collect::<Vec<_>>(), false, false),
-        Ok(Stage::steady(&off))
-    );
-    assert_eq!(stage(&off, &Leaving::default(), &[], false, true), Ok(Stage::steady(&off)));
+    // No pod: what the spec says.
+    assert_eq!(stage(&off, &Leaving::default(), &[], false, false), Ok(Stage::steady(&off)));
 }
 
 #[test]
@@ -216,4 +212,24 @@ fn a_formed_cluster_may_turn_sides_on_and_off_but_not_swap_their_secrets() {
     let mut other_server = on.clone();
     other_server.client.as_mut().unwrap().server_secret = "another-server-secret".into();
     assert!(check_change(&on, &other_server, &no_pods).unwrap_err().contains("member.serverSecret"));
+}
+
+#[test]
+fn serve_both_keeps_plaintext_and_tls_clients_served_until_it_is_removed() {
+    let on = both_sides();
+    let off = Policy::default();
+    let both = |target: &Policy, leaving: &Leaving, pods: &[PodTls]| {
+        summary(&stage(target, leaving, &pods.iter().collect::<Vec<_>>(), false, true).unwrap())
+    };
+    let certified = [pod(true, false, Serves::Both), pod(true, false, Serves::Both)];
+    // On: peers move on, the port keeps serving both; the operator uses https (all serve it).
+    assert_eq!(both(&on, &Leaving::default(), &certified), (true, true, Serves::Both, true));
+    // Off: members that serve https keep serving it (with the Secrets being left)...
+    assert_eq!(
+        both(&off, &leaving_all(), &[secure(), pod(true, false, Serves::Both)]),
+        (true, false, Serves::Both, true)
+    );
+    assert_eq!(both(&off, &leaving_all(), &certified), (false, false, Serves::Both, true));
+    // ... and plaintext-only pods are not made to serve https again.
+    assert_eq!(both(&off, &leaving_all(), &[plain(), plain()]), (false, false, Serves::Http, false));
 }

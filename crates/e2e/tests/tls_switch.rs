@@ -1,0 +1,405 @@
+//! Turning TLS on and off for a running cluster (issue 14, item 3) on the real local cluster: a
+//! plaintext 3-member cluster with 100 keys gets `spec.TLS.static` (the CoreOS Secrets, made
+//! here with a real CA); the operator moves it member by member (certificates, then each peer
+//! URL by `member update` and a restart, then https-only clients). Afterwards a client without
+//! a certificate is refused, one with it reads every key. Then `spec.TLS` is removed and the
+//! cluster moves back: a plaintext client reads every key. A client that follows the cluster
+//! (plaintext while it works, else TLS with its certificate) writes all along; every write it
+//! got acknowledged must be there at the end, and its failed writes are reported. On the way
+//! on, the `tls-serve-both` annotation holds the client port at http and https until removed
+//! (both kinds of client are served then); on the way off nothing holds it.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, ensure};
+use common::tls::*;
+use common::*;
+use e2e::{TestNamespace, wait_until};
+use etcd_client::{Certificate, Client, ConnectOptions, GetOptions, Identity, TlsOptions};
+use serde_json::Value;
+
+const VERSION: &str = "3.6.15";
+const CREATE: Duration = Duration::from_secs(180);
+/// Two restarts per member, one at a time, on a shared and busy machine.
+const SWITCH: Duration = Duration::from_secs(1200);
+const KEYS: usize = 100;
+const PVC: &str = "  pod:\n    persistentVolumeClaimSpec:\n      accessModes: [ReadWriteOnce]\n      resources: {requests: {storage: 64Mi}}\n";
+const TLS_ON: &str = r#"{"TLS":{"static":{"member":{"peerSecret":"etcd-peer-tls","serverSecret":"etcd-server-tls"},"operatorSecret":"etcd-client-tls"}}}"#;
+const TLS_OFF: &str = r#"{"TLS":null}"#;
+const SERVE_BOTH: &str = "etcd.database.coreos.com/tls-serve-both";
+
+/// How a client reaches the cluster: through the client Service, plaintext or TLS.
+#[derive(Clone)]
+struct Access {
+    ip: String,
+    /// CA, client certificate and key, and the name the server certificate is checked for.
+    tls: (String, (String, String), String),
+}
+
+impl Access {
+    async fn connect(&self, https: bool, with_cert: bool) -> Result<Client> {
+        let opts =
+            ConnectOptions::new().with_connect_timeout(Duration::from_secs(3)).with_timeout(Duration::from_secs(5));
+        let (ca, (cert, key), name) = &self.tls;
+        let (url, opts) = if https {
+            let mut t = TlsOptions::new().ca_certificate(Certificate::from_pem(ca)).domain_name(name.clone());
+            if with_cert {
+                t = t.identity(Identity::from_pem(cert, key));
+            }
+            (format!("https://{}:2379", self.ip), opts.with_tls(t))
+        } else {
+            (format!("http://{}:2379", self.ip), opts)
+        };
+        Ok(Client::connect([url.as_str()], Some(opts)).await?)
+    }
+
+    /// Every key under `prefix` (one page is enough here), plaintext or with the certificate.
+    fn read(&self, https: bool, prefix: &str) -> Result<BTreeMap<String, String>> {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        rt.block_on(async {
+            let mut c = self.connect(https, true).await?;
+            let r = c.get(prefix, Some(GetOptions::new().with_prefix())).await?;
+            Ok(r.kvs()
+                .iter()
+                .map(|kv| (kv.key_str().unwrap_or("").to_string(), kv.value_str().unwrap_or("").to_string()))
+                .collect())
+        })
+    }
+
+    fn put(&self, https: bool, with_cert: bool, key: &str) -> Result<()> {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        rt.block_on(async {
+            let mut c = self.connect(https, with_cert).await?;
+            c.put(key, "v", None).await?;
+            Ok(())
+        })
+    }
+}
+
+/// What the following writer saw.
+#[derive(Clone, Debug, Default)]
+struct Stats {
+    /// Acknowledged key indices.
+    acked: Vec<u64>,
+    /// Keys no attempt got acknowledged (three rounds over both schemes).
+    failed: Vec<u64>,
+    /// Acknowledged puts per scheme: the writer follows the cluster from http to https and back.
+    by_scheme: BTreeMap<&'static str, u64>,
+    /// Keys whose first attempt failed (acknowledged on a later one, or failed).
+    retried: u64,
+    errors: Vec<String>,
+}
+
+/// A client as an application would move with the cluster: it puts unique keys through the
+/// client Service, plaintext while that works, else over TLS with its certificate (and back),
+/// reconnecting after an error; a key is failed after three rounds over both schemes.
+struct Follower {
+    stop: Arc<AtomicBool>,
+    stats: Arc<Mutex<Stats>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Follower {
+    fn start(access: Access, prefix: &str) -> Follower {
+        let stop = Arc::new(AtomicBool::new(false));
+        let stats = Arc::new(Mutex::new(Stats::default()));
+        let (stop2, stats2, prefix) = (stop.clone(), stats.clone(), prefix.to_string());
+        let thread = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+            rt.block_on(async move {
+                let mut clients: [Option<Client>; 2] = [None, None];
+                let mut prefer_https = false;
+                let mut i: u64 = 0;
+                while !stop2.load(Ordering::Relaxed) {
+                    let key = format!("{prefix}/{i:08}");
+                    let mut ok = false;
+                    let mut first_failed = false;
+                    'rounds: for round in 0..3 {
+                        for https in [prefer_https, !prefer_https] {
+                            let slot = usize::from(https);
+                            if clients[slot].is_none() {
+                                clients[slot] = access.connect(https, true).await.ok();
+                            }
+                            let Some(c) = clients[slot].as_mut() else { continue };
+                            let put =
+                                tokio::time::timeout(Duration::from_secs(6), c.put(key.as_str(), "v", None)).await;
+                            match put {
+                                Ok(Ok(_)) => {
+                                    ok = true;
+                                    prefer_https = https;
+                                    *stats2
+                                        .lock()
+                                        .unwrap()
+                                        .by_scheme
+                                        .entry(if https { "https" } else { "http" })
+                                        .or_default() += 1;
+                                    break 'rounds;
+                                }
+                                other => {
+                                    clients[slot] = None;
+                                    let mut s = stats2.lock().unwrap();
+                                    if !first_failed {
+                                        first_failed = true;
+                                        s.retried += 1;
+                                    }
+                                    if s.errors.len() < 30 {
+                                        let e = match other {
+                                            Ok(Err(e)) => e.to_string(),
+                                            _ => "no answer in 6s".into(),
+                                        };
+                                        s.errors.push(format!(
+                                            "{key} over {} (round {round}): {e}",
+                                            if https { "https" } else { "http" }
+                                        ));
+                                    }
+                                }
+                            }
+                        }
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                    }
+                    {
+                        let mut s = stats2.lock().unwrap();
+                        if ok { s.acked.push(i) } else { s.failed.push(i) }
+                    }
+                    i += 1;
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            })
+        });
+        Follower { stop, stats, thread: Some(thread) }
+    }
+
+    fn finish(mut self) -> Stats {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        self.stats.lock().unwrap().clone()
+    }
+}
+
+impl Drop for Follower {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+fn command(pod: &Value) -> String {
+    pod["spec"]["containers"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["name"] == "etcd"))
+        .map(|c| c["command"].to_string())
+        .unwrap_or_default()
+}
+
+/// The member list's peer URLs, asked of a member over `https` or not.
+fn peer_urls(access: &Access, https: bool) -> Result<Vec<String>> {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    rt.block_on(async {
+        let mut c = access.connect(https, true).await?;
+        let l = c.member_list().await?;
+        Ok(l.members().iter().flat_map(|m| m.peer_urls().to_vec()).collect())
+    })
+}
+
+/// Waits until the transition is done: every member pod made as `https` says (peers and
+/// clients), the cluster healthy, no `TLSTransition` condition. Returns the condition reasons
+/// and members seen on the way.
+fn wait_switched(ns: &TestNamespace, name: &str, https: bool) -> Result<BTreeSet<String>> {
+    let mut seen = BTreeSet::new();
+    let (peer, client) = if https {
+        ("--listen-peer-urls=https://", "--listen-client-urls=https://0.0.0.0:2379\"")
+    } else {
+        ("--listen-peer-urls=http://", "--listen-client-urls=http://0.0.0.0:2379\"")
+    };
+    wait_until(SWITCH, &format!("every member moved to {}", if https { "TLS" } else { "plaintext" }), || {
+        let c = cluster(ns, name)?;
+        if let Some(t) = condition(&c, "TLSTransition") {
+            seen.insert(format!("{}: {}", t["reason"].as_str().unwrap_or(""), t["message"].as_str().unwrap_or("")));
+        }
+        let pods = member_pods(ns, name)?;
+        let made = pods.len() == 3 && pods.iter().all(|p| command(p).contains(peer) && command(p).contains(client));
+        let healthy = c["status"]["members"]["ready"].as_array().map(|a| a.len()) == Some(3);
+        Ok((made && healthy && condition(&c, "TLSTransition").is_none()).then_some(()))
+    })?;
+    Ok(seen)
+}
+
+fn report(what: &str, s: &Stats, seen: &BTreeSet<String>) {
+    eprintln!(
+        "{what}: follower acknowledged {} writes ({:?}; {} needed more than one attempt), {} failed; first errors: {:#?}",
+        s.acked.len(),
+        s.by_scheme,
+        s.retried,
+        s.failed.len(),
+        &s.errors[..s.errors.len().min(8)]
+    );
+    for c in seen {
+        eprintln!("  TLSTransition {c}");
+    }
+}
+
+/// The follower's counts since `before`.
+fn since(now: &Stats, before: &Stats) -> Stats {
+    let mut by_scheme = now.by_scheme.clone();
+    for (k, v) in &before.by_scheme {
+        *by_scheme.entry(k).or_default() -= v;
+    }
+    Stats {
+        acked: now.acked[before.acked.len().min(now.acked.len())..].to_vec(),
+        failed: now.failed[before.failed.len().min(now.failed.len())..].to_vec(),
+        by_scheme,
+        retried: now.retried - before.retried,
+        errors: now.errors[before.errors.len().min(now.errors.len())..].to_vec(),
+    }
+}
+
+/// Records the `TLSTransition` condition into `seen`; its reason.
+fn note_condition(ns: &TestNamespace, name: &str, seen: &mut BTreeSet<String>) -> Result<String> {
+    let c = cluster(ns, name)?;
+    let Some(t) = condition(&c, "TLSTransition") else { return Ok(String::new()) };
+    seen.insert(format!("{}: {}", t["reason"].as_str().unwrap_or(""), t["message"].as_str().unwrap_or("")));
+    Ok(t["reason"].as_str().unwrap_or("").to_string())
+}
+
+/// Changes `spec.TLS` to `patch`; with `hold`, under the `tls-serve-both` annotation: waits
+/// until every member serves both schemes with peers moved (`ServingBoth`), checks that
+/// plaintext and TLS clients are both served, then removes the annotation. Waits until the
+/// move is done; returns the conditions seen.
+fn switch(ns: &TestNamespace, access: &Access, patch: &str, https: bool, hold: bool) -> Result<BTreeSet<String>> {
+    let started = Instant::now();
+    let mut seen = BTreeSet::new();
+    if hold {
+        ns.run(&["annotate", "etcdcluster", "example", &format!("{SERVE_BOTH}=true")])?;
+    }
+    patch_spec(ns, "example", patch)?;
+    if hold {
+        wait_until(SWITCH, "peers moved, clients served both ways (ServingBoth)", || {
+            Ok((note_condition(ns, "example", &mut seen)? == "ServingBoth").then_some(()))
+        })?;
+        eprintln!("peers moved, clients served both ways after {:.0}s", started.elapsed().as_secs_f64());
+        let urls = wait_until(Duration::from_secs(30), "the member list", || Ok(peer_urls(access, true).ok()))?;
+        ensure!(
+            urls.len() == 3 && urls.iter().all(|u| u.starts_with(if https { "https://" } else { "http://" })),
+            "{urls:?}"
+        );
+        wait_until(Duration::from_secs(30), "a plaintext put while both are served", || {
+            Ok(access.put(false, false, "both/plaintext").ok())
+        })?;
+        access.put(true, true, "both/tls").context("a put over TLS while both are served")?;
+        ensure!(access.put(true, false, "both/no-cert").is_err(), "TLS without a certificate was served");
+        ns.run(&["annotate", "etcdcluster", "example", &format!("{SERVE_BOTH}-")])?;
+    }
+    seen.extend(wait_switched(ns, "example", https)?);
+    eprintln!("turning TLS {} took {:.0}s", if https { "on" } else { "off" }, started.elapsed().as_secs_f64());
+    Ok(seen)
+}
+
+/// A plaintext 3-member cluster (`extra`: its volumes) with 100 keys is switched to TLS and
+/// back under the following writer; `hold_on`/`hold_off`: with `tls-serve-both` on that way.
+fn scenario(ns: &TestNamespace, extra: &str, hold_on: bool, hold_off: bool) -> Result<()> {
+    let n = ns.name.clone();
+    ns.apply(&cluster_manifest(&n, "example", 3, VERSION, extra))?;
+    wait_healthy(ns, "example", 3, CREATE)?;
+    let m = coreos_secrets(ns, "example", None)?;
+    let access = Access {
+        ip: client_ip(ns, "example")?,
+        tls: (m.ca.pem.clone(), m.client.clone(), format!("example-client.{n}.svc")),
+    };
+    // 100 keys, plaintext.
+    let plain = format!("http://{}:2379", access.ip);
+    write_keys(&plain, "keys", KEYS)?;
+    let follower = Follower::start(access.clone(), "follow");
+    std::thread::sleep(Duration::from_secs(3));
+
+    // On.
+    let seen_on = switch(ns, &access, TLS_ON, true, hold_on)?;
+    let on = follower.stats.lock().unwrap().clone();
+    report("turning TLS on", &on, &seen_on);
+    let mut phases = vec!["AddingCertificates", "MovingPeerURLsToHttps"];
+    if hold_on {
+        phases.extend(["ServingBoth", "DroppingPlaintextClients"]);
+    }
+    for phase in phases {
+        ensure!(seen_on.iter().any(|c| c.starts_with(&format!("{phase}:"))), "phase {phase} never shown: {seen_on:#?}");
+    }
+    let urls = wait_until(Duration::from_secs(30), "the member list over TLS", || Ok(peer_urls(&access, true).ok()))?;
+    ensure!(urls.len() == 3 && urls.iter().all(|u| u.starts_with("https://")), "{urls:?}");
+    // A plaintext client and a client without a certificate are refused; with it, every key.
+    ensure!(access.put(false, false, "tls/plaintext").is_err(), "a plaintext client was served");
+    ensure!(access.put(true, false, "tls/no-cert").is_err(), "a client without a certificate was served");
+    let got = wait_until(Duration::from_secs(30), "the keys over TLS", || Ok(access.read(true, "keys/").ok()))?;
+    ensure!(got.len() == KEYS, "{} of {KEYS} keys over TLS", got.len());
+    check_keys_in(&got, "keys", KEYS)?;
+
+    // And off again.
+    let seen_off = switch(ns, &access, TLS_OFF, false, hold_off)?;
+    let stats = follower.finish();
+    report("turning TLS off", &since(&stats, &on), &seen_off);
+    let mut phases = vec!["MovingPeerURLsToHttp", "RemovingCertificates"];
+    if hold_off {
+        phases.push("ServingBoth");
+    }
+    for phase in phases {
+        ensure!(
+            seen_off.iter().any(|c| c.starts_with(&format!("{phase}:"))),
+            "phase {phase} never shown: {seen_off:#?}"
+        );
+    }
+    let urls =
+        wait_until(Duration::from_secs(30), "the member list in plaintext", || Ok(peer_urls(&access, false).ok()))?;
+    ensure!(urls.len() == 3 && urls.iter().all(|u| u.starts_with("http://")), "{urls:?}");
+    ensure!(access.put(true, true, "tls/gone").is_err(), "TLS still served after it was turned off");
+    check_keys(&plain, "keys", KEYS)?;
+    let c = cluster(ns, "example")?;
+    ensure!(
+        c["metadata"]["annotations"].get("etcd.database.coreos.com/tls-leaving").is_none(),
+        "the leaving mark outlived the transition"
+    );
+
+    // Every write the follower got acknowledged is there.
+    let stored = wait_until(Duration::from_secs(30), "the follower's keys", || Ok(access.read(false, "follow/").ok()))?;
+    let missing: Vec<u64> =
+        stats.acked.iter().copied().filter(|i| !stored.contains_key(&format!("follow/{i:08}"))).collect();
+    ensure!(missing.is_empty(), "{} of {} acknowledged writes missing: {missing:?}", missing.len(), stats.acked.len());
+    ensure!(
+        stats.by_scheme.get("https").copied().unwrap_or(0) > 0 && stats.by_scheme.get("http").copied().unwrap_or(0) > 0,
+        "the follower wrote over both schemes: {:?}",
+        stats.by_scheme
+    );
+    eprintln!(
+        "in all: {} acknowledged, {} failed writes (keys no attempt over either scheme got acknowledged), {} needed a retry",
+        stats.acked.len(),
+        stats.failed.len(),
+        stats.retried
+    );
+    Ok(())
+}
+
+/// Members on volumes: each restarts on its own data twice each way. On the way on the client
+/// port is held at both schemes until the annotation goes; on the way off nothing holds it.
+#[test]
+fn a_running_plaintext_pvc_cluster_is_switched_to_tls_and_back_keeping_every_key() -> Result<()> {
+    with_operator("e2e-tlsswitch", |ns, _op| scenario(ns, PVC, true, false))
+}
+
+/// Members on emptyDir hold their data only in their pod: each is replaced (a learner with the
+/// new URL first) instead of restarted. Held at both schemes on the way off.
+#[test]
+fn a_running_plaintext_emptydir_cluster_is_switched_to_tls_and_back_keeping_every_key() -> Result<()> {
+    with_operator("e2e-tlsswitch-ed", |ns, _op| scenario(ns, "", false, true))
+}
+
+fn check_keys_in(got: &BTreeMap<String, String>, prefix: &str, n: usize) -> Result<()> {
+    for i in 0..n {
+        let k = format!("{prefix}/{i}");
+        let v = got.get(&k).with_context(|| format!("key {k} missing"))?;
+        ensure!(*v == format!("value-{i}"), "key {k}: {v}");
+    }
+    Ok(())
+}
