@@ -295,11 +295,9 @@ pub fn leaving_of(target: &Policy, s: &Stage) -> Leaving {
     if target.peer_secret.is_none() {
         l.peer_secret = s.secrets.peer_secret.clone();
     }
-    if target.client.is_none() {
-        if let Some(c) = &s.secrets.client {
-            l.server_secret = Some(c.server_secret.clone());
-            l.operator_secret = Some(c.operator_secret.clone());
-        }
+    if let (None, Some(c)) = (&target.client, &s.secrets.client) {
+        l.server_secret = Some(c.server_secret.clone());
+        l.operator_secret = Some(c.operator_secret.clone());
     }
     l
 }

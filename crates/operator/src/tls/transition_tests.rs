@@ -42,7 +42,12 @@ fn stage_of(target: &Policy, leaving: &Leaving, pods: &[PodTls]) -> Stage {
 }
 
 /// `(peer certificate on new pods, new peer URLs https, client port, operator https)`.
-fn summary(s: &Stage) -> (bool, bool, Serves, bool) {
+type Summary = (bool, bool, Serves, bool);
+
+/// A table row: the case, the pods, the stage expected.
+type Row = (&'static str, Vec<PodTls>, Summary);
+
+fn summary(s: &Stage) -> Summary {
     (s.secrets.peer_secret.is_some(), s.peer_https, s.serves(), s.operator_https)
 }
 
@@ -84,7 +89,7 @@ fn turning_tls_on_walks_certificates_then_urls_then_https_only() {
     let on = both_sides();
     let none = Leaving::default();
     #[rustfmt::skip]
-    let table: &[(&str, Vec<PodTls>, (bool, bool, Serves, bool))] = &[
+    let table: &[Row] = &[
         // what the pods are                          cert  https-URLs client        operator https
         ("nothing has the certificates yet",         vec![plain(), plain(), plain()],
                                                       (true, false, Serves::Both, false)),
@@ -113,7 +118,7 @@ fn turning_tls_off_walks_the_same_stages_back_with_the_secrets_being_left() {
     let off = Policy::default();
     let leaving = leaving_all();
     #[rustfmt::skip]
-    let table: &[(&str, Vec<PodTls>, (bool, bool, Serves, bool))] = &[
+    let table: &[Row] = &[
         ("all https: the port serves both first; certificates stay; the operator stays on https",
                                                       vec![secure(), secure(), secure()],
                                                       (true, false, Serves::Both, true)),
@@ -128,12 +133,8 @@ fn turning_tls_off_walks_the_same_stages_back_with_the_secrets_being_left() {
     for (case, pods, want) in table {
         let s = stage_of(&off, &leaving, pods);
         assert_eq!(summary(&s), *want, "{case}");
-        if s.secrets.client.is_some() {
-            assert_eq!(
-                s.secrets.client.as_ref().unwrap().operator_secret,
-                O,
-                "{case}: the operator's certificate is kept"
-            );
+        if let Some(c) = &s.secrets.client {
+            assert_eq!(c.operator_secret, O, "{case}: the operator's certificate is kept");
         }
     }
     assert_eq!(stage_of(&off, &leaving, &[plain(), plain()]), Stage::steady(&off));
