@@ -210,7 +210,7 @@ fn peer_urls(access: &Access, https: bool) -> Result<Vec<String>> {
 /// Waits until the transition is done: every member pod made as `https` says (peers and
 /// clients), the cluster healthy, no `TLSTransition` condition. Returns the condition reasons
 /// and members seen on the way.
-fn wait_switched(ns: &TestNamespace, name: &str, https: bool) -> Result<BTreeSet<String>> {
+fn wait_switched(ns: &TestNamespace, name: &str, https: bool, hook: &mut Hook) -> Result<BTreeSet<String>> {
     let mut seen = BTreeSet::new();
     let (peer, client) = if https {
         ("--listen-peer-urls=https://", "--listen-client-urls=https://0.0.0.0:2379\"")
@@ -221,6 +221,7 @@ fn wait_switched(ns: &TestNamespace, name: &str, https: bool) -> Result<BTreeSet
         let c = cluster(ns, name)?;
         if let Some(t) = condition(&c, "TLSTransition") {
             seen.insert(format!("{}: {}", t["reason"].as_str().unwrap_or(""), t["message"].as_str().unwrap_or("")));
+            hook.at(t["reason"].as_str().unwrap_or(""))?;
         }
         let pods = member_pods(ns, name)?;
         let made = pods.len() == 3 && pods.iter().all(|p| command(p).contains(peer) && command(p).contains(client));
@@ -267,11 +268,39 @@ fn note_condition(ns: &TestNamespace, name: &str, seen: &mut BTreeSet<String>) -
     Ok(t["reason"].as_str().unwrap_or("").to_string())
 }
 
+/// Something done once, when the `TLSTransition` condition first shows a phase.
+struct Hook<'a> {
+    phase: &'static str,
+    action: Option<Box<dyn FnOnce() -> Result<()> + 'a>>,
+}
+
+impl Hook<'_> {
+    fn none() -> Hook<'static> {
+        Hook { phase: "", action: None }
+    }
+
+    fn at(&mut self, reason: &str) -> Result<()> {
+        if reason == self.phase
+            && let Some(f) = self.action.take()
+        {
+            f()?;
+        }
+        Ok(())
+    }
+}
+
 /// Changes `spec.TLS` to `patch`; with `hold`, under the `tls-serve-both` annotation: waits
 /// until every member serves both schemes with peers moved (`ServingBoth`), checks that
 /// plaintext and TLS clients are both served, then removes the annotation. Waits until the
 /// move is done; returns the conditions seen.
-fn switch(ns: &TestNamespace, access: &Access, patch: &str, https: bool, hold: bool) -> Result<BTreeSet<String>> {
+fn switch(
+    ns: &TestNamespace,
+    access: &Access,
+    patch: &str,
+    https: bool,
+    hold: bool,
+    hook: &mut Hook,
+) -> Result<BTreeSet<String>> {
     let started = Instant::now();
     let mut seen = BTreeSet::new();
     if hold {
@@ -280,7 +309,9 @@ fn switch(ns: &TestNamespace, access: &Access, patch: &str, https: bool, hold: b
     patch_spec(ns, "example", patch)?;
     if hold {
         wait_until(SWITCH, "peers moved, clients served both ways (ServingBoth)", || {
-            Ok((note_condition(ns, "example", &mut seen)? == "ServingBoth").then_some(()))
+            let reason = note_condition(ns, "example", &mut seen)?;
+            hook.at(&reason)?;
+            Ok((reason == "ServingBoth").then_some(()))
         })?;
         eprintln!("peers moved, clients served both ways after {:.0}s", started.elapsed().as_secs_f64());
         let urls = wait_until(Duration::from_secs(30), "the member list", || Ok(peer_urls(access, true).ok()))?;
@@ -295,14 +326,23 @@ fn switch(ns: &TestNamespace, access: &Access, patch: &str, https: bool, hold: b
         ensure!(access.put(true, false, "both/no-cert").is_err(), "TLS without a certificate was served");
         ns.run(&["annotate", "etcdcluster", "example", &format!("{SERVE_BOTH}-")])?;
     }
-    seen.extend(wait_switched(ns, "example", https)?);
+    seen.extend(wait_switched(ns, "example", https, hook)?);
     eprintln!("turning TLS {} took {:.0}s", if https { "on" } else { "off" }, started.elapsed().as_secs_f64());
     Ok(seen)
 }
 
 /// A plaintext 3-member cluster (`extra`: its volumes) with 100 keys is switched to TLS and
-/// back under the following writer; `hold_on`/`hold_off`: with `tls-serve-both` on that way.
-fn scenario(ns: &TestNamespace, extra: &str, hold_on: bool, hold_off: bool) -> Result<()> {
+/// back under the following writer; `hold_on`/`hold_off`: with `tls-serve-both` on that way;
+/// `restart`: the operator is stopped and started again once the first peer URL moves (it must
+/// go on from what the pods and the member list say).
+fn scenario(
+    ns: &TestNamespace,
+    op: &mut Operator,
+    extra: &str,
+    hold_on: bool,
+    hold_off: bool,
+    restart: bool,
+) -> Result<()> {
     let n = ns.name.clone();
     ns.apply(&cluster_manifest(&n, "example", 3, VERSION, extra))?;
     wait_healthy(ns, "example", 3, CREATE)?;
@@ -318,7 +358,25 @@ fn scenario(ns: &TestNamespace, extra: &str, hold_on: bool, hold_off: bool) -> R
     std::thread::sleep(Duration::from_secs(3));
 
     // On.
-    let seen_on = switch(ns, &access, TLS_ON, true, hold_on)?;
+    let restarted = std::cell::Cell::new(false);
+    let mut hook = if restart {
+        Hook {
+            phase: "MovingPeerURLsToHttps",
+            action: Some(Box::new(|| {
+                op.stop();
+                std::thread::sleep(Duration::from_secs(5));
+                *op = Operator::start_process(ns)?;
+                restarted.set(true);
+                eprintln!("operator restarted while peer URLs move");
+                Ok(())
+            })),
+        }
+    } else {
+        Hook::none()
+    };
+    let seen_on = switch(ns, &access, TLS_ON, true, hold_on, &mut hook)?;
+    drop(hook);
+    ensure!(restarted.get() == restart, "the operator was not restarted half-way");
     let on = follower.stats.lock().unwrap().clone();
     report("turning TLS on", &on, &seen_on);
     let mut phases = vec!["AddingCertificates", "MovingPeerURLsToHttps"];
@@ -338,7 +396,7 @@ fn scenario(ns: &TestNamespace, extra: &str, hold_on: bool, hold_off: bool) -> R
     check_keys_in(&got, "keys", KEYS)?;
 
     // And off again.
-    let seen_off = switch(ns, &access, TLS_OFF, false, hold_off)?;
+    let seen_off = switch(ns, &access, TLS_OFF, false, hold_off, &mut Hook::none())?;
     let stats = follower.finish();
     report("turning TLS off", &since(&stats, &on), &seen_off);
     let mut phases = vec!["MovingPeerURLsToHttp", "RemovingCertificates"];
@@ -382,17 +440,19 @@ fn scenario(ns: &TestNamespace, extra: &str, hold_on: bool, hold_off: bool) -> R
 }
 
 /// Members on volumes: each restarts on its own data twice each way. On the way on the client
-/// port is held at both schemes until the annotation goes; on the way off nothing holds it.
+/// port is held at both schemes until the annotation goes, and the operator (a process) is
+/// restarted half-way; on the way off nothing holds the port.
 #[test]
 fn a_running_plaintext_pvc_cluster_is_switched_to_tls_and_back_keeping_every_key() -> Result<()> {
-    with_operator("e2e-tlsswitch", |ns, _op| scenario(ns, PVC, true, false))
+    let restart = matches!(mode()?, Mode::Process);
+    with_operator("e2e-tlsswitch", |ns, op| scenario(ns, op, PVC, true, false, restart))
 }
 
 /// Members on emptyDir hold their data only in their pod: each is replaced (a learner with the
 /// new URL first) instead of restarted. Held at both schemes on the way off.
 #[test]
 fn a_running_plaintext_emptydir_cluster_is_switched_to_tls_and_back_keeping_every_key() -> Result<()> {
-    with_operator("e2e-tlsswitch-ed", |ns, _op| scenario(ns, "", false, true))
+    with_operator("e2e-tlsswitch-ed", |ns, op| scenario(ns, op, "", false, true, false))
 }
 
 fn check_keys_in(got: &BTreeMap<String, String>, prefix: &str, n: usize) -> Result<()> {
