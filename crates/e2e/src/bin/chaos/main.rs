@@ -269,7 +269,11 @@ fn run(args: Args) -> Result<bool> {
                     } else {
                         "NOT every cluster converged; going on"
                     };
-                    eprintln!("chaos: {} {outcome} ({:.1} s waited)", fmt_ms(now_ms()), t.elapsed().as_secs_f64() + 3.0);
+                    eprintln!(
+                        "chaos: {} {outcome} ({:.1} s waited)",
+                        fmt_ms(now_ms()),
+                        t.elapsed().as_secs_f64() + 3.0
+                    );
                 }
             }
         }
