@@ -27,6 +27,7 @@ fn member(existing: bool, pvc: bool) -> NewMember {
         bootstrap: !existing,
         restart: false,
         seed: None,
+        root_data: false,
     }
 }
 
