@@ -315,4 +315,96 @@ mod tests {
         assert!(why.contains("emptied"), "{why}");
         std::fs::remove_dir_all(&root).unwrap();
     }
+
+    fn who(uid: u32, gid: u32, groups: &[u32]) -> Credentials {
+        Credentials { uid, gid, groups: groups.to_vec(), dac_override: false }
+    }
+
+    #[test]
+    fn credentials_are_the_filesystem_ids_groups_and_dac_override() {
+        let status = "Name:\tx\nUid:\t65532\t65532\t65532\t65532\nGid:\t65532\t65532\t65532\t65532\nGroups:\t65532 7 \nCapEff:\t0000000000000000\n";
+        assert_eq!(Credentials::parse_status(status), Some(who(65532, 65532, &[65532, 7])));
+        let root = "Uid:\t0\t0\t0\t0\nGid:\t0\t0\t0\t0\nGroups:\t \nCapEff:\t000001fffeffffff\n";
+        let c = Credentials::parse_status(root).unwrap();
+        assert!(c.dac_override && c.groups.is_empty());
+        assert_eq!(Credentials::parse_status("Uid:\t0\t0\t0\t0\n"), None);
+    }
+
+    /// The kernel's rule: the owner's bits for the owner (even when the group's would allow
+    /// more), the group's for a member of the group, else the others'; root without
+    /// CAP_DAC_OVERRIDE (member containers drop it) is bound by them like anyone.
+    #[test]
+    fn access_follows_owner_then_group_then_others() {
+        let nonroot = who(65532, 65532, &[65532]);
+        let rootless_root = who(0, 0, &[]);
+        let table: &[(&Credentials, u32, u32, u32, bool, bool)] = &[
+            // who, owner, group, mode, dir, usable
+            (&nonroot, 65532, 65532, 0o600, false, true),
+            (&nonroot, 65532, 65532, 0o700, true, true),
+            (&nonroot, 65532, 0, 0o500, true, false),
+            // Written by root, no fsGroup: etcd's 0700/0600 modes shut everyone else out.
+            (&nonroot, 0, 0, 0o700, true, false),
+            (&nonroot, 0, 0, 0o600, false, false),
+            // Written by root, the kubelet applied fsGroup 65532 (group rw, setgid directories).
+            (&nonroot, 0, 65532, 0o2770, true, true),
+            (&nonroot, 0, 65532, 0o660, false, true),
+            (&nonroot, 0, 65532, 0o640, false, false),
+            // A devkit volume's root: 0777.
+            (&nonroot, 0, 0, 0o777, true, true),
+            (&nonroot, 65532, 0, 0o077, false, false),
+            (&rootless_root, 0, 0, 0o700, true, true),
+            (&rootless_root, 65532, 65532, 0o600, false, false),
+        ];
+        for (w, owner, group, mode, dir, usable) in table {
+            assert_eq!(w.may_use(*owner, *group, *mode, *dir), *usable, "{w:?} on {owner}:{group} {mode:o}");
+        }
+        assert!(Credentials { dac_override: true, ..rootless_root }.may_use(65532, 65532, 0, true));
+    }
+
+    /// The walk covers the volume's root, the marker (read), etcd's data directory and the
+    /// restore work directory, to the last file; not what else lives on the volume. Another
+    /// user than the files' owner stands in for the pod's user.
+    #[test]
+    fn the_first_inaccessible_path_is_named_with_its_owner_and_mode() {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let root = std::env::temp_dir().join(format!("eo-access-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(root.join("data/member/wal")).unwrap();
+        std::fs::create_dir_all(root.join("lost+found")).unwrap();
+        std::fs::write(root.join("data/member/wal/0.wal"), b"x").unwrap();
+        std::fs::write(root.join(MARKER_FILE), b"{}").unwrap();
+        let chmod = |p: &str, m: u32| std::fs::set_permissions(root.join(p), std::fs::Permissions::from_mode(m)).unwrap();
+        let meta = std::fs::metadata(&root).unwrap();
+        let (me, my_group) = (meta.uid(), meta.gid());
+        let other = who(me.wrapping_add(1), my_group.wrapping_add(1), &[]);
+        let in_group = who(me.wrapping_add(1), my_group.wrapping_add(1), &[my_group]);
+        let data = root.join("data");
+        for p in ["", "data", "data/member", "data/member/wal"] {
+            chmod(p, 0o770);
+        }
+        chmod("data/member/wal/0.wal", 0o660);
+        chmod(MARKER_FILE, 0o640);
+        chmod("lost+found", 0o700);
+        assert_eq!(first_inaccessible(&data, &in_group).unwrap(), None, "group access is enough");
+        let what = first_inaccessible(&data, &other).unwrap().expect("no access for others");
+        assert!(what.contains(&format!("cannot read and write {} ", root.display())), "{what}");
+        chmod("", 0o777);
+        let what = first_inaccessible(&data, &other).unwrap().unwrap();
+        assert!(what.contains(&format!("cannot read {}", root.join(MARKER_FILE).display())), "{what}");
+        chmod(MARKER_FILE, 0o644);
+        let what = first_inaccessible(&data, &other).unwrap().unwrap();
+        assert!(what.contains("data") && what.contains("mode 770"), "{what}");
+        for p in ["data", "data/member", "data/member/wal"] {
+            chmod(p, 0o777);
+        }
+        let what = first_inaccessible(&data, &other).unwrap().unwrap();
+        assert!(what.ends_with(&format!("0.wal (owner {me}:{my_group}, mode 660)")), "{what}");
+        chmod("data/member/wal/0.wal", 0o666);
+        assert_eq!(first_inaccessible(&data, &other).unwrap(), None, "lost+found is not the member's");
+        std::fs::create_dir_all(root.join("restore/data")).unwrap();
+        chmod("restore", 0o777);
+        chmod("restore/data", 0o700);
+        assert!(first_inaccessible(&data, &other).unwrap().unwrap().contains("restore/data"));
+        std::fs::remove_dir_all(&root).unwrap();
+    }
 }

@@ -29,6 +29,8 @@ mod tests_failures;
 #[cfg(test)]
 mod tests_membership;
 #[cfg(test)]
+mod tests_pod_security;
+#[cfg(test)]
 mod tests_restore;
 #[cfg(test)]
 mod tests_upgrade;
