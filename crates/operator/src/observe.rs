@@ -416,6 +416,53 @@ mod tests {
         c
     }
 
+    /// The data check's two verdicts are told apart by exit code, now or in the last state
+    /// while the container waits to run again; a check that passed since is neither; the PVC's
+    /// data-owner mark reads as root's data only for "0".
+    #[test]
+    fn the_data_checks_verdicts_and_the_root_data_mark_are_read() {
+        use k8s_openapi::api::core::v1::{ContainerState, ContainerStateTerminated, ContainerStateWaiting};
+        let ended = |code: i32| ContainerState {
+            terminated: Some(ContainerStateTerminated {
+                exit_code: code,
+                message: Some(format!("said {code}\n")),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let waiting = ContainerState { waiting: Some(ContainerStateWaiting::default()), ..Default::default() };
+        let check = |state: ContainerState, last: Option<ContainerState>| {
+            vec![ContainerStatus {
+                name: crate::member_volume::CHECK_CONTAINER.into(),
+                state: Some(state),
+                last_state: last,
+                ..Default::default()
+            }]
+        };
+        use crate::member_volume::{INACCESSIBLE_EXIT_CODE as NO_ACCESS, REFUSED_EXIT_CODE as REFUSED};
+        for (inits, refused, no_access) in [
+            (check(ended(3), None), Some("said 3"), None),
+            (check(ended(4), None), None, Some("said 4")),
+            (check(waiting.clone(), Some(ended(4))), None, Some("said 4")),
+            (check(waiting, Some(ended(1))), None, None),
+            (check(ended(0), Some(ended(4))), None, None),
+        ] {
+            assert_eq!(data_check_exit(&inits, REFUSED).as_deref(), refused, "{inits:?}");
+            assert_eq!(data_check_exit(&inits, NO_ACCESS).as_deref(), no_access, "{inits:?}");
+        }
+        let pvc = |owner: Option<&str>| PersistentVolumeClaim {
+            metadata: kube::api::ObjectMeta {
+                name: Some("ex-a-data".into()),
+                annotations: owner.map(|o| [(naming::DATA_OWNER_ANNOTATION.to_string(), o.to_string())].into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        assert!(pvc_state(&pvc(Some("0"))).unwrap().root_data);
+        assert!(!pvc_state(&pvc(Some("65532"))).unwrap().root_data);
+        assert!(!pvc_state(&pvc(None)).unwrap().root_data);
+    }
+
     /// Whether the default version applies is a property of the spec planned from: a refused
     /// edit of a cluster whose last valid spec left the version empty must not turn into an
     /// upgrade to a newer default.
