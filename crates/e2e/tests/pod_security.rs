@@ -34,7 +34,10 @@ const NONROOT: i64 = 65532;
 /// Security Admission is absent or not on by default (the label would be inert).
 fn enforce_restricted(ns: &TestNamespace) -> Result<bool> {
     if ns.kubectl.server_minor()? < 25 {
-        eprintln!("Kubernetes 1.{} has no Pod Security Admission (1.25+): asserting pod fields only", ns.kubectl.server_minor()?);
+        eprintln!(
+            "Kubernetes 1.{} has no Pod Security Admission (1.25+): asserting pod fields only",
+            ns.kubectl.server_minor()?
+        );
         return Ok(false);
     }
     ns.kubectl.run(&[
@@ -224,7 +227,14 @@ fn roll_members_made_as_root(ns: &TestNamespace, op: &Operator, pvc: &str, size:
     ensure!(owner_of(&dir.join("data/member"))? == (0, 0), "etcd wrote as root: {:?}", owner_of(&dir)?);
 
     let mut watch = RollWatch::new(ns, "old")?;
-    ns.run(&["patch", "etcdcluster", "old", "--type=json", "-p", r#"[{"op":"remove","path":"/spec/pod/securityContext"}]"#])?;
+    ns.run(&[
+        "patch",
+        "etcdcluster",
+        "old",
+        "--type=json",
+        "-p",
+        r#"[{"op":"remove","path":"/spec/pod/securityContext"}]"#,
+    ])?;
     wait_until(ROLL, "every member replaced, one at a time, and back", || {
         let back = watch.sample(ns, "old")?;
         Ok((back == size).then_some(()))

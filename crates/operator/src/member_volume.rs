@@ -124,17 +124,14 @@ impl Credentials {
         Some(Credentials {
             uid: fs_id("Uid:")?,
             gid: fs_id("Gid:")?,
-            groups: field("Groups:")
-                .unwrap_or_default()
-                .split_whitespace()
-                .filter_map(|g| g.parse().ok())
-                .collect(),
+            groups: field("Groups:").unwrap_or_default().split_whitespace().filter_map(|g| g.parse().ok()).collect(),
             dac_override: cap_eff & (1 << 1) != 0,
         })
     }
 
     pub fn of_this_process() -> Result<Credentials, String> {
-        let status = std::fs::read_to_string("/proc/self/status").map_err(|e| format!("read /proc/self/status: {e}"))?;
+        let status =
+            std::fs::read_to_string("/proc/self/status").map_err(|e| format!("read /proc/self/status: {e}"))?;
         Credentials::parse_status(&status).ok_or_else(|| "/proc/self/status lacks Uid, Gid or CapEff".into())
     }
 
@@ -169,11 +166,9 @@ pub fn first_inaccessible(data_dir: &Path, who: &Credentials) -> Result<Option<S
     let root = data_dir.parent().ok_or(format!("{} has no parent directory", data_dir.display()))?;
     let restore_dir = root.join(Path::new(crate::backup::contract::RESTORE_WORK_DIR).file_name().unwrap_or_default());
     // The volume's root itself (not what else lives there: lost+found, ...), and the marker.
-    if let Some(what) = inaccessible(root, who, Access::ReadWrite)?.or(inaccessible(
-        &root.join(MARKER_FILE),
-        who,
-        Access::Read,
-    )?) {
+    if let Some(what) =
+        inaccessible(root, who, Access::ReadWrite)?.or(inaccessible(&root.join(MARKER_FILE), who, Access::Read)?)
+    {
         return Ok(Some(what));
     }
     let mut todo = vec![data_dir.to_path_buf(), restore_dir];
@@ -373,7 +368,8 @@ mod tests {
         std::fs::create_dir_all(root.join("lost+found")).unwrap();
         std::fs::write(root.join("data/member/wal/0.wal"), b"x").unwrap();
         std::fs::write(root.join(MARKER_FILE), b"{}").unwrap();
-        let chmod = |p: &str, m: u32| std::fs::set_permissions(root.join(p), std::fs::Permissions::from_mode(m)).unwrap();
+        let chmod =
+            |p: &str, m: u32| std::fs::set_permissions(root.join(p), std::fs::Permissions::from_mode(m)).unwrap();
         let meta = std::fs::metadata(&root).unwrap();
         let (me, my_group) = (meta.uid(), meta.gid());
         let other = who(me.wrapping_add(1), my_group.wrapping_add(1), &[]);

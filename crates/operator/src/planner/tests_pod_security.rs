@@ -62,7 +62,10 @@ fn an_upgrade_rolls_pvc_members_made_as_root_one_at_a_time_and_keeps_roots_data_
     p.data_inaccessible = Some("uid 65532 cannot read and write /var/etcd/data (owner 0:0, mode 700)".into());
     p.problem = Some(("CrashLoopBackOff".into(), "container check-data: back-off".into()));
     let s = plan(&o);
-    assert!(matches!(&s, Step::RestartAsRoot { pod, why } if pod == "ex-m2" && why.contains("/var/etcd/data")), "{s:?}");
+    assert!(
+        matches!(&s, Step::RestartAsRoot { pod, why } if pod == "ex-m2" && why.contains("/var/etcd/data")),
+        "{s:?}"
+    );
     // The volume is marked, the pod deleted: it comes back as root, on its data.
     o.pvcs.get_mut("ex-m2").unwrap().root_data = true;
     pod_gone(&mut o, 2, "ex-m2");

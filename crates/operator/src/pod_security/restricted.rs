@@ -3,7 +3,7 @@
 //! <https://kubernetes.io/docs/concepts/security/pod-security-standards/>. The builders' tests run
 //! every pod the operator makes through it; the e2e tests show real admission agrees.
 
-use k8s_openapi::api::core::v1::{Container, PodSpec, SeccompProfile, SecurityContext};
+use k8s_openapi::api::core::v1::{Container, PodSpec, SELinuxOptions, SeccompProfile, SecurityContext};
 
 /// Capabilities `baseline` lets a container add; `restricted` only `NET_BIND_SERVICE`.
 const RESTRICTED_ADD: &[&str] = &["NET_BIND_SERVICE"];
@@ -24,6 +24,11 @@ const SAFE_SYSCTLS: &[&str] = &[
     "net.ipv4.tcp_keepalive_probes",
 ];
 const SELINUX_TYPES: &[&str] = &["", "container_t", "container_init_t", "container_kvm_t", "container_engine_t"];
+
+/// An SELinux setting `baseline` refuses: another type than the container ones, a user or role.
+fn selinux_refused(se: &SELinuxOptions) -> bool {
+    !SELINUX_TYPES.contains(&se.type_.as_deref().unwrap_or_default()) || se.user.is_some() || se.role.is_some()
+}
 
 fn seccomp_ok(p: &SeccompProfile) -> bool {
     p.type_ == "RuntimeDefault" || p.type_ == "Localhost"
@@ -47,11 +52,8 @@ pub fn violations(spec: &PodSpec) -> Vec<String> {
             v.push(format!("Sysctls: {}", s.name));
         }
     }
-    if let Some(se) = &pod.se_linux_options {
-        if !SELINUX_TYPES.contains(&se.type_.as_deref().unwrap_or_default()) || se.user.is_some() || se.role.is_some()
-        {
-            v.push("SELinux: pod".into());
-        }
+    if pod.se_linux_options.as_ref().is_some_and(selinux_refused) {
+        v.push("SELinux: pod".into());
     }
     // restricted: volume types (hostPath is also baseline's).
     for vol in spec.volumes.iter().flatten() {
@@ -95,11 +97,8 @@ fn container_violations(c: &Container, pod_non_root: bool, pod_seccomp: bool, v:
     if sc.proc_mount.as_deref().is_some_and(|m| m != "Default") {
         v.push(format!("/proc Mount Type: {name}"));
     }
-    if let Some(se) = &sc.se_linux_options {
-        if !SELINUX_TYPES.contains(&se.type_.as_deref().unwrap_or_default()) || se.user.is_some() || se.role.is_some()
-        {
-            v.push(format!("SELinux: {name}"));
-        }
+    if sc.se_linux_options.as_ref().is_some_and(selinux_refused) {
+        v.push(format!("SELinux: {name}"));
     }
     if sc.app_armor_profile.as_ref().is_some_and(|a| a.type_ != "RuntimeDefault" && a.type_ != "Localhost") {
         v.push(format!("AppArmor: {name}"));
@@ -160,7 +159,8 @@ mod tests {
     #[test]
     fn each_control_broken_once_is_named() {
         assert_eq!(violations(&good()), Vec::<String>::new());
-        let broken: Vec<(&str, Box<dyn Fn(&mut PodSpec)>)> = vec![
+        type Breaks = Box<dyn Fn(&mut PodSpec)>;
+        let broken: Vec<(&str, Breaks)> = vec![
             ("Host Namespaces", Box::new(|s| s.host_network = Some(true))),
             (
                 "Volume Types",
