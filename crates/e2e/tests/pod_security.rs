@@ -177,7 +177,10 @@ impl RollWatch {
     fn new(ns: &TestNamespace, name: &str) -> Result<Self> {
         let first_uid: BTreeMap<String, String> = member_pods(ns, name)?
             .iter()
-            .map(|p| (p["metadata"]["name"].as_str().unwrap().to_string(), p["metadata"]["uid"].to_string()))
+            .map(|p| {
+                let field = |f: &str| p["metadata"][f].as_str().unwrap_or_default().to_string();
+                (field("name"), field("uid"))
+            })
             .collect();
         Ok(RollWatch { back: first_uid.keys().map(|k| (k.clone(), false)).collect(), first_uid, worst: vec![] })
     }
@@ -191,7 +194,7 @@ impl RollWatch {
         let mut down = vec![];
         for (member, uid) in &self.first_uid {
             match pods.get(member) {
-                Some(p) if p["metadata"]["uid"].to_string() == *uid => {}
+                Some(p) if p["metadata"]["uid"] == uid.as_str() => {}
                 Some(p) if condition_true(p, "Ready") => {
                     self.back.insert(member.clone(), true);
                 }

@@ -413,7 +413,10 @@ fn check(o: &Observed, step: &Step) -> Result<(), TestCaseError> {
         }
         Step::RestartAsRoot { pod, .. } => {
             let p = o.pods.get(pod);
-            prop_assert!(p.is_some_and(|p| p.data_inaccessible.is_some() && !p.deleting), "{pod}: nothing inaccessible");
+            prop_assert!(
+                p.is_some_and(|p| p.data_inaccessible.is_some() && !p.deleting),
+                "{pod}: nothing inaccessible"
+            );
             prop_assert!(o.pvcs.get(pod).is_some_and(|v| !v.deleting), "{pod} restarted as root without its volume");
             let default_hash = o.desired.as_ref().map(|d| d.pod_hash()).ok();
             prop_assert!(p.unwrap().spec_hash == default_hash, "{pod} was not made with the default profile");
