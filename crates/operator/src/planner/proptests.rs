@@ -1,10 +1,10 @@
 //! Property tests: `plan` over generated observations — voters and a learner in every state
-//! (healthy, not answering, pod gone, pod dead, pod terminating, volume refused), PVC and
+//! (healthy, not answering, pod gone, pod dead, pod terminating, volume refused, data its
+//! non-root user cannot use), PVC (some marked as root's data) and
 //! emptyDir members with and without their volumes, an orphan pod, upgrades in progress, paused
 //! and invalid specs, unreachable etcd, clusters that did or did not form, each recovery policy;
 //! day 2: pods made from an older pod spec (rollouts), fragmented databases, NOSPACE and CORRUPT
-//! alarms, members drained or being drained from the client Service, a running backup; TLS
-//! being turned on or off (pods at every stage, peer URLs of either scheme).
+//! alarms, members drained or being drained from the client Service, a running backup.
 //! Each property is checked on the Step itself, against etcd's own definition of a quorum
 //! (a majority of voters), not against the planner's helpers.
 //!
@@ -31,6 +31,8 @@ enum Pod {
     Terminating,
     VolumeRefused,
     CrashLooping,
+    /// Its data check found data its (non-root) user cannot use.
+    DataInaccessible,
 }
 
 #[derive(Clone, Debug)]
@@ -58,13 +60,8 @@ struct Gen {
     /// 0 none, 1 NOSPACE, 2 CORRUPT (raised by member 1).
     alarm: u8,
     backup_running: bool,
-    /// 0: no TLS; 1: `spec.TLS` turned on; 2: turned off (from both sides on).
-    tls: u8,
-    /// Per voter: 0 plain pod, 1 certificates with an http peer listener and both client
-    /// schemes, 2 TLS only.
-    tls_pods: Vec<u8>,
-    /// Per voter: its peer URL is https.
-    https_urls: Vec<bool>,
+    /// Per voter: its volume is marked as holding root's data.
+    root_data: Vec<bool>,
 }
 
 fn pod_state() -> impl Strategy<Value = Pod> {
@@ -76,6 +73,7 @@ fn pod_state() -> impl Strategy<Value = Pod> {
         1 => Just(Pod::Terminating),
         1 => Just(Pod::VolumeRefused),
         1 => Just(Pod::CrashLooping),
+        1 => Just(Pod::DataInaccessible),
     ]
 }
 
@@ -106,25 +104,16 @@ fn observations() -> impl Strategy<Value = Gen> {
                 prop::bool::weighted(0.2),
                 prop_oneof![8 => Just(0u8), 1 => Just(1u8), 1 => Just(2u8)],
                 prop::bool::weighted(0.1),
-            ),
-            (
-                prop_oneof![6 => Just(0u8), 1 => Just(1u8), 1 => Just(2u8)],
-                (0u8..2, proptest::collection::vec(prop::bool::weighted(0.3), n)),
-                proptest::collection::vec(prop::bool::weighted(0.15), n),
+                proptest::collection::vec(prop::bool::weighted(0.2), n),
             ),
         )
             .prop_map(
                 |(
                     (pods, pvc, volumes, leader, learner, orphan),
                     (size, old_version, etcd_answers, formed, paused, invalid, policy, lost_for),
-                    (outdated, drained, fragmented, alarm, backup_running),
-                    (tls, (tls_base, ahead), moved),
+                    (outdated, drained, fragmented, alarm, backup_running, root_data),
                 )| Gen {
-                    tls,
-                    // Pods of one stage, some one stage ahead; URLs follow the pods', a few
-                    // moved and not made again yet.
-                    https_urls: ahead.iter().zip(&moved).map(|(a, m)| (tls_base + u8::from(*a) == 2) != *m).collect(),
-                    tls_pods: ahead.iter().map(|a| tls_base + u8::from(*a)).collect(),
+                    root_data,
                     outdated,
                     drained,
                     fragmented,
@@ -154,14 +143,8 @@ fn name(i: usize) -> String {
 }
 
 fn observed(g: &Gen) -> Observed {
-    let mut spec =
+    let spec =
         EtcdClusterSpec { size: if g.invalid { 0 } else { g.size }, version: "3.5.1".into(), ..Default::default() };
-    let both: etcd_operator_api::cluster::TlsPolicy =
-        serde_json::from_str(r#"{"static":{"member":{"peerSecret":"p","serverSecret":"s"},"operatorSecret":"o"}}"#)
-            .expect("a TLS policy");
-    if g.tls == 1 {
-        spec.tls = Some(both.clone());
-    }
     let mut desired = validate("ex", &spec);
     if let Ok(d) = desired.as_mut() {
         d.recovery.after_secs = 60;
@@ -183,6 +166,7 @@ fn observed(g: &Gen) -> Observed {
         ..Default::default()
     };
     let hash = o.desired.as_ref().map(|d| d.pod_hash()).unwrap_or_default();
+    let root_hash = o.desired.as_ref().map(|d| d.pod_hash_for(true)).unwrap_or_default();
     o.backup_running = g.backup_running.then(|| "a-backup".to_string());
     let leader_id = g.leader.filter(|&l| g.pods[l] == Pod::Healthy).map(|l| l as u64 + 1);
     let mut members = vec![];
@@ -191,6 +175,7 @@ fn observed(g: &Gen) -> Observed {
             let n = name(i);
             let version = if old { "3.5.0" } else { "3.5.1" };
             let (outdated, drained) = if learner { (false, 0) } else { (g.outdated[i], g.drained[i]) };
+            let root_data = !learner && g.pvc && g.root_data[i];
             if !matches!(state, Pod::Gone) {
                 o.pods.insert(
                     n.clone(),
@@ -202,12 +187,17 @@ fn observed(g: &Gen) -> Observed {
                         deleting: state == Pod::Terminating,
                         version: version.into(),
                         image: format!("quay.io/coreos/etcd:v{version}"),
-                        problem: matches!(state, Pod::CrashLooping | Pod::VolumeRefused)
+                        problem: matches!(state, Pod::CrashLooping | Pod::VolumeRefused | Pod::DataInaccessible)
                             .then(|| ("CrashLoopBackOff".to_string(), "back-off".to_string())),
                         age_secs: 600,
                         uses_pvc: g.pvc,
                         volume_refused: (state == Pod::VolumeRefused).then(|| "emptied".to_string()),
-                        spec_hash: Some(if outdated { "older-spec".to_string() } else { hash.clone() }),
+                        data_inaccessible: (state == Pod::DataInaccessible).then(|| "owner 0:0".to_string()),
+                        spec_hash: Some(match (outdated, root_data) {
+                            (true, _) => "older-spec".to_string(),
+                            (false, true) => root_hash.clone(),
+                            (false, false) => hash.clone(),
+                        }),
                         serving: Some(drained == 0),
                         drained_secs: match drained {
                             0 => None,
@@ -219,25 +209,11 @@ fn observed(g: &Gen) -> Observed {
                 );
             }
             let answers = matches!(state, Pod::Healthy);
-            let (tls_pod, https_url) =
-                if learner || g.tls == 0 { (0, false) } else { (g.tls_pods[i], g.https_urls[i]) };
-            if let Some(p) = o.pods.get_mut(&n) {
-                let on = crate::tls::Policy::of(Some(&both)).expect("valid");
-                let certified = crate::tls::transition::Stage {
-                    client_http_too: true,
-                    ..crate::tls::transition::Stage::steady(&on)
-                };
-                p.tls = match tls_pod {
-                    0 => Default::default(),
-                    1 => certified.pod(false),
-                    _ => crate::tls::transition::Stage::steady(&on).pod(true),
-                };
-            }
             members.push(MemberState {
                 id,
                 name: if started { n.clone() } else { String::new() },
                 pod: n.clone(),
-                peer_urls: vec![format!("{}://{n}.ex.ns.svc:2380", crate::tls::scheme(https_url))],
+                peer_urls: vec![format!("http://{n}.ex.ns.svc:2380")],
                 is_learner: learner,
                 status: answers.then(|| MemberStatus {
                     version: version.into(),
@@ -255,7 +231,13 @@ fn observed(g: &Gen) -> Observed {
         if g.pvc && present {
             o.pvcs.insert(
                 name(i),
-                PvcState { name: format!("{}-data", name(i)), member: name(i), deleting, ..Default::default() },
+                PvcState {
+                    name: format!("{}-data", name(i)),
+                    member: name(i),
+                    deleting,
+                    root_data: g.root_data[i],
+                    ..Default::default()
+                },
             );
         }
     }
@@ -273,21 +255,6 @@ fn observed(g: &Gen) -> Observed {
                 ..Default::default()
             },
         );
-    }
-    // The TLS stage, derived from the pods as `observe` derives it.
-    if g.tls != 0 {
-        let leaving = if g.tls == 2 {
-            crate::tls::transition::Leaving::of_policy(&crate::tls::Policy::of(Some(&both)).expect("valid"))
-        } else {
-            Default::default()
-        };
-        let pods: Vec<&crate::tls::transition::PodTls> = o.pods.values().map(|p| &p.tls).collect();
-        if let Ok(d) = o.desired.as_mut() {
-            match crate::tls::transition::stage(&d.tls, &leaving, &pods, false, false) {
-                Ok(s) => d.tls_stage = s,
-                Err(e) => o.desired = Err(vec![e]),
-            }
-        }
     }
     if g.etcd_answers && members.iter().any(|m| m.status.is_some()) {
         let alarms = match g.alarm {
@@ -331,7 +298,7 @@ fn member_of_pod<'a>(o: &'a Observed, pod: &str) -> Option<&'a MemberState> {
     o.etcd.as_ref()?.members.iter().find(|m| m.pod == pod)
 }
 
-fn check(o: &Observed, step: &Step) -> Result<(), TestCaseError> {
+pub(super) fn check(o: &Observed, step: &Step) -> Result<(), TestCaseError> {
     let healthy = healthy_voters(o);
     let voters = voters(o);
     let had_quorum = !voters.is_empty() && healthy.len() >= majority(voters.len());
@@ -340,10 +307,11 @@ fn check(o: &Observed, step: &Step) -> Result<(), TestCaseError> {
     }
     let corrupt = o.etcd.as_ref().is_some_and(|e| e.has_alarm(AlarmKind::Corrupt));
     if corrupt && had_quorum {
-        // Only restarting a member that is down on its own volume (no change to anything) may
-        // still happen; nothing else is touched while a person must look.
+        // Only restarting a member that is down on its own volume (no change to anything; as
+        // root when its data is root's) may still happen; nothing else is touched while a
+        // person must look.
         prop_assert!(
-            matches!(step, Step::Wait(_))
+            matches!(step, Step::Wait(_) | Step::RestartAsRoot { .. })
                 || matches!(step, Step::CreatePod(m) if m.restart)
                 || matches!(step, Step::DeletePod { pod, keep_volume: true, .. } if o.pods.get(pod).is_some_and(|p| p.is_dead())),
             "acted under a CORRUPT alarm: {step:?}"
@@ -443,6 +411,16 @@ fn check(o: &Observed, step: &Step) -> Result<(), TestCaseError> {
                 m.name
             );
         }
+        Step::RestartAsRoot { pod, .. } => {
+            let p = o.pods.get(pod);
+            prop_assert!(
+                p.is_some_and(|p| p.data_inaccessible.is_some() && !p.deleting),
+                "{pod}: nothing inaccessible"
+            );
+            prop_assert!(o.pvcs.get(pod).is_some_and(|v| !v.deleting), "{pod} restarted as root without its volume");
+            let default_hash = o.desired.as_ref().map(|d| d.pod_hash()).ok();
+            prop_assert!(p.unwrap().spec_hash == default_hash, "{pod} was not made with the default profile");
+        }
         Step::UpdatePeerUrls { urls, .. } => {
             prop_assert!(had_quorum && healthy.len() == voters.len(), "a peer URL moved beside an unhealthy voter");
             if urls.iter().any(|u| u.starts_with("https://")) {
@@ -460,6 +438,23 @@ fn check(o: &Observed, step: &Step) -> Result<(), TestCaseError> {
         }
         _ => {}
     }
+    // Data the non-root user cannot use is answered first, whatever else is going on: by
+    // restarting that member as root on its volume (never by a membership change).
+    let as_root_due = o.desired.as_ref().is_ok_and(|d| {
+        o.pods.values().any(|p| {
+            !p.deleting
+                && p.data_inaccessible.is_some()
+                && p.spec_hash.as_ref() == Some(&d.pod_hash())
+                && o.pvcs.get(&p.name).is_some_and(|v| !v.deleting)
+        })
+    });
+    if as_root_due && !o.paused {
+        prop_assert!(matches!(step, Step::RestartAsRoot { .. }), "inaccessible data answered by {step:?}");
+    }
+    // Members on volumes marked as root's run as root, the others as the default.
+    if let Step::CreatePod(m) | Step::AddLearner(m) = step {
+        prop_assert_eq!(m.root_data, o.pvcs.get(&m.name).is_some_and(|v| v.root_data), "{}", m.name);
+    }
     // A new member's https peer URL is dialable by every pod.
     if let Step::AddLearner(m) = step {
         let own = m.initial_cluster.iter().find(|(n, _)| *n == m.name).map(|(_, u)| u.as_str()).unwrap_or("");
@@ -474,11 +469,11 @@ fn check(o: &Observed, step: &Step) -> Result<(), TestCaseError> {
     Ok(())
 }
 
-fn config_rng() -> proptest::test_runner::RngAlgorithm {
+pub(super) fn config_rng() -> proptest::test_runner::RngAlgorithm {
     proptest::test_runner::RngAlgorithm::ChaCha
 }
 
-fn cases() -> u32 {
+pub(super) fn cases() -> u32 {
     std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(2000)
 }
 
@@ -517,7 +512,7 @@ fn every_planned_step_keeps_the_safety_rules() {
         "Defragment",
         "RecoverSpace",
         "MoveLeader",
-        "UpdatePeerUrls",
+        "RestartAsRoot",
     ] {
         assert!(kinds.get(k).is_some_and(|c| *c > 0) || n < 500, "no {k} in {n} cases: {kinds:?}");
     }

@@ -8,8 +8,10 @@
 //!   with the new spec joins as a learner first (one more voter once promoted), then the
 //!   outdated member is removed. The cluster never has fewer healthy voters than the spec asks.
 //!
-//! Pods made before the pod-spec hash existed carry none and are left alone (an operator
-//! upgrade never restarts members by itself).
+//! Pods made before the pod-spec hash existed carry none and are left alone. Pods made before
+//! the restricted default (`pod_security`) carry a hash without it: an operator upgrade rolls
+//! them like a `spec.pod` change, except members whose volume is marked as root's (they run as
+//! before) and specs with a securityContext of the user's.
 
 use super::{NewMember, Purpose, Step, initial_cluster_of, peer_of, version_for_new_member};
 use crate::naming;
@@ -19,13 +21,15 @@ use crate::validation::Desired;
 /// Voters whose pod was made from another spec than the current one (or at another TLS stage,
 /// `tls_transition::outdated`), followers first (by name), the leader last.
 pub(super) fn outdated<'a>(o: &Observed, d: &Desired, etcd: &'a EtcdState) -> Vec<&'a MemberState> {
-    let hash = d.pod_hash();
+    let (hash, root_hash) = (d.pod_hash_for(false), d.pod_hash_for(true));
+    let now = |pod: &str| if super::root_data(o, pod) { &root_hash } else { &hash };
     let mut out: Vec<&MemberState> = etcd
         .voters()
         .filter(|m| {
             o.pods.get(&m.pod).is_some_and(|p| {
                 !p.deleting
-                    && (p.spec_hash.as_ref().is_some_and(|h| *h != hash) || super::tls_transition::outdated(d, m, p))
+                    && (p.spec_hash.as_ref().is_some_and(|h| h != now(&m.pod))
+                        || super::tls_transition::outdated(d, m, p))
             })
         })
         .collect();
@@ -76,7 +80,8 @@ pub(super) fn surplus(o: &Observed, d: &Desired, etcd: &EtcdState) -> Option<Ste
 /// What a rollout of `m`'s pod carries out, for Events.
 fn what(d: &Desired, m: &MemberState, o: &Observed) -> &'static str {
     let pod = o.pods.get(&m.pod);
-    if pod.is_some_and(|p| p.spec_hash.as_ref().is_some_and(|h| *h != d.pod_hash())) {
+    let hash = d.pod_hash_for(super::root_data(o, &m.pod));
+    if pod.is_some_and(|p| p.spec_hash.as_ref().is_some_and(|h| *h != hash)) {
         "rolling out a spec.pod change"
     } else {
         "moving to the TLS spec.TLS asks for"

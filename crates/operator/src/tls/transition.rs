@@ -245,7 +245,8 @@ impl Stage {
 /// - `serve_both` (the user's `tls-serve-both` annotation): the port keeps serving both
 ///   schemes, whichever way clients move, until it is removed (time for clients to move).
 ///
-/// A cluster without pods (a new one, a restore) is made as `target` says. One that is still
+/// A cluster without pods and volumes (a new one, a restore) is made as `target` says. Members
+/// coming back on their volumes with https URLs keep the peer certificate; a cluster still
 /// forming moves like any other: its next members must speak as the ones already started.
 pub fn stage(
     target: &Policy,
@@ -254,9 +255,6 @@ pub fn stage(
     https_url_on_volume: bool,
     serve_both: bool,
 ) -> Result<Stage, String> {
-    if pods.is_empty() {
-        return Ok(Stage::steady(target));
-    }
     let unknown = |what: &str| {
         format!(
             "member pods still use {what} while spec.TLS turns it off, and the Secret they use is not known any more \

@@ -143,6 +143,10 @@ fn turning_tls_off_walks_the_same_stages_back_with_the_secrets_being_left() {
     let pods = [pod(true, false, Serves::Both), pod(true, false, Serves::Both)];
     let s = stage(&off, &leaving, &pods.iter().collect::<Vec<_>>(), true, false).unwrap();
     assert!(s.secrets.peer_secret.is_some(), "{s:?}");
+    // Every pod gone (a power cut) just after peer TLS was turned off: the members come back on
+    // their volumes with https URLs, so with the certificate.
+    let s = stage(&off, &leaving, &[], true, false).unwrap();
+    assert!(s.secrets.peer_secret.is_some(), "{s:?}");
 }
 
 #[test]
