@@ -239,6 +239,18 @@ impl TlsWriter {
     }
 }
 
+/// The cluster's spec still has `TLS.auto`: the CRDs are cluster-wide, and an operator of
+/// another version that installs its own (without the field) makes the API server drop it.
+fn check_spec_kept(ns: &TestNamespace, cluster: &str) -> Result<()> {
+    let c = ns.json(&["get", "etcdcluster", cluster])?;
+    ensure!(
+        c["spec"]["TLS"].get("auto").is_some(),
+        "spec.TLS.auto is gone from EtcdCluster {cluster} ({}): the installed CRD lacks it; did an operator of another version install its CRDs meanwhile?",
+        c["spec"]
+    );
+    Ok(())
+}
+
 /// Every Secret the operator made is owned by the cluster (deleted with it).
 fn check_owned_secrets(ns: &TestNamespace, cluster: &str) -> Result<()> {
     for s in ["ca", "peer", "server", "operator", "client"] {
@@ -256,7 +268,9 @@ fn auto_tls_refuses_clients_without_its_certificate_and_renews_every_member_with
         // Certificates live 10 minutes and are renewed with 8 left: every 2 minutes.
         let tls = "  TLS:\n    auto:\n      validity: 10m\n      renewBefore: 8m\n";
         ns.apply(&cluster_manifest(&ns.name, "ex", 3, VERSION, tls))?;
+        check_spec_kept(ns, "ex")?;
         let c = wait_healthy(ns, "ex", 3, CREATE)?;
+        check_spec_kept(ns, "ex")?;
         ensure!(cond_str(&c, "CertificatesReady", "type") == "CertificatesReady", "no CertificatesReady: {}", c["status"]);
         check_owned_secrets(ns, "ex")?;
         let pods = member_pods(ns, "ex")?;
@@ -295,6 +309,7 @@ fn auto_tls_refuses_clients_without_its_certificate_and_renews_every_member_with
             ensure!(probe::not_after(client) > probe::not_after(c0) && probe::not_after(peer) > probe::not_after(p0));
             ensure!(probe::issued_by(client, &user.ca) && probe::issued_by(peer, &user.ca), "{pod}: not the cluster's CA");
         }
+        check_spec_kept(ns, "ex")?;
         ensure!(pod_uids(ns, "ex")? == uids, "a renewal restarted or replaced a member");
         let events = events_v1(ns, "ex")?;
         ensure!(events.iter().any(|e| e.reason == "CertificatesWritten"), "no CertificatesWritten Event");
@@ -308,6 +323,7 @@ fn auto_tls_rotates_the_ca_one_member_at_a_time_under_writes() -> Result<()> {
     with_operator("e2e-tls-ca", |ns, _op| {
         let spec = "  pod:\n    persistentVolumeClaimSpec:\n      accessModes: [ReadWriteOnce]\n      resources: {requests: {storage: 1Gi}}\n  TLS:\n    auto: {}\n";
         ns.apply(&cluster_manifest(&ns.name, "ex", 3, VERSION, spec))?;
+        check_spec_kept(ns, "ex")?;
         wait_healthy(ns, "ex", 3, CREATE)?;
         let old = client_files(ns, "ex")?;
         let old_ca = secret_data(ns, "ex-tls-ca")?["ca.crt"].clone();
@@ -330,6 +346,7 @@ fn auto_tls_rotates_the_ca_one_member_at_a_time_under_writes() -> Result<()> {
             Ok(events_v1(ns, "ex")?.iter().any(|e| e.reason == "CARotationFinished").then_some(()))
         })?;
         eprintln!("CA rotation took {:.0}s", t0.elapsed().as_secs_f64());
+        check_spec_kept(ns, "ex")?;
         ensure!(phases == ["introducing", "reissuing", "dropping"], "phases seen: {phases:?}");
         let reasons: Vec<String> = events_v1(ns, "ex")?
             .into_iter()

@@ -44,16 +44,20 @@ fn err(what: &str) -> impl Fn(rcgen::Error) -> String + '_ {
     move |e| format!("{what}: {e}")
 }
 
-/// The DNS names of a certificate (none for client certificates).
+/// The DNS domain of certificates for a cluster whose domain is not known (no
+/// `spec.pod.ClusterDomain`, no `--cluster-domain`): Kubernetes' default.
+pub const DEFAULT_CLUSTER_DOMAIN: &str = "cluster.local";
+
+/// The DNS names of a certificate (none for client certificates). Each name comes with and
+/// without the cluster's DNS domain: members are addressed without it when none is configured,
+/// but a peer's certificate is checked against the reverse DNS name of its address, which
+/// always ends in the domain (Kubernetes' default when none is configured).
 pub fn dns_names(leaf: Leaf, n: Names) -> Vec<String> {
-    let domain = n.domain.trim_matches('.');
-    let with_domain = |base: String| {
-        let mut v = vec![base.clone()];
-        if !domain.is_empty() {
-            v.push(format!("{base}.{domain}"));
-        }
-        v
+    let domain = match n.domain.trim_matches('.') {
+        "" => DEFAULT_CLUSTER_DOMAIN,
+        d => d,
     };
+    let with_domain = |base: String| vec![base.clone(), format!("{base}.{domain}")];
     let members = with_domain(format!("*.{}.{}.svc", n.cluster, n.namespace));
     match leaf.usage() {
         Use::Peer => members,
@@ -163,7 +167,13 @@ mod tests {
         assert!(dns_names(Leaf::Client, NAMES).is_empty());
         assert!(dns_names(Leaf::Operator, NAMES).is_empty());
         let no_domain = Names { domain: "", ..NAMES };
-        assert_eq!(dns_names(Leaf::Peer, no_domain), ["*.ex.ns.svc"]);
+        assert_eq!(
+            dns_names(Leaf::Peer, no_domain),
+            ["*.ex.ns.svc", "*.ex.ns.svc.cluster.local"],
+            "etcd checks a peer against its reverse DNS name, which has the domain"
+        );
+        let other = Names { domain: ".example.org", ..NAMES };
+        assert_eq!(dns_names(Leaf::Peer, other), ["*.ex.ns.svc", "*.ex.ns.svc.example.org"]);
     }
 
     #[test]
