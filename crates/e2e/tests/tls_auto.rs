@@ -131,8 +131,9 @@ mod probe {
     pub fn served(addr: SocketAddr, identity: (&str, &str)) -> Result<Vec<u8>> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let rec = Arc::new(Recorder(Mutex::new(None), provider.clone()));
-        let chain: Vec<CertificateDer<'static>> =
-            CertificateDer::pem_slice_iter(identity.0.as_bytes()).collect::<Result<_, _>>().map_err(|e| anyhow!("{e:?}"))?;
+        let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(identity.0.as_bytes())
+            .collect::<Result<_, _>>()
+            .map_err(|e| anyhow!("{e:?}"))?;
         let key = PrivateKeyDer::from_pem_slice(identity.1.as_bytes()).map_err(|e| anyhow!("{e:?}"))?;
         let config = rustls::ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()?
@@ -165,9 +166,9 @@ mod probe {
     /// Whether the CA certificate `ca_pem` signed `der`.
     pub fn issued_by(der: &[u8], ca_pem: &str) -> bool {
         let Ok((_, cert)) = x509_parser::parse_x509_certificate(der) else { return false };
-        x509_parser::pem::Pem::iter_from_buffer(ca_pem.as_bytes()).flatten().any(|p| {
-            p.parse_x509().is_ok_and(|ca| cert.verify_signature(Some(ca.public_key())).is_ok())
-        })
+        x509_parser::pem::Pem::iter_from_buffer(ca_pem.as_bytes())
+            .flatten()
+            .any(|p| p.parse_x509().is_ok_and(|ca| cert.verify_signature(Some(ca.public_key())).is_ok()))
     }
 }
 
@@ -230,7 +231,13 @@ impl TlsWriter {
             stats.failed.len(),
             stats.errors
         );
-        ensure!(stats.failed.is_empty(), "{} writes failed: {:?}; errors {:#?}", stats.failed.len(), stats.failed, stats.errors);
+        ensure!(
+            stats.failed.is_empty(),
+            "{} writes failed: {:?}; errors {:#?}",
+            stats.failed.len(),
+            stats.failed,
+            stats.errors
+        );
         let f = client_files(ns, cluster)?;
         let endpoint = https_endpoint(ns, cluster)?;
         check_acked_with(&[endpoint], "writer", &stats, || {
@@ -255,7 +262,9 @@ fn check_spec_kept(ns: &TestNamespace, cluster: &str) -> Result<()> {
         "spec.TLS.auto is gone from EtcdCluster {cluster} ({}) and from its last valid spec ({last}): the installed CRD lacks it; did an operator of another version install its CRDs meanwhile?",
         c["spec"]
     );
-    eprintln!("note: the API server dropped spec.TLS.auto (another CRD version was installed); the operator plans under its last valid spec {last}");
+    eprintln!(
+        "note: the API server dropped spec.TLS.auto (another CRD version was installed); the operator plans under its last valid spec {last}"
+    );
     Ok(())
 }
 
@@ -279,7 +288,11 @@ fn auto_tls_refuses_clients_without_its_certificate_and_renews_every_member_with
         check_spec_kept(ns, "ex")?;
         let c = wait_healthy(ns, "ex", 3, CREATE)?;
         check_spec_kept(ns, "ex")?;
-        ensure!(cond_str(&c, "CertificatesReady", "type") == "CertificatesReady", "no CertificatesReady: {}", c["status"]);
+        ensure!(
+            cond_str(&c, "CertificatesReady", "type") == "CertificatesReady",
+            "no CertificatesReady: {}",
+            c["status"]
+        );
         check_owned_secrets(ns, "ex")?;
         let pods = member_pods(ns, "ex")?;
         let cmd = pods[0]["spec"]["containers"][0]["command"].to_string();
@@ -304,18 +317,28 @@ fn auto_tls_refuses_clients_without_its_certificate_and_renews_every_member_with
         let uids = pod_uids(ns, "ex")?;
         let writer = TlsWriter::start(ns, "ex")?;
         let t0 = Instant::now();
-        let after = wait_until(Duration::from_secs(420), "every member serving renewed certificates on both ports", || {
-            writer.refresh(ns, "ex");
-            let now = served_by_members(ns, "ex", &user)?;
-            let renewed = now.iter().all(|(pod, (c, p))| before.get(pod).is_some_and(|(c0, p0)| c != c0 && p != p0));
-            Ok(renewed.then_some(now))
-        })?;
+        let after =
+            wait_until(Duration::from_secs(420), "every member serving renewed certificates on both ports", || {
+                writer.refresh(ns, "ex");
+                let now = served_by_members(ns, "ex", &user)?;
+                let renewed =
+                    now.iter().all(|(pod, (c, p))| before.get(pod).is_some_and(|(c0, p0)| c != c0 && p != p0));
+                Ok(renewed.then_some(now))
+            })?;
         eprintln!("renewed on every member {:.0}s after the writer started", t0.elapsed().as_secs_f64());
         for (pod, (client, peer)) in &after {
             let (c0, p0) = &before[pod];
-            eprintln!("{pod}: client {} (was {}), peer {}", probe::describe(client), probe::describe(c0), probe::describe(peer));
+            eprintln!(
+                "{pod}: client {} (was {}), peer {}",
+                probe::describe(client),
+                probe::describe(c0),
+                probe::describe(peer)
+            );
             ensure!(probe::not_after(client) > probe::not_after(c0) && probe::not_after(peer) > probe::not_after(p0));
-            ensure!(probe::issued_by(client, &user.ca) && probe::issued_by(peer, &user.ca), "{pod}: not the cluster's CA");
+            ensure!(
+                probe::issued_by(client, &user.ca) && probe::issued_by(peer, &user.ca),
+                "{pod}: not the cluster's CA"
+            );
         }
         check_spec_kept(ns, "ex")?;
         ensure!(pod_uids(ns, "ex")? == uids, "a renewal restarted or replaced a member");
@@ -372,8 +395,13 @@ fn auto_tls_rotates_the_ca_one_member_at_a_time_under_writes() -> Result<()> {
             ensure!(!probe::issued_by(&client, &old_ca) && !probe::issued_by(&peer, &old_ca), "{pod}: the old CA");
         }
         ensure!(
-            put_get(ns, "ex", tls_options(ns, "ex", &ClientFiles { ca: new.ca.clone(), ..old.clone() }, true), "tls/old")
-                .is_err(),
+            put_get(
+                ns,
+                "ex",
+                tls_options(ns, "ex", &ClientFiles { ca: new.ca.clone(), ..old.clone() }, true),
+                "tls/old"
+            )
+            .is_err(),
             "a client certificate of the old CA is still accepted"
         );
         put_get(ns, "ex", tls_options(ns, "ex", &new, true), "tls/new")?;

@@ -37,7 +37,8 @@ pub(super) async fn keep_certificates(
             Ok((reason, note)) => {
                 wrote = true;
                 tracing::info!(cluster = %key_of(cluster), reason, "{note}");
-                let type_ = if reason == "CertificateAuthorityReplaced" { EventType::Warning } else { EventType::Normal };
+                let type_ =
+                    if reason == "CertificateAuthorityReplaced" { EventType::Warning } else { EventType::Normal };
                 publish(ctx, reference, None, type_, reason, note, "Certificates").await;
             }
             Err(Failure::Conflict(e)) => {
@@ -69,7 +70,6 @@ impl From<String> for Failure {
         Failure::Other(s)
     }
 }
-
 
 async fn write(api: &Api<Secret>, s: Secret) -> Result<(), Failure> {
     let name = s.name_any();

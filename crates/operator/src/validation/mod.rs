@@ -7,9 +7,9 @@ mod maintenance;
 mod network_policy;
 mod pod_policy;
 mod recovery;
-mod tls_policy;
 #[cfg(test)]
 mod tests;
+mod tls_policy;
 
 pub use maintenance::{
     CompactionMode, DEFAULT_DEFRAG_FREE_BYTES, DEFAULT_DEFRAG_FREE_PERCENT, DEFAULT_PERIODIC_RETENTION,

@@ -248,7 +248,9 @@ fn run(args: Args) -> Result<bool> {
             ],
             "defrag" => vec![("defrag", space::defrag), ("defrag-etcdctl", space::defrag_etcdctl)],
             "nospace" => vec![("nospace", space::nospace), ("nospace-manual", space::nospace_manual)],
-            "tls" => vec![("create-tls", tls::create), ("create", scenarios::create), ("ca-rotation", tls::ca_rotation)],
+            "tls" => {
+                vec![("create-tls", tls::create), ("create", scenarios::create), ("ca-rotation", tls::ca_rotation)]
+            }
             _ => vec![("upgrade", scenarios::upgrade)],
         };
         for run in 1..=args.runs {
@@ -315,7 +317,10 @@ fn values(results: &BTreeMap<&str, Vec<Sample>>, kind: &str) -> Vec<f64> {
 
 /// The time of milestone `name` in each sample of `kind` that has it.
 fn mark(results: &BTreeMap<&str, Vec<Sample>>, kind: &str, name: &str) -> Vec<f64> {
-    results.get(kind).map(|v| v.iter().filter_map(|s| s.marks.get(name)).map(|d| d.as_secs_f64()).collect()).unwrap_or_default()
+    results
+        .get(kind)
+        .map(|v| v.iter().filter_map(|s| s.marks.get(name)).map(|d| d.as_secs_f64()).collect())
+        .unwrap_or_default()
 }
 
 fn extra(results: &BTreeMap<&str, Vec<Sample>>, kind: &str, key: &str) -> Vec<f64> {
@@ -405,7 +410,12 @@ fn render(selected: &[&str], r: &BTreeMap<&str, Vec<Sample>>, header: &str, took
                     None,
                 ));
                 out.push('\n');
-                out.push_str(&line("CA rotation, per member (total / 3; two rolling restarts)", st("ca-rotation"), None, None));
+                out.push_str(&line(
+                    "CA rotation, per member (total / 3; two rolling restarts)",
+                    st("ca-rotation"),
+                    None,
+                    None,
+                ));
                 out.push('\n');
                 if let Some(t) = stats(&extra(r, "ca-rotation", "total")) {
                     out.push_str(&format!("  CA rotation of 3 members total: {}\n", fmt_s(t)));

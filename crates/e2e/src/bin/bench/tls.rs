@@ -67,4 +67,3 @@ pub fn ca_rotation(ctx: &Ctx) -> Result<Sample> {
         Ok(sample)
     })
 }
-

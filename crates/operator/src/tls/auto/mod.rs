@@ -113,11 +113,7 @@ impl Settings {
             match parse_duration(raw) {
                 Some(s) if (min..=max).contains(&s) => s,
                 Some(_) => {
-                    errs.push(format!(
-                        "spec.TLS.auto.{name} {raw:?} is out of range: {} to {}",
-                        show(min),
-                        show(max)
-                    ));
+                    errs.push(format!("spec.TLS.auto.{name} {raw:?} is out of range: {} to {}", show(min), show(max)));
                     default
                 }
                 None => {
@@ -127,7 +123,8 @@ impl Settings {
             }
         };
         let validity = field("validity", &a.validity, DEFAULT_VALIDITY_SECS, MIN_VALIDITY_SECS, MAX_VALIDITY_SECS);
-        let renew_before = field("renewBefore", &a.renew_before, validity / 3, MIN_RENEW_BEFORE_SECS, MAX_VALIDITY_SECS);
+        let renew_before =
+            field("renewBefore", &a.renew_before, validity / 3, MIN_RENEW_BEFORE_SECS, MAX_VALIDITY_SECS);
         let ca_validity =
             field("caValidity", &a.ca_validity, DEFAULT_CA_VALIDITY_SECS, MIN_CA_VALIDITY_SECS, MAX_CA_VALIDITY_SECS);
         if errs.is_empty() && renew_before > validity - MIN_RENEW_INTERVAL_SECS {

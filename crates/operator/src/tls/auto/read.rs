@@ -82,7 +82,9 @@ pub fn observation(
         let found = match get(&n) {
             None => Found::Missing,
             Some(s) if !owned(s, cluster) => Found::NotOurs(not_ours(&n)),
-            Some(s) => Found::Present(parse_leaf(leaf, &data_of(s), names, now, &cas, s.metadata.resource_version.clone())),
+            Some(s) => {
+                Found::Present(parse_leaf(leaf, &data_of(s), names, now, &cas, s.metadata.resource_version.clone()))
+            }
         };
         o.leaves.insert(leaf, found);
     }

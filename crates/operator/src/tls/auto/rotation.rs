@@ -153,7 +153,9 @@ pub fn plan(o: &Observed) -> Decision {
             Ok(()) => Decision::FinishCaRotation,
             Err(why) => wait(
                 "CARotation",
-                format!("CA rotation 3/3: the old CA left the bundles; members restart one at a time to stop trusting it: {why}"),
+                format!(
+                    "CA rotation 3/3: the old CA left the bundles; members restart one at a time to stop trusting it: {why}"
+                ),
             ),
         },
         Phase::Steady => match ca_due(c, ca) {
@@ -293,7 +295,12 @@ pub fn rolled(o: &Observed, c: &Observation) -> Result<(), String> {
         return Ok(());
     }
     pending.sort();
-    Err(format!("{} of {} members restarted; still to go: {}", voters.len() - pending.len(), voters.len(), pending.join(", ")))
+    Err(format!(
+        "{} of {} members restarted; still to go: {}",
+        voters.len() - pending.len(),
+        voters.len(),
+        pending.join(", ")
+    ))
 }
 
 /// Every member serves, on its client and on its peer port, a certificate of the signing CA.

@@ -114,10 +114,7 @@ impl World {
         let fetched = self.secrets.iter().map(|(k, v)| (k.clone(), Ok(Some(v.clone())))).collect();
         let mut c = observation(&self.cluster, d.tls_auto.unwrap(), "", self.now, &fetched);
         for m in &self.members {
-            let served = Served {
-                client: c.served_cert(&m.server_der),
-                peer: c.served_cert(&m.peer_der),
-            };
+            let served = Served { client: c.served_cert(&m.server_der), peer: c.served_cert(&m.peer_der) };
             c.served.insert(m.pod.clone(), served);
         }
         d.tls_trust = c.trust_fingerprint();
@@ -257,7 +254,12 @@ impl World {
         for a in &self.members {
             for b in &self.members {
                 let by = self.issuer(&b.peer_der);
-                assert!(by.as_ref().is_some_and(|i| a.trusts_peer.contains(i)), "{} distrusts {}'s peer certificate", a.pod, b.pod);
+                assert!(
+                    by.as_ref().is_some_and(|i| a.trusts_peer.contains(i)),
+                    "{} distrusts {}'s peer certificate",
+                    a.pod,
+                    b.pod
+                );
             }
             assert!(op_cert.as_ref().is_some_and(|i| a.trusts_clients.contains(i)), "{} refuses the operator", a.pod);
             let by = self.issuer(&a.server_der);
@@ -291,7 +293,9 @@ fn issued(d: &Decision) -> Vec<Leaf> {
 
 fn retrusted(d: &Decision) -> Vec<Leaf> {
     match d {
-        Decision::WriteLeaves(ws) => ws.iter().filter(|w| matches!(w, LeafWrite::Retrust { .. })).map(|w| w.leaf()).collect(),
+        Decision::WriteLeaves(ws) => {
+            ws.iter().filter(|w| matches!(w, LeafWrite::Retrust { .. })).map(|w| w.leaf()).collect()
+        }
         _ => vec![],
     }
 }
@@ -320,7 +324,10 @@ fn a_new_cluster_gets_a_ca_then_its_four_certificates() {
 fn steady_and_served_is_settled() {
     let w = World::running();
     let d = w.plan();
-    assert!(matches!(&d, Decision::Settled { message } if message.contains("every member serves the current certificates")), "{d:?}");
+    assert!(
+        matches!(&d, Decision::Settled { message } if message.contains("every member serves the current certificates")),
+        "{d:?}"
+    );
 }
 
 #[test]
@@ -332,7 +339,9 @@ fn certificates_are_renewed_at_two_thirds_of_their_life_without_restarts() {
     w.now = T0 + 40 * 60;
     let d = w.plan();
     assert_eq!(issued(&d), Leaf::ALL, "{d:?}");
-    assert!(matches!(&d, Decision::WriteLeaves(ws) if matches!(&ws[0], LeafWrite::Issue { why, .. } if why.starts_with("renewal"))));
+    assert!(
+        matches!(&d, Decision::WriteLeaves(ws) if matches!(&ws[0], LeafWrite::Issue { why, .. } if why.starts_with("renewal")))
+    );
     let hash = w.current_hash();
     w.apply(&d);
     assert_eq!(w.current_hash(), hash, "the same CA bundle: no member restarts");
@@ -358,7 +367,9 @@ fn a_shorter_validity_renews_at_once_and_a_broken_secret_is_issued_again() {
     w.secrets.get_mut(&name).unwrap().data.as_mut().unwrap().remove("server.key");
     let d = w.plan();
     assert_eq!(issued(&d), [Leaf::Server], "{d:?}");
-    assert!(matches!(&d, Decision::WriteLeaves(ws) if matches!(&ws[0], LeafWrite::Issue { why, .. } if why.contains("lacks key server.key"))));
+    assert!(
+        matches!(&d, Decision::WriteLeaves(ws) if matches!(&ws[0], LeafWrite::Issue { why, .. } if why.contains("lacks key server.key")))
+    );
     w.secrets.remove(&name);
     assert_eq!(issued(&w.plan()), [Leaf::Server], "a deleted Secret is issued again");
 }
@@ -428,7 +439,9 @@ fn ca_rotation_phase_2_reissues_and_waits_until_every_member_serves_the_new_ca()
     assert_eq!(w.ca_phase(), Phase::Reissuing);
     let d = w.plan();
     assert_eq!(issued(&d), Leaf::ALL, "{d:?}");
-    assert!(matches!(&d, Decision::WriteLeaves(ws) if matches!(&ws[0], LeafWrite::Issue { why, .. } if why == "issued again by the new CA")));
+    assert!(
+        matches!(&d, Decision::WriteLeaves(ws) if matches!(&ws[0], LeafWrite::Issue { why, .. } if why == "issued again by the new CA"))
+    );
     w.apply(&d);
     assert_eq!(w.current_hash(), hash, "the bundle did not change: no restart");
     assert!(waiting(&w.plan(), "CARotation", "ex-m1 (client port: a certificate of the old CA)"), "{:?}", w.plan());
@@ -588,7 +601,11 @@ fn secrets_that_are_not_ours_or_unusable_block_with_the_reason() {
     // Everything gone while members run: nobody can say what they trust.
     let mut w = World::running();
     w.secrets.clear();
-    assert!(matches!(w.plan(), Decision::Blocked(m) if m.contains("cannot know which CA they trust")), "{:?}", w.plan());
+    assert!(
+        matches!(w.plan(), Decision::Blocked(m) if m.contains("cannot know which CA they trust")),
+        "{:?}",
+        w.plan()
+    );
 }
 
 #[test]

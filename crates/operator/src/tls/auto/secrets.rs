@@ -113,10 +113,8 @@ impl CaContent {
 }
 
 fn meta(c: &EtcdCluster, name: String, annotations: BTreeMap<String, String>, rv: Option<String>) -> ObjectMeta {
-    let labels = BTreeMap::from([
-        (APP_LABEL.0.to_string(), APP_LABEL.1.to_string()),
-        (CLUSTER_LABEL.to_string(), c.name_any()),
-    ]);
+    let labels =
+        BTreeMap::from([(APP_LABEL.0.to_string(), APP_LABEL.1.to_string()), (CLUSTER_LABEL.to_string(), c.name_any())]);
     ObjectMeta {
         name: Some(name),
         namespace: c.namespace(),
@@ -147,7 +145,14 @@ pub fn ca_secret_object(c: &EtcdCluster, content: &CaContent, rv: Option<String>
 
 /// A certificate Secret in the static key layout: certificate, key, and the bundle of CAs the
 /// other side's certificates are checked against.
-pub fn leaf_secret(c: &EtcdCluster, leaf: Leaf, cert_pem: &str, key: &KeyPem, trust: &[&CertInfo], rv: Option<String>) -> Secret {
+pub fn leaf_secret(
+    c: &EtcdCluster,
+    leaf: Leaf,
+    cert_pem: &str,
+    key: &KeyPem,
+    trust: &[&CertInfo],
+    rv: Option<String>,
+) -> Secret {
     let keys = leaf.keys();
     let data = BTreeMap::from([
         (keys.cert.to_string(), ByteString(cert_pem.as_bytes().to_vec())),
@@ -292,7 +297,8 @@ mod tests {
         let steady = read_back(&s);
         assert_eq!((steady.phase, steady.trust_ids().len()), (Phase::Steady, 1));
 
-        let started = read_back(&ca_secret_object(&c, &CaContent::started(&steady, b.clone(), Some("t1".into())), None));
+        let started =
+            read_back(&ca_secret_object(&c, &CaContent::started(&steady, b.clone(), Some("t1".into())), None));
         assert_eq!(started.phase, Phase::Introducing);
         assert_eq!(started.trust_ids(), [a.cert.id.clone(), b.cert.id.clone()].into());
         assert_eq!(started.signing.as_ref().unwrap().cert.id, a.cert.id, "the old CA still signs");

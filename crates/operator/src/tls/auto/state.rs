@@ -282,7 +282,8 @@ impl Observation {
     /// what a member serves.
     pub fn known_cas(&self) -> Vec<CertInfo> {
         let mut out: Vec<CertInfo> = vec![];
-        let from_ca: Vec<CertInfo> = self.ca.present().map(|c| c.trusted().into_iter().cloned().collect()).unwrap_or_default();
+        let from_ca: Vec<CertInfo> =
+            self.ca.present().map(|c| c.trusted().into_iter().cloned().collect()).unwrap_or_default();
         let from_leaves = self.leaves.values().filter_map(Found::present).flat_map(|l| l.trust.clone());
         for c in from_ca.into_iter().chain(from_leaves) {
             if !out.iter().any(|o: &CertInfo| o.id == c.id) {
@@ -332,7 +333,9 @@ pub fn parse_ca(
         };
         let key = String::from_utf8_lossy(key).to_string();
         match rcgen::KeyPair::from_pem(&key) {
-            Ok(k) if spki_of(&cert.der).as_deref() == Some(rcgen::PublicKeyData::subject_public_key_info(&k).as_slice()) => {}
+            Ok(k)
+                if spki_of(&cert.der).as_deref()
+                    == Some(rcgen::PublicKeyData::subject_public_key_info(&k).as_slice()) => {}
             Ok(_) => errs.push(format!("Secret {secret} key {key_key} does not belong to {cert_key}")),
             Err(e) => errs.push(format!("Secret {secret} key {key_key}: not a PEM private key ({e})")),
         }

@@ -28,9 +28,11 @@ pub fn condition(d: &Decision) -> Option<Condition> {
         Decision::Wait { reason, message } => cond(false, reason, message.clone()),
         Decision::Blocked(m) => cond(false, "Blocked", m.clone()),
         Decision::CreateCa => cond(false, "Issuing", "creating the cluster's CA".into()),
-        Decision::ReplaceLostCa { .. } => {
-            cond(false, "CARotation", "the CA Secret is gone: a new CA is introduced beside the one members trust".into())
-        }
+        Decision::ReplaceLostCa { .. } => cond(
+            false,
+            "CARotation",
+            "the CA Secret is gone: a new CA is introduced beside the one members trust".into(),
+        ),
         Decision::WriteLeaves(ws) => {
             let secrets: Vec<String> = ws
                 .iter()
