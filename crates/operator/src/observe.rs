@@ -321,6 +321,16 @@ pub async fn observe(
         }
         d
     });
+    // spec.TLS.auto: the operator's Secrets, read before the material check below (which checks
+    // them as it checks static ones); their CA bundle is part of the pod-spec hash (`tls::auto`).
+    let mut certificates = match desired.as_ref().ok().and_then(|d| Some((d.tls_auto?, d.pod.cluster_domain.clone()))) {
+        Some((settings, domain)) => Some(crate::tls::auto::read::observe(client, cluster, settings, &domain).await),
+        None => None,
+    };
+    let desired = desired.map(|mut d| {
+        d.tls_trust = certificates.as_ref().and_then(|c| c.trust_fingerprint());
+        d
+    });
     // TLS material is checked before anything uses it: refused material is an invalid spec.
     let (desired, client_tls) = match desired {
         Ok(d) => match crate::tls::material::load(client, &namespace, &name, &d.pod.cluster_domain, &d.tls).await {
@@ -350,6 +360,9 @@ pub async fn observe(
             Err(e) => (None, Some(e.to_string())),
         }
     };
+    if let Some(c) = certificates.as_mut().filter(|c| c.read_error.is_none()) {
+        c.served = crate::tls::auto::probe::served(&pods, c).await;
+    }
     let quorum_missing = etcd
         .as_ref()
         .is_none_or(|e| e.voters().filter(|m| m.is_healthy()).count() < EtcdState::quorum_of(e.voters().count()));
@@ -388,6 +401,7 @@ pub async fn observe(
             let (minor, index) = v.split_once(' ')?;
             Some((minor.to_string(), index.parse().ok()?))
         }),
+        certificates,
         nospace_recovery: annotations.get(naming::NOSPACE_RECOVERY_ANNOTATION).and_then(|v| {
             let (rev, at) = v.split_once(' ')?;
             let at = at.parse::<k8s_openapi::jiff::Timestamp>().ok()?;

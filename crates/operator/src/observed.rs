@@ -53,6 +53,8 @@ pub struct Observed {
     /// A backup or verify pod of this cluster that is running now (its name): no
     /// defragmentation meanwhile.
     pub backup_running: Option<String>,
+    /// `spec.TLS.auto`: the operator's TLS Secrets and what members serve (`tls::auto`).
+    pub certificates: Option<crate::tls::auto::Observation>,
 }
 
 impl Default for Observed {
@@ -78,6 +80,7 @@ impl Default for Observed {
             backup_running: None,
             nospace_recovery: None,
             minor_since: None,
+            certificates: None,
         }
     }
 }

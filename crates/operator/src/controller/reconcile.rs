@@ -11,6 +11,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
 
+use super::certificates::keep_certificates;
 use super::upkeep::{ensure_disruption_budget, ensure_network_policy, grow_volumes};
 use super::{Context, Error, HEALTH_CHECK_PERIOD, PROGRESS_PERIOD, key_of, publish};
 use crate::act::{self, Target};
@@ -81,10 +82,17 @@ async fn reconcile_one(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
         return Ok(Action::requeue(Duration::from_millis(500)));
     }
     let started = Instant::now();
-    let (observed, endpoints) =
+    let (mut observed, mut endpoints) =
         observe::observe(&ctx.client, &cluster, &ctx.caches, &ctx.etcd_clients, &ctx.cluster_domain).await;
-    let step = planner::plan(&observed);
     let reference = cluster.object_ref(&());
+    // spec.TLS.auto: certificates are issued and rotated before the step (a new cluster's
+    // members need them); after a write everything that depends on them is observed again.
+    let certificates_written = keep_certificates(&ctx, &cluster, &mut observed, &reference).await;
+    if certificates_written {
+        (observed, endpoints) =
+            observe::observe(&ctx.client, &cluster, &ctx.caches, &ctx.etcd_clients, &ctx.cluster_domain).await;
+    }
+    let step = planner::plan(&observed);
     tracing::debug!(cluster = %key, ?step, "planned");
 
     // Durable marks first (cluster formed, last valid spec, quorum-loss clock, recovery done;
@@ -157,6 +165,10 @@ async fn reconcile_one(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
     if outcome.is_err() {
         // Reported above; plan again soon from a fresh observation.
         return Ok(Action::requeue(PROGRESS_PERIOD));
+    }
+    if certificates_written {
+        // The next certificate step (or its check) soon, whatever the cluster's step was.
+        return Ok(Action::requeue(Duration::from_secs(1)));
     }
     Ok(match &step {
         Step::Wait(w) => match w.reason {

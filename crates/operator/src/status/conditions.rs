@@ -203,6 +203,8 @@ pub(super) fn update(cs: &mut Vec<Condition>, o: &Observed, step: &Step, now: &s
             }
         }
     }
+    // spec.TLS.auto: CertificatesReady.
+    crate::tls::auto::status::update(cs, o, now);
     match wait {
         Some(w) if w.reason.needs_attention() && w.reason != WaitReason::InvalidSpec => {
             condition::upsert(cs, cond(DEGRADED, true, w.reason.as_str(), w.message.clone()), now)
@@ -222,6 +224,7 @@ pub fn is_warning(c: &Condition) -> bool {
         UPGRADING => c.status == "False",
         RECOVERED_FROM_QUORUM_LOSS => true,
         NO_SPACE | CORRUPT => c.status == "True",
+        crate::tls::auto::status::CERTIFICATES_READY => crate::tls::auto::status::is_warning(c),
         _ => false,
     }
 }
