@@ -53,6 +53,9 @@ pub struct Observed {
     /// A backup or verify pod of this cluster that is running now (its name): no
     /// defragmentation meanwhile.
     pub backup_running: Option<String>,
+    /// `spec.auth`: the root Secret and the operator's record as read, and whether etcd refused
+    /// the login (etcd's own state is in [`EtcdState::auth`]).
+    pub auth: crate::auth::AuthObserved,
 }
 
 impl Default for Observed {
@@ -78,6 +81,7 @@ impl Default for Observed {
             backup_running: None,
             nospace_recovery: None,
             minor_since: None,
+            auth: Default::default(),
         }
     }
 }
@@ -189,6 +193,8 @@ pub struct EtcdState {
     pub foreign: Vec<String>,
     /// Active alarms (etcd's alarm list), asked for when a member reports one.
     pub alarms: Vec<Alarm>,
+    /// etcd's authentication, as the operator's logins found it (`spec.auth`).
+    pub auth: crate::auth::EtcdAuth,
 }
 
 /// One etcd member as the member list and its own status call describe it.

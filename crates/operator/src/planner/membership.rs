@@ -41,6 +41,9 @@ pub(super) fn without_etcd(o: &Observed, d: &Desired) -> Step {
     if let Some(step) = stuck_terminating(o) {
         return step;
     }
+    if let Some(step) = super::auth::refused(o) {
+        return step;
+    }
     let err = o.etcd_error.as_deref().unwrap_or("no member pod has an address");
     wait(
         WaitReason::NoQuorum,
@@ -358,6 +361,10 @@ fn resize(o: &Observed, d: &Desired, etcd: &EtcdState, healthy_voters: usize, vo
     if let Some(m) = etcd.voters().find(|m| !healthy(o, m)) {
         let what = if m.started() { "is not healthy yet" } else { "has not started yet" };
         return wait(WaitReason::MemberStarting, format!("member {} {what}; the next change waits for it", m.pod));
+    }
+    // Authentication before the size: a new cluster is secured before it grows.
+    if let Some(step) = super::auth::next(o, d, etcd) {
+        return step;
     }
     if members < d.size {
         let name = naming::member_name(&o.name, &o.new_member_suffix);

@@ -14,6 +14,7 @@
 //!
 //! Steps that need a quorum check compute it against the membership *after* the step.
 
+pub mod auth;
 pub mod maintenance;
 mod membership;
 #[cfg(test)]
@@ -22,6 +23,8 @@ pub mod recovery;
 mod rollout;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_auth;
 #[cfg(test)]
 mod tests_day2;
 #[cfg(test)]
@@ -77,6 +80,8 @@ pub enum Step {
     /// Delete a pod that belongs to no member (or whose member must restart on its PVC, in
     /// which case its volume is kept).
     DeletePod { pod: String, why: String, keep_volume: bool },
+    /// Turn etcd's authentication on or off, or change the root password (`spec.auth`).
+    Auth(auth::AuthStep),
 }
 
 impl Step {
@@ -97,6 +102,7 @@ impl Step {
             Step::Defragment { .. } => "Defragment",
             Step::Drain { .. } => "Drain",
             Step::RecoverSpace(_) => "RecoverSpace",
+            Step::Auth(a) => a.name(),
         }
     }
 
@@ -112,7 +118,7 @@ impl Step {
             | Step::Defragment { pod, .. }
             | Step::Drain { pod } => Some(pod),
             Step::MoveLeader { from_pod, .. } => Some(from_pod),
-            Step::Wait(_) | Step::CreateServices | Step::Bootstrap(_) | Step::RecoverSpace(_) => None,
+            Step::Wait(_) | Step::CreateServices | Step::Bootstrap(_) | Step::RecoverSpace(_) | Step::Auth(_) => None,
         }
     }
 }
@@ -251,6 +257,9 @@ pub enum WaitReason {
     /// A member leaving was taken out of the client Service; the change waits for every
     /// node's proxy to follow.
     MemberDraining,
+    /// etcd refuses the operator's login (or requires one the operator has no credentials
+    /// for): it cannot see or change the cluster.
+    AuthRefused,
 }
 
 impl WaitReason {
@@ -278,6 +287,7 @@ impl WaitReason {
             WaitReason::Corrupt => "Corrupt",
             WaitReason::MaintenanceDeferred => "MaintenanceDeferred",
             WaitReason::MemberDraining => "MemberDraining",
+            WaitReason::AuthRefused => "AuthRefused",
         }
     }
 
@@ -295,6 +305,7 @@ impl WaitReason {
                 | WaitReason::UpgradeRefused
                 | WaitReason::NoSpace
                 | WaitReason::Corrupt
+                | WaitReason::AuthRefused
         )
     }
 }

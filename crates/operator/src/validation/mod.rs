@@ -48,6 +48,9 @@ pub struct Desired {
     pub network_policy: Option<NetworkAccess>,
     /// `spec.TLS.static`: which sides speak TLS, with which Secrets (`crate::tls`).
     pub tls: crate::tls::Policy,
+    /// `spec.auth`: etcd authentication on, off, or left alone, with the root Secret
+    /// (`crate::auth`; the Secret itself is read when observed).
+    pub auth: crate::auth::Policy,
 }
 
 /// A validated `spec.restore`.
@@ -163,6 +166,9 @@ fn validate_with(name: &str, spec: &EtcdClusterSpec, strict: bool) -> Result<Des
     let recovery = recovery::recovery_policy(spec.recovery.as_ref(), &mut errs);
     let maintenance = maintenance::maintenance_policy(spec.maintenance.as_ref(), &pod, &mut errs);
     let network_policy = network_policy::network_access(spec.network_policy.as_ref(), &mut errs);
+    let auth = crate::auth::Policy::of(name, spec.auth.as_ref(), version.as_ref())
+        .map_err(|e| errs.extend(e))
+        .unwrap_or_default();
     if !errs.is_empty() {
         return Err(errs);
     }
@@ -177,5 +183,6 @@ fn validate_with(name: &str, spec: &EtcdClusterSpec, strict: bool) -> Result<Des
         maintenance,
         network_policy,
         tls,
+        auth,
     })
 }
