@@ -94,7 +94,7 @@ async fn connected(
     label: String,
     f: impl std::future::Future<Output = Result<(Client, Login), etcd_client::Error>>,
 ) -> Result<(Client, Login), Error> {
-    match tokio::time::timeout(CONNECT_TIMEOUT + LOGIN_TIMEOUT, f).await {
+    match tokio::time::timeout(CONNECT_TIMEOUT + LOGIN_TIMEOUT, Box::pin(f)).await {
         Ok(Ok(c)) => Ok(c),
         Ok(Err(source)) => Err(Error::Call { endpoint: label, source }),
         Err(_) => Err(Error::Timeout(label)),

@@ -342,7 +342,7 @@ pub async fn observe(
     };
     // The root Secret and the operator's record of the password etcd has (`spec.auth`).
     let (mut auth, root) = match &desired {
-        Ok(d) => crate::auth::secrets::load(client, &namespace, &name, &d.auth).await,
+        Ok(d) => Box::pin(crate::auth::secrets::load(client, &namespace, &name, &d.auth)).await,
         Err(_) => Default::default(),
     };
     let scheme = desired.as_ref().map(|d| d.tls.client_scheme()).unwrap_or("http");

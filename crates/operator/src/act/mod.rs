@@ -263,7 +263,7 @@ pub async fn execute(t: &Target<'_>, step: &Step) -> Result<Option<Done>, Error>
             Done { defragmented: reclaimed, ..done("MemberDefragmented", note) }
         }
         Step::RecoverSpace(r) => t.recover_space(r).await?,
-        Step::Auth(a) => t.auth(*a).await?,
+        Step::Auth(a) => Box::pin(t.auth(*a)).await?,
         Step::Drain { pod } => {
             let now = k8s_openapi::jiff::Timestamp::now().to_string();
             let patch = serde_json::json!({"metadata": {

@@ -61,16 +61,17 @@ pub async fn connect(
     creds: Option<&Credentials>,
 ) -> Result<(Client, Login), etcd_client::Error> {
     let Some(creds) = creds else {
-        return Client::connect(endpoints, Some(base)).await.map(|c| (c, Login::Anonymous));
+        return Box::pin(Client::connect(endpoints, Some(base))).await.map(|c| (c, Login::Anonymous));
     };
     let mut refused = None;
     for (i, password) in creds.passwords().enumerate() {
         // A token lapses when its member restarts (or after 5 idle minutes): log in again then.
         let opts = base.clone().with_user(creds.user.clone(), password.clone()).with_auto_token_refresh(true);
-        match Client::connect(endpoints, Some(opts)).await {
+        // Boxed: a client's connect future is large, and a debug build's stack is not.
+        match Box::pin(Client::connect(endpoints, Some(opts))).await {
             Ok(c) => return Ok((c, Login::Root { fallback: creds.is_fallback(i) })),
             Err(e) if is_not_enabled(&e) => {
-                return Client::connect(endpoints, Some(base)).await.map(|c| (c, Login::NotEnabled));
+                return Box::pin(Client::connect(endpoints, Some(base))).await.map(|c| (c, Login::NotEnabled));
             }
             Err(e) if is_bad_password(&e) => refused = Some(e),
             Err(e) => return Err(e),
@@ -88,13 +89,15 @@ pub async fn connect_member(
     base: ConnectOptions,
     creds: Option<&Credentials>,
 ) -> Result<(Client, Login), etcd_client::Error> {
-    let first = connect(&[url.to_string()], base.clone(), creds).await;
+    let first = Box::pin(connect(&[url.to_string()], base.clone(), creds)).await;
     let refused = match first {
         Err(e) if creds.is_some() && is_learner_refusal(&e) => e,
         r => return r,
     };
     for other in others.iter().filter(|o| o.as_str() != url) {
-        let Ok((c, login)) = connect(std::slice::from_ref(other), base.clone(), creds).await else { continue };
+        let Ok((c, login)) = Box::pin(connect(std::slice::from_ref(other), base.clone(), creds)).await else {
+            continue;
+        };
         c.add_endpoint(url).await?;
         c.remove_endpoint(other).await?;
         return Ok((c, login));
