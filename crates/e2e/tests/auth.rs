@@ -1,10 +1,10 @@
 //! etcd authentication (`spec.auth`) on the real local cluster: the operator creates the root
 //! Secret, turns authentication on, and from then on a client without a login is refused while
 //! one with the root password works; the operator still resizes 3 → 5 → 3 and replaces a deleted
-//! member (logged in as root), changes the root password when the Secret changes, backs the
-//! cluster up to S3 (moto) from a pod that logs in, and turns authentication off again. No
-//! password ever appears in the operator's log. A refused root Secret is reported naming the
-//! key and changes nothing.
+//! member (logged in as root). With a Secret of the user's: a backup to S3 (moto) from a pod that
+//! logs in, a new password in the Secret becomes etcd's, authentication is turned off again. No
+//! password ever appears in the operator's log (its etcd client logging at trace). A refused
+//! root Secret is reported naming the key and changes nothing.
 
 mod common;
 
@@ -91,14 +91,44 @@ fn wait_auth(ns: &TestNamespace, cluster: &str, reason: &str) -> Result<serde_js
     })
 }
 
-#[test]
-fn auth_cluster_refuses_anonymous_clients_scales_heals_and_backs_up() -> Result<()> {
-    let moto = MotoServer::start()?;
-    moto.create_bucket(BUCKET)?;
-    let ns = TestNamespace::create("e2e-auth")?;
+/// Runs `body` with a fresh namespace and a verbose operator process; a failure carries the
+/// diagnostics.
+fn with_verbose_operator(prefix: &str, body: impl FnOnce(&TestNamespace, &Operator) -> Result<()>) -> Result<()> {
+    let ns = TestNamespace::create(prefix)?;
     let op = verbose_operator(&ns)?;
-    let result = (|| -> Result<()> {
-        let ns = &ns;
+    body(&ns, &op).map_err(|e| e.context(format!("{}{}", crd_note(&ns), diagnostics(&ns, Some(&op)))))
+}
+
+/// Not one of `passwords` in the operator's log (its etcd client logged at trace) or in the
+/// objects' YAML.
+fn no_password_shown(ns: &TestNamespace, op: &Operator, passwords: &[&str]) -> Result<()> {
+    let log = op.log_text();
+    ensure!(log.contains("AuthEnabled"), "the log is not the operator's: {}", op.log.display());
+    let objects = ns.run(&["get", "etcdcluster,etcdbackup,events", "-o", "yaml"])?;
+    for p in passwords {
+        ensure!(!log.contains(p), "a root password is in the operator log {}", op.log.display());
+        ensure!(!objects.contains(p), "a root password is in an object or Event");
+    }
+    Ok(())
+}
+
+fn replace_a_member(ns: &TestNamespace, cluster: &str, size: usize) -> Result<()> {
+    let victim = pod_names(&member_pods(ns, cluster)?)[0].clone();
+    ns.run(&["delete", "pod", &victim, "--wait=false"])?;
+    wait_until(CHANGE, "a replacement member", || {
+        let c = common::cluster(ns, cluster)?;
+        let ready: Vec<String> = c["status"]["members"]["ready"]
+            .as_array()
+            .map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_string)).collect())
+            .unwrap_or_default();
+        Ok((ready.len() == size && !ready.contains(&victim)).then_some(()))
+    })?;
+    wait_healthy(ns, cluster, size, CHANGE).map(drop)
+}
+
+#[test]
+fn an_auth_cluster_refuses_anonymous_clients_and_still_scales_and_heals() -> Result<()> {
+    with_verbose_operator("e2e-auth", |ns, op| {
         // The Secret does not exist: the operator makes it, owned by the cluster.
         let spec = "  auth:\n    enabled: true\n    rootSecret: ex-root\n";
         ns.apply(&cluster_manifest(&ns.name, "ex", 3, VERSION, spec))?;
@@ -107,74 +137,79 @@ fn auth_cluster_refuses_anonymous_clients_scales_heals_and_backs_up() -> Result<
         ensure!(x["status"] == "True", "{x}");
         let secret = ns.json(&["get", "secret", "ex-root"])?;
         ensure!(secret["metadata"]["ownerReferences"][0]["kind"] == "EtcdCluster", "{}", secret["metadata"]);
-        let first = secret_password(ns, "ex-root")?;
-        ensure!(first.len() >= 32, "a generated password of {} characters", first.len());
+        let password = secret_password(ns, "ex-root")?;
+        ensure!(password.len() >= 32, "a generated password of {} characters", password.len());
 
-        // Without a login: refused. With root's password: served.
+        // Without a login: refused. With root's password: served; with another: refused.
         refused_anonymously(ns, "ex")?;
         let got = wait_until(Duration::from_secs(30), "a put logged in as root", || {
-            Ok(kv(ns, "ex", Some(("root", &first)), &keys(KEYS), "keys/").ok())
+            Ok(kv(ns, "ex", Some(("root", &password)), &keys(KEYS), "keys/").ok())
         })?;
         ensure!(got == keys(KEYS), "read back {} of {KEYS} keys", got.len());
         ensure!(kv(ns, "ex", Some(("root", "not-the-password")), &[], "keys/").is_err(), "a wrong password was accepted");
 
-        // The operator resizes and heals logged in as root (learners get its token through
+        // The operator resizes and heals logged in as root (a learner gets its token through
         // another member).
         patch_spec(ns, "ex", r#"{"size":5}"#)?;
         wait_healthy(ns, "ex", 5, CHANGE)?;
         patch_spec(ns, "ex", r#"{"size":3}"#)?;
         wait_healthy(ns, "ex", 3, CHANGE)?;
-        let victim = pod_names(&member_pods(ns, "ex")?)[0].clone();
-        ns.run(&["delete", "pod", &victim, "--wait=false"])?;
-        wait_until(CHANGE, "a replacement member", || {
-            let c = common::cluster(ns, "ex")?;
-            let ready: Vec<String> = c["status"]["members"]["ready"]
-                .as_array()
-                .map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_string)).collect())
-                .unwrap_or_default();
-            Ok((ready.len() == 3 && !ready.contains(&victim)).then_some(()))
-        })?;
-        wait_healthy(ns, "ex", 3, CHANGE)?;
+        replace_a_member(ns, "ex", 3)?;
         refused_anonymously(ns, "ex")?;
-        ensure!(kv(ns, "ex", Some(("root", &first)), &[], "keys/")? == keys(KEYS), "keys lost");
-
-        // A new password in the Secret becomes etcd's root password; the old one stops working.
-        let second = "second-root-password-4e2e";
-        ns.run(&["patch", "secret", "ex-root", "--type=merge", "-p", &format!(r#"{{"stringData":{{"password":"{second}"}}}}"#)])?;
-        wait_until(CHANGE, "the new root password to work", || Ok(kv(ns, "ex", Some(("root", second)), &[], "keys/").ok()))?;
-        wait_auth(ns, "ex", "Enabled")?;
-        ensure!(kv(ns, "ex", Some(("root", &first)), &[], "keys/").is_err(), "the old password still works");
+        ensure!(kv(ns, "ex", Some(("root", &password)), &[], "keys/")? == keys(KEYS), "keys lost");
         let evs = events_for(ns, "ex")?;
-        for reason in ["RootUserAdded", "RootRoleGranted", "AuthEnabled", "RootPasswordChanged"] {
+        for reason in ["RootSecretCreated", "RootUserAdded", "RootRoleGranted", "AuthEnabled"] {
             ensure!(evs.iter().any(|(r, _)| r == reason), "no {reason} Event: {evs:?}");
         }
+        no_password_shown(ns, op, &[&password])
+    })
+}
+
+#[test]
+fn a_new_root_password_a_backup_and_authentication_off_again() -> Result<()> {
+    let moto = MotoServer::start()?;
+    moto.create_bucket(BUCKET)?;
+    with_verbose_operator("e2e-auth-day2", |ns, op| {
+        let n = ns.name.clone();
+        // The user's own Secret (not touched by the operator).
+        let first = "first-root-password-4e2e";
+        ns.apply(&format!(
+            "apiVersion: v1\nkind: Secret\nmetadata: {{name: mine, namespace: {n}}}\nstringData: {{username: root, password: {first}}}\n"
+        ))?;
+        let spec = "  auth:\n    enabled: true\n    rootSecret: mine\n";
+        ns.apply(&cluster_manifest(&n, "ex", 1, VERSION, spec))?;
+        wait_healthy(ns, "ex", 1, CREATE)?;
+        wait_auth(ns, "ex", "Enabled")?;
+        refused_anonymously(ns, "ex")?;
+        wait_until(Duration::from_secs(30), "a put logged in as root", || {
+            Ok(kv(ns, "ex", Some(("root", first)), &keys(KEYS), "keys/").ok())
+        })?;
 
         // A backup of the cluster: the backup pod logs in with the cluster's root Secret.
-        ns.apply(&moto.secret_manifest(&ns.name, "creds"))?;
+        ns.apply(&moto.secret_manifest(&n, "creds"))?;
         let storage = storage_block(&moto, "ex/etcd.backup", "creds");
-        ns.apply(&backup_manifest(&ns.name, "auth-backup", "ex", "S3", &storage, ""))?;
+        ns.apply(&backup_manifest(&n, "auth-backup", "ex", "S3", &storage, ""))?;
         let b = wait_backup_succeeded(ns, "auth-backup")?;
         let data = moto.get_object(BUCKET, "ex/etcd.backup")?;
         ensure!(sha256_hex(&data)? == b["status"]["sha256"].as_str().unwrap_or_default(), "stored sha256 differs");
 
+        // A new password in the Secret becomes etcd's root password; the old one stops working.
+        let second = "second-root-password-4e2e";
+        ns.run(&["patch", "secret", "mine", "--type=merge", "-p", &format!(r#"{{"stringData":{{"password":"{second}"}}}}"#)])?;
+        wait_until(CHANGE, "the new root password to work", || Ok(kv(ns, "ex", Some(("root", second)), &[], "keys/").ok()))?;
+        wait_auth(ns, "ex", "Enabled")?;
+        ensure!(kv(ns, "ex", Some(("root", first)), &[], "keys/").is_err(), "the old password still works");
+        let evs = events_for(ns, "ex")?;
+        ensure!(evs.iter().any(|(r, _)| r == "RootPasswordChanged"), "{evs:?}");
+
         // Off again: a client without a login is served.
-        patch_spec(ns, "ex", r#"{"auth":{"enabled":false,"rootSecret":"ex-root"}}"#)?;
+        patch_spec(ns, "ex", r#"{"auth":{"enabled":false,"rootSecret":"mine"}}"#)?;
         wait_auth(ns, "ex", "Disabled")?;
         wait_until(Duration::from_secs(30), "a put without a login", || {
             Ok(kv(ns, "ex", None, &[("anon".into(), "x".into())], "anon").ok())
         })?;
-
-        // Not one password in the operator's log (its etcd client logged at trace).
-        let log = op.log_text();
-        ensure!(log.contains("AuthEnabled") || log.contains("authentication is on"), "the log is not the operator's");
-        for (what, p) in [("first", first.as_str()), ("second", second)] {
-            ensure!(!log.contains(p), "the {what} root password is in the operator log {}", op.log.display());
-        }
-        let status = ns.run(&["get", "etcdcluster,etcdbackup", "-o", "yaml"])?;
-        ensure!(!status.contains(&first) && !status.contains(second), "a password in an object");
-        Ok(())
-    })();
-    result.map_err(|e| e.context(format!("{}{}", crd_note(&ns), diagnostics(&ns, Some(&op)))))
+        no_password_shown(ns, op, &[first, second])
+    })
 }
 
 /// On a shared cluster another operator version may re-install the CRDs without `spec.auth`

@@ -55,6 +55,10 @@ pub fn is_auth_refusal(text: &str) -> bool {
 /// Connect to `endpoints` with `base` options, logged in as `creds` when etcd's authentication
 /// is on (each password in order; the last refusal is returned if none is accepted), as nobody
 /// without credentials or when it is off.
+///
+/// Logged in, the client talks to one member (the first of `endpoints` that lets it log in): a
+/// login is a raft entry, and a member that has not applied it yet refuses the token ("invalid
+/// auth token"), so calls balanced across members right after a login fail at random.
 pub async fn connect(
     endpoints: &[String],
     base: ConnectOptions,
@@ -63,21 +67,29 @@ pub async fn connect(
     let Some(creds) = creds else {
         return Box::pin(Client::connect(endpoints, Some(base))).await.map(|c| (c, Login::Anonymous));
     };
-    let mut refused = None;
-    for (i, password) in creds.passwords().enumerate() {
-        // A token lapses when its member restarts (or after 5 idle minutes): log in again then.
-        let opts = base.clone().with_user(creds.user.clone(), password.clone()).with_auto_token_refresh(true);
-        // Boxed: a client's connect future is large, and a debug build's stack is not.
-        match Box::pin(Client::connect(endpoints, Some(opts))).await {
-            Ok(c) => return Ok((c, Login::Root { fallback: creds.is_fallback(i) })),
-            Err(e) if is_not_enabled(&e) => {
-                return Box::pin(Client::connect(endpoints, Some(base))).await.map(|c| (c, Login::NotEnabled));
+    let mut last = None;
+    'members: for endpoint in endpoints {
+        for (i, password) in creds.passwords().enumerate() {
+            // A token lapses when its member restarts (or after 5 idle minutes): log in again then.
+            let opts = base.clone().with_user(creds.user.clone(), password.clone()).with_auto_token_refresh(true);
+            // Boxed: a client's connect future is large, and a debug build's stack is not.
+            match Box::pin(Client::connect(std::slice::from_ref(endpoint), Some(opts))).await {
+                Ok(c) => return Ok((c, Login::Root { fallback: creds.is_fallback(i) })),
+                Err(e) if is_not_enabled(&e) => {
+                    return Box::pin(Client::connect(endpoints, Some(base))).await.map(|c| (c, Login::NotEnabled));
+                }
+                // The password is the cluster's: another member would refuse it just the same.
+                Err(e) if is_bad_password(&e) => last = Some(e),
+                // This member cannot take a login now (down, a learner): the next one.
+                Err(e) => {
+                    last = Some(e);
+                    continue 'members;
+                }
             }
-            Err(e) if is_bad_password(&e) => refused = Some(e),
-            Err(e) => return Err(e),
         }
+        break;
     }
-    Err(refused.unwrap_or_else(|| etcd_client::Error::InvalidArgs("no password to log in with".into())))
+    Err(last.unwrap_or_else(|| etcd_client::Error::InvalidArgs("no endpoint or password to log in with".into())))
 }
 
 /// A client of the one member at `url`. A learner refuses logins: with credentials, the login
