@@ -18,6 +18,9 @@ use e2e::{TestNamespace, wait_until};
 
 const VERSION: &str = "3.6.15";
 const CHANGE: Duration = Duration::from_secs(240);
+/// The `spec.auth` of the tests' clusters.
+const ON_EX: &str = r#"{"enabled":true,"rootSecret":"ex-root"}"#;
+const ON_MINE: &str = r#"{"enabled":true,"rootSecret":"mine"}"#;
 
 /// The operator as a process, logging everything it and its etcd client say: the scan for
 /// passwords must see every line there is.
@@ -84,10 +87,46 @@ fn secret_password(ns: &TestNamespace, name: &str) -> Result<String> {
     Ok(String::from_utf8(base64::engine::general_purpose::STANDARD.decode(b64)?)?)
 }
 
-fn wait_auth(ns: &TestNamespace, cluster: &str, reason: &str) -> Result<serde_json::Value> {
+/// Waits for the `Authentication` condition's `reason` while the spec says `auth` (JSON).
+fn wait_auth(ns: &TestNamespace, cluster: &str, auth: &str, reason: &str) -> Result<serde_json::Value> {
     wait_until(CHANGE, &format!("condition Authentication reason {reason}"), || {
+        keep_auth(ns, cluster, auth)?;
         let c = common::cluster(ns, cluster)?;
         Ok(condition(&c, "Authentication").filter(|x| x["reason"] == reason).cloned())
+    })
+}
+
+/// [`wait_healthy`] while [`keep_auth`] holds the spec's `auth`.
+fn wait_healthy_keeping(ns: &TestNamespace, cluster: &str, size: usize, auth: &str) -> Result<()> {
+    wait_until(CHANGE, &format!("{cluster} to have {size} healthy members"), || {
+        keep_auth(ns, cluster, auth)?;
+        Ok(wait_healthy(ns, cluster, size, Duration::from_secs(5)).ok().map(drop))
+    })
+}
+
+/// The shared cluster's CRDs are re-applied by every operator that starts (other tests, other
+/// builds); one without `spec.auth` makes the API server drop the field from every
+/// EtcdCluster. When that happened, ours are applied again (as the operator applies them) and
+/// the spec's `auth` with them. Nothing happens on a cluster where only this build runs.
+fn keep_auth(ns: &TestNamespace, cluster: &str, auth: &str) -> Result<()> {
+    if crd_note(ns).is_empty() {
+        return Ok(());
+    }
+    let out = std::process::Command::new(operator_bin()).arg("crds").output().context("etcd-operator crds")?;
+    ensure!(out.status.success(), "etcd-operator crds: {}", String::from_utf8_lossy(&out.stderr));
+    let mut child = ns
+        .kubectl
+        .command()
+        .args(["apply", "--server-side", "--force-conflicts", "--field-manager=etcd-operator", "-f", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()?;
+    std::io::Write::write_all(&mut child.stdin.take().context("stdin")?, &out.stdout)?;
+    ensure!(child.wait()?.success(), "kubectl apply of the CRDs failed");
+    eprintln!("re-applied this build's CRDs (another operator had applied its own) and spec.auth {auth}");
+    wait_until(Duration::from_secs(30), "spec.auth to stick", || {
+        patch_spec(ns, cluster, &format!(r#"{{"auth":{auth}}}"#))?;
+        Ok((!common::cluster(ns, cluster)?["spec"]["auth"].is_null()).then_some(()))
     })
 }
 
@@ -123,7 +162,7 @@ fn replace_a_member(ns: &TestNamespace, cluster: &str, size: usize) -> Result<()
             .unwrap_or_default();
         Ok((ready.len() == size && !ready.contains(&victim)).then_some(()))
     })?;
-    wait_healthy(ns, cluster, size, CHANGE).map(drop)
+    wait_healthy_keeping(ns, cluster, size, ON_EX)
 }
 
 #[test]
@@ -133,7 +172,7 @@ fn an_auth_cluster_refuses_anonymous_clients_and_still_scales_and_heals() -> Res
         let spec = "  auth:\n    enabled: true\n    rootSecret: ex-root\n";
         ns.apply(&cluster_manifest(&ns.name, "ex", 3, VERSION, spec))?;
         wait_healthy(ns, "ex", 3, CREATE)?;
-        let x = wait_auth(ns, "ex", "Enabled")?;
+        let x = wait_auth(ns, "ex", ON_EX, "Enabled")?;
         ensure!(x["status"] == "True", "{x}");
         let secret = ns.json(&["get", "secret", "ex-root"])?;
         ensure!(secret["metadata"]["ownerReferences"][0]["kind"] == "EtcdCluster", "{}", secret["metadata"]);
@@ -151,9 +190,9 @@ fn an_auth_cluster_refuses_anonymous_clients_and_still_scales_and_heals() -> Res
         // The operator resizes and heals logged in as root (a learner gets its token through
         // another member).
         patch_spec(ns, "ex", r#"{"size":5}"#)?;
-        wait_healthy(ns, "ex", 5, CHANGE)?;
+        wait_healthy_keeping(ns, "ex", 5, ON_EX)?;
         patch_spec(ns, "ex", r#"{"size":3}"#)?;
-        wait_healthy(ns, "ex", 3, CHANGE)?;
+        wait_healthy_keeping(ns, "ex", 3, ON_EX)?;
         replace_a_member(ns, "ex", 3)?;
         refused_anonymously(ns, "ex")?;
         ensure!(kv(ns, "ex", Some(("root", &password)), &[], "keys/")? == keys(KEYS), "keys lost");
@@ -179,13 +218,14 @@ fn a_new_root_password_a_backup_and_authentication_off_again() -> Result<()> {
         let spec = "  auth:\n    enabled: true\n    rootSecret: mine\n";
         ns.apply(&cluster_manifest(&n, "ex", 1, VERSION, spec))?;
         wait_healthy(ns, "ex", 1, CREATE)?;
-        wait_auth(ns, "ex", "Enabled")?;
+        wait_auth(ns, "ex", ON_MINE, "Enabled")?;
         refused_anonymously(ns, "ex")?;
         wait_until(Duration::from_secs(30), "a put logged in as root", || {
             Ok(kv(ns, "ex", Some(("root", first)), &keys(KEYS), "keys/").ok())
         })?;
 
         // A backup of the cluster: the backup pod logs in with the cluster's root Secret.
+        keep_auth(ns, "ex", ON_MINE)?;
         ns.apply(&moto.secret_manifest(&n, "creds"))?;
         let storage = storage_block(&moto, "ex/etcd.backup", "creds");
         ns.apply(&backup_manifest(&n, "auth-backup", "ex", "S3", &storage, ""))?;
@@ -196,15 +236,19 @@ fn a_new_root_password_a_backup_and_authentication_off_again() -> Result<()> {
         // A new password in the Secret becomes etcd's root password; the old one stops working.
         let second = "second-root-password-4e2e";
         ns.run(&["patch", "secret", "mine", "--type=merge", "-p", &format!(r#"{{"stringData":{{"password":"{second}"}}}}"#)])?;
-        wait_until(CHANGE, "the new root password to work", || Ok(kv(ns, "ex", Some(("root", second)), &[], "keys/").ok()))?;
-        wait_auth(ns, "ex", "Enabled")?;
+        wait_until(CHANGE, "the new root password to work", || {
+            keep_auth(ns, "ex", ON_MINE)?;
+            Ok(kv(ns, "ex", Some(("root", second)), &[], "keys/").ok())
+        })?;
+        wait_auth(ns, "ex", ON_MINE, "Enabled")?;
         ensure!(kv(ns, "ex", Some(("root", first)), &[], "keys/").is_err(), "the old password still works");
         let evs = events_for(ns, "ex")?;
         ensure!(evs.iter().any(|(r, _)| r == "RootPasswordChanged"), "{evs:?}");
 
         // Off again: a client without a login is served.
-        patch_spec(ns, "ex", r#"{"auth":{"enabled":false,"rootSecret":"mine"}}"#)?;
-        wait_auth(ns, "ex", "Disabled")?;
+        let off = r#"{"enabled":false,"rootSecret":"mine"}"#;
+        patch_spec(ns, "ex", &format!(r#"{{"auth":{off}}}"#))?;
+        wait_auth(ns, "ex", off, "Disabled")?;
         wait_until(Duration::from_secs(30), "a put without a login", || {
             Ok(kv(ns, "ex", None, &[("anon".into(), "x".into())], "anon").ok())
         })?;
@@ -225,7 +269,6 @@ fn crd_note(ns: &TestNamespace) -> String {
 #[test]
 fn a_bad_root_secret_is_refused_naming_the_key_and_changes_nothing() -> Result<()> {
     with_operator("e2e-auth-bad", |ns, _op| {
-        ensure!(crd_note(ns).is_empty(), "{}", crd_note(ns));
         let n = ns.name.clone();
         ns.apply(&format!(
             "apiVersion: v1\nkind: Secret\nmetadata: {{name: bad-root, namespace: {n}}}\nstringData: {{username: admin, password: \"pw\"}}\n"
@@ -235,7 +278,7 @@ fn a_bad_root_secret_is_refused_naming_the_key_and_changes_nothing() -> Result<(
         ns.apply(&cluster_manifest(&n, "ex", 1, VERSION, spec))?;
         // The cluster itself runs: only authentication waits for the Secret.
         wait_healthy(ns, "ex", 1, CREATE)?;
-        let x = wait_auth(ns, "ex", "SecretInvalid")?;
+        let x = wait_auth(ns, "ex", r#"{"enabled":true,"rootSecret":"bad-root"}"#, "SecretInvalid")?;
         let msg = x["message"].as_str().unwrap_or_default();
         ensure!(msg.contains("Secret bad-root key username is \"admin\""), "{msg}");
         let evs = events_for(ns, "ex")?;
@@ -247,7 +290,7 @@ fn a_bad_root_secret_is_refused_naming_the_key_and_changes_nothing() -> Result<(
         ensure!(before == after, "the operator wrote the user's Secret");
         // Fixed: authentication goes on.
         ns.run(&["patch", "secret", "bad-root", "--type=json", "-p", r#"[{"op":"remove","path":"/data/username"}]"#])?;
-        wait_auth(ns, "ex", "Enabled")?;
+        wait_auth(ns, "ex", r#"{"enabled":true,"rootSecret":"bad-root"}"#, "Enabled")?;
         refused_anonymously(ns, "ex")?;
         Ok(())
     })
