@@ -48,7 +48,8 @@ fn kv(
     use etcd_client::{Client, ConnectOptions, GetOptions};
     let url = client_endpoint(ns, cluster)?;
     rt()?.block_on(async {
-        let mut opts = ConnectOptions::new().with_connect_timeout(Duration::from_secs(3)).with_timeout(Duration::from_secs(5));
+        let mut opts =
+            ConnectOptions::new().with_connect_timeout(Duration::from_secs(3)).with_timeout(Duration::from_secs(5));
         if let Some((u, p)) = login {
             opts = opts.with_user(u, p);
         }
@@ -185,7 +186,10 @@ fn an_auth_cluster_refuses_anonymous_clients_and_still_scales_and_heals() -> Res
             Ok(kv(ns, "ex", Some(("root", &password)), &keys(KEYS), "keys/").ok())
         })?;
         ensure!(got == keys(KEYS), "read back {} of {KEYS} keys", got.len());
-        ensure!(kv(ns, "ex", Some(("root", "not-the-password")), &[], "keys/").is_err(), "a wrong password was accepted");
+        ensure!(
+            kv(ns, "ex", Some(("root", "not-the-password")), &[], "keys/").is_err(),
+            "a wrong password was accepted"
+        );
 
         // The operator resizes and heals logged in as root (a learner gets its token through
         // another member).
@@ -235,7 +239,14 @@ fn a_new_root_password_a_backup_and_authentication_off_again() -> Result<()> {
 
         // A new password in the Secret becomes etcd's root password; the old one stops working.
         let second = "second-root-password-4e2e";
-        ns.run(&["patch", "secret", "mine", "--type=merge", "-p", &format!(r#"{{"stringData":{{"password":"{second}"}}}}"#)])?;
+        ns.run(&[
+            "patch",
+            "secret",
+            "mine",
+            "--type=merge",
+            "-p",
+            &format!(r#"{{"stringData":{{"password":"{second}"}}}}"#),
+        ])?;
         wait_until(CHANGE, "the new root password to work", || {
             keep_auth(ns, "ex", ON_MINE)?;
             Ok(kv(ns, "ex", Some(("root", second)), &[], "keys/").ok())
@@ -261,9 +272,73 @@ fn a_new_root_password_a_backup_and_authentication_off_again() -> Result<()> {
 fn crd_note(ns: &TestNamespace) -> String {
     let has_auth = ns
         .json(&["get", "crd", "etcdclusters.etcd.database.coreos.com"])
-        .map(|c| !c["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["auth"].is_null())
+        .map(|c| {
+            !c["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["auth"].is_null()
+        })
         .unwrap_or(true);
-    if has_auth { String::new() } else { "NOTE: the installed EtcdCluster CRD has no spec.auth (another operator version re-installed it; the field is pruned)\n".into() }
+    if has_auth {
+        String::new()
+    } else {
+        "NOTE: the installed EtcdCluster CRD has no spec.auth (another operator version re-installed it; the field is pruned)\n".into()
+    }
+}
+
+/// A restored cluster has the users and the root password of its snapshot. With another
+/// password in its root Secret, etcd refuses the operator's login: that is said
+/// (`LoginRefused`, `AuthRefused`) and nothing is done; with the snapshot's password back in the
+/// Secret, the operator logs in and every key is there.
+#[test]
+fn a_restored_auth_cluster_keeps_its_snapshots_root_password() -> Result<()> {
+    let moto = MotoServer::start()?;
+    moto.create_bucket(BUCKET)?;
+    with_verbose_operator("e2e-auth-restore", |ns, op| {
+        let n = ns.name.clone();
+        let first = "snapshot-root-password-4e2e";
+        let another = "another-root-password-4e2e";
+        let mine = |p: &str| {
+            format!(
+                "apiVersion: v1\nkind: Secret\nmetadata: {{name: mine, namespace: {n}}}\nstringData: {{password: {p}}}\n"
+            )
+        };
+        ns.apply(&mine(first))?;
+        ns.apply(&cluster_manifest(&n, "ex", 1, VERSION, "  auth:\n    enabled: true\n    rootSecret: mine\n"))?;
+        wait_healthy(ns, "ex", 1, CREATE)?;
+        wait_auth(ns, "ex", ON_MINE, "Enabled")?;
+        wait_until(Duration::from_secs(30), "a put logged in as root", || {
+            Ok(kv(ns, "ex", Some(("root", first)), &keys(KEYS), "keys/").ok())
+        })?;
+        keep_auth(ns, "ex", ON_MINE)?;
+        ns.apply(&moto.secret_manifest(&n, "creds"))?;
+        let storage = storage_block(&moto, "ex/etcd.backup", "creds");
+        ns.apply(&backup_manifest(&n, "auth-backup", "ex", "S3", &storage, ""))?;
+        wait_backup_succeeded(ns, "auth-backup")?;
+        delete_cluster(ns, "ex")?;
+
+        ns.apply(&mine(another))?;
+        ns.apply(&format!(
+            "apiVersion: etcd.database.coreos.com/v1beta2\nkind: EtcdRestore\nmetadata: {{name: back, namespace: {n}}}\nspec:\n  backupStorageType: S3\n  {storage}\n  etcdCluster:\n    name: ex\n    spec:\n      size: 1\n      version: \"{VERSION}\"\n      auth: {{enabled: true, rootSecret: mine}}\n"
+        ))?;
+        wait_until(RESTORE, "EtcdRestore to succeed", || {
+            let r = get(ns, "etcdrestore", "back")?;
+            ensure!(r["status"]["phase"] != "Failed", "restore failed: {}", r["status"]);
+            Ok((r["status"]["succeeded"] == true).then_some(()))
+        })?;
+        let x = wait_auth(ns, "ex", ON_MINE, "LoginRefused")?;
+        let msg = x["message"].as_str().unwrap_or_default();
+        ensure!(msg.contains("Secret mine") && msg.contains("restored from a backup"), "{msg}");
+        let c = common::cluster(ns, "ex")?;
+        ensure!(cond_str(&c, "Degraded", "reason") == "AuthRefused", "{}", c["status"]);
+
+        ns.apply(&mine(first))?;
+        wait_auth(ns, "ex", ON_MINE, "Enabled")?;
+        wait_healthy_keeping(ns, "ex", 1, ON_MINE)?;
+        let got = wait_until(Duration::from_secs(30), "the restored keys", || {
+            Ok(kv(ns, "ex", Some(("root", first)), &[], "keys/").ok())
+        })?;
+        ensure!(got == keys(KEYS), "restored {} of {KEYS} keys", got.len());
+        refused_anonymously(ns, "ex")?;
+        no_password_shown(ns, op, &[first, another])
+    })
 }
 
 #[test]

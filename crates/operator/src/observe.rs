@@ -184,7 +184,10 @@ fn desired_of(
     name: &str,
     formed: bool,
 ) -> (Result<Desired, Vec<String>>, Option<Vec<String>>, bool) {
-    match validate(name, &cluster.spec).and_then(|d| tls_unchanged(cluster, name, formed, d)).and_then(|d| auth_kept(cluster, name, d)) {
+    match validate(name, &cluster.spec)
+        .and_then(|d| tls_unchanged(cluster, name, formed, d))
+        .and_then(|d| auth_kept(cluster, name, d))
+    {
         Ok(d) => (Ok(d), None, cluster.spec.version.is_empty()),
         Err(errs) => {
             let recorded = cluster.annotations().get(LAST_VALID_SPEC_ANNOTATION);
@@ -342,7 +345,10 @@ pub async fn observe(
     };
     // The root Secret and the operator's record of the password etcd has (`spec.auth`).
     let (mut auth, root) = match &desired {
-        Ok(d) => Box::pin(crate::auth::secrets::load(client, &namespace, &name, &d.auth)).await,
+        Ok(d) => {
+            let uid = cluster.metadata.uid.clone().unwrap_or_default();
+            Box::pin(crate::auth::secrets::load(client, &namespace, &name, &uid, &d.auth)).await
+        }
         Err(_) => Default::default(),
     };
     let scheme = desired.as_ref().map(|d| d.tls.client_scheme()).unwrap_or("http");

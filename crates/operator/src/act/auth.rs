@@ -49,7 +49,10 @@ impl Target<'_> {
     async fn record(&self, password: &str, note: &str) -> String {
         match secrets::record_applied(self.client, self.cluster, password).await {
             Ok(()) => note.to_string(),
-            Err(e) => format!("{note}; recording it in Secret {} failed ({e}), retried", crate::auth::applied_secret(&self.cluster.metadata.name.clone().unwrap_or_default())),
+            Err(e) => format!(
+                "{note}; recording it in Secret {} failed ({e}), retried",
+                crate::auth::applied_secret(&self.cluster.metadata.name.clone().unwrap_or_default())
+            ),
         }
     }
 }

@@ -72,7 +72,9 @@ impl Policy {
             ));
         }
         if root_secret == applied_secret(name) {
-            errs.push(format!("spec.auth.rootSecret {root_secret:?} is the operator's own record of the root password"));
+            errs.push(format!(
+                "spec.auth.rootSecret {root_secret:?} is the operator's own record of the root password"
+            ));
         }
         if a.enabled && version.is_some_and(crate::pod_spec::health_exclude_is_broken) {
             errs.push(format!(
@@ -227,7 +229,8 @@ pub fn login(name: &str, data: &BTreeMap<String, Vec<u8>>) -> Result<Credentials
     let user = match data.get(USERNAME_KEY) {
         None => ROOT.to_string(),
         Some(u) => {
-            let u = std::str::from_utf8(u).map_err(|_| format!("Secret {name} key {USERNAME_KEY} is not UTF-8 text"))?;
+            let u =
+                std::str::from_utf8(u).map_err(|_| format!("Secret {name} key {USERNAME_KEY} is not UTF-8 text"))?;
             if u.is_empty() || u.chars().any(char::is_control) {
                 return Err(format!("Secret {name} key {USERNAME_KEY} is empty or holds a control character"));
             }
@@ -370,16 +373,20 @@ pub fn condition(policy: &Policy, o: &AuthObserved, etcd: Option<&EtcdAuth>) -> 
         (true, EtcdAuth::On { secret_password: true }, _) => cond(
             true,
             "Enabled",
-            format!("etcd authentication is on; the operator logs in as root with the password of Secret {root_secret}"),
+            format!(
+                "etcd authentication is on; the operator logs in as root with the password of Secret {root_secret}"
+            ),
         ),
         (true, EtcdAuth::On { secret_password: false }, _) => cond(
             false,
             "ChangingPassword",
             format!("the root password of Secret {root_secret} changed; the operator sets it in etcd"),
         ),
-        (true, _, SecretState::Missing) => {
-            cond(false, "CreatingSecret", format!("the operator creates Secret {root_secret} with a random root password"))
-        }
+        (true, _, SecretState::Missing) => cond(
+            false,
+            "CreatingSecret",
+            format!("the operator creates Secret {root_secret} with a random root password"),
+        ),
         (true, _, _) => cond(
             false,
             "Enabling",
@@ -400,7 +407,13 @@ pub fn is_warning(c: &Condition) -> bool {
 /// Sets or removes the condition in `cs`. Without etcd's answer (and no refused login or
 /// Secret to report) the condition stays as it was: a member not answering for a moment says
 /// nothing about authentication.
-pub fn update_condition(cs: &mut Vec<Condition>, policy: &Policy, o: &AuthObserved, etcd: Option<&EtcdAuth>, now: &str) {
+pub fn update_condition(
+    cs: &mut Vec<Condition>,
+    policy: &Policy,
+    o: &AuthObserved,
+    etcd: Option<&EtcdAuth>,
+    now: &str,
+) {
     let to_report = o.refused.is_some() || matches!(o.secret, SecretState::Invalid(_) | SecretState::Unreadable(_));
     if etcd.is_none() && !to_report && *policy != Policy::Unmanaged {
         return;

@@ -19,8 +19,23 @@ use super::{
 
 type Data = BTreeMap<String, Vec<u8>>;
 
+fn data_of(s: Secret) -> Data {
+    s.data.unwrap_or_default().into_iter().map(|(k, v)| (k, v.0)).collect()
+}
+
 async fn get(api: &Api<Secret>, name: &str) -> Result<Option<Data>, kube::Error> {
-    Ok(api.get_opt(name).await?.map(|s| s.data.unwrap_or_default().into_iter().map(|(k, v)| (k, v.0)).collect()))
+    Ok(api.get_opt(name).await?.map(data_of))
+}
+
+/// The applied record of this cluster (`uid`): one left by an earlier cluster of the same name
+/// (its owner is gone, the garbage collector has not caught up) holds another cluster's
+/// password and is ignored.
+async fn record(api: &Api<Secret>, cluster: &str, uid: &str) -> Option<String> {
+    let s = api.get_opt(&applied_secret(cluster)).await.ok().flatten()?;
+    if !s.metadata.owner_references.iter().flatten().any(|o| o.uid == uid) {
+        return None;
+    }
+    root_password(&applied_secret(cluster), &data_of(s)).ok()
 }
 
 /// Reads the root Secret and the applied record of cluster `cluster`: what status reports, and
@@ -29,6 +44,7 @@ pub async fn load(
     client: &Client,
     namespace: &str,
     cluster: &str,
+    uid: &str,
     policy: &Policy,
 ) -> (AuthObserved, Option<Arc<Credentials>>) {
     let Some(name) = policy.root_secret() else { return (AuthObserved::default(), None) };
@@ -42,16 +58,9 @@ pub async fn load(
         },
     };
     // The record is the operator's own: one it cannot read is as good as none.
-    let applied = get(&api, &applied_secret(cluster))
-        .await
-        .ok()
-        .flatten()
-        .and_then(|data| root_password(&applied_secret(cluster), &data).ok());
-    let observed = AuthObserved {
-        secret,
-        applied_matches: applied.as_ref().map(|a| Some(a) == password.as_ref()),
-        refused: None,
-    };
+    let applied = record(&api, cluster, uid).await;
+    let observed =
+        AuthObserved { secret, applied_matches: applied.as_ref().map(|a| Some(a) == password.as_ref()), refused: None };
     (observed, Credentials::new(ROOT, password.as_deref(), applied.as_deref()).map(Arc::new))
 }
 
@@ -80,9 +89,19 @@ pub fn generate_password() -> String {
 
 /// Creates the root Secret `name` (owned by the cluster) with `password`. One that appeared
 /// meanwhile is left alone.
-pub async fn create_root_secret(client: &Client, cluster: &EtcdCluster, name: &str, password: &str) -> Result<(), kube::Error> {
+pub async fn create_root_secret(
+    client: &Client,
+    cluster: &EtcdCluster,
+    name: &str,
+    password: &str,
+) -> Result<(), kube::Error> {
     let api: Api<Secret> = Api::namespaced(client.clone(), &cluster.namespace().unwrap_or_default());
-    let s = Secret { metadata: meta(cluster, name), data: Some(data(password)), type_: Some("Opaque".into()), ..Default::default() };
+    let s = Secret {
+        metadata: meta(cluster, name),
+        data: Some(data(password)),
+        type_: Some("Opaque".into()),
+        ..Default::default()
+    };
     match api.create(&PostParams::default(), &s).await {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
@@ -112,8 +131,7 @@ pub async fn record_applied(client: &Client, cluster: &EtcdCluster, password: &s
 
 /// The password recorded as applied, read again (to re-create a deleted root Secret with the
 /// password etcd has).
-pub async fn recorded_password(client: &Client, namespace: &str, cluster: &str) -> Option<String> {
-    let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
-    let data = get(&api, &applied_secret(cluster)).await.ok().flatten()?;
-    root_password(&applied_secret(cluster), &data).ok()
+pub async fn recorded_password(client: &Client, cluster: &EtcdCluster) -> Option<String> {
+    let api: Api<Secret> = Api::namespaced(client.clone(), &cluster.namespace().unwrap_or_default());
+    record(&api, &cluster.name_any(), &cluster.metadata.uid.clone().unwrap_or_default()).await
 }

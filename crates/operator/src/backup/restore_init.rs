@@ -275,6 +275,9 @@ mod tests {
         assert!(cmd.contains(&"--auth-dir=/etc/etcd-operator/etcd-auth".to_string()), "{cmd:?}");
         let secret = vols[0].secret.as_ref().unwrap();
         assert_eq!((secret.secret_name.as_deref(), secret.optional), (Some("ex-etcd-root-applied"), Some(true)));
-        assert!(c[1].volume_mounts.as_ref().unwrap().iter().all(|m| m.name != "etcd-auth"), "the etcd image never sees it");
+        assert!(
+            c[1].volume_mounts.as_ref().unwrap().iter().all(|m| m.name != "etcd-auth"),
+            "the etcd image never sees it"
+        );
     }
 }

@@ -75,8 +75,7 @@ async fn pick_member(
             None => o,
         }
     };
-    let (mut c, _) =
-        connect(endpoints, opts(), creds).await.map_err(|e| format!("connect to {endpoints:?}: {e}"))?;
+    let (mut c, _) = connect(endpoints, opts(), creds).await.map_err(|e| format!("connect to {endpoints:?}: {e}"))?;
     let members = c.member_list().await.map_err(|e| format!("member list: {e}"))?;
     let mut best: Option<(i64, bool, String, String, String)> = None;
     let mut errors = Vec::new();

@@ -133,11 +133,10 @@ pub(super) async fn ensure_auth_secrets(
 ) {
     use crate::auth::{Upkeep, secrets};
     let Some(todo) = crate::auth::upkeep(o) else { return };
-    let (ns, name) = (cluster.namespace().unwrap_or_default(), cluster.name_any());
+    let name = cluster.name_any();
     let (result, reason, note) = match &todo {
         Upkeep::CreateRootSecret { name: secret, use_recorded } => {
-            let recorded =
-                if *use_recorded { secrets::recorded_password(&ctx.client, &ns, &name).await } else { None };
+            let recorded = if *use_recorded { secrets::recorded_password(&ctx.client, cluster).await } else { None };
             let how = if recorded.is_some() { "the root password etcd has" } else { "a random root password" };
             let password = recorded.unwrap_or_else(secrets::generate_password);
             let r = secrets::create_root_secret(&ctx.client, cluster, secret, &password).await;
@@ -146,7 +145,11 @@ pub(super) async fn ensure_auth_secrets(
         Upkeep::RecordApplied => {
             let Some(password) = endpoints.root.as_ref().and_then(|r| r.secret_password()) else { return };
             let r = secrets::record_applied(&ctx.client, cluster, password).await;
-            (r, "RootPasswordRecorded", format!("Secret {} records the root password etcd has", crate::auth::applied_secret(&name)))
+            (
+                r,
+                "RootPasswordRecorded",
+                format!("Secret {} records the root password etcd has", crate::auth::applied_secret(&name)),
+            )
         }
     };
     match result {

@@ -64,9 +64,9 @@ pub(super) fn next(o: &Observed, d: &Desired, etcd: &EtcdState) -> Option<Step> 
 /// A member runs etcd 3.5.0 or 3.5.1 (spec.version left empty): its readiness probe reads a
 /// key, which authentication would refuse (validation refuses the version when it is named).
 fn broken_probe(o: &Observed) -> bool {
-    o.pods
-        .values()
-        .any(|p| crate::version::Version::parse(&p.version).is_ok_and(|v| crate::pod_spec::health_exclude_is_broken(&v)))
+    o.pods.values().any(|p| {
+        crate::version::Version::parse(&p.version).is_ok_and(|v| crate::pod_spec::health_exclude_is_broken(&v))
+    })
 }
 
 /// No member answered because etcd refused the login: that is the reason to report (not a

@@ -26,6 +26,11 @@ pub(super) fn without_etcd(o: &Observed, d: &Desired) -> Step {
         }
         return bootstrap(o, d);
     }
+    // etcd answered, refusing the login: the members run (a restored cluster, too, before its
+    // cluster ID was ever recorded); nothing is repaired or started over blind.
+    if let Some(step) = super::auth::refused(o) {
+        return step;
+    }
     if !o.ever_bootstrapped {
         return forming(o, d);
     }
@@ -39,9 +44,6 @@ pub(super) fn without_etcd(o: &Observed, d: &Desired) -> Step {
         return wait(WaitReason::MemberFailing, format!("member pod {pod} cannot run: {reason}: {msg}"));
     }
     if let Some(step) = stuck_terminating(o) {
-        return step;
-    }
-    if let Some(step) = super::auth::refused(o) {
         return step;
     }
     let err = o.etcd_error.as_deref().unwrap_or("no member pod has an address");

@@ -179,4 +179,14 @@ fn a_refused_login_is_no_quorum_loss() {
     // Without the refusal the same observation is a cluster no member of which answers.
     o.auth.refused = None;
     assert_eq!(wait_reason(&plan(&o)), WaitReason::NoQuorum);
+    // A restored cluster whose snapshot has another root password: etcd never answered, so no
+    // cluster ID was recorded; its members are not a bootstrap to repair.
+    o.auth.refused = Some("etcd refuses the operator's login as root".into());
+    o.ever_bootstrapped = false;
+    for p in o.pods.values_mut() {
+        p.bootstrap = true;
+        p.age_secs = 3600;
+        p.image = "quay.io/coreos/etcd:v3.5.1".into();
+    }
+    assert_eq!(wait_reason(&plan(&o)), WaitReason::AuthRefused);
 }
