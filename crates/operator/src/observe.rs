@@ -186,7 +186,10 @@ fn desired_of(
     name: &str,
     formed: bool,
 ) -> (Result<Desired, Vec<String>>, Option<Vec<String>>, bool) {
-    match validate(name, &cluster.spec).and_then(|d| tls_unchanged(cluster, name, formed, d)) {
+    match validate(name, &cluster.spec)
+        .and_then(|d| tls_unchanged(cluster, name, formed, d))
+        .and_then(|d| auth_kept(cluster, name, d))
+    {
         Ok(d) => (Ok(d), None, cluster.spec.version.is_empty()),
         Err(errs) => {
             let recorded = cluster.annotations().get(LAST_VALID_SPEC_ANNOTATION);
@@ -216,6 +219,19 @@ fn tls_unchanged(cluster: &EtcdCluster, name: &str, formed: bool, d: Desired) ->
     match before {
         Some(b) if formed => crate::tls::check_change(&b.tls, &d.tls).map(|_| d).map_err(|e| vec![e]),
         _ => Ok(d),
+    }
+}
+
+/// `spec.auth` with authentication on is not dropped (the last valid spec's; `auth::check_change`).
+fn auth_kept(cluster: &EtcdCluster, name: &str, d: Desired) -> Result<Desired, Vec<String>> {
+    let before = cluster
+        .annotations()
+        .get(LAST_VALID_SPEC_ANNOTATION)
+        .and_then(|j| serde_json::from_str::<etcd_operator_api::EtcdClusterSpec>(j).ok())
+        .and_then(|spec| validate(name, &spec).ok());
+    match before {
+        Some(b) => crate::auth::check_change(&b.auth, &d.auth).map(|_| d).map_err(|e| vec![e]),
+        None => Ok(d),
     }
 }
 
@@ -339,6 +355,14 @@ pub async fn observe(
         },
         Err(e) => (Err(e), None),
     };
+    // The root Secret and the operator's record of the password etcd has (`spec.auth`).
+    let (mut auth, root) = match &desired {
+        Ok(d) => {
+            let uid = cluster.metadata.uid.clone().unwrap_or_default();
+            Box::pin(crate::auth::secrets::load(client, &namespace, &name, &uid, &d.auth)).await
+        }
+        Err(_) => Default::default(),
+    };
     let scheme = desired.as_ref().map(|d| d.tls.client_scheme()).unwrap_or("http");
     let endpoints = etcd::Endpoints {
         urls: pods
@@ -349,6 +373,7 @@ pub async fn observe(
             .filter_map(|p| p.ip.as_ref().map(|ip| (p.name.clone(), format!("{scheme}://{ip}:{CLIENT_PORT}"))))
             .collect(),
         tls: client_tls,
+        root,
     };
     let recorded_cluster_id = annotations.get(CLUSTER_ID_ANNOTATION).cloned().unwrap_or(status.cluster_id.clone());
     let (etcd, etcd_error) = if desired.is_err() || endpoints.is_empty() {
@@ -357,7 +382,13 @@ pub async fn observe(
         let recorded_id = u64::from_str_radix(&recorded_cluster_id, 16).ok().filter(|id| *id != 0 && seeded.is_none());
         match etcd::observe(clients, &endpoints, recorded_id).await {
             Ok(s) => (Some(s), None),
-            Err(e) => (None, Some(e.to_string())),
+            Err(e) => {
+                if e.is_auth_refusal() {
+                    let policy = desired.as_ref().map(|d| d.auth.clone()).unwrap_or_default();
+                    auth.refused = Some(crate::auth::refusal(&policy, &e.to_string()));
+                }
+                (None, Some(e.to_string()))
+            }
         }
     };
     if let Some(c) = certificates.as_mut().filter(|c| c.read_error.is_none()) {
@@ -397,6 +428,7 @@ pub async fn observe(
         recorded_version: (!status.current_version.is_empty()).then_some(status.current_version),
         new_member_suffix: random_suffix(),
         backup_running: None,
+        auth,
         minor_since: annotations.get(naming::MINOR_SINCE_ANNOTATION).and_then(|v| {
             let (minor, index) = v.split_once(' ')?;
             Some((minor.to_string(), index.parse().ok()?))

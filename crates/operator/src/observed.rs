@@ -55,6 +55,9 @@ pub struct Observed {
     pub backup_running: Option<String>,
     /// `spec.TLS.auto`: the operator's TLS Secrets and what members serve (`tls::auto`).
     pub certificates: Option<crate::tls::auto::Observation>,
+    /// `spec.auth`: the root Secret and the operator's record as read, and whether etcd refused
+    /// the login (etcd's own state is in [`EtcdState::auth`]).
+    pub auth: crate::auth::AuthObserved,
 }
 
 impl Default for Observed {
@@ -81,6 +84,7 @@ impl Default for Observed {
             nospace_recovery: None,
             minor_since: None,
             certificates: None,
+            auth: Default::default(),
         }
     }
 }
@@ -198,6 +202,8 @@ pub struct EtcdState {
     pub foreign: Vec<String>,
     /// Active alarms (etcd's alarm list), asked for when a member reports one.
     pub alarms: Vec<Alarm>,
+    /// etcd's authentication, as the operator's logins found it (`spec.auth`).
+    pub auth: crate::auth::EtcdAuth,
 }
 
 /// One etcd member as the member list and its own status call describe it.

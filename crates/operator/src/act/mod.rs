@@ -3,6 +3,7 @@
 //! dispatch of each `Step`; member pods in `members`, maintenance in `maintenance`, the durable
 //! marks in `marks`. I/O: Kubernetes API and etcd.
 
+mod auth;
 mod maintenance;
 mod marks;
 mod members;
@@ -145,7 +146,7 @@ pub async fn execute(t: &Target<'_>, step: &Step) -> Result<Option<Done>, Error>
         }
         Step::AddLearner(m) => {
             let peer = &m.initial_cluster.last().expect("the new member is in its initial cluster").1;
-            let id = etcd::add_learner(&t.change_endpoints(), t.endpoints.tls(), peer).await?;
+            let id = etcd::add_learner(&t.change_endpoints(), t.endpoints.access(), peer).await?;
             t.create_member(m).await?;
             let size = t.observed.etcd.as_ref().map(|e| e.members.len()).unwrap_or_default();
             Done {
@@ -207,7 +208,7 @@ pub async fn execute(t: &Target<'_>, step: &Step) -> Result<Option<Done>, Error>
             }
         }
         Step::Promote { id, pod } => {
-            etcd::promote(&t.change_endpoints(), t.endpoints.tls(), *id).await?;
+            etcd::promote(&t.change_endpoints(), t.endpoints.access(), *id).await?;
             done(
                 "LearnerPromoted",
                 format!("learner {pod} (ID {}) caught up and is now a voting member", etcd::hex(*id)),
@@ -218,7 +219,7 @@ pub async fn execute(t: &Target<'_>, step: &Step) -> Result<Option<Done>, Error>
             // removal and answers "server stopped" although the removal went through.
             let others: Vec<String> =
                 t.change_endpoints().into_iter().filter(|ep| t.endpoints.get(pod) != Some(ep)).collect();
-            etcd::remove(&others, t.endpoints.tls(), *id).await?;
+            etcd::remove(&others, t.endpoints.access(), *id).await?;
             t.delete_pod(pod, true).await?;
             Done {
                 reason: "MemberRemoved",
@@ -247,7 +248,7 @@ pub async fn execute(t: &Target<'_>, step: &Step) -> Result<Option<Done>, Error>
         }
         Step::MoveLeader { from_pod, to, to_pod, purpose } => {
             let ep = t.endpoints.get(from_pod).cloned().unwrap_or_default();
-            etcd::move_leader(&ep, t.endpoints.tls(), *to).await?;
+            etcd::move_leader(&ep, t.endpoints.access(), *to).await?;
             done("LeaderMoved", format!("leadership moved from {from_pod} to {to_pod} before {}", purpose.as_str()))
         }
         Step::Defragment { pod, free_bytes } => {
@@ -264,6 +265,7 @@ pub async fn execute(t: &Target<'_>, step: &Step) -> Result<Option<Done>, Error>
             Done { defragmented: reclaimed, ..done("MemberDefragmented", note) }
         }
         Step::RecoverSpace(r) => t.recover_space(r).await?,
+        Step::Auth(a) => Box::pin(t.auth(*a)).await?,
         Step::Drain { pod } => {
             let now = k8s_openapi::jiff::Timestamp::now().to_string();
             let patch = serde_json::json!({"metadata": {

@@ -12,7 +12,7 @@ use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
 
 use super::certificates::keep_certificates;
-use super::upkeep::{ensure_disruption_budget, ensure_network_policy, grow_volumes};
+use super::upkeep::{ensure_auth_secrets, ensure_disruption_budget, ensure_network_policy, grow_volumes};
 use super::{Context, Error, HEALTH_CHECK_PERIOD, PROGRESS_PERIOD, key_of, publish};
 use crate::act::{self, Target};
 use crate::observe;
@@ -108,6 +108,7 @@ async fn reconcile_one(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
     ensure_disruption_budget(&ctx, &cluster, &observed, &reference).await;
     ensure_network_policy(&ctx, &cluster, &observed, &reference).await;
     grow_volumes(&ctx, &cluster, &observed, &reference).await;
+    ensure_auth_secrets(&ctx, &cluster, &observed, &endpoints, &reference).await;
     let target = Target {
         client: &ctx.client,
         cluster: &cluster,
@@ -126,6 +127,10 @@ async fn reconcile_one(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
             }
             if done.alarm_recovered {
                 ctx.metrics.record_alarm_recovery(&ns, &name);
+            }
+            if matches!(step, Step::Auth(_)) {
+                // The members' cached clients logged in (or not) under the old state.
+                ctx.etcd_clients.forget_all(&endpoints);
             }
             let type_ = if done.is_warning() { EventType::Warning } else { EventType::Normal };
             publish(&ctx, &reference, step.member(), type_, done.reason, done.note.clone(), done.reason).await;

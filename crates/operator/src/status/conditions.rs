@@ -74,6 +74,9 @@ pub(super) fn update(cs: &mut Vec<Condition>, o: &Observed, step: &Step, now: &s
     };
     condition::upsert(cs, available, now);
     if let Ok(d) = &o.desired {
+        crate::auth::update_condition(cs, &d.auth, &o.auth, o.etcd.as_ref().map(|e| &e.auth), now);
+    }
+    if let Ok(d) = &o.desired {
         let members = o.etcd.as_ref().map(|e| e.members.len()).unwrap_or(o.pods.len());
         if members != d.size && !o.paused {
             let reason = if members < d.size { "ScalingUp" } else { "ScalingDown" };
@@ -225,7 +228,7 @@ pub fn is_warning(c: &Condition) -> bool {
         RECOVERED_FROM_QUORUM_LOSS => true,
         NO_SPACE | CORRUPT => c.status == "True",
         crate::tls::auto::status::CERTIFICATES_READY => crate::tls::auto::status::is_warning(c),
-        _ => false,
+        _ => crate::auth::is_warning(c),
     }
 }
 

@@ -56,6 +56,9 @@ pub struct Desired {
     /// by `observe`. Part of [`Desired::pod_hash`]: etcd reads trusted CAs only at start, so a
     /// new bundle restarts members one at a time.
     pub tls_trust: Option<String>,
+    /// `spec.auth`: etcd authentication on, off, or left alone, with the root Secret
+    /// (`crate::auth`; the Secret itself is read when observed).
+    pub auth: crate::auth::Policy,
 }
 
 /// A validated `spec.restore`.
@@ -184,6 +187,9 @@ fn validate_with(name: &str, spec: &EtcdClusterSpec, strict: bool) -> Result<Des
     let recovery = recovery::recovery_policy(spec.recovery.as_ref(), &mut errs);
     let maintenance = maintenance::maintenance_policy(spec.maintenance.as_ref(), &pod, &mut errs);
     let network_policy = network_policy::network_access(spec.network_policy.as_ref(), &mut errs);
+    let auth = crate::auth::Policy::of(name, spec.auth.as_ref(), version.as_ref())
+        .map_err(|e| errs.extend(e))
+        .unwrap_or_default();
     if !errs.is_empty() {
         return Err(errs);
     }
@@ -200,5 +206,6 @@ fn validate_with(name: &str, spec: &EtcdClusterSpec, strict: bool) -> Result<Des
         tls,
         tls_auto,
         tls_trust: None,
+        auth,
     })
 }
