@@ -87,6 +87,19 @@ impl Target<'_> {
         e.voters().filter(|m| m.is_healthy()).filter_map(|m| self.endpoints.get(&m.pod).cloned()).collect()
     }
 
+    /// [`Self::change_endpoints`], the leader's first: a promotion sent to a follower is
+    /// forwarded to the leader without the caller's login, which etcd (3.4 at least) refuses
+    /// with authentication on ("request timed out"); a logged-in client talks to the first.
+    fn leader_first(&self) -> Vec<String> {
+        let mut eps = self.change_endpoints();
+        let leader =
+            self.observed.etcd.as_ref().and_then(|e| e.leader_member()).and_then(|m| self.endpoints.get(&m.pod));
+        if let Some(i) = leader.and_then(|l| eps.iter().position(|e| e == l)) {
+            eps.swap(0, i);
+        }
+        eps
+    }
+
     fn desired(&self) -> &Desired {
         self.observed.desired.as_ref().expect("the planner only acts on a valid spec")
     }
@@ -208,7 +221,7 @@ pub async fn execute(t: &Target<'_>, step: &Step) -> Result<Option<Done>, Error>
             }
         }
         Step::Promote { id, pod } => {
-            etcd::promote(&t.change_endpoints(), t.endpoints.access(), *id).await?;
+            etcd::promote(&t.leader_first(), t.endpoints.access(), *id).await?;
             done(
                 "LearnerPromoted",
                 format!("learner {pod} (ID {}) caught up and is now a voting member", etcd::hex(*id)),
