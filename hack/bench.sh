@@ -7,6 +7,8 @@
 #   hack/bench.sh --only backup -n 1       # backup throughput (in the default set; ~1.5 min with 3 runs):
 #                                          # one-shot EtcdBackups to S3 (a moto server the bench starts) and
 #                                          # to a PVC vs. etcdctl snapshot save, 3 members holding 110 MiB
+#   hack/bench.sh --only tls -n 1          # TLS.auto: create beside plaintext, a CA rotation per member
+#                                          # (~5 min a run; not in the default set)
 #   hack/bench.sh --only idle              # the operator at rest (~15 min; not in the default set):
 #                                          # RSS, CPU, its apiserver requests with 10 running and
 #                                          # 1000 paused EtcdClusters; --idle-window-secs 60 for a quick run

@@ -64,7 +64,7 @@ The rules of crates/operator/src/rbac.rs, by scope (tests/helm_chart.rs compares
   verbs: [get, list, watch, create, patch, delete]
 - apiGroups: [""]
   resources: [secrets]
-  verbs: [get]
+  verbs: [get, create, update, patch]
 - apiGroups: [policy]
   resources: [poddisruptionbudgets]
   verbs: [get, list, watch, create, patch]

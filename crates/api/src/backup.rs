@@ -54,6 +54,13 @@ pub struct EtcdBackupSpec {
     /// wired yet). Mirrors CoreOS `spec.clientTLSSecret`.
     #[serde(default, rename = "clientTLSSecret", skip_serializing_if = "String::is_empty")]
     pub client_tls_secret: String,
+    /// Additive: name of a Secret with the etcd user the backup pod logs in as when the
+    /// cluster has authentication on: keys `password` and optionally `username` (default
+    /// `root`; the user needs the `root` role to take a snapshot). Unset with `clusterName`:
+    /// the named EtcdCluster's `spec.auth.rootSecret`, if it has `spec.auth`. The pod reads the
+    /// Secret from a mounted file, never from its command line.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub auth_secret: String,
 }
 
 /// Where a backup lives; one block per storage type, as in CoreOS.

@@ -98,6 +98,36 @@ pub struct EtcdClusterSpec {
     /// `{enabled: false}` removes it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network_policy: Option<NetworkAccessPolicy>,
+    /// Additive: etcd's own authentication (users, roles, `auth enable`). With `enabled: true`
+    /// the operator creates etcd's `root` user with the password of `rootSecret`, grants it
+    /// the `root` role and turns authentication on; it then authenticates as root for its own
+    /// calls and for backups of this cluster. Absent: the operator leaves authentication as it
+    /// is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth: Option<AuthPolicy>,
+}
+
+/// etcd authentication (additive). Turned on only while every voting member is healthy, one
+/// step per reconcile (root user, root role, `auth enable`); the state is etcd's own, so
+/// members added later need nothing. A cluster restored from a backup keeps the users, the
+/// root password and the authentication state of its snapshot.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AuthPolicy {
+    /// `true`: authentication on, clients must log in (an unauthenticated request is refused
+    /// with `user name is empty`). `false` after `true`: the operator turns it off again (as
+    /// root; the root user is kept). Default false. Not on etcd 3.5.0 and 3.5.1 (their
+    /// readiness probe reads a key). Additive.
+    #[serde(default)]
+    pub enabled: bool,
+    /// Name of a Secret in this namespace holding the root user's password under key
+    /// `password` (at most 72 bytes, no line breaks or other control characters) and
+    /// optionally `username`, which must then be `root`. If the Secret does not exist the
+    /// operator creates it with a random password, owned by this EtcdCluster. Changing
+    /// `password` changes the root password in etcd (`user change-password`). Default
+    /// `<name>-etcd-root`. Additive.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub root_secret: String,
 }
 
 /// Who may reach the members (additive). The operator keeps one NetworkPolicy per cluster,
@@ -292,6 +322,42 @@ pub struct TlsPolicy {
     /// TLS is not wired yet). Mirrors CoreOS `spec.TLS.static`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub r#static: Option<StaticTls>,
+    /// Additive: certificates made and rotated by the operator (`auto: {}` for the defaults),
+    /// instead of `static`; not both. The operator keeps a CA per cluster in Secret
+    /// `<name>-tls-ca` and issues into Secrets it owns, in the key layout of `static`: peers
+    /// (`<name>-tls-peer`), members serving clients (`<name>-tls-server`), its own client
+    /// certificate (`<name>-tls-operator`) and one for your applications (`<name>-tls-client`:
+    /// `etcd-client.crt`, `etcd-client.key`, `etcd-client-ca.crt`; usable as an EtcdBackup's
+    /// `clientTLSSecret`). Certificates are renewed before they expire without restarting
+    /// members (etcd reads its certificate files at every new connection); a new CA is
+    /// introduced beside the old one and every member restarts once to trust both, once more
+    /// to drop the old one. The annotation `etcd.database.coreos.com/rotate-ca` with a new
+    /// value starts a CA rotation now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auto: Option<AutoTls>,
+}
+
+/// Operator-managed certificates (additive). Durations are Go durations as Kubernetes writes
+/// them: `2160h`, `90m`, `1h30m`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AutoTls {
+    /// Lifetime of the peer, server and client certificates, 10m to 87600h (10 years);
+    /// default 2160h (90 days). Additive.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[schemars(length(max = 32))]
+    pub validity: String,
+    /// How long before a certificate expires its successor is issued, at least 5m and at
+    /// least 1m less than `validity`; default a third of `validity` (renewal at 2/3 of the
+    /// lifetime: 30 days before the end of 90). Additive.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[schemars(length(max = 32))]
+    pub renew_before: String,
+    /// Lifetime of the cluster's CA, 1h to 876000h (100 years) and at least `validity`;
+    /// default 43800h (5 years). A new CA is introduced at 2/3 of the lifetime. Additive.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[schemars(length(max = 32))]
+    pub ca_validity: String,
 }
 
 /// Certificates the user made and stored in Secrets.
@@ -448,6 +514,18 @@ pod:
         assert!(back["pod"].get("ClusterDomain").is_some());
         assert!(back["pod"].get("DNSTimeoutInSecond").is_some());
         assert!(back.get("TLS").is_some());
+    }
+
+    #[test]
+    fn auto_tls_is_additive_and_an_empty_block_survives() {
+        let spec: EtcdClusterSpec = serde_yaml::from_str("size: 3\nTLS: {auto: {}}").unwrap();
+        assert_eq!(spec.tls.as_ref().unwrap().auto, Some(AutoTls::default()));
+        assert!(spec.tls.as_ref().unwrap().r#static.is_none());
+        let back = serde_json::to_value(&spec).unwrap();
+        assert_eq!(back["TLS"], serde_json::json!({"auto": {}}), "auto: {{}} means the defaults, kept as written");
+        let spec: EtcdClusterSpec =
+            serde_yaml::from_str("size: 3\nTLS: {auto: {validity: 10m, renewBefore: 8m, caValidity: 1h}}").unwrap();
+        assert_eq!(spec.tls.unwrap().auto.unwrap().renew_before, "8m");
     }
 
     #[test]

@@ -110,6 +110,12 @@ pub fn rules() -> Vec<Rule> {
         ),
         rule(
             "EtcdCluster",
+            &["spec", "TLS"],
+            "!has(self.static) || !has(self.auto)",
+            "spec.TLS: set either static (your certificates) or auto (the operator's), not both",
+        ),
+        rule(
+            "EtcdCluster",
             &["spec", "networkPolicy", "clients", "[]"],
             "has(self.ipBlock) ? !has(self.podSelector) && !has(self.namespaceSelector) : (has(self.podSelector) || has(self.namespaceSelector))",
             "spec.networkPolicy.clients: each entry is either an ipBlock alone, or a podSelector and/or a namespaceSelector",

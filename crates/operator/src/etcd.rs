@@ -2,7 +2,9 @@
 //! actor makes. etcd-client balances a client's calls across its endpoints, so every call that
 //! is about one member (its status) uses a client connected to that member alone. Those
 //! per-member clients are kept in a [`MemberClients`] cache between reconciles (one HTTP/2
-//! connection per member instead of a new one every observation).
+//! connection per member instead of a new one every observation). With `spec.auth` every client
+//! logs in as root (`auth::connect`); which way each login went says what etcd's authentication
+//! is ([`EtcdState::auth`](crate::observed::EtcdState)).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -11,6 +13,8 @@ use std::time::{Duration, Instant};
 use etcd_client::{Client, ConnectOptions, MemberAddOptions};
 use futures::future::join_all;
 
+use crate::auth::connect::Login;
+use crate::auth::{Credentials, EtcdAuth, RootUser};
 use crate::naming;
 use crate::observed::{Alarm, AlarmKind, EtcdState, MemberState, MemberStatus};
 use crate::tls::material::ClientTls;
@@ -35,11 +39,20 @@ pub enum Error {
 }
 
 /// Members' client endpoints by pod name, e.g. `ex-abcde` → `http://10.244.0.7:2379`
-/// (dereferences to that map), and the client identity they need when clients speak TLS.
+/// (dereferences to that map), the client identity they need when clients speak TLS, and the
+/// root user's credentials when `spec.auth` gives them.
 #[derive(Clone, Debug, Default)]
 pub struct Endpoints {
     pub urls: BTreeMap<String, String>,
     pub tls: Option<Arc<ClientTls>>,
+    pub root: Option<Arc<Credentials>>,
+}
+
+/// How to reach members: TLS identity and root credentials, each if needed.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Access<'a> {
+    pub tls: Option<&'a ClientTls>,
+    pub root: Option<&'a Credentials>,
 }
 
 impl std::ops::Deref for Endpoints {
@@ -53,24 +66,47 @@ impl Endpoints {
     pub fn tls(&self) -> Option<&ClientTls> {
         self.tls.as_deref()
     }
+
+    pub fn access(&self) -> Access<'_> {
+        Access { tls: self.tls.as_deref(), root: self.root.as_deref() }
+    }
 }
 
-pub async fn connect(endpoints: &[String], tls: Option<&ClientTls>, timeout: Duration) -> Result<Client, Error> {
-    let mut opts = ConnectOptions::new().with_connect_timeout(CONNECT_TIMEOUT).with_timeout(timeout);
-    if let Some(t) = tls {
-        opts = opts.with_tls(t.options());
+impl Error {
+    /// etcd refused the call for want of a (valid) login: its authentication is on.
+    pub fn is_auth_refusal(&self) -> bool {
+        matches!(self, Error::Call { .. }) && crate::auth::connect::is_auth_refusal(&self.to_string())
     }
-    let label = endpoints.join(",");
-    match tokio::time::timeout(CONNECT_TIMEOUT + Duration::from_millis(500), Client::connect(endpoints, Some(opts)))
-        .await
-    {
+}
+
+fn options(access: Access<'_>, timeout: Duration) -> ConnectOptions {
+    let opts = ConnectOptions::new().with_connect_timeout(CONNECT_TIMEOUT).with_timeout(timeout);
+    match access.tls {
+        Some(t) => opts.with_tls(t.options()),
+        None => opts,
+    }
+}
+
+/// Time to connect and log in (a login is a raft entry and a bcrypt hash per password tried).
+const LOGIN_TIMEOUT: Duration = Duration::from_secs(5);
+
+async fn connected(
+    label: String,
+    f: impl std::future::Future<Output = Result<(Client, Login), etcd_client::Error>>,
+) -> Result<(Client, Login), Error> {
+    match tokio::time::timeout(CONNECT_TIMEOUT + LOGIN_TIMEOUT, Box::pin(f)).await {
         Ok(Ok(c)) => Ok(c),
         Ok(Err(source)) => Err(Error::Call { endpoint: label, source }),
         Err(_) => Err(Error::Timeout(label)),
     }
 }
 
-async fn with_deadline<T>(
+pub async fn connect(endpoints: &[String], access: Access<'_>, timeout: Duration) -> Result<Client, Error> {
+    let f = crate::auth::connect::connect(endpoints, options(access, timeout), access.root);
+    connected(endpoints.join(","), f).await.map(|(c, _)| c)
+}
+
+pub(crate) async fn with_deadline<T>(
     endpoint: &str,
     d: Duration,
     f: impl std::future::Future<Output = Result<T, etcd_client::Error>>,
@@ -92,38 +128,47 @@ const CLIENT_IDLE_LIMIT: Duration = Duration::from_secs(120);
 /// from another cluster.
 #[derive(Default)]
 pub struct MemberClients {
-    clients: Mutex<HashMap<String, (Client, Instant)>>,
+    clients: Mutex<HashMap<String, (Client, Instant, Login)>>,
 }
 
 impl MemberClients {
-    async fn get(&self, url: &str, tls: Option<&ClientTls>) -> Result<Client, Error> {
+    /// The client of the member at `url` and how it logged in; `others`: the other members'
+    /// URLs (a learner's login goes through one of them).
+    async fn get(&self, url: &str, others: &[String], access: Access<'_>) -> Result<(Client, Login), Error> {
         let now = Instant::now();
-        let key = cache_key(url, tls);
-        let url = key.as_str();
+        let key = cache_key(url, access);
         {
             let mut m = self.clients.lock().unwrap_or_else(|e| e.into_inner());
-            m.retain(|_, (_, used)| now.duration_since(*used) < CLIENT_IDLE_LIMIT);
-            if let Some((c, used)) = m.get_mut(url) {
+            m.retain(|_, (_, used, _)| now.duration_since(*used) < CLIENT_IDLE_LIMIT);
+            if let Some((c, used, login)) = m.get_mut(&key) {
                 *used = now;
-                return Ok(c.clone());
+                return Ok((c.clone(), *login));
             }
         }
-        let c = connect(&[url_of(url).to_string()], tls, READ_TIMEOUT).await?;
-        self.clients.lock().unwrap_or_else(|e| e.into_inner()).insert(url.to_string(), (c.clone(), now));
-        Ok(c)
+        let f = crate::auth::connect::connect_member(url, others, options(access, READ_TIMEOUT), access.root);
+        let (c, login) = connected(url.to_string(), f).await?;
+        self.clients.lock().unwrap_or_else(|e| e.into_inner()).insert(key, (c.clone(), now, login));
+        Ok((c, login))
     }
 
-    fn forget(&self, url: &str, tls: Option<&ClientTls>) {
-        self.clients.lock().unwrap_or_else(|e| e.into_inner()).remove(&cache_key(url, tls));
+    fn forget(&self, url: &str, access: Access<'_>) {
+        self.clients.lock().unwrap_or_else(|e| e.into_inner()).remove(&cache_key(url, access));
+    }
+
+    /// Drops every cached client of these members (after a change of etcd's authentication:
+    /// their logins are stale).
+    pub fn forget_all(&self, endpoints: &Endpoints) {
+        let mut m = self.clients.lock().unwrap_or_else(|e| e.into_inner());
+        m.retain(|k, _| !endpoints.values().any(|u| url_of(k) == u));
     }
 }
 
-/// A cached client is reused only with the same TLS material (`<url> <fingerprint>`).
-fn cache_key(url: &str, tls: Option<&ClientTls>) -> String {
-    match tls {
-        Some(t) => format!("{url} {}", t.fingerprint()),
-        None => url.to_string(),
-    }
+/// A cached client is reused only with the same TLS material and credentials
+/// (`<url> <fingerprint> <fingerprint>`).
+fn cache_key(url: &str, access: Access<'_>) -> String {
+    let tls = access.tls.map(|t| t.fingerprint()).unwrap_or_default();
+    let root = access.root.map(|r| r.fingerprint()).unwrap_or_default();
+    format!("{url} {tls} {root}")
 }
 
 fn url_of(key: &str) -> &str {
@@ -134,13 +179,14 @@ fn url_of(key: &str) -> &str {
 async fn member_status(
     clients: &MemberClients,
     url: &str,
-    tls: Option<&ClientTls>,
-) -> Result<(u64, u64, MemberStatus, bool, Client), Error> {
-    let mut c = clients.get(url, tls).await?;
+    others: &[String],
+    access: Access<'_>,
+) -> Result<(u64, u64, MemberStatus, bool, Client, Login), Error> {
+    let (mut c, login) = clients.get(url, others, access).await?;
     let s = match with_deadline(url, READ_TIMEOUT, c.status()).await {
         Ok(s) => s,
         Err(e) => {
-            clients.forget(url, tls);
+            clients.forget(url, access);
             return Err(e);
         }
     };
@@ -158,7 +204,7 @@ async fn member_status(
         errors: s.errors().iter().filter(|e| !is_alarm_error(e)).cloned().collect(),
     };
     let alarmed = s.errors().iter().any(|e| is_alarm_error(e));
-    Ok((h.0, h.1, status, alarmed, c))
+    Ok((h.0, h.1, status, alarmed, c, login))
 }
 
 /// etcd's Status lists every active alarm among a member's errors, as the alarm's text form:
@@ -198,8 +244,11 @@ pub async fn observe(
     if endpoints.is_empty() {
         return Err(Error::NoEndpoint);
     }
-    let tls = endpoints.tls();
-    let answers = join_all(endpoints.values().map(|u| async move { (u, member_status(clients, u, tls).await) })).await;
+    let access = endpoints.access();
+    let all: Vec<String> = endpoints.values().cloned().collect();
+    let all = &all;
+    let answers =
+        join_all(endpoints.values().map(|u| async move { (u, member_status(clients, u, all, access).await) })).await;
     let mut last_err = None;
     let mut ok = vec![];
     for (url, a) in answers {
@@ -208,19 +257,21 @@ pub async fn observe(
             Err(e) => last_err = Some(e),
         }
     }
-    let want = cluster_id.or_else(|| majority(ok.iter().map(|(_, (_, cid, _, _, _))| *cid)));
+    let want = cluster_id.or_else(|| majority(ok.iter().map(|(_, (_, cid, _, _, _, _))| *cid)));
     let mut statuses = BTreeMap::new();
     let mut answered = vec![];
     let mut foreign = vec![];
     let mut alarmed = false;
-    for (url, (id, cid, st, member_alarmed, client)) in ok {
+    let mut logins = vec![];
+    for (url, (id, cid, st, member_alarmed, client, login)) in ok {
         if Some(cid) != want {
             foreign.extend(endpoints.iter().filter(|(_, u)| *u == url).map(|(pod, _)| pod.clone()));
-            clients.forget(url, tls);
+            clients.forget(url, access);
             last_err = Some(Error::OtherCluster { endpoint: url.clone(), found: cid });
             continue;
         }
         alarmed |= member_alarmed;
+        logins.push(login);
         answered.push((id, st.leader, url, client));
         statuses.insert(id, st);
     }
@@ -235,7 +286,7 @@ pub async fn observe(
     let list = match with_deadline("member list", READ_TIMEOUT, client.member_list()).await {
         Ok(l) => l,
         Err(e) => {
-            clients.forget(url, tls);
+            clients.forget(url, access);
             return Err(e);
         }
     };
@@ -243,12 +294,24 @@ pub async fn observe(
         match alarms(client).await {
             Ok(a) => a,
             Err(e) => {
-                clients.forget(url, tls);
+                clients.forget(url, access);
                 return Err(e);
             }
         }
     } else {
         vec![]
+    };
+    let auth = match auth_of(&logins) {
+        EtcdAuth::Off { .. } => match crate::auth::calls::root_user(client).await {
+            Ok(root) => EtcdAuth::Off { root },
+            // Turned on since these clients connected: they are stale.
+            Err(e) if e.is_auth_refusal() => {
+                clients.forget_all(endpoints);
+                EtcdAuth::Unknown
+            }
+            Err(_) => EtcdAuth::Off { root: RootUser::Unknown },
+        },
+        a => a,
     };
     let members = list
         .members()
@@ -266,19 +329,33 @@ pub async fn observe(
             status: statuses.get(&m.id()).cloned(),
         })
         .collect();
-    Ok(EtcdState { cluster_id, leader, members, foreign, alarms })
+    Ok(EtcdState { cluster_id, leader, members, foreign, alarms, auth })
 }
 
-async fn change_client(endpoints: &[String], tls: Option<&ClientTls>) -> Result<Client, Error> {
+/// etcd's authentication from how the members' clients logged in: on if any logged in as root
+/// (it is cluster state, committed through raft: a member saying otherwise lags).
+fn auth_of(logins: &[Login]) -> EtcdAuth {
+    if logins.contains(&Login::Root { fallback: false }) {
+        EtcdAuth::On { secret_password: true }
+    } else if logins.contains(&Login::Root { fallback: true }) {
+        EtcdAuth::On { secret_password: false }
+    } else if logins.contains(&Login::NotEnabled) {
+        EtcdAuth::Off { root: RootUser::Unknown }
+    } else {
+        EtcdAuth::Unknown
+    }
+}
+
+pub(crate) async fn change_client(endpoints: &[String], access: Access<'_>) -> Result<Client, Error> {
     if endpoints.is_empty() {
         return Err(Error::NoEndpoint);
     }
-    connect(endpoints, tls, CHANGE_TIMEOUT).await
+    connect(endpoints, access, CHANGE_TIMEOUT).await
 }
 
 /// Register a learner with the given peer URL; returns its member ID.
-pub async fn add_learner(endpoints: &[String], tls: Option<&ClientTls>, peer_url: &str) -> Result<u64, Error> {
-    let mut c = change_client(endpoints, tls).await?;
+pub async fn add_learner(endpoints: &[String], access: Access<'_>, peer_url: &str) -> Result<u64, Error> {
+    let mut c = change_client(endpoints, access).await?;
     let r = with_deadline(
         "member add",
         CHANGE_TIMEOUT,
@@ -288,31 +365,26 @@ pub async fn add_learner(endpoints: &[String], tls: Option<&ClientTls>, peer_url
     Ok(r.member().map(|m| m.id()).unwrap_or_default())
 }
 
-pub async fn promote(endpoints: &[String], tls: Option<&ClientTls>, id: u64) -> Result<(), Error> {
-    let mut c = change_client(endpoints, tls).await?;
+pub async fn promote(endpoints: &[String], access: Access<'_>, id: u64) -> Result<(), Error> {
+    let mut c = change_client(endpoints, access).await?;
     with_deadline("member promote", CHANGE_TIMEOUT, c.member_promote(id)).await.map(|_| ())
 }
 
-pub async fn remove(endpoints: &[String], tls: Option<&ClientTls>, id: u64) -> Result<(), Error> {
-    let mut c = change_client(endpoints, tls).await?;
+pub async fn remove(endpoints: &[String], access: Access<'_>, id: u64) -> Result<(), Error> {
+    let mut c = change_client(endpoints, access).await?;
     with_deadline("member remove", CHANGE_TIMEOUT, c.member_remove(id)).await.map(|_| ())
 }
 
 /// Change a member's peer URLs (etcd's member update); through the cluster's quorum like any
 /// membership change.
-pub async fn update_peer_urls(
-    endpoints: &[String],
-    tls: Option<&ClientTls>,
-    id: u64,
-    urls: &[String],
-) -> Result<(), Error> {
-    let mut c = change_client(endpoints, tls).await?;
+pub async fn update_peer_urls(endpoints: &[String], access: Access<'_>, id: u64, urls: &[String]) -> Result<(), Error> {
+    let mut c = change_client(endpoints, access).await?;
     with_deadline("member update", CHANGE_TIMEOUT, c.member_update(id, urls.to_vec())).await.map(|_| ())
 }
 
 /// Hand leadership to `to`; must be sent to the current leader.
-pub async fn move_leader(leader_endpoint: &str, tls: Option<&ClientTls>, to: u64) -> Result<(), Error> {
-    let mut c = change_client(&[leader_endpoint.to_string()], tls).await?;
+pub async fn move_leader(leader_endpoint: &str, access: Access<'_>, to: u64) -> Result<(), Error> {
+    let mut c = change_client(&[leader_endpoint.to_string()], access).await?;
     with_deadline(leader_endpoint, CHANGE_TIMEOUT, c.move_leader(to)).await.map(|_| ())
 }
 
@@ -323,8 +395,8 @@ const DEFRAG_TIMEOUT: Duration = Duration::from_secs(300);
 /// The store's current revision: the header of a linearizable read (a Status answer may come
 /// from a member that has not applied the latest writes yet; a compaction below them would free
 /// nothing they deleted). The read counts one key and fetches nothing.
-pub async fn revision(endpoints: &[String], tls: Option<&ClientTls>) -> Result<i64, Error> {
-    let mut c = change_client(endpoints, tls).await?;
+pub async fn revision(endpoints: &[String], access: Access<'_>) -> Result<i64, Error> {
+    let mut c = change_client(endpoints, access).await?;
     let opts = etcd_client::GetOptions::new().with_count_only();
     let r = with_deadline("revision read", READ_TIMEOUT, c.get("\0", Some(opts))).await?;
     Ok(r.header().map(|h| h.revision()).unwrap_or_default())
@@ -332,8 +404,8 @@ pub async fn revision(endpoints: &[String], tls: Option<&ClientTls>) -> Result<i
 
 /// Compact the history up to `revision` and wait until every member has applied it
 /// (physical). A revision compacted already is not an error.
-pub async fn compact(endpoints: &[String], tls: Option<&ClientTls>, revision: i64) -> Result<(), Error> {
-    let mut c = change_client(endpoints, tls).await?;
+pub async fn compact(endpoints: &[String], access: Access<'_>, revision: i64) -> Result<(), Error> {
+    let mut c = change_client(endpoints, access).await?;
     let opts = etcd_client::CompactionOptions::new().with_physical();
     match with_deadline("compact", DEFRAG_TIMEOUT, c.compact(revision, Some(opts))).await {
         Err(Error::Call { source, .. }) if source.to_string().contains("compacted") => Ok(()),
@@ -342,34 +414,34 @@ pub async fn compact(endpoints: &[String], tls: Option<&ClientTls>, revision: i6
 }
 
 /// Size of a member's database file and how much of it is in use, asked of that member.
-pub async fn db_size(endpoint: &str, tls: Option<&ClientTls>) -> Result<(i64, i64), Error> {
-    let mut c = connect(&[endpoint.to_string()], tls, READ_TIMEOUT).await?;
+pub async fn db_size(endpoint: &str, access: Access<'_>) -> Result<(i64, i64), Error> {
+    let mut c = connect(&[endpoint.to_string()], access, READ_TIMEOUT).await?;
     let s = with_deadline(endpoint, READ_TIMEOUT, c.status()).await?;
     Ok((s.db_size(), s.raft_used_db_size()))
 }
 
 /// Defragment one member (only the member behind `endpoint`); returns its database file size
 /// before and after, and how long the defragmentation call took.
-pub async fn defragment(endpoint: &str, tls: Option<&ClientTls>) -> Result<(i64, i64, Duration), Error> {
-    let before = db_size(endpoint, tls).await?.0;
-    let mut c = connect(&[endpoint.to_string()], tls, DEFRAG_TIMEOUT).await?;
+pub async fn defragment(endpoint: &str, access: Access<'_>) -> Result<(i64, i64, Duration), Error> {
+    let before = db_size(endpoint, access).await?.0;
+    let mut c = connect(&[endpoint.to_string()], access, DEFRAG_TIMEOUT).await?;
     let started = Instant::now();
     with_deadline(endpoint, DEFRAG_TIMEOUT, c.defragment()).await?;
     let took = started.elapsed();
-    let after = db_size(endpoint, tls).await?.0;
+    let after = db_size(endpoint, access).await?.0;
     Ok((before, after, took))
 }
 
 /// The alarms raised now (through any of `endpoints`).
-pub async fn alarms_of(endpoints: &[String], tls: Option<&ClientTls>) -> Result<Vec<Alarm>, Error> {
-    let mut c = change_client(endpoints, tls).await?;
+pub async fn alarms_of(endpoints: &[String], access: Access<'_>) -> Result<Vec<Alarm>, Error> {
+    let mut c = change_client(endpoints, access).await?;
     alarms(&mut c).await
 }
 
 /// Deactivate one alarm.
-pub async fn disarm(endpoints: &[String], tls: Option<&ClientTls>, alarm: &Alarm) -> Result<(), Error> {
+pub async fn disarm(endpoints: &[String], access: Access<'_>, alarm: &Alarm) -> Result<(), Error> {
     use etcd_client::{AlarmAction, AlarmOptions, AlarmType};
-    let mut c = change_client(endpoints, tls).await?;
+    let mut c = change_client(endpoints, access).await?;
     let kind = match alarm.kind {
         AlarmKind::NoSpace => AlarmType::Nospace,
         AlarmKind::Corrupt => AlarmType::Corrupt,

@@ -2,6 +2,7 @@
 //! `etcd.database.coreos.com/v1beta2` API. See ARCHITECTURE.md for the map.
 
 pub mod act;
+pub mod auth;
 pub mod backup;
 pub mod controller;
 pub mod coreos;

@@ -192,7 +192,10 @@ fn desired_of(
     formed: bool,
     pods: &[&PodTls],
 ) -> (Result<Desired, Vec<String>>, Option<Vec<String>>, bool) {
-    match validate(name, &cluster.spec).and_then(|d| tls_change_allowed(cluster, name, formed, pods, d)) {
+    match validate(name, &cluster.spec)
+        .and_then(|d| tls_change_allowed(cluster, name, formed, pods, d))
+        .and_then(|d| auth_kept(cluster, name, d))
+    {
         Ok(d) => (Ok(d), None, cluster.spec.version.is_empty()),
         Err(errs) => {
             let recorded = cluster.annotations().get(LAST_VALID_SPEC_ANNOTATION);
@@ -261,6 +264,19 @@ fn tls_stage(
         pvcs.values().any(|v| !v.deleting && v.peer_url.as_deref().is_some_and(|u| u.starts_with("https://")));
     let serve_both = cluster.annotations().get(naming::TLS_SERVE_BOTH_ANNOTATION).is_some_and(|v| v == "true");
     stage(&d.tls, &Leaving::find(&d.tls, &sources), pods, https_url_on_volume, serve_both).map_err(|e| vec![e])
+}
+
+/// `spec.auth` with authentication on is not dropped (the last valid spec's; `auth::check_change`).
+fn auth_kept(cluster: &EtcdCluster, name: &str, d: Desired) -> Result<Desired, Vec<String>> {
+    let before = cluster
+        .annotations()
+        .get(LAST_VALID_SPEC_ANNOTATION)
+        .and_then(|j| serde_json::from_str::<etcd_operator_api::EtcdClusterSpec>(j).ok())
+        .and_then(|spec| validate(name, &spec).ok());
+    match before {
+        Some(b) => crate::auth::check_change(&b.auth, &d.auth).map(|_| d).map_err(|e| vec![e]),
+        None => Ok(d),
+    }
 }
 
 /// The newest backup of an EtcdBackup, as a restore source.
@@ -367,6 +383,16 @@ pub async fn observe(
         d.tls_stage = tls_stage(cluster, &name, &d, &pod_tls, &pvcs)?;
         Ok(d)
     });
+    // spec.TLS.auto: the operator's Secrets, read before the material check below (which checks
+    // them as it checks static ones); their CA bundle is part of the pod-spec hash (`tls::auto`).
+    let mut certificates = match desired.as_ref().ok().and_then(|d| Some((d.tls_auto?, d.pod.cluster_domain.clone()))) {
+        Some((settings, domain)) => Some(crate::tls::auto::read::observe(client, cluster, settings, &domain).await),
+        None => None,
+    };
+    let desired = desired.map(|mut d| {
+        d.tls_trust = certificates.as_ref().and_then(|c| c.trust_fingerprint());
+        d
+    });
     // TLS material is checked before anything uses it: refused material is an invalid spec. The
     // Secrets checked are the ones pods are made with now (a side being turned off keeps its
     // Secrets until no member uses them).
@@ -381,6 +407,14 @@ pub async fn observe(
         }
         Err(e) => (Err(e), None),
     };
+    // The root Secret and the operator's record of the password etcd has (`spec.auth`).
+    let (mut auth, root) = match &desired {
+        Ok(d) => {
+            let uid = cluster.metadata.uid.clone().unwrap_or_default();
+            Box::pin(crate::auth::secrets::load(client, &namespace, &name, &uid, &d.auth)).await
+        }
+        Err(_) => Default::default(),
+    };
     // One scheme for every member: the one every member serves (`tls::transition::stage`).
     let operator_https = desired.as_ref().is_ok_and(|d| d.tls_stage.operator_https);
     let scheme = crate::tls::scheme(operator_https);
@@ -394,6 +428,7 @@ pub async fn observe(
             .filter_map(|p| p.ip.as_ref().map(|ip| (p.name.clone(), format!("{scheme}://{ip}:{CLIENT_PORT}"))))
             .collect(),
         tls: client_tls,
+        root,
     };
     let recorded_cluster_id = annotations.get(CLUSTER_ID_ANNOTATION).cloned().unwrap_or(status.cluster_id.clone());
     let (etcd, etcd_error) = if desired.is_err() || endpoints.is_empty() {
@@ -402,9 +437,18 @@ pub async fn observe(
         let recorded_id = u64::from_str_radix(&recorded_cluster_id, 16).ok().filter(|id| *id != 0 && seeded.is_none());
         match etcd::observe(clients, &endpoints, recorded_id).await {
             Ok(s) => (Some(s), None),
-            Err(e) => (None, Some(e.to_string())),
+            Err(e) => {
+                if e.is_auth_refusal() {
+                    let policy = desired.as_ref().map(|d| d.auth.clone()).unwrap_or_default();
+                    auth.refused = Some(crate::auth::refusal(&policy, &e.to_string()));
+                }
+                (None, Some(e.to_string()))
+            }
         }
     };
+    if let Some(c) = certificates.as_mut().filter(|c| c.read_error.is_none()) {
+        c.served = crate::tls::auto::probe::served(&pods, c).await;
+    }
     let quorum_missing = etcd
         .as_ref()
         .is_none_or(|e| e.voters().filter(|m| m.is_healthy()).count() < EtcdState::quorum_of(e.voters().count()));
@@ -439,10 +483,12 @@ pub async fn observe(
         recorded_version: (!status.current_version.is_empty()).then_some(status.current_version),
         new_member_suffix: random_suffix(),
         backup_running: None,
+        auth,
         minor_since: annotations.get(naming::MINOR_SINCE_ANNOTATION).and_then(|v| {
             let (minor, index) = v.split_once(' ')?;
             Some((minor.to_string(), index.parse().ok()?))
         }),
+        certificates,
         nospace_recovery: annotations.get(naming::NOSPACE_RECOVERY_ANNOTATION).and_then(|v| {
             let (rev, at) = v.split_once(' ')?;
             let at = at.parse::<k8s_openapi::jiff::Timestamp>().ok()?;

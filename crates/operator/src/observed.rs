@@ -53,6 +53,11 @@ pub struct Observed {
     /// A backup or verify pod of this cluster that is running now (its name): no
     /// defragmentation meanwhile.
     pub backup_running: Option<String>,
+    /// `spec.TLS.auto`: the operator's TLS Secrets and what members serve (`tls::auto`).
+    pub certificates: Option<crate::tls::auto::Observation>,
+    /// `spec.auth`: the root Secret and the operator's record as read, and whether etcd refused
+    /// the login (etcd's own state is in [`EtcdState::auth`]).
+    pub auth: crate::auth::AuthObserved,
 }
 
 impl Default for Observed {
@@ -78,6 +83,8 @@ impl Default for Observed {
             backup_running: None,
             nospace_recovery: None,
             minor_since: None,
+            certificates: None,
+            auth: Default::default(),
         }
     }
 }
@@ -197,6 +204,8 @@ pub struct EtcdState {
     pub foreign: Vec<String>,
     /// Active alarms (etcd's alarm list), asked for when a member reports one.
     pub alarms: Vec<Alarm>,
+    /// etcd's authentication, as the operator's logins found it (`spec.auth`).
+    pub auth: crate::auth::EtcdAuth,
 }
 
 /// One etcd member as the member list and its own status call describe it.

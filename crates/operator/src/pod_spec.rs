@@ -291,12 +291,14 @@ pub fn member_pod(c: &EtcdCluster, d: &Desired, m: &NewMember, init_image: &str)
     // members from the backup; later members join.
     use crate::backup::restore_init::{RestoreInit, SnapshotSource};
     let seed_tls = crate::tls::seed_tls(&d.tls_stage.secrets, &name, &ns).filter(|_| d.tls_stage.operator_https);
+    let seed_auth = d.auth.root_secret().map(|_| crate::auth::applied_secret(&name));
     let from = match (&m.seed, &d.restore) {
         (Some(Seed::Member { client_url, cluster_id, member_id, .. }), _) => Some(SnapshotSource::Member {
             client_url,
             cluster_id: *cluster_id,
             member_id: *member_id,
             client_tls: seed_tls.as_ref().map(|(s, n)| (s.as_str(), n.as_str())),
+            auth_secret: seed_auth.as_deref(),
         }),
         (Some(Seed::Backup(r)), _) => {
             Some(SnapshotSource::Backup { loc: &r.location, source: &r.source, sha256: &r.sha256 })

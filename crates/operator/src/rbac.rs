@@ -112,10 +112,10 @@ pub const PERMISSIONS: &[Permission] = &[
     Permission {
         group: "",
         resource: "secrets",
-        verbs: &["get"],
+        verbs: &["get", "create", "update", "patch"],
         scope: Scope::Namespaced,
         names: &[],
-        why: "read the spec.TLS.static Secrets a cluster names, to check them and to connect (no list or watch: only Secrets a spec names)",
+        why: "read the spec.TLS.static and spec.auth Secrets a cluster names, to check them and to connect; create and update the spec.TLS.auto Secrets a cluster owns; create a missing spec.auth root Secret and patch the record of the root password etcd has (no list, watch or delete: only Secrets a spec names or the operator owns)",
     },
     Permission {
         group: "policy",
@@ -191,13 +191,16 @@ mod tests {
         assert_eq!(CRD_NAMES, own);
     }
 
-    /// Secrets: `get` only (the TLS Secrets a cluster's spec names); never list, watch or
-    /// write. Storage credentials are still mounted only into backup and restore pods.
+    /// Secrets: `get` by name (the TLS and auth Secrets a cluster's spec names), `create` and
+    /// `update` (the `spec.TLS.auto` Secrets a cluster owns: `tls::auto` never replaces one it
+    /// does not own), `create` and `patch` for the auth Secrets the operator owns; never list,
+    /// watch or delete (owner references delete them with their cluster). Storage credentials
+    /// are still mounted only into backup and restore pods.
     #[test]
-    fn secrets_are_only_read_by_name() {
+    fn secrets_are_only_read_and_written_by_name() {
         let s: Vec<_> = PERMISSIONS.iter().filter(|p| p.resource == "secrets").collect();
         assert_eq!(s.len(), 1);
-        assert_eq!(s[0].verbs, ["get"]);
+        assert_eq!(s[0].verbs, ["get", "create", "update", "patch"]);
         assert_eq!(s[0].scope, Scope::Namespaced);
     }
 }

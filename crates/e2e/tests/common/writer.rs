@@ -10,7 +10,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
 use e2e::wait_until;
-use etcd_client::{Client, ConnectOptions, GetOptions};
+use etcd_client::{Client, ConnectOptions, GetOptions, TlsOptions};
+
+/// The client TLS settings a writer connects with, replaceable while it runs (a client that
+/// reloads its certificate Secret): every new connection takes the current ones.
+pub type SharedTls = Arc<Mutex<TlsOptions>>;
 
 /// What the writer saw, readable while it runs.
 #[derive(Clone, Debug, Default)]
@@ -58,6 +62,13 @@ pub fn connect_options() -> ConnectOptions {
     ConnectOptions::new().with_connect_timeout(Duration::from_secs(2)).with_timeout(PUT_TIMEOUT)
 }
 
+fn options_with(tls: Option<&SharedTls>) -> ConnectOptions {
+    match tls {
+        Some(t) => connect_options().with_tls(t.lock().unwrap().clone()),
+        None => connect_options(),
+    }
+}
+
 pub async fn put(c: &mut Client, key: &str, value: &str) -> Result<()> {
     match tokio::time::timeout(PUT_TIMEOUT + Duration::from_secs(1), c.put(key, value, None)).await {
         Ok(r) => r.map(drop).map_err(Into::into),
@@ -67,7 +78,7 @@ pub async fn put(c: &mut Client, key: &str, value: &str) -> Result<()> {
 
 impl Writer {
     pub fn start(endpoints: Vec<String>, prefix: &str) -> Result<Writer> {
-        Self::start_with(endpoints, prefix, 2, false)
+        Self::start_with(endpoints, prefix, 2, false, None)
     }
 
     /// A client of the client Service, as applications use it: two connections through the
@@ -75,10 +86,22 @@ impl Writer {
     /// member's connections are reset, which no Service can hide) is sent again on a new
     /// connection, which the Service routes to a member that serves. Three attempts per key.
     pub fn through_service(endpoint: &str, prefix: &str) -> Result<Writer> {
-        Self::start_with(vec![endpoint.to_string(), endpoint.to_string()], prefix, 3, true)
+        Self::start_with(vec![endpoint.to_string(), endpoint.to_string()], prefix, 3, true, None)
     }
 
-    fn start_with(endpoints: Vec<String>, prefix: &str, attempts: usize, reconnect: bool) -> Result<Writer> {
+    /// [`Writer::through_service`] over TLS; a reconnection takes the TLS settings `tls` holds
+    /// then.
+    pub fn through_service_tls(endpoint: &str, prefix: &str, tls: SharedTls) -> Result<Writer> {
+        Self::start_with(vec![endpoint.to_string(), endpoint.to_string()], prefix, 3, true, Some(tls))
+    }
+
+    fn start_with(
+        endpoints: Vec<String>,
+        prefix: &str,
+        attempts: usize,
+        reconnect: bool,
+        tls: Option<SharedTls>,
+    ) -> Result<Writer> {
         ensure!(!endpoints.is_empty(), "no endpoints to write to");
         let stop = Arc::new(AtomicBool::new(false));
         let stats = Arc::new(Mutex::new(WriterStats::default()));
@@ -90,7 +113,7 @@ impl Writer {
                 // hide which endpoint failed.
                 let mut clients = vec![];
                 for ep in &endpoints {
-                    let c = Client::connect([ep.as_str()], Some(connect_options()))
+                    let c = Client::connect([ep.as_str()], Some(options_with(tls.as_ref())))
                         .await
                         .with_context(|| format!("connecting to {ep}"))?;
                     clients.push((ep.clone(), c));
@@ -119,7 +142,8 @@ impl Writer {
                             }
                             Err(e) => {
                                 if reconnect
-                                    && let Ok(fresh) = Client::connect([ep.as_str()], Some(connect_options())).await
+                                    && let Ok(fresh) =
+                                        Client::connect([ep.as_str()], Some(options_with(tls.as_ref()))).await
                                 {
                                     clients[idx].1 = fresh;
                                 }
@@ -169,9 +193,14 @@ impl Drop for Writer {
 
 /// Every key under `prefix/` with its value, read in pages from the cluster (any member).
 pub fn read_prefix(endpoints: &[String], prefix: &str) -> Result<BTreeMap<String, String>> {
+    read_prefix_with(endpoints, prefix, connect_options())
+}
+
+/// [`read_prefix`] with these connection options (TLS).
+pub fn read_prefix_with(endpoints: &[String], prefix: &str, opts: ConnectOptions) -> Result<BTreeMap<String, String>> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     rt.block_on(async {
-        let mut c = Client::connect(endpoints, Some(connect_options())).await?;
+        let mut c = Client::connect(endpoints, Some(opts)).await?;
         let start = format!("{prefix}/");
         let end = format!("{prefix}0"); // '0' follows '/': the end of the prefix range
         let mut from = start.clone();
@@ -192,8 +221,18 @@ pub fn read_prefix(endpoints: &[String], prefix: &str) -> Result<BTreeMap<String
 
 /// Every acknowledged write of the writer is in etcd with its value.
 pub fn check_acked(endpoints: &[String], prefix: &str, stats: &WriterStats) -> Result<()> {
+    check_acked_with(endpoints, prefix, stats, connect_options)
+}
+
+/// [`check_acked`] with the connection options `opts` makes (TLS).
+pub fn check_acked_with(
+    endpoints: &[String],
+    prefix: &str,
+    stats: &WriterStats,
+    opts: impl Fn() -> ConnectOptions,
+) -> Result<()> {
     let stored = wait_until(Duration::from_secs(30), "a range read of the writer's keys", || {
-        Ok(read_prefix(endpoints, prefix).ok())
+        Ok(read_prefix_with(endpoints, prefix, opts()).ok())
     })?;
     let missing: Vec<String> = stats
         .acked

@@ -16,7 +16,7 @@ impl Target<'_> {
     /// before and after.
     pub(super) async fn defragment(&self, pod: &str) -> Result<(i64, i64, std::time::Duration), Error> {
         let ep = self.endpoints.get(pod).ok_or_else(|| Error::Refused(format!("member {pod} has no address")))?;
-        let sizes = etcd::defragment(ep, self.endpoints.tls()).await?;
+        let sizes = etcd::defragment(ep, self.endpoints.access()).await?;
         let now = k8s_openapi::jiff::Timestamp::now().to_string();
         let patch = serde_json::json!({"metadata": {"annotations": {naming::DEFRAGMENTED_AT_ANNOTATION: now}}});
         ignore_404(
@@ -31,9 +31,9 @@ impl Target<'_> {
     /// answers in the planned order, then disarm if every member is far enough below the quota.
     pub(super) async fn recover_space(&self, r: &crate::planner::SpaceRecovery) -> Result<Done, Error> {
         let endpoints: Vec<String> = r.members.iter().filter_map(|p| self.endpoints.get(p).cloned()).collect();
-        let revision = etcd::revision(&endpoints, self.endpoints.tls()).await?;
+        let revision = etcd::revision(&endpoints, self.endpoints.access()).await?;
         let compact_to = (revision - r.keep_revisions.unwrap_or(0)).max(1);
-        etcd::compact(&endpoints, self.endpoints.tls(), compact_to).await?;
+        etcd::compact(&endpoints, self.endpoints.access(), compact_to).await?;
         // etcd refuses writes while its database *file* is at the quota: the space compaction
         // freed returns to the disk only by defragmenting. (Every member: what a member reports
         // in use lags its compaction until its next commit.)
@@ -50,7 +50,7 @@ impl Target<'_> {
         }
         let mut in_use = 0;
         for ep in &endpoints {
-            in_use = in_use.max(etcd::db_size(ep, self.endpoints.tls()).await?.1);
+            in_use = in_use.max(etcd::db_size(ep, self.endpoints.access()).await?.1);
         }
         let what = format!("compacted to revision {compact_to}; defragmented {}", sizes.join(", "));
         if in_use >= r.disarm_below_bytes {
@@ -77,7 +77,7 @@ impl Target<'_> {
         }
         // Every NOSPACE alarm raised by now, not only those planned from: members reach the quota
         // one after another, and one left raised keeps refusing writes.
-        let mut raised: Vec<crate::observed::Alarm> = etcd::alarms_of(&endpoints, self.endpoints.tls())
+        let mut raised: Vec<crate::observed::Alarm> = etcd::alarms_of(&endpoints, self.endpoints.access())
             .await?
             .into_iter()
             .filter(|a| a.kind == crate::observed::AlarmKind::NoSpace)
@@ -88,7 +88,7 @@ impl Target<'_> {
             }
         }
         for a in &raised {
-            etcd::disarm(&endpoints, self.endpoints.tls(), a).await?;
+            etcd::disarm(&endpoints, self.endpoints.access(), a).await?;
         }
         // Done: the next NOSPACE episode starts afresh.
         let patch = serde_json::json!({"metadata": {"annotations": {naming::NOSPACE_RECOVERY_ANNOTATION: null}}});

@@ -3,6 +3,7 @@
 //! dispatch of each `Step`; member pods in `members`, maintenance in `maintenance`, the durable
 //! marks in `marks`. I/O: Kubernetes API and etcd.
 
+mod auth;
 mod maintenance;
 mod marks;
 mod members;
@@ -86,6 +87,19 @@ impl Target<'_> {
         e.voters().filter(|m| m.is_healthy()).filter_map(|m| self.endpoints.get(&m.pod).cloned()).collect()
     }
 
+    /// [`Self::change_endpoints`], the leader's first: a promotion sent to a follower is
+    /// forwarded to the leader without the caller's login, which etcd (3.4 at least) refuses
+    /// with authentication on ("request timed out"); a logged-in client talks to the first.
+    fn leader_first(&self) -> Vec<String> {
+        let mut eps = self.change_endpoints();
+        let leader =
+            self.observed.etcd.as_ref().and_then(|e| e.leader_member()).and_then(|m| self.endpoints.get(&m.pod));
+        if let Some(i) = leader.and_then(|l| eps.iter().position(|e| e == l)) {
+            eps.swap(0, i);
+        }
+        eps
+    }
+
     fn desired(&self) -> &Desired {
         self.observed.desired.as_ref().expect("the planner only acts on a valid spec")
     }
@@ -145,7 +159,7 @@ pub async fn execute(t: &Target<'_>, step: &Step) -> Result<Option<Done>, Error>
         }
         Step::AddLearner(m) => {
             let peer = &m.initial_cluster.last().expect("the new member is in its initial cluster").1;
-            let id = etcd::add_learner(&t.change_endpoints(), t.endpoints.tls(), peer).await?;
+            let id = etcd::add_learner(&t.change_endpoints(), t.endpoints.access(), peer).await?;
             t.create_member(m).await?;
             let size = t.observed.etcd.as_ref().map(|e| e.members.len()).unwrap_or_default();
             Done {
@@ -207,7 +221,7 @@ pub async fn execute(t: &Target<'_>, step: &Step) -> Result<Option<Done>, Error>
             }
         }
         Step::Promote { id, pod } => {
-            etcd::promote(&t.change_endpoints(), t.endpoints.tls(), *id).await?;
+            etcd::promote(&t.leader_first(), t.endpoints.access(), *id).await?;
             done(
                 "LearnerPromoted",
                 format!("learner {pod} (ID {}) caught up and is now a voting member", etcd::hex(*id)),
@@ -218,7 +232,7 @@ pub async fn execute(t: &Target<'_>, step: &Step) -> Result<Option<Done>, Error>
             // removal and answers "server stopped" although the removal went through.
             let others: Vec<String> =
                 t.change_endpoints().into_iter().filter(|ep| t.endpoints.get(pod) != Some(ep)).collect();
-            etcd::remove(&others, t.endpoints.tls(), *id).await?;
+            etcd::remove(&others, t.endpoints.access(), *id).await?;
             t.delete_pod(pod, true).await?;
             Done {
                 reason: "MemberRemoved",
@@ -247,7 +261,7 @@ pub async fn execute(t: &Target<'_>, step: &Step) -> Result<Option<Done>, Error>
         }
         Step::MoveLeader { from_pod, to, to_pod, purpose } => {
             let ep = t.endpoints.get(from_pod).cloned().unwrap_or_default();
-            etcd::move_leader(&ep, t.endpoints.tls(), *to).await?;
+            etcd::move_leader(&ep, t.endpoints.access(), *to).await?;
             done("LeaderMoved", format!("leadership moved from {from_pod} to {to_pod} before {}", purpose.as_str()))
         }
         Step::Defragment { pod, free_bytes } => {
@@ -264,6 +278,7 @@ pub async fn execute(t: &Target<'_>, step: &Step) -> Result<Option<Done>, Error>
             Done { defragmented: reclaimed, ..done("MemberDefragmented", note) }
         }
         Step::RecoverSpace(r) => t.recover_space(r).await?,
+        Step::Auth(a) => Box::pin(t.auth(*a)).await?,
         Step::Drain { pod } => {
             let now = k8s_openapi::jiff::Timestamp::now().to_string();
             let patch = serde_json::json!({"metadata": {
@@ -284,7 +299,7 @@ pub async fn execute(t: &Target<'_>, step: &Step) -> Result<Option<Done>, Error>
             Api::<k8s_openapi::api::core::v1::PersistentVolumeClaim>::namespaced(t.client.clone(), &ns)
                 .patch(&naming::pvc_name(pod), &PatchParams::default(), &Patch::Merge(&patch))
                 .await?;
-            etcd::update_peer_urls(&t.change_endpoints(), t.endpoints.tls(), *id, urls).await?;
+            etcd::update_peer_urls(&t.change_endpoints(), t.endpoints.access(), *id, urls).await?;
             done("PeerURLUpdated", format!("member {pod} (ID {}) now has peer URL {}", etcd::hex(*id), urls.join(",")))
         }
         Step::RestartAsRoot { pod, why } => {

@@ -47,7 +47,12 @@ async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<JobContext>) -> Result<Acti
     let mut plan = backup_planner::plan(&o);
     if let BackupStep::StartBackup { pod, target } = &plan.step {
         let (pod, target) = (pod.clone(), target.clone());
-        if let Err(e) = jobs::create_pod(&ctx, &backup_pod(&obj, &target, &ctx.init_image, &pod)?).await {
+        let auth = match &o.spec {
+            Ok(spec) => auth_secret(&ctx, &ns, spec).await,
+            Err(_) => None,
+        };
+        let made = backup_pod(&obj, &target, &ctx.init_image, &pod, auth.as_deref())?;
+        if let Err(e) = jobs::create_pod(&ctx, &made).await {
             backup_planner::start_failed(&mut plan, &pod, e.to_string());
         }
     }
@@ -64,8 +69,30 @@ async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<JobContext>) -> Result<Acti
     Ok(plan.requeue.map(Action::requeue).unwrap_or_else(Action::await_change))
 }
 
-/// The backup pod for `target`, owned by the EtcdBackup.
-fn backup_pod(obj: &DynamicObject, target: &BackupTarget, image: &str, name: &str) -> Result<Pod, Error> {
+/// The Secret the backup pod logs in to etcd with: `authSecret`, else the root Secret of the
+/// EtcdCluster `clusterName` names when it has `spec.auth` (read now: a cluster that cannot be
+/// read gives none, and the backup pod says what etcd answered).
+async fn auth_secret(ctx: &JobContext, ns: &str, spec: &EtcdBackupSpec) -> Option<String> {
+    if !spec.auth_secret.is_empty() {
+        return Some(spec.auth_secret.clone());
+    }
+    if spec.cluster_name.is_empty() {
+        return None;
+    }
+    let api: kube::Api<etcd_operator_api::EtcdCluster> = kube::Api::namespaced(ctx.client.clone(), ns);
+    let cluster = api.get_opt(&spec.cluster_name).await.ok().flatten()?;
+    let policy = crate::auth::Policy::of(&spec.cluster_name, cluster.spec.auth.as_ref(), None).ok()?;
+    policy.root_secret().map(str::to_string)
+}
+
+/// The backup pod for `target`, owned by the EtcdBackup; `auth`: the login Secret, if any.
+fn backup_pod(
+    obj: &DynamicObject,
+    target: &BackupTarget,
+    image: &str,
+    name: &str,
+    auth: Option<&str>,
+) -> Result<Pod, Error> {
     let backup: EtcdBackup = serde_json::from_value(serde_json::to_value(obj)?)?;
     let owner = backup.controller_owner_ref(&()).expect("EtcdBackup from the API has a name and uid");
     let mut command = vec![crate::OPERATOR_NAME.to_string(), "backup-save".into()];
@@ -74,6 +101,7 @@ fn backup_pod(obj: &DynamicObject, target: &BackupTarget, image: &str, name: &st
     command.push(format!("--timeout-secs={}", target.timeout_secs));
     command.push(format!("--owner-uid={}", owner.uid));
     command.extend(super::contract::ClientTlsArgs::of(&backup.spec.client_tls_secret).to_args());
+    command.extend(super::contract::AuthArgs::of(auth).to_args());
     if target.interval.is_some() {
         command.push("--periodic".into());
         command.push(format!("--max-backups={}", target.max_backups));
@@ -95,6 +123,9 @@ fn backup_pod(obj: &DynamicObject, target: &BackupTarget, image: &str, name: &st
         writes: true,
     });
     pods::mount_client_tls(&mut pod, &backup.spec.client_tls_secret);
+    if let Some(secret) = auth {
+        pods::mount_auth(&mut pod, secret);
+    }
     Ok(pod)
 }
 

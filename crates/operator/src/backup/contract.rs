@@ -150,6 +150,54 @@ impl ClientTlsArgs {
     }
 }
 
+/// Where pods mount the Secret of the etcd user they log in as (`spec.auth`, EtcdBackup
+/// `authSecret`): files `password` and optionally `username`.
+pub const AUTH_DIR: &str = "/etc/etcd-operator/etcd-auth";
+
+/// How a pod logs in to etcd: the directory where the login Secret is mounted; none: no login.
+/// The password is read from the file, never passed on the command line (which the pod spec
+/// shows to anyone who may read pods).
+#[derive(clap::Args, Debug, Clone, Default, PartialEq)]
+pub struct AuthArgs {
+    #[arg(long, default_value = "")]
+    pub auth_dir: String,
+}
+
+impl AuthArgs {
+    /// The arguments of a pod that mounts a login Secret at [`AUTH_DIR`], or none.
+    pub fn of(secret: Option<&str>) -> AuthArgs {
+        AuthArgs { auth_dir: if secret.is_some() { AUTH_DIR.to_string() } else { String::new() } }
+    }
+
+    /// The flags that parse back into `self`.
+    pub fn to_args(&self) -> Vec<String> {
+        if self.auth_dir.is_empty() { vec![] } else { vec![format!("--auth-dir={}", self.auth_dir)] }
+    }
+
+    /// The credentials from the mounted files, or None without a login. A mounted Secret that
+    /// does not exist (an optional volume) leaves the directory empty: no login either.
+    pub fn load(&self) -> Result<Option<crate::auth::Credentials>, String> {
+        if self.auth_dir.is_empty() {
+            return Ok(None);
+        }
+        let dir = std::path::Path::new(&self.auth_dir);
+        let mut data = std::collections::BTreeMap::new();
+        for key in [crate::auth::USERNAME_KEY, crate::auth::PASSWORD_KEY] {
+            match std::fs::read(dir.join(key)) {
+                Ok(v) => {
+                    data.insert(key.to_string(), v);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(format!("{}/{key}: {e}", self.auth_dir)),
+            }
+        }
+        if data.is_empty() {
+            return Ok(None);
+        }
+        crate::auth::login(&self.auth_dir, &data).map(Some)
+    }
+}
+
 /// What a restored member's `etcdutl snapshot restore` needs to know about the member: passed as
 /// data from the planner's new member, not recovered from etcd's command line.
 #[derive(Clone, Debug, PartialEq)]
@@ -237,6 +285,33 @@ mod tests {
     struct TlsCmd {
         #[command(flatten)]
         tls: ClientTlsArgs,
+    }
+
+    #[derive(Parser)]
+    struct AuthCmd {
+        #[command(flatten)]
+        auth: AuthArgs,
+    }
+
+    #[test]
+    fn auth_args_render_to_flags_that_parse_back_and_carry_no_password() {
+        for a in [AuthArgs::of(None), AuthArgs::of(Some("ex-etcd-root"))] {
+            let argv = std::iter::once("cmd".to_string()).chain(a.to_args());
+            assert_eq!(AuthCmd::try_parse_from(argv).unwrap().auth, a);
+        }
+        assert_eq!(AuthArgs::of(Some("s")).to_args(), ["--auth-dir=/etc/etcd-operator/etcd-auth"]);
+        assert!(AuthArgs::of(None).load().unwrap().is_none());
+        // The files of a mounted Secret.
+        let dir = std::env::temp_dir().join(format!("auth-args-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let a = AuthArgs { auth_dir: dir.display().to_string() };
+        assert!(a.load().unwrap().is_none(), "an optional Secret that does not exist: no login");
+        std::fs::write(dir.join("password"), "p").unwrap();
+        let c = a.load().unwrap().unwrap();
+        assert_eq!((c.user.as_str(), c.secret_password()), ("root", Some("p")));
+        std::fs::write(dir.join("password"), "p\n").unwrap();
+        assert!(a.load().unwrap_err().contains("line break"));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

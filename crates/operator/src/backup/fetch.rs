@@ -71,6 +71,9 @@ pub struct SeedArgs {
     /// The operator's client certificate when the cluster's clients speak TLS.
     #[command(flatten)]
     pub tls: super::contract::ClientTlsArgs,
+    /// The root password etcd has, when `spec.auth` is set (a snapshot needs the root role).
+    #[command(flatten)]
+    pub auth: super::contract::AuthArgs,
     #[arg(long)]
     pub data_dir: PathBuf,
     #[arg(long)]
@@ -229,8 +232,10 @@ pub async fn seed_from_member(args: SeedArgs) -> Result<String, String> {
     if let Some(t) = args.tls.load()? {
         opts = opts.with_tls(t.options());
     }
-    let mut client =
-        etcd_client::Client::connect([url], Some(opts)).await.map_err(|e| format!("connect to {url}: {e}"))?;
+    let creds = args.auth.load()?;
+    let (mut client, _) = crate::auth::connect::connect(&[url.to_string()], opts, creds.as_ref())
+        .await
+        .map_err(|e| format!("connect to {url}: {e}"))?;
     // The pod IP may have been given to another pod since: only the expected member of the
     // expected cluster may seed, checked before and after the stream.
     let check = |client: &mut etcd_client::Client| {

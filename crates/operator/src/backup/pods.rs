@@ -192,6 +192,29 @@ pub fn mount_client_tls(pod: &mut Pod, secret: &str) {
     }
 }
 
+/// The volume of the login Secret (`spec.auth`, `authSecret`).
+pub const AUTH_VOLUME: &str = "etcd-auth";
+
+/// Mounts the login Secret `secret` into every container where [`super::contract::AuthArgs`]
+/// reads it: owner- and group-readable, the pod's `fsGroup` set to a non-root user's group.
+pub fn mount_auth(pod: &mut Pod, secret: &str) {
+    let Some(spec) = pod.spec.as_mut() else { return };
+    spec.volumes.get_or_insert_with(Vec::new).push(crate::tls::secret_volume(AUTH_VOLUME, secret));
+    let mut user = None;
+    for c in &mut spec.containers {
+        user = user.or(c.security_context.as_ref().and_then(|s| s.run_as_user));
+        c.volume_mounts.get_or_insert_with(Vec::new).push(VolumeMount {
+            name: AUTH_VOLUME.into(),
+            mount_path: super::contract::AUTH_DIR.into(),
+            read_only: Some(true),
+            ..Default::default()
+        });
+    }
+    if let Some(u) = user.filter(|u| *u != 0) {
+        spec.security_context.get_or_insert_with(Default::default).fs_group = Some(u);
+    }
+}
+
 /// The name of an EtcdBackup or EtcdRestore becomes the label value that finds its pods, and a
 /// label value holds at most 63 characters: a longer name is refused up front (it used to fail
 /// pod creation with no status and no Event).
@@ -311,6 +334,39 @@ mod tests {
         });
         let v = crate::pod_security::restricted::violations(p.spec.as_ref().unwrap());
         assert!(v.iter().any(|v| v.starts_with("Running as Non-root")), "{v:?}");
+    }
+
+    /// A backup pod of a cluster with authentication reads the password from a mounted file:
+    /// the command line (shown by `kubectl get pod -o yaml`) names only the directory.
+    #[test]
+    fn the_login_secret_is_mounted_never_passed_on_the_command_line() {
+        let (loc, source) = s3();
+        let mut command = vec!["etcd-operator".to_string(), "backup-save".into()];
+        command.extend(super::super::contract::AuthArgs::of(Some("ex-etcd-root")).to_args());
+        let mut p = job_pod(JobPod {
+            name: "b-1".into(),
+            namespace: "ns".into(),
+            labels: BTreeMap::new(),
+            owner: OwnerReference::default(),
+            image: "op:1",
+            command,
+            loc: &loc,
+            source: &source,
+            deadline_secs: 60,
+            writes: true,
+        });
+        mount_auth(&mut p, "ex-etcd-root");
+        let spec = p.spec.unwrap();
+        assert!(crate::pod_security::restricted::violations(&spec).is_empty());
+        let v = spec.volumes.unwrap().into_iter().find(|v| v.name == AUTH_VOLUME).unwrap();
+        let secret = v.secret.unwrap();
+        assert_eq!((secret.secret_name.as_deref(), secret.default_mode), (Some("ex-etcd-root"), Some(0o440)));
+        let c = &spec.containers[0];
+        let m = c.volume_mounts.as_ref().unwrap().iter().find(|m| m.name == AUTH_VOLUME).unwrap();
+        assert_eq!((m.mount_path.as_str(), m.read_only), ("/etc/etcd-operator/etcd-auth", Some(true)));
+        assert_eq!(spec.security_context.unwrap().fs_group, Some(NONROOT), "the non-root user reads it by group");
+        assert!(c.env.iter().flatten().all(|e| e.value_from.is_none()), "not in the environment either");
+        assert_eq!(c.command.as_ref().unwrap()[2], "--auth-dir=/etc/etcd-operator/etcd-auth");
     }
 
     #[test]

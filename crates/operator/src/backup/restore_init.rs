@@ -32,8 +32,16 @@ pub enum SnapshotSource<'a> {
     /// A live member of another (broken) cluster, streamed over its client URL and checked
     /// against etcd's own integrity hash (quorum-loss recovery).
     /// `client_tls`: the operator's Secret and the name to check the member's certificate
-    /// against, when the cluster's clients speak TLS.
-    Member { client_url: &'a str, cluster_id: u64, member_id: u64, client_tls: Option<(&'a str, &'a str)> },
+    /// against, when the cluster's clients speak TLS. `auth_secret`: the Secret with the root
+    /// password etcd has (`spec.auth`), mounted optionally: without it the seed logs in as no
+    /// one, as it must while authentication is off.
+    Member {
+        client_url: &'a str,
+        cluster_id: u64,
+        member_id: u64,
+        client_tls: Option<(&'a str, &'a str)>,
+        auth_secret: Option<&'a str>,
+    },
 }
 
 /// What the init containers need besides the snapshot's source.
@@ -63,7 +71,7 @@ pub fn restore_init_containers(from: SnapshotSource<'_>, r: &RestoreInit<'_>) ->
             prepare.push(format!("--sha256={sha256}"));
             (volumes, mounts, prepare)
         }
-        SnapshotSource::Member { client_url, cluster_id, member_id, client_tls } => {
+        SnapshotSource::Member { client_url, cluster_id, member_id, client_tls, auth_secret } => {
             let mut seed = vec![
                 crate::OPERATOR_NAME.to_string(),
                 "seed-from-member".into(),
@@ -82,6 +90,20 @@ pub fn restore_init_containers(from: SnapshotSource<'_>, r: &RestoreInit<'_>) ->
                 mounts.push(VolumeMount {
                     name: crate::tls::CLIENT_VOLUME.into(),
                     mount_path: crate::tls::CLIENT_DIR.into(),
+                    read_only: Some(true),
+                    ..Default::default()
+                });
+            }
+            if let Some(secret) = auth_secret {
+                seed.extend(super::contract::AuthArgs::of(Some(secret)).to_args());
+                let mut v = crate::tls::secret_volume(super::pods::AUTH_VOLUME, secret);
+                if let Some(s) = v.secret.as_mut() {
+                    s.optional = Some(true);
+                }
+                volumes.push(v);
+                mounts.push(VolumeMount {
+                    name: super::pods::AUTH_VOLUME.into(),
+                    mount_path: super::contract::AUTH_DIR.into(),
                     read_only: Some(true),
                     ..Default::default()
                 });
@@ -242,6 +264,7 @@ mod tests {
             cluster_id: 1,
             member_id: 2,
             client_tls,
+            auth_secret: None,
         };
         let (c, vols) = restore_init_containers(seed(Some(("op-tls", "ex-client.ns.svc"))), &init);
         let cmd = c[0].command.as_ref().unwrap();
@@ -252,5 +275,22 @@ mod tests {
         assert_eq!(c[1].volume_mounts.as_ref().unwrap().len(), 1, "the etcd image never sees the key");
         let (c, vols) = restore_init_containers(seed(None), &init);
         assert!(vols.is_empty() && !c[0].command.as_ref().unwrap().iter().any(|a| a.contains("tls")));
+        // With spec.auth: the record of the root password, optional (no record: no login).
+        let with_auth = SnapshotSource::Member {
+            client_url: "http://10.0.0.1:2379",
+            cluster_id: 1,
+            member_id: 2,
+            client_tls: None,
+            auth_secret: Some("ex-etcd-root-applied"),
+        };
+        let (c, vols) = restore_init_containers(with_auth, &init);
+        let cmd = c[0].command.as_ref().unwrap();
+        assert!(cmd.contains(&"--auth-dir=/etc/etcd-operator/etcd-auth".to_string()), "{cmd:?}");
+        let secret = vols[0].secret.as_ref().unwrap();
+        assert_eq!((secret.secret_name.as_deref(), secret.optional), (Some("ex-etcd-root-applied"), Some(true)));
+        assert!(
+            c[1].volume_mounts.as_ref().unwrap().iter().all(|m| m.name != "etcd-auth"),
+            "the etcd image never sees it"
+        );
     }
 }

@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use etcd_client::{Client, ConnectOptions};
+use etcd_client::ConnectOptions;
 use futures::StreamExt;
 use object_store::{ObjectStoreExt, WriteMultipart};
 use sha2::{Digest, Sha256};
@@ -15,6 +15,8 @@ use super::contract::{HISTORY_LIMIT, SaveReport, StorageArgs};
 use super::location::{self, BackupMeta};
 use super::one_shot;
 use super::store;
+use crate::auth::Credentials;
+use crate::auth::connect::connect;
 use crate::tls::material::ClientTls;
 
 #[derive(clap::Args, Debug, Clone)]
@@ -39,6 +41,8 @@ pub struct SaveArgs {
     pub owner_uid: String,
     #[command(flatten)]
     pub tls: super::contract::ClientTlsArgs,
+    #[command(flatten)]
+    pub auth: super::contract::AuthArgs,
 }
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -57,23 +61,28 @@ pub async fn run(args: SaveArgs) -> Result<SaveReport, String> {
 }
 
 /// The voting member with the highest revision (a follower when tied with the leader: the
-/// snapshot's disk and network load then stays off the leader).
-async fn pick_member(endpoints: &[String], tls: Option<&ClientTls>) -> Result<(String, String, i64, String), String> {
+/// snapshot's disk and network load then stays off the leader). With credentials every client
+/// logs in (`auth::connect`: none while etcd's authentication is off).
+async fn pick_member(
+    endpoints: &[String],
+    tls: Option<&ClientTls>,
+    creds: Option<&Credentials>,
+) -> Result<(String, String, i64, String), String> {
     let opts = || {
         let o = ConnectOptions::new().with_connect_timeout(CONNECT_TIMEOUT).with_timeout(CONNECT_TIMEOUT);
-        Some(match tls {
+        match tls {
             Some(t) => o.with_tls(t.options()),
             None => o,
-        })
+        }
     };
-    let mut c = Client::connect(endpoints, opts()).await.map_err(|e| format!("connect to {endpoints:?}: {e}"))?;
+    let (mut c, _) = connect(endpoints, opts(), creds).await.map_err(|e| format!("connect to {endpoints:?}: {e}"))?;
     let members = c.member_list().await.map_err(|e| format!("member list: {e}"))?;
     let mut best: Option<(i64, bool, String, String, String)> = None;
     let mut errors = Vec::new();
     for m in members.members().iter().filter(|m| !m.is_learner()) {
         let Some(url) = m.client_urls().first() else { continue };
         let status = async {
-            let mut one = Client::connect([url.as_str()], opts()).await?;
+            let (mut one, _) = connect(std::slice::from_ref(url), opts(), creds).await?;
             one.status().await
         };
         match status.await {
@@ -107,7 +116,8 @@ async fn save(args: &SaveArgs) -> Result<SaveReport, String> {
         ));
     }
     let tls = args.tls.load()?;
-    let (member, url, revision, version) = pick_member(&args.endpoints, tls.as_ref()).await?;
+    let creds = args.auth.load()?;
+    let (member, url, revision, version) = pick_member(&args.endpoints, tls.as_ref(), creds.as_ref()).await?;
     let now = k8s_openapi::jiff::Timestamp::now();
     let key = if args.periodic { location::periodic_key(&base.key, revision, now) } else { base.key.clone() };
     let loc = base.with_key(key.clone());
@@ -123,8 +133,9 @@ async fn save(args: &SaveArgs) -> Result<SaveReport, String> {
     if let Some(t) = &tls {
         opts = opts.with_tls(t.options());
     }
-    let mut client =
-        Client::connect([url.as_str()], Some(opts)).await.map_err(|e| format!("connect to {member}: {e}"))?;
+    let (mut client, _) = connect(std::slice::from_ref(&url), opts, creds.as_ref())
+        .await
+        .map_err(|e| format!("connect to {member}: {e}"))?;
     let mut stream = client.snapshot().await.map_err(|e| format!("snapshot from {member}: {e}"))?;
     let upload =
         store.put_multipart(&path).await.map_err(|e| format!("start upload to {}: {}", loc.url(), store::why(&e)))?;

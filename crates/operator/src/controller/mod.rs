@@ -3,6 +3,7 @@
 //! `expectations` holds planning until the cache shows our writes, `upkeep` keeps the
 //! PodDisruptionBudget, the NetworkPolicy and volume sizes. I/O: Kubernetes API.
 
+mod certificates;
 mod expectations;
 mod reconcile;
 mod scope;

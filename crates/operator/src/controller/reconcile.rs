@@ -11,7 +11,8 @@ use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
 
-use super::upkeep::{ensure_disruption_budget, ensure_network_policy, grow_volumes};
+use super::certificates::keep_certificates;
+use super::upkeep::{ensure_auth_secrets, ensure_disruption_budget, ensure_network_policy, grow_volumes};
 use super::{Context, Error, HEALTH_CHECK_PERIOD, PROGRESS_PERIOD, key_of, publish};
 use crate::act::{self, Target};
 use crate::observe;
@@ -81,10 +82,17 @@ async fn reconcile_one(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
         return Ok(Action::requeue(Duration::from_millis(500)));
     }
     let started = Instant::now();
-    let (observed, endpoints) =
+    let (mut observed, mut endpoints) =
         observe::observe(&ctx.client, &cluster, &ctx.caches, &ctx.etcd_clients, &ctx.cluster_domain).await;
-    let step = planner::plan(&observed);
     let reference = cluster.object_ref(&());
+    // spec.TLS.auto: certificates are issued and rotated before the step (a new cluster's
+    // members need them); after a write everything that depends on them is observed again.
+    let certificates_written = keep_certificates(&ctx, &cluster, &mut observed, &reference).await;
+    if certificates_written {
+        (observed, endpoints) =
+            observe::observe(&ctx.client, &cluster, &ctx.caches, &ctx.etcd_clients, &ctx.cluster_domain).await;
+    }
+    let step = planner::plan(&observed);
     tracing::debug!(cluster = %key, ?step, "planned");
 
     // Durable marks first (cluster formed, last valid spec, quorum-loss clock, recovery done;
@@ -100,6 +108,7 @@ async fn reconcile_one(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
     ensure_disruption_budget(&ctx, &cluster, &observed, &reference).await;
     ensure_network_policy(&ctx, &cluster, &observed, &reference).await;
     grow_volumes(&ctx, &cluster, &observed, &reference).await;
+    ensure_auth_secrets(&ctx, &cluster, &observed, &endpoints, &reference).await;
     let target = Target {
         client: &ctx.client,
         cluster: &cluster,
@@ -118,6 +127,10 @@ async fn reconcile_one(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
             }
             if done.alarm_recovered {
                 ctx.metrics.record_alarm_recovery(&ns, &name);
+            }
+            if matches!(step, Step::Auth(_)) {
+                // The members' cached clients logged in (or not) under the old state.
+                ctx.etcd_clients.forget_all(&endpoints);
             }
             let type_ = if done.is_warning() { EventType::Warning } else { EventType::Normal };
             publish(&ctx, &reference, step.member(), type_, done.reason, done.note.clone(), done.reason).await;
@@ -157,6 +170,10 @@ async fn reconcile_one(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
     if outcome.is_err() {
         // Reported above; plan again soon from a fresh observation.
         return Ok(Action::requeue(PROGRESS_PERIOD));
+    }
+    if certificates_written {
+        // The next certificate step (or its check) soon, whatever the cluster's step was.
+        return Ok(Action::requeue(Duration::from_secs(1)));
     }
     Ok(match &step {
         Step::Wait(w) => match w.reason {

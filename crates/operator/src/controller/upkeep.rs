@@ -121,3 +121,46 @@ pub(super) async fn grow_volumes(
         }
     }
 }
+
+/// `spec.auth`'s Secrets, as `auth::upkeep` says: a missing root Secret is created, the password
+/// etcd accepted is recorded. Beside the planned step; a failure is reported and retried.
+pub(super) async fn ensure_auth_secrets(
+    ctx: &Context,
+    cluster: &EtcdCluster,
+    o: &crate::observed::Observed,
+    endpoints: &crate::etcd::Endpoints,
+    reference: &ObjectReference,
+) {
+    use crate::auth::{Upkeep, secrets};
+    let Some(todo) = crate::auth::upkeep(o) else { return };
+    let name = cluster.name_any();
+    let (result, reason, note) = match &todo {
+        Upkeep::CreateRootSecret { name: secret, use_recorded } => {
+            let recorded = if *use_recorded { secrets::recorded_password(&ctx.client, cluster).await } else { None };
+            let how = if recorded.is_some() { "the root password etcd has" } else { "a random root password" };
+            let password = recorded.unwrap_or_else(secrets::generate_password);
+            let r = secrets::create_root_secret(&ctx.client, cluster, secret, &password).await;
+            (r, "RootSecretCreated", format!("Secret {secret} created with {how} (spec.auth.rootSecret)"))
+        }
+        Upkeep::RecordApplied => {
+            let Some(password) = endpoints.root.as_ref().and_then(|r| r.secret_password()) else { return };
+            let r = secrets::record_applied(&ctx.client, cluster, password).await;
+            (
+                r,
+                "RootPasswordRecorded",
+                format!("Secret {} records the root password etcd has", crate::auth::applied_secret(&name)),
+            )
+        }
+    };
+    match result {
+        Ok(()) => {
+            tracing::info!(cluster = %key_of(cluster), "{note}");
+            publish(ctx, reference, None, EventType::Normal, reason, note, "Auth").await;
+        }
+        Err(e) => {
+            let note = format!("{note} failed: {e}");
+            tracing::warn!(cluster = %key_of(cluster), "{note}");
+            publish(ctx, reference, None, EventType::Warning, "AuthSecretFailed", note, "Auth").await;
+        }
+    }
+}

@@ -26,6 +26,11 @@ pub(super) fn without_etcd(o: &Observed, d: &Desired) -> Step {
         }
         return bootstrap(o, d);
     }
+    // etcd answered, refusing the login: the members run (a restored cluster, too, before its
+    // cluster ID was ever recorded); nothing is repaired or started over blind.
+    if let Some(step) = super::auth::refused(o) {
+        return step;
+    }
     if !o.ever_bootstrapped {
         return forming(o, d);
     }
@@ -369,6 +374,10 @@ fn resize(o: &Observed, d: &Desired, etcd: &EtcdState, healthy_voters: usize, vo
     if let Some(m) = etcd.voters().find(|m| !healthy(o, m)) {
         let what = if m.started() { "is not healthy yet" } else { "has not started yet" };
         return wait(WaitReason::MemberStarting, format!("member {} {what}; the next change waits for it", m.pod));
+    }
+    // Authentication before the size: a new cluster is secured before it grows.
+    if let Some(step) = super::auth::next(o, d, etcd) {
+        return step;
     }
     if members < d.size {
         let name = naming::member_name(&o.name, &o.new_member_suffix);

@@ -14,6 +14,7 @@
 //!
 //! Steps that need a quorum check compute it against the membership *after* the step.
 
+pub mod auth;
 pub mod maintenance;
 mod membership;
 #[cfg(test)]
@@ -22,6 +23,8 @@ pub mod recovery;
 mod rollout;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_auth;
 #[cfg(test)]
 mod tests_day2;
 #[cfg(test)]
@@ -90,6 +93,8 @@ pub enum Step {
     /// volume type where the kubelet does not apply `fsGroup`): mark its volume as root's, then
     /// delete its pod (the volume kept) so that it restarts on it as root (`pod_security`).
     RestartAsRoot { pod: String, why: String },
+    /// Turn etcd's authentication on or off, or change the root password (`spec.auth`).
+    Auth(auth::AuthStep),
 }
 
 impl Step {
@@ -112,6 +117,7 @@ impl Step {
             Step::RecoverSpace(_) => "RecoverSpace",
             Step::UpdatePeerUrls { .. } => "UpdatePeerUrls",
             Step::RestartAsRoot { .. } => "RestartAsRoot",
+            Step::Auth(a) => a.name(),
         }
     }
 
@@ -129,7 +135,7 @@ impl Step {
             | Step::Drain { pod }
             | Step::UpdatePeerUrls { pod, .. } => Some(pod),
             Step::MoveLeader { from_pod, .. } => Some(from_pod),
-            Step::Wait(_) | Step::CreateServices | Step::Bootstrap(_) | Step::RecoverSpace(_) => None,
+            Step::Wait(_) | Step::CreateServices | Step::Bootstrap(_) | Step::RecoverSpace(_) | Step::Auth(_) => None,
         }
     }
 }
@@ -281,6 +287,9 @@ pub enum WaitReason {
     /// A member leaving was taken out of the client Service; the change waits for every
     /// node's proxy to follow.
     MemberDraining,
+    /// etcd refuses the operator's login (or requires one the operator has no credentials
+    /// for): it cannot see or change the cluster.
+    AuthRefused,
 }
 
 impl WaitReason {
@@ -308,6 +317,7 @@ impl WaitReason {
             WaitReason::Corrupt => "Corrupt",
             WaitReason::MaintenanceDeferred => "MaintenanceDeferred",
             WaitReason::MemberDraining => "MemberDraining",
+            WaitReason::AuthRefused => "AuthRefused",
         }
     }
 
@@ -325,6 +335,7 @@ impl WaitReason {
                 | WaitReason::UpgradeRefused
                 | WaitReason::NoSpace
                 | WaitReason::Corrupt
+                | WaitReason::AuthRefused
         )
     }
 }

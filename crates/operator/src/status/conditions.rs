@@ -77,6 +77,9 @@ pub(super) fn update(cs: &mut Vec<Condition>, o: &Observed, step: &Step, now: &s
     };
     condition::upsert(cs, available, now);
     if let Ok(d) = &o.desired {
+        crate::auth::update_condition(cs, &d.auth, &o.auth, o.etcd.as_ref().map(|e| &e.auth), now);
+    }
+    if let Ok(d) = &o.desired {
         let members = o.etcd.as_ref().map(|e| e.members.len()).unwrap_or(o.pods.len());
         if members != d.size && !o.paused {
             let reason = if members < d.size { "ScalingUp" } else { "ScalingDown" };
@@ -213,6 +216,8 @@ pub(super) fn update(cs: &mut Vec<Condition>, o: &Observed, step: &Step, now: &s
             }
         }
     }
+    // spec.TLS.auto: CertificatesReady.
+    crate::tls::auto::status::update(cs, o, now);
     match wait {
         Some(w) if w.reason.needs_attention() && w.reason != WaitReason::InvalidSpec => {
             condition::upsert(cs, cond(DEGRADED, true, w.reason.as_str(), w.message.clone()), now)
@@ -232,7 +237,8 @@ pub fn is_warning(c: &Condition) -> bool {
         UPGRADING => c.status == "False",
         RECOVERED_FROM_QUORUM_LOSS => true,
         NO_SPACE | CORRUPT => c.status == "True",
-        _ => false,
+        crate::tls::auto::status::CERTIFICATES_READY => crate::tls::auto::status::is_warning(c),
+        _ => crate::auth::is_warning(c),
     }
 }
 

@@ -11,6 +11,7 @@
 //! did, for an `etcdctl` probe); the readiness probe reads `/health` from etcd's plain-HTTP
 //! metrics listener instead, which serves no keys.
 
+pub mod auto;
 pub mod check;
 pub mod material;
 pub mod transition;
@@ -234,6 +235,7 @@ mod tests {
                 member: Some(MemberSecret { peer_secret: peer.into(), server_secret: server.into() }),
                 operator_secret: operator.into(),
             }),
+            ..Default::default()
         }
     }
 

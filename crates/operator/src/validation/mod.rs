@@ -9,6 +9,7 @@ mod pod_policy;
 mod recovery;
 #[cfg(test)]
 mod tests;
+mod tls_policy;
 
 pub use maintenance::{
     CompactionMode, DEFAULT_DEFRAG_FREE_BYTES, DEFAULT_DEFRAG_FREE_PERCENT, DEFAULT_PERIODIC_RETENTION,
@@ -51,6 +52,16 @@ pub struct Desired {
     /// How member pods are made now: `tls` itself, or while a running cluster turns a side on
     /// or off, the stage on the way (`tls::transition`; observation derives it from the pods).
     pub tls_stage: crate::tls::transition::Stage,
+    /// `spec.TLS.auto`: the operator makes and rotates the certificates (`crate::tls::auto`);
+    /// `tls` then names its Secrets.
+    pub tls_auto: Option<crate::tls::auto::Settings>,
+    /// With `spec.TLS.auto`: a fingerprint of the CA bundles the member Secrets hold, filled in
+    /// by `observe`. Part of [`Desired::pod_hash`]: etcd reads trusted CAs only at start, so a
+    /// new bundle restarts members one at a time.
+    pub tls_trust: Option<String>,
+    /// `spec.auth`: etcd authentication on, off, or left alone, with the root Secret
+    /// (`crate::auth`; the Secret itself is read when observed).
+    pub auth: crate::auth::Policy,
 }
 
 /// A validated `spec.restore`.
@@ -76,9 +87,10 @@ impl Desired {
     /// a spec with a securityContext, hashes as before.
     pub fn pod_hash_for(&self, root_data: bool) -> String {
         use sha2::Digest;
-        let mut json = match &self.maintenance.specified {
-            None => serde_json::to_vec(&(&self.repository, &self.pod)),
-            Some(m) => serde_json::to_vec(&(&self.repository, &self.pod, m)),
+        let mut json = match (&self.maintenance.specified, &self.tls_trust) {
+            (None, None) => serde_json::to_vec(&(&self.repository, &self.pod)),
+            (Some(m), None) => serde_json::to_vec(&(&self.repository, &self.pod, m)),
+            (m, Some(trust)) => serde_json::to_vec(&(&self.repository, &self.pod, m, trust)),
         }
         .unwrap_or_default();
         if let Some(tag) = crate::pod_security::profile(self, root_data).hash_tag() {
@@ -163,7 +175,7 @@ fn validate_with(name: &str, spec: &EtcdClusterSpec, strict: bool) -> Result<Des
         pod_policy::strict_pod_rules(&pod, &mut errs);
     }
     // The Secrets themselves are checked when observed (`tls::material`): reading them is I/O.
-    let tls = crate::tls::Policy::of(spec.tls.as_ref()).map_err(|e| errs.push(e)).unwrap_or_default();
+    let (tls, tls_auto) = tls_policy::tls_policy(name, spec.tls.as_ref(), &mut errs);
     errs.extend(crate::tls::env_conflicts(&tls, &pod.etcd_env));
     let restore = spec.restore.as_ref().and_then(|r| {
         let loc = crate::backup::location::Location::of(&r.backup_storage_type, &r.source)
@@ -178,6 +190,9 @@ fn validate_with(name: &str, spec: &EtcdClusterSpec, strict: bool) -> Result<Des
     let recovery = recovery::recovery_policy(spec.recovery.as_ref(), &mut errs);
     let maintenance = maintenance::maintenance_policy(spec.maintenance.as_ref(), &pod, &mut errs);
     let network_policy = network_policy::network_access(spec.network_policy.as_ref(), &mut errs);
+    let auth = crate::auth::Policy::of(name, spec.auth.as_ref(), version.as_ref())
+        .map_err(|e| errs.extend(e))
+        .unwrap_or_default();
     if !errs.is_empty() {
         return Err(errs);
     }
@@ -193,5 +208,8 @@ fn validate_with(name: &str, spec: &EtcdClusterSpec, strict: bool) -> Result<Des
         network_policy,
         tls_stage: crate::tls::transition::Stage::steady(&tls),
         tls,
+        tls_auto,
+        tls_trust: None,
+        auth,
     })
 }

@@ -288,6 +288,7 @@ fn coreos_static_tls_is_accepted_and_half_a_client_pair_refused() {
             member: Some(MemberSecret { peer_secret: "p".into(), server_secret: server.into() }),
             operator_secret: operator.into(),
         }),
+        ..Default::default()
     };
     let s = EtcdClusterSpec { tls: Some(tls("s", "o")), ..spec(3, "3.5.1") };
     let d = validate("ex", &s).unwrap();
@@ -295,4 +296,45 @@ fn coreos_static_tls_is_accepted_and_half_a_client_pair_refused() {
     assert!(validate("ex", &spec(3, "3.5.1")).unwrap().tls.is_off());
     let s = EtcdClusterSpec { tls: Some(tls("s", "")), ..spec(3, "3.5.1") };
     assert!(validate("ex", &s).unwrap_err().iter().any(|e| e.contains("operatorSecret is not")));
+}
+
+#[test]
+fn auto_tls_names_the_operators_secrets_and_is_never_beside_static() {
+    use etcd_operator_api::cluster::{AutoTls, MemberSecret, StaticTls, TlsPolicy};
+    let auto = |validity: &str| TlsPolicy {
+        auto: Some(AutoTls { validity: validity.into(), ..Default::default() }),
+        ..Default::default()
+    };
+    let s = EtcdClusterSpec { tls: Some(auto("")), ..spec(3, "3.5.1") };
+    let d = validate("ex", &s).unwrap();
+    assert_eq!((d.tls.peer_scheme(), d.tls.client_scheme()), ("https", "https"));
+    assert_eq!(d.tls.peer_secret.as_deref(), Some("ex-tls-peer"));
+    assert_eq!(d.tls_auto, Some(crate::tls::auto::Settings::default()));
+    let s = EtcdClusterSpec { tls: Some(auto("2d")), ..spec(3, "3.5.1") };
+    assert!(validate("ex", &s).unwrap_err()[0].contains("spec.TLS.auto.validity \"2d\" is not a duration"));
+    let both = TlsPolicy {
+        r#static: Some(StaticTls {
+            member: Some(MemberSecret { peer_secret: "p".into(), server_secret: "s".into() }),
+            operator_secret: "o".into(),
+        }),
+        auto: Some(AutoTls::default()),
+    };
+    let s = EtcdClusterSpec { tls: Some(both), ..spec(3, "3.5.1") };
+    assert_eq!(
+        validate("ex", &s).unwrap_err(),
+        ["spec.TLS: set either static (your certificates) or auto (the operator's), not both"]
+    );
+}
+
+/// The CA bundle members load is part of the pod-spec hash (a new one restarts them); a
+/// cluster without auto TLS keeps the hash it had.
+#[test]
+fn the_trust_bundle_is_part_of_the_pod_hash_only_with_auto_tls() {
+    let mut d = validate("ex", &spec(3, "3.5.1")).unwrap();
+    let plain = d.pod_hash();
+    assert_eq!(plain, validate("ex", &spec(3, "3.5.1")).unwrap().pod_hash());
+    d.tls_trust = Some("aaaa".into());
+    let a = d.pod_hash();
+    d.tls_trust = Some("bbbb".into());
+    assert!(a != plain && a != d.pod_hash());
 }

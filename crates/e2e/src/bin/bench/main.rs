@@ -10,7 +10,8 @@
 //! S3 on a moto server, and to a PVC) beside `etcdctl snapshot save` of the same 3-member cluster
 //! holding `--backup-mib` of data (see `backup.rs`). `idle` (only when named in `--only`; about
 //! 15 min) measures the operator at rest instead of a duration: RSS, CPU and its requests to
-//! the apiserver (see `idle.rs`).
+//! the apiserver (see `idle.rs`). `tls` (only when named; about 5 min a run) creates clusters
+//! with `spec.TLS.auto` beside plaintext ones, and rotates a 3-member cluster's CA (see `tls.rs`).
 //!
 //! Every sample runs in a fresh namespace that is deleted afterwards (also on errors and on
 //! Ctrl-C); operator samples start `target/release/etcd-operator run --namespace NS` as a process
@@ -26,6 +27,7 @@ mod recover;
 mod report;
 mod scenarios;
 mod space;
+mod tls;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -40,9 +42,9 @@ use report::{Sample, Stats, fmt_n, fmt_s, stats};
 use scenarios::Ctx;
 
 const WORKSPACE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
-const MEASUREMENTS: [&str; 9] =
-    ["create", "heal", "scale", "upgrade", "recover", "defrag", "nospace", "backup", "idle"];
-/// What runs without `--only`: `idle` takes long and is asked for by name.
+const MEASUREMENTS: [&str; 10] =
+    ["create", "heal", "scale", "upgrade", "recover", "defrag", "nospace", "backup", "tls", "idle"];
+/// What runs without `--only`: `idle` and `tls` take long and are asked for by name.
 const DEFAULT_MEASUREMENTS: [&str; 8] =
     ["create", "heal", "scale", "upgrade", "recover", "defrag", "nospace", "backup"];
 
@@ -50,8 +52,8 @@ const DEFAULT_MEASUREMENTS: [&str; 8] =
 #[command(about = "Benchmark the etcd operator against baselines on the local Kubernetes")]
 struct Args {
     /// Measurements to run, comma-separated: create, heal, scale, upgrade, recover, defrag, nospace,
-    /// backup, idle (default:
-    /// all but idle). Each includes its baseline; idle runs once whatever --runs says. backup is in
+    /// backup, tls, idle (default:
+    /// all but tls and idle). Each includes its baseline; idle runs once whatever --runs says. backup is in
     /// the default set (about 1.5 min with 3 runs): one set-up (a 3-member cluster filled with
     /// --backup-mib, a moto S3 server, a PVC), then --runs S3 backups, PVC backups and `etcdctl
     /// snapshot save` baselines in turn.
@@ -246,6 +248,9 @@ fn run(args: Args) -> Result<bool> {
             ],
             "defrag" => vec![("defrag", space::defrag), ("defrag-etcdctl", space::defrag_etcdctl)],
             "nospace" => vec![("nospace", space::nospace), ("nospace-manual", space::nospace_manual)],
+            "tls" => {
+                vec![("create-tls", tls::create), ("create", scenarios::create), ("ca-rotation", tls::ca_rotation)]
+            }
             _ => vec![("upgrade", scenarios::upgrade)],
         };
         for run in 1..=args.runs {
@@ -308,6 +313,14 @@ fn run(args: Args) -> Result<bool> {
 
 fn values(results: &BTreeMap<&str, Vec<Sample>>, kind: &str) -> Vec<f64> {
     results.get(kind).map(|v| v.iter().map(|s| s.value).collect()).unwrap_or_default()
+}
+
+/// The time of milestone `name` in each sample of `kind` that has it.
+fn mark(results: &BTreeMap<&str, Vec<Sample>>, kind: &str, name: &str) -> Vec<f64> {
+    results
+        .get(kind)
+        .map(|v| v.iter().filter_map(|s| s.marks.get(name)).map(|d| d.as_secs_f64()).collect())
+        .unwrap_or_default()
 }
 
 fn extra(results: &BTreeMap<&str, Vec<Sample>>, kind: &str, key: &str) -> Vec<f64> {
@@ -388,6 +401,26 @@ fn render(selected: &[&str], r: &BTreeMap<&str, Vec<Sample>>, header: &str, took
                 if let Some(rs) = stats(&extra(r, "static", "restarts")) {
                     out.push_str(&format!("  static bootstrap container restarts: {}\n", fmt_n(rs)));
                 }
+            }
+            "tls" => {
+                out.push_str(&line(
+                    "create 3 members with TLS.auto (apply → status 3 ready)",
+                    st("create-tls"),
+                    stats(&mark(r, "create", "status: 3 ready")).map(|b| ("plaintext create, status 3 ready", b)),
+                    None,
+                ));
+                out.push('\n');
+                out.push_str(&line(
+                    "CA rotation, per member (total / 3; two rolling restarts)",
+                    st("ca-rotation"),
+                    None,
+                    None,
+                ));
+                out.push('\n');
+                if let Some(t) = stats(&extra(r, "ca-rotation", "total")) {
+                    out.push_str(&format!("  CA rotation of 3 members total: {}\n", fmt_s(t)));
+                }
+                out.push_str(&breakdown("ca-rotation", "CA rotation", r));
             }
             "heal" => {
                 out.push_str(&line(

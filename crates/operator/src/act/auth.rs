@@ -1,0 +1,58 @@
+//! Authentication steps (`spec.auth`): the auth RPCs through the healthy voters (logged in as
+//! root once etcd requires it), then the record of the root password etcd has. The password is
+//! the root Secret's, read by `observe` into the endpoints' credentials; it never reaches a note,
+//! an Event or a log.
+
+use super::{Done, Error, Target, done};
+use crate::auth::{calls, secrets};
+use crate::planner::auth::AuthStep;
+
+impl Target<'_> {
+    pub(super) async fn auth(&self, step: AuthStep) -> Result<Done, Error> {
+        let endpoints = self.change_endpoints();
+        let access = self.endpoints.access();
+        let secret = self.desired().auth.root_secret().unwrap_or_default().to_string();
+        let password = access
+            .root
+            .and_then(|r| r.secret_password())
+            .ok_or_else(|| Error::Refused(format!("Secret {secret} holds no usable root password")));
+        Ok(match step {
+            AuthStep::AddRootUser => {
+                calls::add_root_user(&endpoints, access, password?).await?;
+                done("RootUserAdded", format!("etcd user root added with the password of Secret {secret}"))
+            }
+            AuthStep::GrantRootRole => {
+                calls::grant_root_role(&endpoints, access).await?;
+                done("RootRoleGranted", "etcd user root has the root role".into())
+            }
+            AuthStep::Enable => {
+                let password = password?;
+                calls::enable(&endpoints, access, password).await?;
+                let note = self.record(password, "etcd authentication is on: clients must log in").await;
+                done("AuthEnabled", note)
+            }
+            AuthStep::ChangeRootPassword => {
+                let password = password?;
+                calls::change_root_password(&endpoints, access, password).await?;
+                let note = self.record(password, &format!("root password changed to the one of Secret {secret}")).await;
+                done("RootPasswordChanged", note)
+            }
+            AuthStep::Disable => {
+                calls::disable(&endpoints, access).await?;
+                done("AuthDisabled", "etcd authentication is off (the root user is kept)".into())
+            }
+        })
+    }
+
+    /// Records `password` as the one etcd has; a failure is said in the note and retried beside
+    /// later steps (`auth::upkeep`): etcd already has the password, which the root Secret holds.
+    async fn record(&self, password: &str, note: &str) -> String {
+        match secrets::record_applied(self.client, self.cluster, password).await {
+            Ok(()) => note.to_string(),
+            Err(e) => format!(
+                "{note}; recording it in Secret {} failed ({e}), retried",
+                crate::auth::applied_secret(&self.cluster.metadata.name.clone().unwrap_or_default())
+            ),
+        }
+    }
+}

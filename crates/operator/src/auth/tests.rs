@@ -1,0 +1,192 @@
+//! The root Secret's rules, the policy of `spec.auth`, the condition and the upkeep decisions.
+
+use std::collections::BTreeMap;
+
+use super::*;
+use crate::observed::{EtcdState, Observed};
+
+fn data(pairs: &[(&str, &[u8])]) -> BTreeMap<String, Vec<u8>> {
+    pairs.iter().map(|(k, v)| (k.to_string(), v.to_vec())).collect()
+}
+
+#[test]
+fn a_root_secret_gives_its_password() {
+    assert_eq!(root_password("s", &data(&[("password", b"hunter2")])).unwrap(), "hunter2");
+    assert_eq!(root_password("s", &data(&[("username", b"root"), ("password", b"p"), ("other", b"x")])).unwrap(), "p");
+    let longest = "x".repeat(MAX_PASSWORD_BYTES);
+    assert_eq!(root_password("s", &data(&[("password", longest.as_bytes())])).unwrap(), longest);
+}
+
+#[test]
+fn bad_root_secrets_are_refused_naming_the_secret_and_the_key() {
+    let refused = |pairs: &[(&str, &[u8])]| root_password("etcd-root", &data(pairs)).unwrap_err();
+    assert_eq!(refused(&[]), ["Secret etcd-root lacks key password"]);
+    assert_eq!(refused(&[("password", b"")]), ["Secret etcd-root key password is empty"]);
+    let e = refused(&[("password", b"hunter2\n")]);
+    assert!(e[0].starts_with("Secret etcd-root key password holds a line break") && e[0].contains("echo -n"), "{e:?}");
+    let e = refused(&[("password", "x".repeat(73).as_bytes())]);
+    assert!(e[0].contains("key password is 73 bytes long") && e[0].contains("bcrypt"), "{e:?}");
+    assert_eq!(refused(&[("password", &[0xff, 0xfe])]), ["Secret etcd-root key password is not UTF-8 text"]);
+    // Every reason at once: the user fixes both in one go.
+    let e = refused(&[("username", b"admin")]);
+    assert_eq!(e.len(), 2, "{e:?}");
+    assert!(e[0].contains("Secret etcd-root key username is \"admin\"") && e[0].contains("root user only"), "{e:?}");
+    assert_eq!(e[1], "Secret etcd-root lacks key password");
+}
+
+#[test]
+fn a_backup_login_defaults_to_root_and_may_name_another_user() {
+    let c = login("b", &data(&[("password", b"p")])).unwrap();
+    assert_eq!((c.user.as_str(), c.secret_password()), ("root", Some("p")));
+    let c = login("b", &data(&[("username", b"backup"), ("password", b"p")])).unwrap();
+    assert_eq!(c.user, "backup");
+    assert_eq!(login("b", &data(&[("username", b"backup")])).unwrap_err(), "Secret b lacks key password");
+}
+
+#[test]
+fn credentials_never_print_a_password_and_try_the_secrets_first() {
+    let c = Credentials::new(ROOT, Some("new-secret"), Some("old-secret")).unwrap();
+    let shown = format!("{c:?}");
+    assert!(!shown.contains("secret") && shown.contains("<2 redacted>"), "{shown}");
+    assert_eq!(c.passwords().collect::<Vec<_>>(), ["new-secret", "old-secret"]);
+    assert!(!c.is_fallback(0) && c.is_fallback(1));
+    // The same password twice is tried once; a refused Secret leaves the recorded one.
+    let same = Credentials::new(ROOT, Some("p"), Some("p")).unwrap();
+    assert_eq!(same.passwords().count(), 1);
+    let only_recorded = Credentials::new(ROOT, None, Some("old")).unwrap();
+    assert_eq!((only_recorded.secret_password(), only_recorded.is_fallback(0)), (None, true));
+    assert!(Credentials::new(ROOT, None, None).is_none());
+    assert_ne!(c.fingerprint(), same.fingerprint());
+    assert!(!c.fingerprint().contains("secret"));
+}
+
+fn spec(enabled: bool, secret: &str) -> AuthPolicy {
+    AuthPolicy { enabled, root_secret: secret.into() }
+}
+
+#[test]
+fn the_policy_defaults_the_secret_and_refuses_what_cannot_work() {
+    let v = |s: &str| Version::parse(s).unwrap();
+    assert_eq!(Policy::of("ex", None, Some(&v("3.6.15"))), Ok(Policy::Unmanaged));
+    assert_eq!(
+        Policy::of("ex", Some(&spec(true, "")), Some(&v("3.6.15"))),
+        Ok(Policy::Managed { enabled: true, root_secret: "ex-etcd-root".into() })
+    );
+    let e = Policy::of("ex", Some(&spec(true, "Not_A_Name")), Some(&v("3.6.15"))).unwrap_err();
+    assert!(e[0].contains("\"Not_A_Name\" is not a valid Secret name"), "{e:?}");
+    let e = Policy::of("ex", Some(&spec(true, "ex-etcd-root-applied")), Some(&v("3.6.15"))).unwrap_err();
+    assert!(e[0].contains("operator's own record"), "{e:?}");
+    // 3.5.0 and 3.5.1: their readiness probe reads a key.
+    let e = Policy::of("ex", Some(&spec(true, "s")), Some(&v("3.5.1"))).unwrap_err();
+    assert!(e[0].contains("not supported on etcd 3.5.1") && e[0].contains("3.5.2 or later"), "{e:?}");
+    assert!(Policy::of("ex", Some(&spec(false, "s")), Some(&v("3.5.1"))).is_ok(), "turning it off works there");
+    assert!(Policy::of("ex", Some(&spec(true, "s")), Some(&v("3.5.2"))).is_ok());
+    assert!(Policy::of("ex", Some(&spec(true, "s")), Some(&v("3.4.0"))).is_ok());
+}
+
+#[test]
+fn spec_auth_is_not_dropped_while_authentication_is_on() {
+    let on = Policy::Managed { enabled: true, root_secret: "s".into() };
+    let off = Policy::Managed { enabled: false, root_secret: "s".into() };
+    let e = check_change(&on, &Policy::Unmanaged).unwrap_err();
+    assert!(e.contains("set spec.auth.enabled to false first"), "{e}");
+    assert!(check_change(&off, &Policy::Unmanaged).is_ok());
+    assert!(check_change(&on, &off).is_ok());
+    assert!(check_change(&Policy::Unmanaged, &on).is_ok());
+}
+
+fn observed(secret: SecretState) -> AuthObserved {
+    AuthObserved { secret, ..Default::default() }
+}
+
+#[test]
+fn the_condition_says_where_authentication_stands() {
+    let on = Policy::Managed { enabled: true, root_secret: "s".into() };
+    let c = |p: &Policy, o: AuthObserved, e: Option<EtcdAuth>| condition(p, &o, e.as_ref()).unwrap();
+    let valid = || observed(SecretState::Valid);
+    let x = c(&on, valid(), Some(EtcdAuth::On { secret_password: true }));
+    assert_eq!((x.status.as_str(), x.reason.as_str()), ("True", "Enabled"));
+    assert!(x.message.contains("Secret s"));
+    assert_eq!(c(&on, valid(), Some(EtcdAuth::On { secret_password: false })).reason, "ChangingPassword");
+    assert_eq!(c(&on, valid(), Some(EtcdAuth::Off { root: RootUser::Missing })).reason, "Enabling");
+    assert_eq!(c(&on, observed(SecretState::Missing), None).reason, "CreatingSecret");
+    let bad = observed(SecretState::Invalid(vec!["Secret s lacks key password".into()]));
+    let x = c(&on, bad, Some(EtcdAuth::Off { root: RootUser::Missing }));
+    assert_eq!((x.status.as_str(), x.reason.as_str()), ("False", "SecretInvalid"));
+    assert!(x.message.starts_with("Secret s lacks key password;"), "{}", x.message);
+    assert!(is_warning(&x));
+    let refused = AuthObserved { refused: Some("etcd refuses".into()), ..valid() };
+    assert_eq!(c(&on, refused.clone(), None).reason, "LoginRefused");
+    assert_eq!(c(&Policy::Unmanaged, refused, None).reason, "LoginRefused", "also without spec.auth");
+    let off = Policy::Managed { enabled: false, root_secret: "s".into() };
+    assert_eq!(c(&off, valid(), Some(EtcdAuth::On { secret_password: true })).reason, "Disabling");
+    assert_eq!(c(&off, valid(), Some(EtcdAuth::Off { root: RootUser::WithRootRole })).reason, "Disabled");
+    assert!(condition(&Policy::Unmanaged, &AuthObserved::default(), Some(&EtcdAuth::Unknown)).is_none());
+    assert!(!is_warning(&c(&on, valid(), Some(EtcdAuth::Off { root: RootUser::Missing }))));
+}
+
+#[test]
+fn without_etcd_the_condition_stays_unless_there_is_a_problem_to_report() {
+    let on = Policy::Managed { enabled: true, root_secret: "s".into() };
+    let mut cs = vec![];
+    update_condition(&mut cs, &on, &observed(SecretState::Valid), Some(&EtcdAuth::On { secret_password: true }), "t");
+    update_condition(&mut cs, &on, &observed(SecretState::Valid), None, "t");
+    assert_eq!(cs[0].reason, "Enabled", "a member not answering says nothing about authentication");
+    update_condition(&mut cs, &on, &observed(SecretState::Invalid(vec!["x".into()])), None, "t");
+    assert_eq!(cs[0].reason, "SecretInvalid");
+    update_condition(&mut cs, &Policy::Unmanaged, &AuthObserved::default(), None, "t");
+    assert!(cs.is_empty(), "spec.auth removed: the condition goes");
+}
+
+fn cluster_with(enabled: bool, secret: SecretState, applied_matches: Option<bool>, etcd: Option<EtcdAuth>) -> Observed {
+    let d = crate::validation::validate(
+        "ex",
+        &etcd_operator_api::EtcdClusterSpec { size: 3, auth: Some(spec(enabled, "s")), ..Default::default() },
+    );
+    Observed {
+        name: "ex".into(),
+        desired: d,
+        etcd: etcd.map(|auth| EtcdState { auth, ..Default::default() }),
+        auth: AuthObserved { secret, applied_matches, refused: None },
+        ..Default::default()
+    }
+}
+
+#[test]
+fn a_missing_root_secret_is_created_with_the_password_etcd_has_if_known() {
+    let off = Some(EtcdAuth::Off { root: RootUser::Missing });
+    let o = cluster_with(true, SecretState::Missing, None, off.clone());
+    assert_eq!(upkeep(&o), Some(Upkeep::CreateRootSecret { name: "s".into(), use_recorded: false }));
+    // Deleted after authentication was turned on: back with the recorded password.
+    let o = cluster_with(true, SecretState::Missing, Some(false), None);
+    assert_eq!(upkeep(&o), Some(Upkeep::CreateRootSecret { name: "s".into(), use_recorded: true }));
+    let o = cluster_with(false, SecretState::Missing, None, Some(EtcdAuth::On { secret_password: false }));
+    assert!(matches!(upkeep(&o), Some(Upkeep::CreateRootSecret { .. })), "needed to turn it off");
+    assert_eq!(upkeep(&cluster_with(false, SecretState::Missing, None, off)), None, "off and wanted off");
+    let mut o = cluster_with(true, SecretState::Missing, None, None);
+    o.paused = true;
+    assert_eq!(upkeep(&o), None, "a paused cluster is not touched");
+    // A refused Secret is never overwritten.
+    let o = cluster_with(true, SecretState::Invalid(vec![]), None, None);
+    assert_eq!(upkeep(&o), None);
+}
+
+#[test]
+fn the_password_etcd_accepted_is_recorded_once() {
+    let on = Some(EtcdAuth::On { secret_password: true });
+    assert_eq!(upkeep(&cluster_with(true, SecretState::Valid, None, on.clone())), Some(Upkeep::RecordApplied));
+    assert_eq!(upkeep(&cluster_with(true, SecretState::Valid, Some(false), on.clone())), Some(Upkeep::RecordApplied));
+    assert_eq!(upkeep(&cluster_with(true, SecretState::Valid, Some(true), on)), None);
+    // Logged in with the old password only: the planner changes it first.
+    let old = Some(EtcdAuth::On { secret_password: false });
+    assert_eq!(upkeep(&cluster_with(true, SecretState::Valid, Some(false), old)), None);
+}
+
+#[test]
+fn a_refused_login_is_explained_with_what_to_do() {
+    let on = Policy::Managed { enabled: true, root_secret: "s".into() };
+    let m = refusal(&on, "etcdserver: authentication failed, invalid user ID or password");
+    assert!(m.contains("Secret s") && m.contains("restored from a backup"), "{m}");
+    let m = refusal(&Policy::Unmanaged, "etcdserver: user name is empty");
+    assert!(m.contains("spec.auth is not set") && m.contains("user name is empty"), "{m}");
+}

@@ -1,0 +1,380 @@
+//! The certificate planner: from what the Secrets hold, what members serve and how the
+//! cluster is doing, the one next write (or why there is none). Pure; the controller writes
+//! what it decides (`controller::certificates`), the status says where it stands.
+//!
+//! The rules, in the order they are applied:
+//! - a Secret the EtcdCluster does not own is never overwritten (a person must move it);
+//! - no CA Secret: a new CA when no member pod exists (nothing trusts anything yet); else the
+//!   lost CA is replaced by a rotation that keeps trusting what the members trust now (the
+//!   bundles of the certificate Secrets); with nothing to keep, a person must look;
+//! - a certificate Secret that is missing, refused by the checks, not issued by the signing CA,
+//!   due (`renewBefore`), or longer-lived than `validity` now allows, is issued again; one
+//!   whose bundle is not the CAs members must trust gets the bundle (its certificate kept).
+//!   Neither restarts anything: etcd reads certificate files at every new connection;
+//! - a CA rotation moves on only when members allow it: from `introducing` once every member
+//!   runs from the current pod spec (its bundle) and every voter is healthy; from `reissuing`
+//!   once every member serves certificates of the new CA on its client and peer port; from
+//!   `dropping` (finished) once every member restarted again. The restarts themselves are the
+//!   rollout planner's (the bundle is part of the pod-spec hash): one member at a time, never
+//!   past an unhealthy one;
+//! - a new CA rotation starts when the CA is due (a third of its lifetime left, or it outlives
+//!   `caValidity`) or `rotate-ca` names a value not handled yet, only while no rotation or
+//!   restart is under way and the cluster is not paused.
+
+use std::collections::BTreeSet;
+
+use super::state::{CaState, CertId, CertInfo, Found, Observation, Phase};
+use super::{Leaf, ROTATE_CA_ANNOTATION, ca_secret, show};
+use crate::observed::Observed;
+
+/// Slack when comparing a certificate's remaining lifetime with the configured one.
+const LIFETIME_SLACK_SECS: i64 = 60;
+
+/// What to write to one certificate Secret.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LeafWrite {
+    /// A new certificate and key from the signing CA (and the current bundle).
+    Issue { leaf: Leaf, why: String },
+    /// Only the bundle (`*-ca.crt`) changes; certificate and key are kept.
+    Retrust { leaf: Leaf },
+}
+
+impl LeafWrite {
+    pub fn leaf(&self) -> Leaf {
+        match self {
+            LeafWrite::Issue { leaf, .. } | LeafWrite::Retrust { leaf } => *leaf,
+        }
+    }
+}
+
+/// The next thing to do about a cluster's certificates.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Decision {
+    /// The cluster does not use `spec.TLS.auto`.
+    Off,
+    /// Create the cluster's first CA.
+    CreateCa,
+    /// The CA Secret is gone while members run: a new CA, introduced beside the CAs they
+    /// trust now (`trusted`, from the certificate Secrets' bundles).
+    ReplaceLostCa { trusted: Vec<CertInfo> },
+    /// Write these certificate Secrets.
+    WriteLeaves(Vec<LeafWrite>),
+    /// Add a new CA beside the current one (phase `introducing`).
+    StartCaRotation { why: String },
+    /// Every member trusts both CAs: the new one signs from now on (phase `reissuing`).
+    PromoteNextCa,
+    /// Every member serves certificates of the new CA: the old one leaves the bundles (phase
+    /// `dropping`).
+    DropPreviousCa,
+    /// Every member restarted without the old CA: the rotation is finished.
+    FinishCaRotation,
+    /// Nothing to write now; `reason` and `message` say what is under way.
+    Wait { reason: &'static str, message: String },
+    /// Every member serves the current certificates; nothing is under way.
+    Settled { message: String },
+    /// A person must act; nothing is written.
+    Blocked(String),
+}
+
+impl Decision {
+    /// Whether it writes a Secret.
+    pub fn writes(&self) -> bool {
+        matches!(
+            self,
+            Decision::CreateCa
+                | Decision::ReplaceLostCa { .. }
+                | Decision::WriteLeaves(_)
+                | Decision::StartCaRotation { .. }
+                | Decision::PromoteNextCa
+                | Decision::DropPreviousCa
+                | Decision::FinishCaRotation
+        )
+    }
+}
+
+fn wait(reason: &'static str, message: impl Into<String>) -> Decision {
+    Decision::Wait { reason, message: message.into() }
+}
+
+/// Decide the next write for the cluster's certificates.
+pub fn plan(o: &Observed) -> Decision {
+    let Some(c) = &o.certificates else { return Decision::Off };
+    if let Some(e) = &c.read_error {
+        return wait("Unreadable", e.clone());
+    }
+    let mut not_ours = vec![];
+    if let Found::NotOurs(why) = &c.ca {
+        not_ours.push(why.clone());
+    }
+    not_ours.extend(c.leaves.values().filter_map(|l| match l {
+        Found::NotOurs(why) => Some(why.clone()),
+        _ => None,
+    }));
+    if !not_ours.is_empty() {
+        return Decision::Blocked(format!(
+            "{}: the operator never overwrites a Secret it does not own; delete or rename it",
+            not_ours.join("; ")
+        ));
+    }
+    let ca = match &c.ca {
+        Found::Present(ca) => ca,
+        Found::Invalid(errs) => {
+            return Decision::Blocked(format!(
+                "{}; fix the Secret, or delete it and the operator introduces a new CA (members restart twice)",
+                errs.join("; ")
+            ));
+        }
+        Found::Missing | Found::NotOurs(_) => return lost_ca(o, c),
+    };
+    let writes = leaf_writes(c, ca);
+    if !writes.is_empty() {
+        return Decision::WriteLeaves(writes);
+    }
+    match ca.phase {
+        Phase::Introducing => match rolled(o, c) {
+            Ok(()) if o.paused => wait("CARotation", "CA rotation 1/3 waits: spec.paused is true"),
+            Ok(()) => Decision::PromoteNextCa,
+            Err(why) => wait(
+                "CARotation",
+                format!("CA rotation 1/3: members restart one at a time to trust the new CA beside the old one: {why}"),
+            ),
+        },
+        Phase::Reissuing => match serving_signing_ca(o, c, ca) {
+            Ok(()) if o.paused => wait("CARotation", "CA rotation 2/3 waits: spec.paused is true"),
+            Ok(()) => Decision::DropPreviousCa,
+            Err(why) => wait(
+                "CARotation",
+                format!(
+                    "CA rotation 2/3: certificates of the new CA were issued; the old CA stays trusted until every member serves them: {why}"
+                ),
+            ),
+        },
+        Phase::Dropping => match rolled(o, c) {
+            Ok(()) => Decision::FinishCaRotation,
+            Err(why) => wait(
+                "CARotation",
+                format!(
+                    "CA rotation 3/3: the old CA left the bundles; members restart one at a time to stop trusting it: {why}"
+                ),
+            ),
+        },
+        Phase::Steady => match ca_due(c, ca) {
+            None => settled(o, c, ca),
+            Some(why) => match rolled(o, c) {
+                Ok(()) if o.paused => wait("CARotationDue", format!("{why}; the rotation waits: spec.paused is true")),
+                Ok(()) => Decision::StartCaRotation { why },
+                Err(e) => wait("CARotationDue", format!("{why}; the rotation starts once {e}")),
+            },
+        },
+    }
+}
+
+/// No CA Secret.
+fn lost_ca(o: &Observed, c: &Observation) -> Decision {
+    if o.pods.is_empty() {
+        return Decision::CreateCa;
+    }
+    let mut trusted: Vec<CertInfo> = vec![];
+    for l in c.leaves.values().filter_map(Found::present) {
+        for t in &l.trust {
+            if !trusted.iter().any(|x| x.id == t.id) {
+                trusted.push(t.clone());
+            }
+        }
+    }
+    if trusted.is_empty() {
+        return Decision::Blocked(format!(
+            "Secret {} (the cluster's CA) and every certificate Secret are gone while members run: the operator cannot know which CA they trust, and a new one would cut them off from each other; restore the Secrets (or delete the member pods of a cluster whose data is on volumes: its members then start with a new CA)",
+            ca_secret(&c.cluster)
+        ));
+    }
+    Decision::ReplaceLostCa { trusted }
+}
+
+/// Certificate Secrets to write, in `Leaf::ALL` order.
+fn leaf_writes(c: &Observation, ca: &CaState) -> Vec<LeafWrite> {
+    let trust = ca.trust_ids();
+    let signing: Option<&CertId> = ca.signing.as_ref().filter(|a| a.key.is_some()).map(|a| &a.cert.id);
+    // While a new CA is introduced members do not trust it yet: a certificate of any CA they
+    // trust already is fine. Otherwise only the signing CA's.
+    let acceptable: BTreeSet<CertId> = match ca.phase {
+        Phase::Introducing => {
+            let next = ca.next.as_ref().map(|n| n.cert.id.clone());
+            trust.iter().filter(|id| Some(*id) != next.as_ref()).cloned().collect()
+        }
+        _ => signing.into_iter().cloned().collect(),
+    };
+    let (now, s) = (c.now, &c.settings);
+    let mut out = vec![];
+    for leaf in Leaf::ALL {
+        let secret = leaf.secret(&c.cluster);
+        let why = match c.leaves.get(&leaf).unwrap_or(&Found::Missing) {
+            Found::Missing => Some(format!("Secret {secret} does not exist")),
+            Found::NotOurs(_) | Found::Invalid(_) => None,
+            Found::Present(l) => match &l.cert {
+                _ if !l.problems.is_empty() => Some(l.problems.join("; ")),
+                None => Some(format!("Secret {secret} holds no certificate")),
+                Some(_) if !l.issuer.as_ref().is_some_and(|i| acceptable.contains(i)) => Some(match ca.phase {
+                    Phase::Reissuing => "issued again by the new CA".to_string(),
+                    _ => format!("Secret {secret}: not issued by the cluster's CA"),
+                }),
+                Some(cert) if now >= cert.not_after - s.renew_before => Some(format!(
+                    "renewal: Secret {secret} expires at {} (renewed {} before)",
+                    cert.expires(),
+                    show(s.renew_before)
+                )),
+                Some(cert) if cert.not_after - now > s.validity + LIFETIME_SLACK_SECS => Some(format!(
+                    "Secret {secret} is valid until {}, longer than spec.TLS.auto.validity {} allows from now",
+                    cert.expires(),
+                    show(s.validity)
+                )),
+                Some(_) => None,
+            },
+        };
+        match (why, c.leaves.get(&leaf).and_then(Found::present)) {
+            // Without a signing CA (a lost CA being replaced) nothing can be issued until the
+            // new one signs; the members keep what they have.
+            (Some(why), _) if signing.is_some() => out.push(LeafWrite::Issue { leaf, why }),
+            (None, Some(l)) if l.trust_ids() != trust => out.push(LeafWrite::Retrust { leaf }),
+            _ => {}
+        }
+    }
+    out
+}
+
+/// Why a new CA is due, if it is.
+fn ca_due(c: &Observation, ca: &CaState) -> Option<String> {
+    let a = ca.signing.as_ref()?;
+    if let Some(token) = &c.rotate_ca
+        && ca.rotated_for.as_ref() != Some(token)
+    {
+        return Some(format!("CA rotation asked for by annotation {ROTATE_CA_ANNOTATION}={token}"));
+    }
+    let s = &c.settings;
+    if c.now >= a.cert.not_after - s.ca_renew_before() {
+        return Some(format!("the CA expires at {} (renewed with a third of its lifetime left)", a.cert.expires()));
+    }
+    if a.cert.not_after - c.now > s.ca_validity + LIFETIME_SLACK_SECS {
+        return Some(format!(
+            "the CA is valid until {}, longer than spec.TLS.auto.caValidity {} allows from now",
+            a.cert.expires(),
+            show(s.ca_validity)
+        ));
+    }
+    None
+}
+
+/// Every member runs from the current pod spec (bundle included), every voter is healthy and
+/// membership is what the spec asks: the gate of each restart-bound phase.
+pub fn rolled(o: &Observed, c: &Observation) -> Result<(), String> {
+    let d = o.desired.as_ref().map_err(|_| "the spec or its TLS material is refused".to_string())?;
+    let mut d = d.clone();
+    d.tls_trust = c.trust_fingerprint();
+    let hash = d.pod_hash();
+    let etcd = o.etcd.as_ref().ok_or_else(|| "no member answers".to_string())?;
+    if let Some(l) = etcd.learners().next() {
+        return Err(format!("learner {} is joining", l.pod));
+    }
+    let voters: Vec<_> = etcd.voters().collect();
+    if voters.len() != d.size {
+        return Err(format!("{} voting members, the spec asks for {}", voters.len(), d.size));
+    }
+    let mut pending = vec![];
+    for m in &voters {
+        if !m.is_healthy() {
+            return Err(format!("member {} is not healthy", m.pod));
+        }
+        match o.pods.get(&m.pod) {
+            None => return Err(format!("member {} has no pod", m.pod)),
+            Some(p) if p.deleting => return Err(format!("member {} is restarting", m.pod)),
+            Some(p) if p.spec_hash.as_deref() != Some(hash.as_str()) => pending.push(m.pod.clone()),
+            Some(_) => {}
+        }
+    }
+    if pending.is_empty() {
+        return Ok(());
+    }
+    pending.sort();
+    Err(format!(
+        "{} of {} members restarted; still to go: {}",
+        voters.len() - pending.len(),
+        voters.len(),
+        pending.join(", ")
+    ))
+}
+
+/// Every member serves, on its client and on its peer port, a certificate of the signing CA.
+fn serving_signing_ca(o: &Observed, c: &Observation, ca: &CaState) -> Result<(), String> {
+    let signing = ca.signing.as_ref().map(|a| &a.cert.id).ok_or("no CA signs")?;
+    let etcd = o.etcd.as_ref().ok_or_else(|| "no member answers".to_string())?;
+    let mut behind = vec![];
+    for m in &etcd.members {
+        if !m.is_learner && !m.is_healthy() {
+            return Err(format!("member {} is not healthy", m.pod));
+        }
+        let Some(s) = c.served.get(&m.pod) else {
+            behind.push(format!("{} (not checked yet)", m.pod));
+            continue;
+        };
+        for (port, r) in [("client", &s.client), ("peer", &s.peer)] {
+            match r {
+                Ok(sc) if sc.issuer.as_ref() == Some(signing) => {}
+                Ok(_) => behind.push(format!("{} ({port} port: a certificate of the old CA)", m.pod)),
+                Err(e) => behind.push(format!("{} ({port} port: {e})", m.pod)),
+            }
+        }
+    }
+    if behind.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "not yet {} (the kubelet updates mounted Secrets within about a minute; etcd reads them at the next connection)",
+            behind.join(", ")
+        ))
+    }
+}
+
+/// Steady state: do members serve what the Secrets hold?
+fn settled(o: &Observed, c: &Observation, ca: &CaState) -> Decision {
+    let (Some(peer), Some(server)) =
+        (c.leaf(Leaf::Peer).and_then(|l| l.cert.as_ref()), c.leaf(Leaf::Server).and_then(|l| l.cert.as_ref()))
+    else {
+        return wait("Issuing", "the member certificates are being issued");
+    };
+    let Some(etcd) = &o.etcd else {
+        return wait("Checking", "no member answers yet: what members serve is not checked");
+    };
+    let mut behind = vec![];
+    for m in &etcd.members {
+        match c.served.get(&m.pod) {
+            None => behind.push(format!("{} (not checked)", m.pod)),
+            Some(s) => {
+                for (port, r, want) in [("client", &s.client, server), ("peer", &s.peer, peer)] {
+                    match r {
+                        Ok(sc) if sc.cert.id == want.id => {}
+                        Ok(sc) => behind.push(format!("{} ({port} port: serial {})", m.pod, sc.cert.serial)),
+                        Err(e) => behind.push(format!("{} ({port} port: {e})", m.pod)),
+                    }
+                }
+            }
+        }
+    }
+    if !behind.is_empty() {
+        return wait(
+            "Renewing",
+            format!(
+                "members still serving other certificates than their Secrets hold: {} (the kubelet updates mounted Secrets within about a minute; etcd reads them at the next connection)",
+                behind.join(", ")
+            ),
+        );
+    }
+    let soonest = Leaf::ALL.iter().filter_map(|l| c.leaf(*l)?.cert.as_ref()).map(|x| x.not_after).min().unwrap_or(0);
+    let ca_end = ca.signing.as_ref().map(|a| a.cert.expires()).unwrap_or_default();
+    Decision::Settled {
+        message: format!(
+            "every member serves the current certificates; the next renewal is due at {} ({} before the first expiry); the CA is valid until {ca_end}",
+            super::state::at(soonest - c.settings.renew_before),
+            show(c.settings.renew_before)
+        ),
+    }
+}
