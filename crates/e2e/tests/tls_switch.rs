@@ -31,6 +31,7 @@ const KEYS: usize = 100;
 const PVC: &str = "  pod:\n    persistentVolumeClaimSpec:\n      accessModes: [ReadWriteOnce]\n      resources: {requests: {storage: 64Mi}}\n";
 const TLS_ON: &str = r#"{"TLS":{"static":{"member":{"peerSecret":"etcd-peer-tls","serverSecret":"etcd-server-tls"},"operatorSecret":"etcd-client-tls"}}}"#;
 const TLS_OFF: &str = r#"{"TLS":null}"#;
+const TLS_AUTO: &str = r#"{"TLS":{"auto":{}}}"#;
 const SERVE_BOTH: &str = "etcd.database.coreos.com/tls-serve-both";
 
 /// How a client reaches the cluster: through the client Service, plaintext or TLS.
@@ -342,18 +343,30 @@ fn scenario(
     hold_on: bool,
     hold_off: bool,
     restart: bool,
+    auto: bool,
 ) -> Result<()> {
     let n = ns.name.clone();
     ns.apply(&cluster_manifest(&n, "example", 3, VERSION, extra))?;
     wait_healthy(ns, "example", 3, CREATE)?;
-    let m = coreos_secrets(ns, "example", None)?;
-    let access = Access {
-        ip: client_ip(ns, "example")?,
-        tls: (m.ca.pem.clone(), m.client.clone(), format!("example-client.{n}.svc")),
-    };
+    let ip = client_ip(ns, "example")?;
     // 100 keys, plaintext.
-    let plain = format!("http://{}:2379", access.ip);
+    let plain = format!("http://{ip}:2379");
     write_keys(&plain, "keys", KEYS)?;
+    // The client's certificate: from the Secrets made here (static), or from the client Secret
+    // the operator makes once `spec.TLS.auto` is set (which starts the move).
+    let server_name = format!("example-client.{n}.svc");
+    let (tls_on, access) = if auto {
+        patch_spec(ns, "example", TLS_AUTO)?;
+        let files = wait_until(Duration::from_secs(120), "the operator's client Secret", || {
+            Ok(secret_data(ns, "example-tls-client").ok())
+        })?;
+        let get = |k: &str| files.get(k).cloned().with_context(|| format!("example-tls-client lacks {k}"));
+        let cert = (get("etcd-client.crt")?, get("etcd-client.key")?);
+        (TLS_AUTO, Access { ip, tls: (get("etcd-client-ca.crt")?, cert, server_name) })
+    } else {
+        let m = coreos_secrets(ns, "example", None)?;
+        (TLS_ON, Access { ip, tls: (m.ca.pem.clone(), m.client.clone(), server_name) })
+    };
     let follower = Follower::start(access.clone(), "follow");
     std::thread::sleep(Duration::from_secs(3));
 
@@ -374,7 +387,7 @@ fn scenario(
     } else {
         Hook::none()
     };
-    let seen_on = switch(ns, &access, TLS_ON, true, hold_on, &mut hook)?;
+    let seen_on = switch(ns, &access, tls_on, true, hold_on, &mut hook)?;
     drop(hook);
     ensure!(restarted.get() == restart, "the operator was not restarted half-way");
     let on = follower.stats.lock().unwrap().clone();
@@ -445,14 +458,32 @@ fn scenario(
 #[test]
 fn a_running_plaintext_pvc_cluster_is_switched_to_tls_and_back_keeping_every_key() -> Result<()> {
     let restart = matches!(mode()?, Mode::Process);
-    with_operator("e2e-tlsswitch", |ns, op| scenario(ns, op, PVC, true, false, restart))
+    with_operator("e2e-tlsswitch", |ns, op| scenario(ns, op, PVC, true, false, restart, false))
 }
 
 /// Members on emptyDir hold their data only in their pod: each is replaced (a learner with the
 /// new URL first) instead of restarted. Held at both schemes on the way off.
 #[test]
 fn a_running_plaintext_emptydir_cluster_is_switched_to_tls_and_back_keeping_every_key() -> Result<()> {
-    with_operator("e2e-tlsswitch-ed", |ns, op| scenario(ns, op, "", false, true, false))
+    with_operator("e2e-tlsswitch-ed", |ns, op| scenario(ns, op, "", false, true, false, false))
+}
+
+/// `spec.TLS.auto` switches the same way: the Secrets the policy names are the operator's.
+#[test]
+fn a_running_plaintext_cluster_is_switched_to_auto_tls_and_back_keeping_every_key() -> Result<()> {
+    with_operator("e2e-tlsswitch-auto", |ns, op| scenario(ns, op, PVC, false, false, false, true))
+}
+
+/// A Secret's data, decoded.
+fn secret_data(ns: &TestNamespace, name: &str) -> Result<BTreeMap<String, String>> {
+    use base64::Engine;
+    let s = ns.json(&["get", "secret", name])?;
+    let mut out = BTreeMap::new();
+    for (k, v) in s["data"].as_object().context("a Secret without data")? {
+        let bytes = base64::engine::general_purpose::STANDARD.decode(v.as_str().unwrap_or(""))?;
+        out.insert(k.clone(), String::from_utf8(bytes)?);
+    }
+    Ok(out)
 }
 
 fn check_keys_in(got: &BTreeMap<String, String>, prefix: &str, n: usize) -> Result<()> {

@@ -171,7 +171,10 @@ pub fn plan(o: &Observed) -> Decision {
 
 /// No CA Secret.
 fn lost_ca(o: &Observed, c: &Observation) -> Decision {
-    if o.pods.is_empty() {
+    // No member mounts a certificate: a new cluster, or a plaintext one turning auto TLS on
+    // (its members get the certificates one at a time, `tls::transition`): nothing trusts any
+    // CA yet.
+    if o.pods.values().all(|p| p.tls.peer_secret.is_none() && p.tls.server_secret.is_none()) {
         return Decision::CreateCa;
     }
     let mut trusted: Vec<CertInfo> = vec![];

@@ -48,6 +48,8 @@ struct World {
     cas: Vec<CertInfo>,
     /// Events, in order.
     events: Vec<&'static str>,
+    /// The members run without TLS (a plaintext cluster whose spec just turned auto TLS on).
+    plaintext_members: bool,
 }
 
 fn spec() -> EtcdClusterSpec {
@@ -83,6 +85,7 @@ impl World {
             paused: false,
             cas: vec![],
             events: vec![],
+            plaintext_members: false,
         }
     }
 
@@ -129,6 +132,8 @@ impl World {
             ..Default::default()
         };
         let mut etcd = EtcdState { cluster_id: 42, leader: Some(1), ..Default::default() };
+        // Members mount the certificate Secrets (unless the test made them plaintext).
+        let mounts = crate::tls::transition::Stage::steady(&o.desired.as_ref().unwrap().tls).pod(true);
         for (i, m) in self.members.iter().enumerate() {
             let pod = PodState {
                 name: m.pod.clone(),
@@ -136,6 +141,7 @@ impl World {
                 phase: "Running".into(),
                 ready: m.healthy,
                 spec_hash: Some(m.hash.clone()),
+                tls: if self.plaintext_members { Default::default() } else { mounts.clone() },
                 ..Default::default()
             };
             o.pods.insert(m.pod.clone(), pod);
@@ -606,6 +612,10 @@ fn secrets_that_are_not_ours_or_unusable_block_with_the_reason() {
         "{:?}",
         w.plan()
     );
+    // Members that mount no certificate (a plaintext cluster turning auto TLS on) trust none:
+    // a CA is made, then the certificates, and `tls::transition` moves the members onto them.
+    w.plaintext_members = true;
+    assert_eq!(w.plan(), Decision::CreateCa);
 }
 
 #[test]
