@@ -312,7 +312,7 @@ pub fn check_change(before: &Policy, now: &Policy, pods: &[&PodTls]) -> Result<(
         let other = was.filter(|w| *w != now).or_else(|| mounted.into_iter().find(|m| *m != now));
         if let Some(other) = other {
             errs.push(format!(
-                "spec.TLS.static.{field}: the members use Secret {other} for {what}; a running cluster cannot switch to \
+                "spec.TLS ({field}): the members use Secret {other} for {what}; a running cluster cannot switch to \
                  Secret {now} (turn {what} TLS off, let the members move, then on with the new Secret; or put new \
                  certificates into {other})"
             ));
@@ -320,14 +320,14 @@ pub fn check_change(before: &Policy, now: &Policy, pods: &[&PodTls]) -> Result<(
     };
     side(
         "peers",
-        "member.peerSecret",
+        "the peer Secret",
         before.peer_secret.as_ref(),
         pods.iter().filter_map(|p| p.peer_secret.as_ref()).collect(),
         now.peer_secret.as_ref(),
     );
     side(
         "clients",
-        "member.serverSecret",
+        "the server Secret",
         before.client.as_ref().map(|c| &c.server_secret),
         pods.iter().filter_map(|p| p.server_secret.as_ref()).collect(),
         now.client.as_ref().map(|c| &c.server_secret),

@@ -209,14 +209,14 @@ fn a_formed_cluster_may_turn_sides_on_and_off_but_not_swap_their_secrets() {
     let mut other_peer = on.clone();
     other_peer.peer_secret = Some("another-peer-secret".into());
     let e = check_change(&on, &other_peer, &no_pods).unwrap_err();
-    assert!(e.contains("member.peerSecret") && e.contains("peer-tls") && e.contains("another-peer-secret"), "{e}");
+    assert!(e.contains("the peer Secret") && e.contains("peer-tls") && e.contains("another-peer-secret"), "{e}");
     // Off and on again with another Secret while pods still mount the first: refused too.
     let still = secure();
     let e = check_change(&off, &other_peer, &[&still]).unwrap_err();
     assert!(e.contains("Secret peer-tls for peers"), "{e}");
     let mut other_server = on.clone();
     other_server.client.as_mut().unwrap().server_secret = "another-server-secret".into();
-    assert!(check_change(&on, &other_server, &no_pods).unwrap_err().contains("member.serverSecret"));
+    assert!(check_change(&on, &other_server, &no_pods).unwrap_err().contains("the server Secret"));
 }
 
 #[test]
