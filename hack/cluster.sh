@@ -57,6 +57,24 @@ start() {
   echo $! >"$(pidfile "$name")"
 }
 
+# start_supervised NAME CMD...: like start, but CMD is started again (after 1 s) whenever it
+# exits, as the kubelet or systemd does for control-plane components on a real node:
+# kube-scheduler exits on purpose when it finds its cache inconsistent (e.g. after the apiserver
+# restarted under it) and expects to be restarted. TERM (stop) ends the loop and CMD.
+start_supervised() {
+  local name=$1; shift
+  # shellcheck disable=SC2016
+  start "$name" bash -c '
+    child=
+    trap "[ -n \"\$child\" ] && kill \$child 2>/dev/null; wait; exit 0" TERM INT
+    while :; do
+      "$@" & child=$!
+      wait "$child"; rc=$?
+      printf "\n===== %s exited (status %s); restarting in 1 s\n" "$(date -Is)" "$rc"
+      sleep 1
+    done' "$name" "$@"
+}
+
 fail_component() {
   local name=$1 why=$2
   printf 'error: %s %s; last lines of %s:\n' "$name" "$why" "$LOG_DIR/$name.log" >&2
@@ -588,7 +606,7 @@ start_apiserver() {
 start_controller_manager() {
   need_ports kube-controller-manager 10257
   local kc=$STATE_DIR/kube-controller-manager.kubeconfig
-  start kube-controller-manager "$K8S_BIN/kube-controller-manager" \
+  start_supervised kube-controller-manager "$K8S_BIN/kube-controller-manager" \
     --kubeconfig="$kc" --authentication-kubeconfig="$kc" --authorization-kubeconfig="$kc" \
     --bind-address=127.0.0.1 $(legacy_flag --port=0) --leader-elect=false \
     --use-service-account-credentials=true \
@@ -601,7 +619,7 @@ start_controller_manager() {
 start_scheduler() {
   need_ports kube-scheduler 10259
   local kc=$STATE_DIR/kube-scheduler.kubeconfig
-  start kube-scheduler "$K8S_BIN/kube-scheduler" \
+  start_supervised kube-scheduler "$K8S_BIN/kube-scheduler" \
     --kubeconfig="$kc" --authentication-kubeconfig="$kc" --authorization-kubeconfig="$kc" \
     --bind-address=127.0.0.1 $(legacy_flag --port=0) --leader-elect=false --profiling=false --v=1
 }
@@ -716,7 +734,8 @@ cmd_up() {
   local t0=$SECONDS
   # kubectl caches discovery per server address: a cache written by the other Kubernetes leg
   # (same address) names API versions this one does not serve (e.g. discovery.k8s.io/v1beta1).
-  rm -rf "${HOME:-/root}/.kube/cache/discovery" "${HOME:-/root}/.kube/cache/http"
+  # (A kubectl of a running test may be writing there: a failed removal is not fatal.)
+  rm -rf "${HOME:-/root}/.kube/cache/discovery" "${HOME:-/root}/.kube/cache/http" 2>/dev/null || true
   bash "$HACK_DIR/deps.sh"
   # Never two Kubernetes builds in the same source tree at once.
   flock -o "$CACHE_DIR/build-kubernetes.lock" bash "$HACK_DIR/build-kubernetes.sh"

@@ -148,7 +148,8 @@ LEGACY_SMOKE_TESTS="process@lifecycle:create_resize_3_5_3_and_delete process@lif
   process@day2:a_drain_evicts_one_member_at_a_time
   process@local_cluster:non_root_pod_writes_its_claim_of_the_default_class
   process@network_policy:a_cluster_gets_its_network_policy_and_loses_it_when_turned_off
-  in-cluster@lifecycle:a_pvc_member_restarts_on_its_volume_as_the_same_member"
+  in-cluster@lifecycle:a_pvc_member_restarts_on_its_volume_as_the_same_member
+  in-cluster@pod_security:the_operator_and_clusters_without_a_security_context_run_under_enforced_restricted"
 
 run_leg "" "$K8S_VERSION"
 if [ "${LEGACY_SMOKE:-1}" = 0 ] || [ -n "${E2E_FILTER:-}" ] || [ -n "${KEEP_CLUSTER:-}" ]; then

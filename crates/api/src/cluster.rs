@@ -257,10 +257,13 @@ pub struct PodPolicy {
     /// (default `busybox:1.28.0-glibc` there).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub busybox_image: String,
-    /// Pod-level security context of member pods (user, group, `fsGroup`, seccomp). Set a
-    /// non-root user, `fsGroup` and `RuntimeDefault` seccomp for namespaces enforcing the
-    /// `restricted` Pod Security Standard. Default: none (etcd runs as the image's user).
-    /// Mirrors CoreOS `spec.pod.securityContext`.
+    /// Pod-level security context of member pods (user, group, `fsGroup`, seccomp), used as
+    /// given. Default: members pass the `restricted` Pod Security Standard (uid and gid 65532,
+    /// `fsGroup` 65532 with `OnRootMismatch`, seccomp `RuntimeDefault`, no privilege
+    /// escalation, no capabilities, read-only root filesystems); a member whose volume holds
+    /// data written as root that uid 65532 cannot use (storage that ignores `fsGroup`, e.g.
+    /// hostPath) runs as root instead, its PVC annotated
+    /// `etcd.database.coreos.com/data-owner: "0"`. Mirrors CoreOS `spec.pod.securityContext`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub security_context: Option<PodSecurityContext>,
     /// How long a new member's init container waits for the member's own DNS name to

@@ -108,7 +108,16 @@ fn install_manifests_apply_cleanly_namespaced_and_cluster_wide() -> Result<()> {
 }
 
 fn one_line_error(kubeconfig: &str) -> Result<String> {
-    let out = Command::new(operator_bin()).args(["run", "--namespace", "x"]).env("KUBECONFIG", kubeconfig).output()?;
+    one_line_error_after(kubeconfig, 0)
+}
+
+/// `patience`: how long the operator waits for an apiserver that does not answer.
+fn one_line_error_after(kubeconfig: &str, patience: u64) -> Result<String> {
+    let out = Command::new(operator_bin())
+        .args(["run", "--namespace", "x"])
+        .env("KUBECONFIG", kubeconfig)
+        .env("ETCD_OPERATOR_CONNECT_PATIENCE_SECS", patience.to_string())
+        .output()?;
     ensure!(out.status.code() == Some(1), "exit status {:?}", out.status);
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
     let lines: Vec<&str> = err.lines().filter(|l| l.starts_with("error:")).collect();
@@ -131,6 +140,12 @@ fn a_bad_kubeconfig_is_one_clear_line() -> Result<()> {
     )?;
     let unreachable = one_line_error(kc.to_str().unwrap())?;
     ensure!(unreachable.contains("cannot reach the Kubernetes API at https://127.0.0.1:1"), "{unreachable}");
+    // An apiserver that does not answer may be restarting: tried again until the patience ends
+    // (a restarted control plane must not crash-loop the operator), then the same one line.
+    let started = std::time::Instant::now();
+    let patient = one_line_error_after(kc.to_str().unwrap(), 3)?;
+    ensure!(patient.contains("cannot reach") && patient.contains("tried for 3s"), "{patient}");
+    ensure!(started.elapsed() >= Duration::from_secs(3), "gave up after {:?}", started.elapsed());
     std::fs::remove_dir_all(&dir).ok();
     Ok(())
 }

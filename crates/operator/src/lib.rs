@@ -28,6 +28,7 @@ pub mod olm_bundle;
 pub mod panic_guard;
 pub mod permissions;
 pub mod planner;
+pub mod pod_security;
 pub mod pod_spec;
 pub mod rbac;
 pub mod status;

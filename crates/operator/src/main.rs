@@ -378,8 +378,15 @@ fn run(mut args: RunArgs) -> anyhow::Result<()> {
     })
 }
 
+/// How long start-up waits for an apiserver that does not answer (seconds in
+/// `ETCD_OPERATOR_CONNECT_PATIENCE_SECS` override it; tests use 0).
+fn connect_patience() -> Duration {
+    let secs = std::env::var("ETCD_OPERATOR_CONNECT_PATIENCE_SECS").ok().and_then(|v| v.parse().ok());
+    Duration::from_secs(secs.unwrap_or(60))
+}
+
 /// Build a client from in-cluster config or KUBECONFIG and prove the apiserver answers, so that
-/// a bad kubeconfig is one clear line rather than a retry loop.
+/// a bad kubeconfig is one clear line rather than an endless retry loop.
 async fn connect() -> anyhow::Result<kube::Client> {
     let where_ = std::env::var("KUBECONFIG")
         .map(|k| format!("KUBECONFIG={k}"))
@@ -390,14 +397,29 @@ async fn connect() -> anyhow::Result<kube::Client> {
     let url = config.cluster_url.clone();
     let client = kube::Client::try_from(config)
         .map_err(|e| anyhow::anyhow!("cannot build a Kubernetes client for {url}: {e}"))?;
-    match tokio::time::timeout(Duration::from_secs(15), client.apiserver_version()).await {
-        Ok(Ok(v)) => {
-            tracing::info!(server = %url, version = %v.git_version, "connected to Kubernetes")
+    // An apiserver that answers with an error (401, 403, ...) is a configuration problem: said at
+    // once. One that does not answer may be restarting (an upgrade of the control plane): tried
+    // again for a minute rather than crash-looping the pod through it.
+    let patience = connect_patience();
+    let deadline = tokio::time::Instant::now() + patience;
+    loop {
+        let why = match tokio::time::timeout(Duration::from_secs(15), client.apiserver_version()).await {
+            Ok(Ok(v)) => {
+                tracing::info!(server = %url, version = %v.git_version, "connected to Kubernetes");
+                return Ok(client);
+            }
+            Ok(Err(e @ kube::Error::Api(_))) => {
+                anyhow::bail!("the Kubernetes API at {url} ({where_}) refused the operator: {e}")
+            }
+            Ok(Err(e)) => format!("cannot reach the Kubernetes API at {url} ({where_}): {e}"),
+            Err(_) => format!("the Kubernetes API at {url} ({where_}) did not answer within 15s"),
+        };
+        if tokio::time::Instant::now() >= deadline {
+            anyhow::bail!("{why} (tried for {}s)", patience.as_secs());
         }
-        Ok(Err(e)) => anyhow::bail!("cannot reach the Kubernetes API at {url} ({where_}): {e}"),
-        Err(_) => anyhow::bail!("the Kubernetes API at {url} ({where_}) did not answer within 15s"),
+        tracing::warn!("{why}; trying again");
+        tokio::time::sleep(Duration::from_secs(2)).await;
     }
-    Ok(client)
 }
 
 /// Resolve `host` until it has an address: etcd exits at start when its own peer name does not

@@ -8,6 +8,14 @@
 //! names, and etcd's member directory. Otherwise it exits with [`REFUSED_EXIT_CODE`] and says
 //! why in the termination message; the operator then replaces the member (removes it and adds
 //! a new one) instead of restarting it.
+//!
+//! Before judging anything, the check makes sure the pod's user may read and write everything
+//! the member uses on the volume (its root, the marker, etcd's data directory and the restore
+//! work directory), as the kernel would decide from owners and modes. Data another user wrote
+//! (root, under an earlier operator version) on a volume type the kubelet does not apply the
+//! pod's `fsGroup` to cannot be judged or used: it exits with [`INACCESSIBLE_EXIT_CODE`], and
+//! the operator restarts the member as root (`pod_security`). Never a refusal: an unreadable
+//! data directory is not an empty one.
 
 use std::path::{Path, PathBuf};
 
@@ -17,6 +25,8 @@ use serde::{Deserialize, Serialize};
 pub const CHECK_CONTAINER: &str = "check-data";
 /// Exit code of a refusal (any other failure is an ordinary crash and is retried).
 pub const REFUSED_EXIT_CODE: i32 = 3;
+/// Exit code when the pod's user cannot read and write what the member uses on its volume.
+pub const INACCESSIBLE_EXIT_CODE: i32 = 4;
 /// The marker's file name, in the volume's root (beside etcd's data directory).
 pub const MARKER_FILE: &str = "etcd-operator-member.json";
 
@@ -91,8 +101,133 @@ fn has_member_data(data_dir: &Path) -> Result<bool, String> {
     Ok(false)
 }
 
+/// Who a process is to the kernel's file permission checks.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Credentials {
+    /// Filesystem user and group ids.
+    pub uid: u32,
+    pub gid: u32,
+    /// Supplementary groups (the pod's `fsGroup` among them).
+    pub groups: Vec<u32>,
+    /// `CAP_DAC_OVERRIDE` is effective: modes do not apply (member containers drop it, so even
+    /// root is bound by them there).
+    pub dac_override: bool,
+}
+
+impl Credentials {
+    /// From `/proc/self/status`: the fourth (filesystem) ids of `Uid:` and `Gid:`, `Groups:`,
+    /// and `CapEff:`.
+    pub fn parse_status(status: &str) -> Option<Credentials> {
+        let field = |name: &str| status.lines().find_map(|l| l.strip_prefix(name)).map(str::trim);
+        let fs_id = |name: &str| field(name)?.split_whitespace().nth(3)?.parse::<u32>().ok();
+        let cap_eff = u64::from_str_radix(field("CapEff:")?, 16).ok()?;
+        Some(Credentials {
+            uid: fs_id("Uid:")?,
+            gid: fs_id("Gid:")?,
+            groups: field("Groups:").unwrap_or_default().split_whitespace().filter_map(|g| g.parse().ok()).collect(),
+            dac_override: cap_eff & (1 << 1) != 0,
+        })
+    }
+
+    pub fn of_this_process() -> Result<Credentials, String> {
+        let status =
+            std::fs::read_to_string("/proc/self/status").map_err(|e| format!("read /proc/self/status: {e}"))?;
+        Credentials::parse_status(&status).ok_or_else(|| "/proc/self/status lacks Uid, Gid or CapEff".into())
+    }
+
+    /// Read and write (and, for a directory, search), as the kernel decides from the owner,
+    /// group and mode: the owner's bits if it is the owner, else the group's if it is in the
+    /// group, else the others'.
+    pub fn may_use(&self, owner: u32, group: u32, mode: u32, dir: bool) -> bool {
+        if self.dac_override {
+            return true;
+        }
+        let bits = if owner == self.uid {
+            mode >> 6
+        } else if group == self.gid || self.groups.contains(&group) {
+            mode >> 3
+        } else {
+            mode
+        } & 0o7;
+        let need = if dir { 0o7 } else { 0o6 };
+        bits & need == need
+    }
+
+    fn describe(&self) -> String {
+        let groups: Vec<String> = self.groups.iter().map(u32::to_string).collect();
+        format!("uid {} (gid {}, groups [{}])", self.uid, self.gid, groups.join(","))
+    }
+}
+
+/// The first path of what a member uses on its volume that `who` cannot read and write, with
+/// its owner and mode: the volume's root, the marker (read), `data_dir` and the restore work
+/// directory beside it, recursively. Symbolic links are not followed (etcd makes none).
+pub fn first_inaccessible(data_dir: &Path, who: &Credentials) -> Result<Option<String>, String> {
+    let root = data_dir.parent().ok_or(format!("{} has no parent directory", data_dir.display()))?;
+    let restore_dir = root.join(Path::new(crate::backup::contract::RESTORE_WORK_DIR).file_name().unwrap_or_default());
+    // The volume's root itself (not what else lives there: lost+found, ...), and the marker.
+    if let Some(what) =
+        inaccessible(root, who, Access::ReadWrite)?.or(inaccessible(&root.join(MARKER_FILE), who, Access::Read)?)
+    {
+        return Ok(Some(what));
+    }
+    let mut todo = vec![data_dir.to_path_buf(), restore_dir];
+    while let Some(path) = todo.pop() {
+        if let Some(what) = inaccessible(&path, who, Access::ReadWrite)? {
+            return Ok(Some(what));
+        }
+        if std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir()) {
+            let entries = std::fs::read_dir(&path).map_err(|e| format!("read {}: {e}", path.display()))?;
+            for e in entries {
+                todo.push(e.map_err(|e| format!("read {}: {e}", path.display()))?.path());
+            }
+        }
+    }
+    Ok(None)
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Access {
+    Read,
+    ReadWrite,
+}
+
+/// `path` exists and `who` may not use it so: what, with its owner and mode.
+fn inaccessible(path: &Path, who: &Credentials, access: Access) -> Result<Option<String>, String> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_symlink() => return Ok(None),
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(format!("cannot look at {}: {e}", path.display())),
+    };
+    // Read only: as if every write bit were set.
+    let mode = if access == Access::Read { meta.mode() | 0o222 } else { meta.mode() };
+    if who.may_use(meta.uid(), meta.gid(), mode, meta.is_dir()) {
+        return Ok(None);
+    }
+    Ok(Some(format!(
+        "{} cannot {} {} (owner {}:{}, mode {:o})",
+        who.describe(),
+        if access == Access::Read { "read" } else { "read and write" },
+        path.display(),
+        meta.uid(),
+        meta.gid(),
+        meta.mode() & 0o7777
+    )))
+}
+
 /// Run the check; `Err((code, message))` to exit with.
 pub fn check(args: &CheckArgs) -> Result<String, (i32, String)> {
+    let who = Credentials::of_this_process().map_err(|e| (1, e))?;
+    if let Some(what) = first_inaccessible(&args.data_dir, &who).map_err(|e| (1, e))? {
+        return Err((INACCESSIBLE_EXIT_CODE, what));
+    }
+    check_as(args)
+}
+
+/// The check, once the volume is known to be usable.
+fn check_as(args: &CheckArgs) -> Result<String, (i32, String)> {
     let root = args.data_dir.parent().ok_or((1, format!("{} has no parent directory", args.data_dir.display())))?;
     let marker_path = root.join(MARKER_FILE);
     let found = match std::fs::read(&marker_path) {
@@ -173,6 +308,99 @@ mod tests {
         let (code, why) = check(&args(true)).unwrap_err();
         assert_eq!(code, REFUSED_EXIT_CODE);
         assert!(why.contains("emptied"), "{why}");
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    fn who(uid: u32, gid: u32, groups: &[u32]) -> Credentials {
+        Credentials { uid, gid, groups: groups.to_vec(), dac_override: false }
+    }
+
+    #[test]
+    fn credentials_are_the_filesystem_ids_groups_and_dac_override() {
+        let status = "Name:\tx\nUid:\t65532\t65532\t65532\t65532\nGid:\t65532\t65532\t65532\t65532\nGroups:\t65532 7 \nCapEff:\t0000000000000000\n";
+        assert_eq!(Credentials::parse_status(status), Some(who(65532, 65532, &[65532, 7])));
+        let root = "Uid:\t0\t0\t0\t0\nGid:\t0\t0\t0\t0\nGroups:\t \nCapEff:\t000001fffeffffff\n";
+        let c = Credentials::parse_status(root).unwrap();
+        assert!(c.dac_override && c.groups.is_empty());
+        assert_eq!(Credentials::parse_status("Uid:\t0\t0\t0\t0\n"), None);
+    }
+
+    /// The kernel's rule: the owner's bits for the owner (even when the group's would allow
+    /// more), the group's for a member of the group, else the others'; root without
+    /// CAP_DAC_OVERRIDE (member containers drop it) is bound by them like anyone.
+    #[test]
+    fn access_follows_owner_then_group_then_others() {
+        let nonroot = who(65532, 65532, &[65532]);
+        let rootless_root = who(0, 0, &[]);
+        let table: &[(&Credentials, u32, u32, u32, bool, bool)] = &[
+            // who, owner, group, mode, dir, usable
+            (&nonroot, 65532, 65532, 0o600, false, true),
+            (&nonroot, 65532, 65532, 0o700, true, true),
+            (&nonroot, 65532, 0, 0o500, true, false),
+            // Written by root, no fsGroup: etcd's 0700/0600 modes shut everyone else out.
+            (&nonroot, 0, 0, 0o700, true, false),
+            (&nonroot, 0, 0, 0o600, false, false),
+            // Written by root, the kubelet applied fsGroup 65532 (group rw, setgid directories).
+            (&nonroot, 0, 65532, 0o2770, true, true),
+            (&nonroot, 0, 65532, 0o660, false, true),
+            (&nonroot, 0, 65532, 0o640, false, false),
+            // A devkit volume's root: 0777.
+            (&nonroot, 0, 0, 0o777, true, true),
+            (&nonroot, 65532, 0, 0o077, false, false),
+            (&rootless_root, 0, 0, 0o700, true, true),
+            (&rootless_root, 65532, 65532, 0o600, false, false),
+        ];
+        for (w, owner, group, mode, dir, usable) in table {
+            assert_eq!(w.may_use(*owner, *group, *mode, *dir), *usable, "{w:?} on {owner}:{group} {mode:o}");
+        }
+        assert!(Credentials { dac_override: true, ..rootless_root }.may_use(65532, 65532, 0, true));
+    }
+
+    /// The walk covers the volume's root, the marker (read), etcd's data directory and the
+    /// restore work directory, to the last file; not what else lives on the volume. Another
+    /// user than the files' owner stands in for the pod's user.
+    #[test]
+    fn the_first_inaccessible_path_is_named_with_its_owner_and_mode() {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let root = std::env::temp_dir().join(format!("eo-access-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(root.join("data/member/wal")).unwrap();
+        std::fs::create_dir_all(root.join("lost+found")).unwrap();
+        std::fs::write(root.join("data/member/wal/0.wal"), b"x").unwrap();
+        std::fs::write(root.join(MARKER_FILE), b"{}").unwrap();
+        let chmod =
+            |p: &str, m: u32| std::fs::set_permissions(root.join(p), std::fs::Permissions::from_mode(m)).unwrap();
+        let meta = std::fs::metadata(&root).unwrap();
+        let (me, my_group) = (meta.uid(), meta.gid());
+        let other = who(me.wrapping_add(1), my_group.wrapping_add(1), &[]);
+        let in_group = who(me.wrapping_add(1), my_group.wrapping_add(1), &[my_group]);
+        let data = root.join("data");
+        for p in ["", "data", "data/member", "data/member/wal"] {
+            chmod(p, 0o770);
+        }
+        chmod("data/member/wal/0.wal", 0o660);
+        chmod(MARKER_FILE, 0o640);
+        chmod("lost+found", 0o700);
+        assert_eq!(first_inaccessible(&data, &in_group).unwrap(), None, "group access is enough");
+        let what = first_inaccessible(&data, &other).unwrap().expect("no access for others");
+        assert!(what.contains(&format!("cannot read and write {} ", root.display())), "{what}");
+        chmod("", 0o777);
+        let what = first_inaccessible(&data, &other).unwrap().unwrap();
+        assert!(what.contains(&format!("cannot read {}", root.join(MARKER_FILE).display())), "{what}");
+        chmod(MARKER_FILE, 0o644);
+        let what = first_inaccessible(&data, &other).unwrap().unwrap();
+        assert!(what.contains("data") && what.contains("mode 770"), "{what}");
+        for p in ["data", "data/member", "data/member/wal"] {
+            chmod(p, 0o777);
+        }
+        let what = first_inaccessible(&data, &other).unwrap().unwrap();
+        assert!(what.ends_with(&format!("0.wal (owner {me}:{my_group}, mode 660)")), "{what}");
+        chmod("data/member/wal/0.wal", 0o666);
+        assert_eq!(first_inaccessible(&data, &other).unwrap(), None, "lost+found is not the member's");
+        std::fs::create_dir_all(root.join("restore/data")).unwrap();
+        chmod("restore", 0o777);
+        chmod("restore/data", 0o700);
+        assert!(first_inaccessible(&data, &other).unwrap().unwrap().contains("restore/data"));
         std::fs::remove_dir_all(&root).unwrap();
     }
 }

@@ -50,6 +50,14 @@ pub const SERVING_LABEL: &str = "etcd.database.coreos.com/serving";
 pub const DRAINED_AT_ANNOTATION: &str = "etcd.database.coreos.com/drained-at";
 /// Pod annotation: `Desired::pod_hash` of the spec the pod was made from.
 pub const POD_SPEC_HASH_ANNOTATION: &str = "etcd.database.coreos.com/pod-spec-hash";
+/// PVC annotation: who the member's data belongs to when the default non-root user could not
+/// use it. [`ROOT_DATA_OWNER`]: the volume holds data written as root that uid 65532 cannot read
+/// or write (its volume type does not apply `fsGroup`), so the member runs as root (see
+/// `pod_security`). Written by the operator only; removing it (after making the data the
+/// non-root user's) moves the member to the default at its next restart.
+pub const DATA_OWNER_ANNOTATION: &str = "etcd.database.coreos.com/data-owner";
+/// [`DATA_OWNER_ANNOTATION`]'s value for root.
+pub const ROOT_DATA_OWNER: &str = "0";
 /// Longest EtcdCluster name: `<name>-client` must be a 63-character DNS label.
 pub const MAX_CLUSTER_NAME: usize = etcd_operator_api::validation_rules::MAX_CLUSTER_NAME;
 /// Length of the random member suffix.

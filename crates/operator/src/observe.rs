@@ -47,19 +47,19 @@ fn owned_by<K: kube::Resource>(obj: &K, cluster: &EtcdCluster) -> bool {
         && obj.owner_references().iter().any(|o| Some(o.uid.as_str()) == uid)
 }
 
-/// The member data check's refusal, from its init container: it ended with the refusal code
-/// now, or is waiting to retry after doing so. A check that passed since (running, exit 0) is no
-/// refusal, whatever it said before.
-fn volume_refusal(inits: &[ContainerStatus]) -> Option<String> {
-    use crate::member_volume::{CHECK_CONTAINER, REFUSED_EXIT_CODE};
+/// The member data check's verdict `code` (a refusal, or data the pod's user cannot use), from
+/// its init container: it ended with that code now, or is waiting to retry after doing so. A
+/// check that passed since (running, exit 0) is no such verdict, whatever it said before.
+fn data_check_exit(inits: &[ContainerStatus], code: i32) -> Option<String> {
+    use crate::member_volume::CHECK_CONTAINER;
     let s = inits.iter().find(|s| s.name == CHECK_CONTAINER)?;
     let state = s.state.as_ref()?;
-    let refused = |t: &k8s_openapi::api::core::v1::ContainerStateTerminated| {
-        (t.exit_code == REFUSED_EXIT_CODE).then(|| t.message.clone().unwrap_or_else(|| "refused".into()))
+    let ended = |t: &k8s_openapi::api::core::v1::ContainerStateTerminated| {
+        (t.exit_code == code).then(|| t.message.clone().unwrap_or_else(|| format!("exit code {code}")))
     };
     let why = match (&state.terminated, &state.waiting) {
-        (Some(t), _) => refused(t),
-        (None, Some(_)) => s.last_state.as_ref()?.terminated.as_ref().and_then(refused),
+        (Some(t), _) => ended(t),
+        (None, Some(_)) => s.last_state.as_ref()?.terminated.as_ref().and_then(ended),
         _ => None,
     }?;
     Some(why.trim().to_string())
@@ -107,7 +107,8 @@ pub fn pod_state(p: &Pod, now: k8s_openapi::jiff::Timestamp) -> PodState {
         image: etcd_container.and_then(|c| c.image.clone()).unwrap_or_default(),
         spec_hash: p.annotations().get(naming::POD_SPEC_HASH_ANNOTATION).cloned(),
         problem: problem_of(&inits).or_else(|| problem_of(&containers)).or_else(|| unschedulable(p, now)),
-        volume_refused: volume_refusal(&inits),
+        volume_refused: data_check_exit(&inits, crate::member_volume::REFUSED_EXIT_CODE),
+        data_inaccessible: data_check_exit(&inits, crate::member_volume::INACCESSIBLE_EXIT_CODE),
         initial_cluster: etcd_container
             .and_then(|c| c.command.as_deref())
             .map(initial_cluster_names)
@@ -170,6 +171,7 @@ pub fn pvc_state(v: &PersistentVolumeClaim) -> Option<PvcState> {
             .as_ref()
             .and_then(|s| s.resources.as_ref()?.requests.as_ref()?.get("storage"))
             .map(|q| q.0.clone()),
+        root_data: v.annotations().get(naming::DATA_OWNER_ANNOTATION).is_some_and(|o| o == naming::ROOT_DATA_OWNER),
         name,
     })
 }
@@ -426,6 +428,53 @@ mod tests {
             c.metadata.annotations = Some([(LAST_VALID_SPEC_ANNOTATION.to_string(), j.to_string())].into());
         }
         c
+    }
+
+    /// The data check's two verdicts are told apart by exit code, now or in the last state
+    /// while the container waits to run again; a check that passed since is neither; the PVC's
+    /// data-owner mark reads as root's data only for "0".
+    #[test]
+    fn the_data_checks_verdicts_and_the_root_data_mark_are_read() {
+        use k8s_openapi::api::core::v1::{ContainerState, ContainerStateTerminated, ContainerStateWaiting};
+        let ended = |code: i32| ContainerState {
+            terminated: Some(ContainerStateTerminated {
+                exit_code: code,
+                message: Some(format!("said {code}\n")),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let waiting = ContainerState { waiting: Some(ContainerStateWaiting::default()), ..Default::default() };
+        let check = |state: ContainerState, last: Option<ContainerState>| {
+            vec![ContainerStatus {
+                name: crate::member_volume::CHECK_CONTAINER.into(),
+                state: Some(state),
+                last_state: last,
+                ..Default::default()
+            }]
+        };
+        use crate::member_volume::{INACCESSIBLE_EXIT_CODE as NO_ACCESS, REFUSED_EXIT_CODE as REFUSED};
+        for (inits, refused, no_access) in [
+            (check(ended(3), None), Some("said 3"), None),
+            (check(ended(4), None), None, Some("said 4")),
+            (check(waiting.clone(), Some(ended(4))), None, Some("said 4")),
+            (check(waiting, Some(ended(1))), None, None),
+            (check(ended(0), Some(ended(4))), None, None),
+        ] {
+            assert_eq!(data_check_exit(&inits, REFUSED).as_deref(), refused, "{inits:?}");
+            assert_eq!(data_check_exit(&inits, NO_ACCESS).as_deref(), no_access, "{inits:?}");
+        }
+        let pvc = |owner: Option<&str>| PersistentVolumeClaim {
+            metadata: kube::api::ObjectMeta {
+                name: Some("ex-a-data".into()),
+                annotations: owner.map(|o| [(naming::DATA_OWNER_ANNOTATION.to_string(), o.to_string())].into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        assert!(pvc_state(&pvc(Some("0"))).unwrap().root_data);
+        assert!(!pvc_state(&pvc(Some("65532"))).unwrap().root_data);
+        assert!(!pvc_state(&pvc(None)).unwrap().root_data);
     }
 
     /// Whether the default version applies is a property of the spec planned from: a refused

@@ -123,6 +123,9 @@ pub struct PodState {
     pub drained_secs: Option<i64>,
     /// The member's data check refused its volume (it does not hold this member's data): why.
     pub volume_refused: Option<String>,
+    /// The member's data check found data on its volume that the pod's user cannot read or
+    /// write (`member_volume::INACCESSIBLE_EXIT_CODE`): what.
+    pub data_inaccessible: Option<String>,
     /// Member names in the pod's `--initial-cluster` (what etcd was told at its first start).
     pub initial_cluster: Vec<String>,
     /// Seconds since deletion was requested, while the pod is terminating.
@@ -145,6 +148,9 @@ pub struct PvcState {
     pub bootstrap: bool,
     /// The storage it requests (a Kubernetes quantity).
     pub storage: Option<String>,
+    /// Marked as holding data only root can use (`naming::DATA_OWNER_ANNOTATION`): its member
+    /// runs as root.
+    pub root_data: bool,
 }
 
 /// A backup a recovery can start from.

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use etcd_operator_api::EtcdCluster;
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, ContainerPort, EmptyDirVolumeSource, HTTPGetAction, PersistentVolumeClaim,
+    Container, ContainerPort, EmptyDirVolumeSource, HTTPGetAction, PersistentVolumeClaim,
     PersistentVolumeClaimVolumeSource, Pod, PodAffinityTerm, PodAntiAffinity, PodSpec, Probe, SecurityContext, Service,
     ServicePort, ServiceSpec, Volume, VolumeMount,
 };
@@ -210,15 +210,15 @@ pub fn member_pod(c: &EtcdCluster, d: &Desired, m: &NewMember, init_image: &str)
     labels.extend(serving_labels(c));
     let mut annotations = d.pod.annotations.clone();
     annotations.insert(VERSION_ANNOTATION.into(), m.version.to_string());
-    annotations.insert(naming::POD_SPEC_HASH_ANNOTATION.into(), d.pod_hash());
+    annotations.insert(naming::POD_SPEC_HASH_ANNOTATION.into(), d.pod_hash_for(m.root_data));
     if m.bootstrap {
         annotations.insert(BOOTSTRAP_ANNOTATION.into(), "true".into());
     }
-    let locked_down = SecurityContext {
-        allow_privilege_escalation: Some(false),
-        capabilities: Some(Capabilities { drop: Some(vec!["ALL".into()]), ..Default::default() }),
-        ..Default::default()
-    };
+    // Who the pod runs as (`pod_security`): by default non-root and `restricted`; as root where
+    // the member's volume holds data only root can use; as `spec.pod.securityContext` says.
+    let profile = crate::pod_security::profile(d, m.root_data);
+    let pod_security = profile.pod_context();
+    let locked_down = profile.container_context();
     // etcd resolves its own peer name at start and gives up after 30 s. With the cluster domain
     // in the name, the kubelet's /etc/hosts of the pod answers at once. Without it the name
     // needs cluster DNS, which publishes it only after the pod has an IP: an init container
@@ -236,7 +236,7 @@ pub fn member_pod(c: &EtcdCluster, d: &Desired, m: &NewMember, init_image: &str)
         ]),
         security_context: Some(SecurityContext {
             run_as_non_root: Some(true),
-            run_as_user: Some(65532),
+            run_as_user: Some(crate::pod_security::NONROOT),
             read_only_root_filesystem: Some(true),
             ..locked_down.clone()
         }),
@@ -279,7 +279,7 @@ pub fn member_pod(c: &EtcdCluster, d: &Desired, m: &NewMember, init_image: &str)
     let mut volumes = Vec::new();
     // A volume must prove it holds this member's data before the member (re)starts on it.
     if m.pvc {
-        init_containers.push(check_data(c, m, init_image, &data_mount, &locked_down, d.pod.security_context.as_ref()));
+        init_containers.push(check_data(c, m, init_image, &data_mount, profile));
     }
     // A recovered cluster's first member starts from its seed; a restored cluster's bootstrap
     // members from the backup; later members join.
@@ -318,7 +318,7 @@ pub fn member_pod(c: &EtcdCluster, d: &Desired, m: &NewMember, init_image: &str)
                 member: &member,
                 data_mount: &data_mount,
                 data_dir: DATA_DIR,
-                pod_security: d.pod.security_context.as_ref(),
+                profile,
             },
         );
         init_containers.extend(containers);
@@ -412,7 +412,7 @@ pub fn member_pod(c: &EtcdCluster, d: &Desired, m: &NewMember, init_image: &str)
             affinity,
             topology_spread_constraints: spread,
             tolerations: (!d.pod.tolerations.is_empty()).then(|| d.pod.tolerations.clone()),
-            security_context: d.pod.security_context.clone(),
+            security_context: pod_security,
             termination_grace_period_seconds: Some(30),
             ..Default::default()
         }),
@@ -421,14 +421,14 @@ pub fn member_pod(c: &EtcdCluster, d: &Desired, m: &NewMember, init_image: &str)
 }
 
 /// The member data check (see `member_volume`), as the etcd container's user so that it may
-/// write the marker where etcd writes its data.
+/// write the marker where etcd writes its data, and so that what it finds accessible is what
+/// etcd will find accessible.
 fn check_data(
     c: &EtcdCluster,
     m: &NewMember,
     init_image: &str,
     data_mount: &VolumeMount,
-    locked_down: &SecurityContext,
-    pod_security: Option<&k8s_openapi::api::core::v1::PodSecurityContext>,
+    profile: crate::pod_security::Profile<'_>,
 ) -> Container {
     let mut command = vec![
         crate::OPERATOR_NAME.to_string(),
@@ -440,14 +440,13 @@ fn check_data(
     if m.restart {
         command.push("--expect-data".into());
     }
-    let user = if pod_security.and_then(|s| s.run_as_user).is_some() { None } else { Some(0) };
     Container {
         name: crate::member_volume::CHECK_CONTAINER.into(),
         image: Some(init_image.into()),
         image_pull_policy: Some("IfNotPresent".into()),
         command: Some(command),
         volume_mounts: Some(vec![data_mount.clone()]),
-        security_context: Some(SecurityContext { run_as_user: user, ..locked_down.clone() }),
+        security_context: Some(SecurityContext { run_as_user: profile.data_writer(), ..profile.container_context() }),
         ..Default::default()
     }
 }

@@ -27,6 +27,7 @@ fn member(existing: bool, pvc: bool) -> NewMember {
         bootstrap: !existing,
         restart: false,
         seed: None,
+        root_data: false,
     }
 }
 
@@ -261,4 +262,120 @@ fn members_of_etcd_with_the_broken_health_exclude_probe_readiness_with_a_read() 
             assert_eq!(probe.http_get.unwrap().path.as_deref(), Some(HEALTH_PATH));
         }
     }
+}
+
+/// Every kind of member pod the operator makes, under `spec`: emptyDir and PVC, first start and
+/// restart on the volume, with the DNS wait, restored from a backup, seeded from a survivor.
+fn every_kind_of_member_pod(yaml_spec: &str, root_data: bool) -> Vec<(String, Pod)> {
+    let (c, d) = cluster(yaml_spec);
+    let mut pods = vec![];
+    for pvc in [false, true] {
+        let mut m = member(true, pvc);
+        m.root_data = root_data;
+        pods.push((format!("pvc={pvc}"), member_pod(&c, &d, &m, "op:1")));
+        m.restart = true;
+        pods.push((format!("pvc={pvc}, restart"), member_pod(&c, &d, &m, "op:1")));
+        m.restart = false;
+        m.seed = Some(Seed::Member {
+            pod: "ex-a".into(),
+            client_url: "http://10.0.0.5:2379".into(),
+            cluster_id: 0xabc,
+            member_id: 0x12,
+        });
+        pods.push((format!("pvc={pvc}, seeded"), member_pod(&c, &d, &m, "op:1")));
+    }
+    let restore = "\nrestore: {backupStorageType: S3, s3: {path: b/k, awsSecret: aws}, sha256: \
+        abababababababababababababababababababababababababababababababab}";
+    let (c, d) = cluster(&format!("{yaml_spec}{restore}"));
+    let mut m = member(false, d.pod.persistent_volume_claim_spec.is_some());
+    m.root_data = root_data;
+    pods.push(("restored".into(), member_pod(&c, &d, &m, "op:1")));
+    pods
+}
+
+const PVC_SPEC: &str = "size: 3\nversion: 3.5.1\npod:\n  persistentVolumeClaimSpec:\n    accessModes: [ReadWriteOnce]\n    resources: {requests: {storage: 1Gi}}";
+const TLS: &str = "\nTLS: {static: {member: {peerSecret: p, serverSecret: s}, operatorSecret: o}}";
+
+/// Without a securityContext, every member pod passes the Pod Security Standard `restricted`:
+/// every container, init containers included (the data check, the restore steps in the
+/// operator's and in etcd's image, the DNS wait), runs as the non-root user with no privilege
+/// escalation, no capability, RuntimeDefault seccomp and a read-only root filesystem.
+#[test]
+fn without_a_security_context_every_member_pod_passes_restricted() {
+    for spec in ["size: 3\nversion: 3.5.1", PVC_SPEC, &format!("{PVC_SPEC}{TLS}")] {
+        for (kind, pod) in every_kind_of_member_pod(spec, false) {
+            let s = pod.spec.clone().unwrap();
+            let v = crate::pod_security::restricted::violations(&s);
+            assert!(v.is_empty(), "{kind} ({spec}): {v:?}");
+            let sc = s.security_context.clone().unwrap();
+            assert_eq!((sc.run_as_user, sc.fs_group), (Some(65532), Some(65532)), "{kind}");
+            let containers = s.init_containers.iter().flatten().chain(s.containers.iter());
+            let mut names = vec![];
+            for c in containers {
+                let csc = c.security_context.clone().unwrap();
+                assert_eq!(csc.read_only_root_filesystem, Some(true), "{kind}: {}", c.name);
+                assert_ne!(csc.run_as_user, Some(0), "{kind}: {}", c.name);
+                names.push(c.name.clone());
+            }
+            if kind.contains("pvc=true") {
+                assert!(names.contains(&crate::member_volume::CHECK_CONTAINER.to_string()), "{kind}: {names:?}");
+            }
+            if kind.contains("seeded") || kind == "restored" {
+                assert!(names.contains(&"restore-snapshot".to_string()), "{kind}: {names:?}");
+            }
+            let hash = &pod.metadata.annotations.as_ref().unwrap()[naming::POD_SPEC_HASH_ANNOTATION];
+            let (_, d) = cluster(spec);
+            assert_eq!(*hash, d.pod_hash(), "{kind}");
+        }
+    }
+}
+
+/// A member whose volume is marked as holding root's data gets the pod of earlier versions:
+/// no pod securityContext (etcd runs as its image's user, root), the data containers as root,
+/// every capability still dropped; and the hash of earlier versions, so it is not rolled.
+/// `restricted` refuses it (said here, so that nobody believes otherwise).
+#[test]
+fn a_member_on_roots_data_runs_as_root_as_before() {
+    for (kind, pod) in every_kind_of_member_pod(PVC_SPEC, true) {
+        let s = pod.spec.clone().unwrap();
+        assert_eq!(s.security_context, None, "{kind}");
+        for c in s.init_containers.iter().flatten().filter(|c| c.name != "wait-dns") {
+            assert_eq!(c.security_context.as_ref().unwrap().run_as_user, Some(0), "{kind}: {}", c.name);
+        }
+        let etcd = s.containers[0].security_context.clone().unwrap();
+        assert_eq!(etcd.run_as_user, None);
+        assert_eq!(etcd.capabilities.unwrap().drop.unwrap(), ["ALL"]);
+        assert_eq!(etcd.allow_privilege_escalation, Some(false));
+        let v = crate::pod_security::restricted::violations(&s);
+        assert!(v.iter().any(|v| v.starts_with("Running as Non-root")), "{kind}: {v:?}");
+        let (_, d) = cluster(PVC_SPEC);
+        assert_eq!(pod.metadata.annotations.as_ref().unwrap()[naming::POD_SPEC_HASH_ANNOTATION], d.pod_hash_for(true));
+    }
+}
+
+/// A securityContext of the user's is the pod's, as given (CoreOS); the containers keep the
+/// shape of earlier versions (the data check and restore steps as the pod's user when it names
+/// one), and the root-data mark changes nothing. One that follows `restricted` passes it.
+#[test]
+fn a_users_security_context_is_the_pods_as_given() {
+    let given = "\n  securityContext: {runAsNonRoot: true, runAsUser: 1000, runAsGroup: 1000, fsGroup: 1000, seccompProfile: {type: RuntimeDefault}}";
+    let spec = format!("{PVC_SPEC}{given}");
+    let (_, d) = cluster(&spec);
+    for root_data in [false, true] {
+        for (kind, pod) in every_kind_of_member_pod(&spec, root_data) {
+            let s = pod.spec.clone().unwrap();
+            assert_eq!(s.security_context.as_ref(), d.pod.security_context.as_ref(), "{kind}");
+            for c in s.init_containers.iter().flatten().filter(|c| c.name != "wait-dns") {
+                assert_eq!(c.security_context.as_ref().unwrap().run_as_user, None, "{kind}: {}", c.name);
+            }
+            let v = crate::pod_security::restricted::violations(&s);
+            assert!(v.is_empty(), "{kind}: {v:?}");
+        }
+    }
+    // Only a user: the containers still drop everything; etcd's root filesystem stays writable
+    // (as before: the user chose the settings).
+    let (c, d) = cluster(&format!("{PVC_SPEC}\n  securityContext: {{runAsUser: 0}}"));
+    let s = member_pod(&c, &d, &member(true, true), "op:1").spec.unwrap();
+    assert_eq!(s.security_context.unwrap().run_as_user, Some(0));
+    assert_eq!(s.containers[0].security_context.clone().unwrap().read_only_root_filesystem, None);
 }

@@ -34,12 +34,6 @@ impl Target<'_> {
         let revision = etcd::revision(&endpoints, self.endpoints.tls()).await?;
         let compact_to = (revision - r.keep_revisions.unwrap_or(0)).max(1);
         etcd::compact(&endpoints, self.endpoints.tls(), compact_to).await?;
-        let now = k8s_openapi::jiff::Timestamp::now().to_string();
-        let mark = format!("{revision} {now}");
-        let patch = serde_json::json!({"metadata": {"annotations": {naming::NOSPACE_RECOVERY_ANNOTATION: mark}}});
-        Api::<EtcdCluster>::namespaced(self.client.clone(), &self.ns())
-            .patch(&self.cluster.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
-            .await?;
         // etcd refuses writes while its database *file* is at the quota: the space compaction
         // freed returns to the disk only by defragmenting. (Every member: what a member reports
         // in use lags its compaction until its next commit.)
@@ -60,6 +54,14 @@ impl Target<'_> {
         }
         let what = format!("compacted to revision {compact_to}; defragmented {}", sizes.join(", "));
         if in_use >= r.disarm_below_bytes {
+            // Marked only once the attempt ran to the end: an attempt that failed half-way
+            // (an error above) is retried, not taken for "the keys do not fit".
+            let now = k8s_openapi::jiff::Timestamp::now().to_string();
+            let mark = format!("{revision} {now}");
+            let patch = serde_json::json!({"metadata": {"annotations": {naming::NOSPACE_RECOVERY_ANNOTATION: mark}}});
+            Api::<EtcdCluster>::namespaced(self.client.clone(), &self.ns())
+                .patch(&self.cluster.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
+                .await?;
             return Ok(Done {
                 defragmented,
                 ..done(

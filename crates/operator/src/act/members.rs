@@ -4,7 +4,7 @@
 use etcd_operator_api::EtcdCluster;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 
 use super::{Error, Target, ignore_404};
 use crate::naming;
@@ -69,6 +69,17 @@ impl Target<'_> {
                 left.join(", ")
             )));
         }
+        Ok(())
+    }
+
+    /// Marks the member's volume as holding data only root can use (`pod_security`).
+    pub(super) async fn mark_root_data(&self, pod: &str) -> Result<(), Error> {
+        let patch = serde_json::json!({"metadata": {"annotations": {
+            naming::DATA_OWNER_ANNOTATION: naming::ROOT_DATA_OWNER,
+        }}});
+        Api::<PersistentVolumeClaim>::namespaced(self.client.clone(), &self.ns())
+            .patch(&naming::pvc_name(pod), &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
         Ok(())
     }
 

@@ -59,7 +59,9 @@ pub struct Done {
 impl Done {
     /// Done, but the cluster still needs a person (reported as a Warning Event).
     pub fn is_warning(&self) -> bool {
-        self.reason == "NoSpaceNotRecovered"
+        // A member running as root where the default is non-root: someone may want to make
+        // its data the non-root user's.
+        matches!(self.reason, "NoSpaceNotRecovered" | "MemberRunsAsRoot")
     }
 }
 
@@ -272,6 +274,23 @@ pub async fn execute(t: &Target<'_>, step: &Step) -> Result<Option<Done>, Error>
                 .patch(pod, &PatchParams::default(), &Patch::Merge(&patch))
                 .await?;
             done("MemberDrained", format!("member {pod} taken out of the client Service before it leaves"))
+        }
+        Step::RestartAsRoot { pod, why } => {
+            // The mark first: the pod made next reads it (a pod made before the cache shows it
+            // runs as the default again, fails the same check and comes back here).
+            t.mark_root_data(pod).await?;
+            t.delete_pod(pod, false).await?;
+            Done {
+                reason: "MemberRunsAsRoot",
+                note: format!(
+                    "member {pod} restarts as root on its volume {} (marked {}={}): {why}",
+                    naming::pvc_name(pod),
+                    naming::DATA_OWNER_ANNOTATION,
+                    naming::ROOT_DATA_OWNER
+                ),
+                deleted: vec![pod.clone()],
+                ..Default::default()
+            }
         }
         Step::DeletePod { pod, why, keep_volume } => {
             t.delete_pod(pod, !keep_volume).await?;

@@ -16,7 +16,7 @@ pub use super::contract::{BACKUP_LABEL, BACKUP_OF_LABEL, RESTORE_LABEL};
 use super::contract::{CREDENTIALS_MOUNT, PVC_MOUNT, StorageArgs};
 use super::location::{Kind, Location};
 
-const NONROOT: i64 = 65532;
+const NONROOT: i64 = crate::pod_security::NONROOT;
 
 /// The Secret holding credentials for `kind`, if the spec names one.
 pub fn credentials_secret(kind: Kind, source: &BackupSource) -> Option<String> {
@@ -264,6 +264,53 @@ mod tests {
         // The upload keeps up to 4 parts of 16 MiB in flight: the limit leaves room for them.
         let limit = crate::volume_size::parse_quantity(&r.limits.unwrap()["memory"].0).unwrap();
         assert!(limit >= 4 * (16 << 20) * 2, "memory limit {limit} too tight for the upload");
+    }
+
+    /// Backup and verify pods to an object store pass the Pod Security Standard `restricted`,
+    /// with a clientTLSSecret too. To a PVC they run as root (the claim's owner is unknown), which
+    /// `restricted` refuses: said here so that nobody believes otherwise.
+    #[test]
+    fn object_store_job_pods_pass_restricted_and_pvc_ones_do_not() {
+        let (loc, source) = s3();
+        for writes in [true, false] {
+            let mut p = job_pod(JobPod {
+                name: "b-1".into(),
+                namespace: "ns".into(),
+                labels: BTreeMap::new(),
+                owner: OwnerReference::default(),
+                image: "op:1",
+                command: vec!["etcd-operator".into()],
+                loc: &loc,
+                source: &source,
+                deadline_secs: 60,
+                writes,
+            });
+            let v = crate::pod_security::restricted::violations(p.spec.as_ref().unwrap());
+            assert!(v.is_empty(), "{v:?}");
+            mount_client_tls(&mut p, "op-tls");
+            let spec = p.spec.unwrap();
+            assert!(crate::pod_security::restricted::violations(&spec).is_empty());
+            assert_eq!(spec.security_context.unwrap().fs_group, Some(NONROOT), "reads the 0440 Secret");
+        }
+        let source = BackupSource {
+            pvc: Some(PvcSource { claim_name: "backups".into(), path: "e.db".into() }),
+            ..Default::default()
+        };
+        let loc = Location::of("PVC", &source).unwrap();
+        let p = job_pod(JobPod {
+            name: "b-1".into(),
+            namespace: "ns".into(),
+            labels: BTreeMap::new(),
+            owner: OwnerReference::default(),
+            image: "op:1",
+            command: vec!["etcd-operator".into()],
+            loc: &loc,
+            source: &source,
+            deadline_secs: 60,
+            writes: true,
+        });
+        let v = crate::pod_security::restricted::violations(p.spec.as_ref().unwrap());
+        assert!(v.iter().any(|v| v.starts_with("Running as Non-root")), "{v:?}");
     }
 
     #[test]

@@ -11,15 +11,17 @@
 //!
 //! Each is idempotent (the kubelet re-runs only a failed init container; a new pod sandbox
 //! re-runs all three): on a member that already has data, nothing is fetched, restored or moved.
-//! They run as the etcd container's user (root unless the pod's security context says
-//! otherwise) so that etcd owns its files.
+//! They run as the etcd container's user (`pod_security`: the default non-root user, root for
+//! a member whose volume holds root's data, or as the user's securityContext says) so that etcd
+//! owns its files.
 
 use etcd_operator_api::backup::BackupSource;
-use k8s_openapi::api::core::v1::{Container, EnvVar, PodSecurityContext, Volume, VolumeMount};
+use k8s_openapi::api::core::v1::{Container, EnvVar, Volume, VolumeMount};
 
 use super::contract::{MemberRestore, RESTORE_WORK_DIR, RESTORED_DIR, SNAPSHOT_FILE, STEP_BINARY};
 use super::location::Location;
 use super::pods::{locked_down, storage_args, storage_volumes};
+use crate::pod_security::Profile;
 use crate::version::Version;
 
 /// Where a restored member's snapshot comes from.
@@ -42,11 +44,14 @@ pub struct RestoreInit<'a> {
     pub member: &'a MemberRestore,
     pub data_mount: &'a VolumeMount,
     pub data_dir: &'a str,
-    pub pod_security: Option<&'a PodSecurityContext>,
+    /// The member pod's security profile.
+    pub profile: Profile<'a>,
 }
 
 pub fn restore_init_containers(from: SnapshotSource<'_>, r: &RestoreInit<'_>) -> (Vec<Container>, Vec<Volume>) {
-    let user = if r.pod_security.and_then(|s| s.run_as_user).is_some() { None } else { Some(0) };
+    // Read-only root filesystems in every profile: `etcdutl`/`etcdctl snapshot restore` and the
+    // operator's steps write only under the data volume.
+    let security = locked_down(r.profile.data_writer());
     let snapshot = format!("{RESTORE_WORK_DIR}/{SNAPSHOT_FILE}");
     let output = format!("{RESTORE_WORK_DIR}/{RESTORED_DIR}");
     let (volumes, mounts, mut prepare) = match from {
@@ -128,7 +133,7 @@ pub fn restore_init_containers(from: SnapshotSource<'_>, r: &RestoreInit<'_>) ->
         command: Some(command),
         volume_mounts: Some(mounts),
         termination_message_policy: Some("FallbackToLogsOnError".into()),
-        security_context: Some(locked_down(user)),
+        security_context: Some(security.clone()),
         ..Default::default()
     };
     let mut etcd_restore = container("restore-snapshot", r.etcd_image, restore, vec![r.data_mount.clone()]);
@@ -147,6 +152,7 @@ pub fn restore_init_containers(from: SnapshotSource<'_>, r: &RestoreInit<'_>) ->
 mod tests {
     use super::*;
     use etcd_operator_api::backup::S3Source;
+    use k8s_openapi::api::core::v1::PodSecurityContext;
 
     fn s3() -> (Location, BackupSource) {
         let source = BackupSource {
@@ -178,7 +184,7 @@ mod tests {
             member: &m,
             data_mount: &data_mount,
             data_dir: "/var/etcd/data",
-            pod_security: None,
+            profile: Profile::Root,
         };
         let (c, vols) =
             restore_init_containers(SnapshotSource::Backup { loc: &loc, source: &source, sha256: "abc" }, &init);
@@ -198,10 +204,17 @@ mod tests {
         assert_eq!(vols.len(), 1, "the credentials Secret");
         assert_eq!(vols[0].secret.as_ref().unwrap().optional, Some(true), "a member must start again without it");
         assert_eq!(c[0].security_context.as_ref().unwrap().run_as_user, Some(0), "etcd's user: root");
+        let restricted = RestoreInit { profile: Profile::Restricted, ..init };
+        let (c, _) =
+            restore_init_containers(SnapshotSource::Backup { loc: &loc, source: &source, sha256: "abc" }, &restricted);
+        for c in &c {
+            let sc = c.security_context.as_ref().unwrap();
+            assert_eq!((sc.run_as_user, sc.read_only_root_filesystem), (None, Some(true)), "the pod's non-root user");
+        }
 
         let v34 = Version::parse("3.4.23").unwrap();
         let sc = PodSecurityContext { run_as_user: Some(1000), ..Default::default() };
-        let init = RestoreInit { etcd_image: "etcd:v3.4.23", version: &v34, pod_security: Some(&sc), ..init };
+        let init = RestoreInit { etcd_image: "etcd:v3.4.23", version: &v34, profile: Profile::Users(&sc), ..init };
         let (c, _) =
             restore_init_containers(SnapshotSource::Backup { loc: &loc, source: &source, sha256: "abc" }, &init);
         let restore = c[1].command.as_ref().unwrap();
@@ -222,7 +235,7 @@ mod tests {
             member: &m,
             data_mount: &data_mount,
             data_dir: "/var/etcd/data",
-            pod_security: None,
+            profile: Profile::Root,
         };
         let seed = |client_tls| SnapshotSource::Member {
             client_url: "https://10.0.0.1:2379",

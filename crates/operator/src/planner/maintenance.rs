@@ -30,8 +30,7 @@ fn pod_of(etcd: &EtcdState, member_id: u64) -> String {
         .unwrap_or_else(|| format!("ID {}", crate::naming::hex(member_id)))
 }
 
-/// Members in the order they are defragmented: followers (and learners) by name, the leader
-/// last.
+/// Members in the order they are defragmented: followers by name, the leader last.
 fn followers_first<'a>(etcd: &'a EtcdState, members: impl Iterator<Item = &'a MemberState>) -> Vec<&'a MemberState> {
     let mut ms: Vec<&MemberState> = members.collect();
     ms.sort_by(|a, b| (Some(a.id) == etcd.leader).cmp(&(Some(b.id) == etcd.leader)).then(a.pod.cmp(&b.pod)));
@@ -54,7 +53,8 @@ pub(super) fn alarms(o: &Observed, d: &Desired, etcd: &EtcdState) -> Option<Step
     }
     let quota = d.maintenance.quota_bytes;
     let disarm_below_bytes = quota / 100 * DISARM_BELOW_PERCENT;
-    let answering: Vec<&MemberState> = etcd.members.iter().filter(|m| m.status.is_some()).collect();
+    // Voters only: a learner refuses alarm, compaction and defragment calls.
+    let answering: Vec<&MemberState> = etcd.voters().filter(|m| m.status.is_some()).collect();
     // Under NOSPACE only deletes move the revision: retry once the user deleted something (or,
     // as a backstop, after a while), not in a loop that rewrites full databases for nothing.
     let revision = answering.iter().filter_map(|m| m.status.as_ref()).map(|s| s.revision).max().unwrap_or(0);

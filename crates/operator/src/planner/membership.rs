@@ -111,6 +111,7 @@ fn bootstrap_member(name: String, initial_cluster: Vec<(String, String)>, d: &De
         bootstrap: true,
         restart: false,
         seed: None,
+        root_data: false,
     }
 }
 
@@ -134,8 +135,9 @@ fn stuck_terminating(o: &Observed) -> Option<Step> {
 /// The pod was made from another spec than the current one: another image, or other pod
 /// settings (resources, env, ...; the pod-spec hash it carries). Pods made before the hash
 /// existed are judged by their image alone.
-fn made_under_another_spec(p: &PodState, image_now: &str, d: &Desired) -> bool {
-    p.image != image_now || p.spec_hash.as_ref().is_some_and(|h| *h != d.pod_hash())
+fn made_under_another_spec(o: &Observed, p: &PodState, image_now: &str, d: &Desired) -> bool {
+    let hash_now = d.pod_hash_for(super::root_data(o, &p.name));
+    p.image != image_now || p.spec_hash.as_ref().is_some_and(|h| *h != hash_now)
 }
 
 fn first_problem<'a>(pods: impl Iterator<Item = &'a PodState>) -> Option<(&'a str, &'a (String, String))> {
@@ -154,6 +156,15 @@ pub(super) fn with_etcd(o: &Observed, d: &Desired, etcd: &EtcdState) -> Step {
     let quorum = EtcdState::quorum_of(voters);
     if healthy_voters < quorum {
         return super::recovery::no_quorum(o, d, etcd, healthy_voters);
+    }
+    // A learner is finished first under NOSPACE (started, promoted or dropped: membership
+    // changes, not writes of keys). It answers neither alarm nor defragment calls, and one that
+    // replayed a history past the quota keeps raising the alarm until it votes and is
+    // defragmented. One still catching up does not hold the voters' recovery back.
+    if etcd.has_alarm(crate::observed::AlarmKind::NoSpace) && !etcd.has_alarm(crate::observed::AlarmKind::Corrupt) {
+        if let Some(step) = learner_step(o, d, etcd, healthy_voters, voters).filter(|s| !matches!(s, Step::Wait(_))) {
+            return step;
+        }
     }
     // An alarm is the cluster's, not an unhealthy member: CORRUPT stops everything, NOSPACE is
     // recovered first.
@@ -182,7 +193,7 @@ pub(super) fn with_etcd(o: &Observed, d: &Desired, etcd: &EtcdState) -> Step {
     if let Some((pod, (reason, msg))) = first_problem(member_pods) {
         if let Some(m) = etcd.member_for_pod(pod).filter(|m| m.is_learner) {
             let image_now = crate::validation::image_for(&d.repository, &version_for_new_member(o, d));
-            if o.pods.get(pod).is_some_and(|p| made_under_another_spec(p, &image_now, d)) {
+            if o.pods.get(pod).is_some_and(|p| made_under_another_spec(o, p, &image_now, d)) {
                 return Step::RemoveMember {
                     id: m.id,
                     pod: pod.to_string(),

@@ -29,6 +29,8 @@ mod tests_failures;
 #[cfg(test)]
 mod tests_membership;
 #[cfg(test)]
+mod tests_pod_security;
+#[cfg(test)]
 mod tests_restore;
 #[cfg(test)]
 mod tests_upgrade;
@@ -77,6 +79,10 @@ pub enum Step {
     /// Delete a pod that belongs to no member (or whose member must restart on its PVC, in
     /// which case its volume is kept).
     DeletePod { pod: String, why: String, keep_volume: bool },
+    /// The member's data check found data its non-root user cannot use (written as root on a
+    /// volume type where the kubelet does not apply `fsGroup`): mark its volume as root's, then
+    /// delete its pod (the volume kept) so that it restarts on it as root (`pod_security`).
+    RestartAsRoot { pod: String, why: String },
 }
 
 impl Step {
@@ -97,6 +103,7 @@ impl Step {
             Step::Defragment { .. } => "Defragment",
             Step::Drain { .. } => "Drain",
             Step::RecoverSpace(_) => "RecoverSpace",
+            Step::RestartAsRoot { .. } => "RestartAsRoot",
         }
     }
 
@@ -109,6 +116,7 @@ impl Step {
             | Step::RemoveMember { pod, .. }
             | Step::UpgradeMember { pod, .. }
             | Step::DeletePod { pod, .. }
+            | Step::RestartAsRoot { pod, .. }
             | Step::Defragment { pod, .. }
             | Step::Drain { pod } => Some(pod),
             Step::MoveLeader { from_pod, .. } => Some(from_pod),
@@ -168,12 +176,25 @@ pub struct NewMember {
     pub restart: bool,
     /// Start from this data instead of empty (disaster recovery).
     pub seed: Option<Seed>,
+    /// Its volume holds data only root can use (the PVC's data-owner mark): the pod runs as
+    /// root, as before the restricted default (`pod_security`). Set by [`plan`] from the PVC.
+    pub root_data: bool,
 }
 
 impl NewMember {
     /// A member that joins a running cluster as a learner (or restarts as a known one).
     pub fn joining(name: String, initial_cluster: Vec<(String, String)>, version: Version, pvc: bool) -> Self {
-        NewMember { name, initial_cluster, existing: true, version, pvc, bootstrap: false, restart: false, seed: None }
+        NewMember {
+            name,
+            initial_cluster,
+            existing: true,
+            version,
+            pvc,
+            bootstrap: false,
+            restart: false,
+            seed: None,
+            root_data: false,
+        }
     }
 }
 
@@ -305,6 +326,28 @@ pub(crate) fn wait(reason: WaitReason, message: impl Into<String>) -> Step {
 
 /// Decide the next step for one cluster.
 pub fn plan(o: &Observed) -> Step {
+    with_data_owners(o, next_step(o))
+}
+
+/// A member made or restarted on a volume marked as holding root's data runs as root
+/// (`pod_security`); every other member, whatever the step, runs as the spec says.
+fn with_data_owners(o: &Observed, mut step: Step) -> Step {
+    let mark = |m: &mut NewMember| m.root_data = root_data(o, &m.name);
+    match &mut step {
+        Step::CreatePod(m) | Step::AddLearner(m) => mark(m),
+        Step::Bootstrap(ms) => ms.iter_mut().for_each(mark),
+        Step::Recover(r) => mark(&mut r.member),
+        _ => {}
+    }
+    step
+}
+
+/// Whether `pod`'s volume is marked as holding root's data.
+pub(crate) fn root_data(o: &Observed, pod: &str) -> bool {
+    o.pvcs.get(pod).is_some_and(|v| v.root_data)
+}
+
+fn next_step(o: &Observed) -> Step {
     let d = match &o.desired {
         Err(errs) => {
             return wait(WaitReason::InvalidSpec, format!("spec refused, nothing was changed: {}", errs.join("; ")));

@@ -1,5 +1,6 @@
 //! Property tests: `plan` over generated observations — voters and a learner in every state
-//! (healthy, not answering, pod gone, pod dead, pod terminating, volume refused), PVC and
+//! (healthy, not answering, pod gone, pod dead, pod terminating, volume refused, data its
+//! non-root user cannot use), PVC (some marked as root's data) and
 //! emptyDir members with and without their volumes, an orphan pod, upgrades in progress, paused
 //! and invalid specs, unreachable etcd, clusters that did or did not form, each recovery policy;
 //! day 2: pods made from an older pod spec (rollouts), fragmented databases, NOSPACE and CORRUPT
@@ -30,6 +31,8 @@ enum Pod {
     Terminating,
     VolumeRefused,
     CrashLooping,
+    /// Its data check found data its (non-root) user cannot use.
+    DataInaccessible,
 }
 
 #[derive(Clone, Debug)]
@@ -57,6 +60,8 @@ struct Gen {
     /// 0 none, 1 NOSPACE, 2 CORRUPT (raised by member 1).
     alarm: u8,
     backup_running: bool,
+    /// Per voter: its volume is marked as holding root's data.
+    root_data: Vec<bool>,
 }
 
 fn pod_state() -> impl Strategy<Value = Pod> {
@@ -68,6 +73,7 @@ fn pod_state() -> impl Strategy<Value = Pod> {
         1 => Just(Pod::Terminating),
         1 => Just(Pod::VolumeRefused),
         1 => Just(Pod::CrashLooping),
+        1 => Just(Pod::DataInaccessible),
     ]
 }
 
@@ -98,14 +104,16 @@ fn observations() -> impl Strategy<Value = Gen> {
                 prop::bool::weighted(0.2),
                 prop_oneof![8 => Just(0u8), 1 => Just(1u8), 1 => Just(2u8)],
                 prop::bool::weighted(0.1),
+                proptest::collection::vec(prop::bool::weighted(0.2), n),
             ),
         )
             .prop_map(
                 |(
                     (pods, pvc, volumes, leader, learner, orphan),
                     (size, old_version, etcd_answers, formed, paused, invalid, policy, lost_for),
-                    (outdated, drained, fragmented, alarm, backup_running),
+                    (outdated, drained, fragmented, alarm, backup_running, root_data),
                 )| Gen {
+                    root_data,
                     outdated,
                     drained,
                     fragmented,
@@ -158,6 +166,7 @@ fn observed(g: &Gen) -> Observed {
         ..Default::default()
     };
     let hash = o.desired.as_ref().map(|d| d.pod_hash()).unwrap_or_default();
+    let root_hash = o.desired.as_ref().map(|d| d.pod_hash_for(true)).unwrap_or_default();
     o.backup_running = g.backup_running.then(|| "a-backup".to_string());
     let leader_id = g.leader.filter(|&l| g.pods[l] == Pod::Healthy).map(|l| l as u64 + 1);
     let mut members = vec![];
@@ -166,6 +175,7 @@ fn observed(g: &Gen) -> Observed {
             let n = name(i);
             let version = if old { "3.5.0" } else { "3.5.1" };
             let (outdated, drained) = if learner { (false, 0) } else { (g.outdated[i], g.drained[i]) };
+            let root_data = !learner && g.pvc && g.root_data[i];
             if !matches!(state, Pod::Gone) {
                 o.pods.insert(
                     n.clone(),
@@ -177,12 +187,17 @@ fn observed(g: &Gen) -> Observed {
                         deleting: state == Pod::Terminating,
                         version: version.into(),
                         image: format!("quay.io/coreos/etcd:v{version}"),
-                        problem: matches!(state, Pod::CrashLooping | Pod::VolumeRefused)
+                        problem: matches!(state, Pod::CrashLooping | Pod::VolumeRefused | Pod::DataInaccessible)
                             .then(|| ("CrashLoopBackOff".to_string(), "back-off".to_string())),
                         age_secs: 600,
                         uses_pvc: g.pvc,
                         volume_refused: (state == Pod::VolumeRefused).then(|| "emptied".to_string()),
-                        spec_hash: Some(if outdated { "older-spec".to_string() } else { hash.clone() }),
+                        data_inaccessible: (state == Pod::DataInaccessible).then(|| "owner 0:0".to_string()),
+                        spec_hash: Some(match (outdated, root_data) {
+                            (true, _) => "older-spec".to_string(),
+                            (false, true) => root_hash.clone(),
+                            (false, false) => hash.clone(),
+                        }),
                         serving: Some(drained == 0),
                         drained_secs: match drained {
                             0 => None,
@@ -216,7 +231,13 @@ fn observed(g: &Gen) -> Observed {
         if g.pvc && present {
             o.pvcs.insert(
                 name(i),
-                PvcState { name: format!("{}-data", name(i)), member: name(i), deleting, ..Default::default() },
+                PvcState {
+                    name: format!("{}-data", name(i)),
+                    member: name(i),
+                    deleting,
+                    root_data: g.root_data[i],
+                    ..Default::default()
+                },
             );
         }
     }
@@ -286,10 +307,11 @@ fn check(o: &Observed, step: &Step) -> Result<(), TestCaseError> {
     }
     let corrupt = o.etcd.as_ref().is_some_and(|e| e.has_alarm(AlarmKind::Corrupt));
     if corrupt && had_quorum {
-        // Only restarting a member that is down on its own volume (no change to anything) may
-        // still happen; nothing else is touched while a person must look.
+        // Only restarting a member that is down on its own volume (no change to anything; as
+        // root when its data is root's) may still happen; nothing else is touched while a
+        // person must look.
         prop_assert!(
-            matches!(step, Step::Wait(_))
+            matches!(step, Step::Wait(_) | Step::RestartAsRoot { .. })
                 || matches!(step, Step::CreatePod(m) if m.restart)
                 || matches!(step, Step::DeletePod { pod, keep_volume: true, .. } if o.pods.get(pod).is_some_and(|p| p.is_dead())),
             "acted under a CORRUPT alarm: {step:?}"
@@ -389,6 +411,16 @@ fn check(o: &Observed, step: &Step) -> Result<(), TestCaseError> {
                 m.name
             );
         }
+        Step::RestartAsRoot { pod, .. } => {
+            let p = o.pods.get(pod);
+            prop_assert!(
+                p.is_some_and(|p| p.data_inaccessible.is_some() && !p.deleting),
+                "{pod}: nothing inaccessible"
+            );
+            prop_assert!(o.pvcs.get(pod).is_some_and(|v| !v.deleting), "{pod} restarted as root without its volume");
+            let default_hash = o.desired.as_ref().map(|d| d.pod_hash()).ok();
+            prop_assert!(p.unwrap().spec_hash == default_hash, "{pod} was not made with the default profile");
+        }
         Step::Recover(_) => {
             prop_assert!(!had_quorum, "disaster recovery with a healthy quorum");
             let d = o.desired.as_ref().expect("valid");
@@ -396,6 +428,23 @@ fn check(o: &Observed, step: &Step) -> Result<(), TestCaseError> {
             prop_assert!(o.quorum_lost_secs.unwrap_or(0) >= d.recovery.after_secs, "recovered before afterSeconds");
         }
         _ => {}
+    }
+    // Data the non-root user cannot use is answered first, whatever else is going on: by
+    // restarting that member as root on its volume (never by a membership change).
+    let as_root_due = o.desired.as_ref().is_ok_and(|d| {
+        o.pods.values().any(|p| {
+            !p.deleting
+                && p.data_inaccessible.is_some()
+                && p.spec_hash.as_ref() == Some(&d.pod_hash())
+                && o.pvcs.get(&p.name).is_some_and(|v| !v.deleting)
+        })
+    });
+    if as_root_due && !o.paused {
+        prop_assert!(matches!(step, Step::RestartAsRoot { .. }), "inaccessible data answered by {step:?}");
+    }
+    // Members on volumes marked as root's run as root, the others as the default.
+    if let Step::CreatePod(m) | Step::AddLearner(m) = step {
+        prop_assert_eq!(m.root_data, o.pvcs.get(&m.name).is_some_and(|v| v.root_data), "{}", m.name);
     }
     // A refused volume never restarts its member.
     if let Step::CreatePod(m) = step {
@@ -447,6 +496,7 @@ fn every_planned_step_keeps_the_safety_rules() {
         "Defragment",
         "RecoverSpace",
         "MoveLeader",
+        "RestartAsRoot",
     ] {
         assert!(kinds.get(k).is_some_and(|c| *c > 0) || n < 500, "no {k} in {n} cases: {kinds:?}");
     }

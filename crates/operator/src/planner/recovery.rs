@@ -178,6 +178,7 @@ fn seed_member(o: &Observed, d: &Desired, version: Version, seed: Seed) -> NewMe
         bootstrap: true,
         restart: false,
         seed: Some(seed),
+        root_data: false,
     }
 }
 

@@ -8,8 +8,10 @@
 //!   with the new spec joins as a learner first (one more voter once promoted), then the
 //!   outdated member is removed. The cluster never has fewer healthy voters than the spec asks.
 //!
-//! Pods made before the pod-spec hash existed carry none and are left alone (an operator
-//! upgrade never restarts members by itself).
+//! Pods made before the pod-spec hash existed carry none and are left alone. Pods made before
+//! the restricted default (`pod_security`) carry a hash without it: an operator upgrade rolls
+//! them like a `spec.pod` change, except members whose volume is marked as root's (they run as
+//! before) and specs with a securityContext of the user's.
 
 use super::{NewMember, Purpose, Step, initial_cluster_of, peer_of, version_for_new_member};
 use crate::naming;
@@ -19,10 +21,13 @@ use crate::validation::Desired;
 /// Voters whose pod was made from another spec than the current one, followers first (by
 /// name), the leader last.
 pub(super) fn outdated<'a>(o: &Observed, d: &Desired, etcd: &'a EtcdState) -> Vec<&'a MemberState> {
-    let hash = d.pod_hash();
+    let (hash, root_hash) = (d.pod_hash_for(false), d.pod_hash_for(true));
+    let now = |pod: &str| if super::root_data(o, pod) { &root_hash } else { &hash };
     let mut out: Vec<&MemberState> = etcd
         .voters()
-        .filter(|m| o.pods.get(&m.pod).is_some_and(|p| !p.deleting && p.spec_hash.as_ref().is_some_and(|h| *h != hash)))
+        .filter(|m| {
+            o.pods.get(&m.pod).is_some_and(|p| !p.deleting && p.spec_hash.as_ref().is_some_and(|h| h != now(&m.pod)))
+        })
         .collect();
     out.sort_by(|a, b| (Some(a.id) == etcd.leader).cmp(&(Some(b.id) == etcd.leader)).then(a.pod.cmp(&b.pod)));
     out

@@ -110,6 +110,32 @@ fn nospace_that_could_not_be_disarmed_waits_for_a_delete_then_retries() {
     assert!(matches!(plan(&o), Step::RecoverSpace(_)));
 }
 
+/// Found by chaos (seed 98): a learner added after the quota was filled replays the history,
+/// its database file passes the quota and it raises NOSPACE. A learner answers neither alarm
+/// nor defragment calls ("rpc not supported for learner"), so it is promoted first (a
+/// membership change, not a write of keys) and defragmented as a voter afterwards.
+#[test]
+fn nospace_raised_by_a_caught_up_learner_promotes_it_before_recovering() {
+    let mut o = running(3, 3);
+    etcd(&mut o).members.retain(|m| m.id != 3);
+    o.pods.remove("ex-m3");
+    add_learner(&mut o, 4, "ex-m4", 1000); // the leader's raft index: caught up
+    alarm(&mut o, 4, AlarmKind::NoSpace);
+    assert!(matches!(plan(&o), Step::Promote { id: 4, .. }), "got {:?}", plan(&o));
+}
+
+#[test]
+fn nospace_recovery_never_addresses_a_learner() {
+    let mut o = running(3, 3);
+    etcd(&mut o).members.retain(|m| m.id != 3);
+    o.pods.remove("ex-m3");
+    // Still catching up: recovery goes on among the voters meanwhile.
+    add_learner(&mut o, 4, "ex-m4", 10); // of the leader's 1000
+    alarm(&mut o, 1, AlarmKind::NoSpace);
+    let Step::RecoverSpace(r) = plan(&o) else { panic!("expected RecoverSpace, got {:?}", plan(&o)) };
+    assert_eq!(r.members, ["ex-m2", "ex-m1"], "voters only, the leader last");
+}
+
 #[test]
 fn corrupt_freezes_every_change_and_names_the_member() {
     let mut o = running(3, 3);
@@ -226,7 +252,7 @@ fn defragmentation_never_runs_beside_another_change() {
     // A learner catching up (scale-up).
     let mut o = running(3, 4);
     db_all(&mut o, 400 * MIB, 100 * MIB);
-    add_learner(&mut o, 4, "ex-m4", 10);
+    add_learner(&mut o, 4, "ex-m4", 10); // of the leader's 1000
     assert_eq!(wait_reason(&plan(&o)), WaitReason::LearnerCatchingUp);
     // A pending upgrade goes first.
     let mut o = running(3, 3);

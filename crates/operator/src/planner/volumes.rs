@@ -2,7 +2,9 @@
 //! quorum, with or without any pod left. Restarting a member on its own data changes no
 //! membership; it is how a quorum comes back after pods were lost, so no quorum gate applies.
 //! The volume itself must prove it holds the member's data (the pod's data check, see
-//! `member_volume`); a refused volume makes the member one that cannot come back.
+//! `member_volume`); a refused volume makes the member one that cannot come back. A volume
+//! whose data the default non-root user cannot use is marked as root's and its member restarts
+//! as root (`pod_security`): the data is there, only its owner differs.
 
 use super::{NewMember, Step, peer_of, upgrade::running_version};
 use crate::observed::{Observed, PvcState};
@@ -15,6 +17,9 @@ pub const STUCK_TERMINATING_SECS: i64 = 120;
 /// The next restart of a member on its volume, if one is due.
 pub(super) fn restart(o: &Observed, d: &Desired) -> Option<Step> {
     let live_pvc = |member: &str| o.pvcs.get(member).filter(|v| !v.deleting);
+    if let Some(step) = as_root(o, d) {
+        return Some(step);
+    }
     // A PVC member's pod that ended: delete it (not the volume) so that the member restarts.
     for p in o.pods.values().filter(|p| p.is_dead() && !p.deleting && live_pvc(&p.name).is_some()) {
         if is_member_or_unknown(o, &p.name) {
@@ -54,6 +59,7 @@ pub(super) fn restart(o: &Observed, d: &Desired) -> Option<Step> {
                         bootstrap: true,
                         restart: false,
                         seed: None,
+                        root_data: false,
                     }));
                 }
             }
@@ -61,6 +67,32 @@ pub(super) fn restart(o: &Observed, d: &Desired) -> Option<Step> {
         }
     }
     None
+}
+
+/// A pod made with the default non-root profile whose data check found data on its volume that
+/// this user cannot read or write: data an earlier version wrote as root, on a volume type the
+/// kubelet does not apply `fsGroup` to. The member is neither replaced nor left failing: its
+/// volume is marked as root's and it restarts on it as root, as it ran before. (Under a
+/// securityContext of the user's, nothing is changed: the failure is reported.)
+fn as_root(o: &Observed, d: &Desired) -> Option<Step> {
+    if d.pod.security_context.is_some() {
+        return None;
+    }
+    let default_hash = d.pod_hash_for(false);
+    let p = o.pods.values().find(|p| {
+        !p.deleting
+            && p.data_inaccessible.is_some()
+            && p.spec_hash.as_ref() == Some(&default_hash)
+            && o.pvcs.get(&p.name).is_some_and(|v| !v.deleting)
+    })?;
+    Some(Step::RestartAsRoot {
+        pod: p.name.clone(),
+        why: format!(
+            "its data check as uid {} found data it cannot use ({}): the volume's data was written as root and its volume type does not apply the pod's fsGroup; the member runs as root, as before",
+            crate::pod_security::NONROOT,
+            p.data_inaccessible.as_deref().unwrap_or_default()
+        ),
+    })
 }
 
 fn is_member_or_unknown(o: &Observed, pod: &str) -> bool {
@@ -79,6 +111,7 @@ fn on_volume(o: &Observed, d: &Desired, v: &PvcState, initial_cluster: Vec<(Stri
         bootstrap: false,
         restart: true,
         seed: None,
+        root_data: false,
     }
 }
 

@@ -68,16 +68,29 @@ pub struct Restore {
 
 impl Desired {
     /// A short hash of what member pods are made from besides the version (image repository,
-    /// `spec.pod` and, when set, `spec.maintenance`): a pod carrying another one was made under
-    /// an earlier spec.
+    /// `spec.pod`, when set `spec.maintenance`, and the security profile): a pod carrying
+    /// another one was made under an earlier spec. This is the hash of a new member's pod;
+    /// [`Desired::pod_hash_for`] that of a member whose volume holds root's data.
     pub fn pod_hash(&self) -> String {
+        self.pod_hash_for(false)
+    }
+
+    /// The pod-spec hash of a member whose volume is (`root_data`) or is not marked as holding
+    /// data only root can use (`pod_security`). Pods of the default profile hash differently
+    /// from those made before it existed, so those roll; a member kept as root for its data, or
+    /// a spec with a securityContext, hashes as before.
+    pub fn pod_hash_for(&self, root_data: bool) -> String {
         use sha2::Digest;
-        let json = match (&self.maintenance.specified, &self.tls_trust) {
+        let mut json = match (&self.maintenance.specified, &self.tls_trust) {
             (None, None) => serde_json::to_vec(&(&self.repository, &self.pod)),
             (Some(m), None) => serde_json::to_vec(&(&self.repository, &self.pod, m)),
+            // spec.TLS.auto: the CA bundles members load at start (`tls::auto`).
             (m, Some(trust)) => serde_json::to_vec(&(&self.repository, &self.pod, m, trust)),
         }
         .unwrap_or_default();
+        if let Some(tag) = crate::pod_security::profile(self, root_data).hash_tag() {
+            json.extend_from_slice(tag.as_bytes());
+        }
         hex::encode(&sha2::Sha256::digest(json)[..8])
     }
 

@@ -93,6 +93,27 @@ impl<'a> Injector<'a> {
         run(c.args(["-n", "k8s.io"]).args(args))
     }
 
+    /// The operator pod that holds the lease, once the holder is a pod that exists and is not
+    /// going: right after the last leader was killed, the lease still names it until the
+    /// standby takes over (up to a lease duration).
+    fn live_operator_leader(&self) -> Result<String> {
+        let deadline = Instant::now() + Duration::from_secs(45);
+        loop {
+            let leader = self.op.leader()?;
+            let pods = self.op.pods()?;
+            let live = pods.iter().any(|p| {
+                p["metadata"]["name"].as_str() == Some(leader.as_str()) && p["metadata"]["deletionTimestamp"].is_null()
+            });
+            if live {
+                return Ok(leader);
+            }
+            if Instant::now() > deadline {
+                bail!("the operator lease still names {leader}, a pod that is gone or going, after 45 s");
+            }
+            std::thread::sleep(Duration::from_secs(1));
+        }
+    }
+
     fn members(&self, cluster: &str) -> Result<Vec<Member>> {
         let s = self.mon.latest(cluster).context("no sample of the cluster yet")?;
         if s.members.is_empty() {
@@ -219,7 +240,7 @@ impl<'a> Injector<'a> {
                 Ok(())
             }
             Kind::KillOperatorLeader => {
-                let leader = self.op.leader()?;
+                let leader = self.live_operator_leader()?;
                 let _ = self.op.logs(); // its log up to now: the pod and its log go
                 rec.detail = format!("force-deleted operator leader pod {leader}");
                 self.op.run(&["delete", "pod", &leader, "--grace-period=0", "--force", "--wait=false"]).map(drop)

@@ -264,8 +264,13 @@ fn run(args: Args) -> Result<bool> {
                     while !mon.all_converged_since(end + 3_000) && t.elapsed() < converge {
                         std::thread::sleep(Duration::from_millis(500));
                     }
+                    let outcome = if mon.all_converged_since(end + 3_000) {
+                        "every cluster converged"
+                    } else {
+                        "NOT every cluster converged; going on"
+                    };
                     eprintln!(
-                        "chaos: {} every cluster converged ({:.1} s waited)",
+                        "chaos: {} {outcome} ({:.1} s waited)",
                         fmt_ms(now_ms()),
                         t.elapsed().as_secs_f64() + 3.0
                     );
