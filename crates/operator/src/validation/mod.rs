@@ -90,6 +90,7 @@ impl Desired {
         let mut json = match (&self.maintenance.specified, &self.tls_trust) {
             (None, None) => serde_json::to_vec(&(&self.repository, &self.pod)),
             (Some(m), None) => serde_json::to_vec(&(&self.repository, &self.pod, m)),
+            // spec.TLS.auto: the CA bundles members load at start (`tls::auto`).
             (m, Some(trust)) => serde_json::to_vec(&(&self.repository, &self.pod, m, trust)),
         }
         .unwrap_or_default();

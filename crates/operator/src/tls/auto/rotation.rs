@@ -273,7 +273,8 @@ pub fn rolled(o: &Observed, c: &Observation) -> Result<(), String> {
     let d = o.desired.as_ref().map_err(|_| "the spec or its TLS material is refused".to_string())?;
     let mut d = d.clone();
     d.tls_trust = c.trust_fingerprint();
-    let hash = d.pod_hash();
+    // As the rollout planner expects it: members kept as root for their data hash differently.
+    let (hash, root_hash) = (d.pod_hash_for(false), d.pod_hash_for(true));
     let etcd = o.etcd.as_ref().ok_or_else(|| "no member answers".to_string())?;
     if let Some(l) = etcd.learners().next() {
         return Err(format!("learner {} is joining", l.pod));
@@ -282,6 +283,7 @@ pub fn rolled(o: &Observed, c: &Observation) -> Result<(), String> {
     if voters.len() != d.size {
         return Err(format!("{} voting members, the spec asks for {}", voters.len(), d.size));
     }
+    let expected = |pod: &str| if crate::planner::root_data(o, pod) { root_hash.as_str() } else { hash.as_str() };
     let mut pending = vec![];
     for m in &voters {
         if !m.is_healthy() {
@@ -290,7 +292,7 @@ pub fn rolled(o: &Observed, c: &Observation) -> Result<(), String> {
         match o.pods.get(&m.pod) {
             None => return Err(format!("member {} has no pod", m.pod)),
             Some(p) if p.deleting => return Err(format!("member {} is restarting", m.pod)),
-            Some(p) if p.spec_hash.as_deref() != Some(hash.as_str()) => pending.push(m.pod.clone()),
+            Some(p) if p.spec_hash.as_deref() != Some(expected(&m.pod)) => pending.push(m.pod.clone()),
             Some(_) => {}
         }
     }
