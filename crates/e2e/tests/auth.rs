@@ -32,10 +32,6 @@ fn verbose_operator(ns: &TestNamespace) -> Result<Operator> {
     Operator::start_process_with(ns, &opts)
 }
 
-fn rt() -> Result<tokio::runtime::Runtime> {
-    Ok(tokio::runtime::Builder::new_current_thread().enable_all().build()?)
-}
-
 /// Puts `puts` and reads every key under `prefix` through the client Service, logged in as
 /// `login` (user, password) or as no one.
 fn kv(
@@ -45,24 +41,14 @@ fn kv(
     puts: &[(String, String)],
     prefix: &str,
 ) -> Result<Vec<(String, String)>> {
-    use etcd_client::{Client, ConnectOptions, GetOptions};
+    use etcd_client::ConnectOptions;
     let url = client_endpoint(ns, cluster)?;
-    rt()?.block_on(async {
-        let mut opts =
-            ConnectOptions::new().with_connect_timeout(Duration::from_secs(3)).with_timeout(Duration::from_secs(5));
-        if let Some((u, p)) = login {
-            opts = opts.with_user(u, p);
-        }
-        let mut c = Client::connect([url.as_str()], Some(opts)).await?;
-        for (k, v) in puts {
-            c.put(k.as_str(), v.as_str(), None).await?;
-        }
-        let r = c.get(prefix, Some(GetOptions::new().with_prefix())).await?;
-        Ok(r.kvs()
-            .iter()
-            .map(|kv| (kv.key_str().unwrap_or("").to_string(), kv.value_str().unwrap_or("").to_string()))
-            .collect())
-    })
+    let mut opts =
+        ConnectOptions::new().with_connect_timeout(Duration::from_secs(3)).with_timeout(Duration::from_secs(5));
+    if let Some((u, p)) = login {
+        opts = opts.with_user(u, p);
+    }
+    put_then_list(&url, opts, puts, prefix)
 }
 
 fn keys(n: usize) -> Vec<(String, String)> {

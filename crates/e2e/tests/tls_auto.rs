@@ -12,7 +12,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
-use base64::Engine;
 use common::backups::CREATE;
 use common::writer::*;
 use common::*;
@@ -27,16 +26,6 @@ struct ClientFiles {
     ca: String,
     cert: String,
     key: String,
-}
-
-fn secret_data(ns: &TestNamespace, name: &str) -> Result<BTreeMap<String, String>> {
-    let s = ns.json(&["get", "secret", name])?;
-    let mut out = BTreeMap::new();
-    for (k, v) in s["data"].as_object().context("a Secret without data")? {
-        let bytes = base64::engine::general_purpose::STANDARD.decode(v.as_str().unwrap_or(""))?;
-        out.insert(k.clone(), String::from_utf8(bytes)?);
-    }
-    Ok(out)
 }
 
 /// The client Secret users connect with: `<cluster>-tls-client`.

@@ -474,18 +474,6 @@ fn a_running_plaintext_cluster_is_switched_to_auto_tls_and_back_keeping_every_ke
     with_operator("e2e-tlsswitch-auto", |ns, op| scenario(ns, op, PVC, false, false, false, true))
 }
 
-/// A Secret's data, decoded.
-fn secret_data(ns: &TestNamespace, name: &str) -> Result<BTreeMap<String, String>> {
-    use base64::Engine;
-    let s = ns.json(&["get", "secret", name])?;
-    let mut out = BTreeMap::new();
-    for (k, v) in s["data"].as_object().context("a Secret without data")? {
-        let bytes = base64::engine::general_purpose::STANDARD.decode(v.as_str().unwrap_or(""))?;
-        out.insert(k.clone(), String::from_utf8(bytes)?);
-    }
-    Ok(out)
-}
-
 fn check_keys_in(got: &BTreeMap<String, String>, prefix: &str, n: usize) -> Result<()> {
     for i in 0..n {
         let k = format!("{prefix}/{i}");

@@ -9,3 +9,39 @@ pub mod writer;
 
 pub use e2e::harness::*;
 pub use e2e::manifests::cluster_manifest;
+
+/// A Secret's data, decoded (values as UTF-8 text).
+pub fn secret_data(ns: &e2e::TestNamespace, name: &str) -> anyhow::Result<std::collections::BTreeMap<String, String>> {
+    use anyhow::Context;
+    use base64::Engine;
+    let s = ns.json(&["get", "secret", name])?;
+    let mut out = std::collections::BTreeMap::new();
+    for (k, v) in s["data"].as_object().context("a Secret without data")? {
+        let bytes = base64::engine::general_purpose::STANDARD.decode(v.as_str().unwrap_or(""))?;
+        out.insert(k.clone(), String::from_utf8(bytes)?);
+    }
+    Ok(out)
+}
+
+/// Puts `puts` at `url` with `opts` (TLS, a login, or neither), then reads every key under
+/// `prefix` as (key, value) pairs.
+pub fn put_then_list(
+    url: &str,
+    opts: etcd_client::ConnectOptions,
+    puts: &[(String, String)],
+    prefix: &str,
+) -> anyhow::Result<Vec<(String, String)>> {
+    use etcd_client::{Client, GetOptions};
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    rt.block_on(async {
+        let mut c = Client::connect([url], Some(opts)).await?;
+        for (k, v) in puts {
+            c.put(k.as_str(), v.as_str(), None).await?;
+        }
+        let r = c.get(prefix, Some(GetOptions::new().with_prefix())).await?;
+        Ok(r.kvs()
+            .iter()
+            .map(|kv| (kv.key_str().unwrap_or("").to_string(), kv.value_str().unwrap_or("").to_string()))
+            .collect())
+    })
+}

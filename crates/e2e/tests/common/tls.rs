@@ -107,22 +107,11 @@ pub fn tls_kv(
     if let Some((c, k)) = identity {
         tls = tls.identity(Identity::from_pem(c, k));
     }
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    rt.block_on(async {
-        let opts = ConnectOptions::new()
-            .with_tls(tls)
-            .with_connect_timeout(Duration::from_secs(3))
-            .with_timeout(Duration::from_secs(5));
-        let mut c = Client::connect([url.as_str()], Some(opts)).await?;
-        for (k, v) in puts {
-            c.put(k.as_str(), v.as_str(), None).await?;
-        }
-        let r = c.get(prefix, Some(GetOptions::new().with_prefix())).await?;
-        Ok(r.kvs()
-            .iter()
-            .map(|kv| (kv.key_str().unwrap_or("").to_string(), kv.value_str().unwrap_or("").to_string()))
-            .collect())
-    })
+    let opts = ConnectOptions::new()
+        .with_tls(tls)
+        .with_connect_timeout(Duration::from_secs(3))
+        .with_timeout(Duration::from_secs(5));
+    super::put_then_list(&url, opts, puts, prefix)
 }
 
 /// A put and its read back over TLS.
