@@ -33,6 +33,8 @@ pub struct Targets {
 
 pub struct Shared {
     pub start: Instant,
+    /// Unix time in ms at `start`: operation times (ns since `start`) on the monitor's clock.
+    pub start_unix_ms: u64,
     pub stop: AtomicBool,
     pub history: Mutex<Vec<Op>>,
     /// Acknowledged unique keys per cluster, with their value, for other clients to read.
@@ -44,6 +46,7 @@ impl Shared {
     pub fn new() -> Self {
         Shared {
             start: Instant::now(),
+            start_unix_ms: crate::now_ms(),
             stop: AtomicBool::new(false),
             history: Mutex::default(),
             acked: Mutex::default(),

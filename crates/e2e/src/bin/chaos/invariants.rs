@@ -10,6 +10,7 @@
 
 use std::collections::BTreeSet;
 
+use crate::checker::Op;
 use crate::faults::FaultRecord;
 use crate::monitor::Sample;
 
@@ -34,19 +35,50 @@ pub struct Loss {
 /// An Event about an EtcdCluster: (time in unix ms, cluster, reason, note).
 pub type Event = (u64, String, String, String);
 
+/// Marks the samples in which no member answered a probe although a client operation on that
+/// cluster was acknowledged wholly inside the probes' time (`t_ms..=probed_ms`): every
+/// acknowledged put, transaction or linearizable read needs a working quorum at some instant
+/// between its call and its return, so the probes were false negatives (a machine too loaded for
+/// them to finish in time). `start_unix_ms` puts the operations' times (ns since the clients
+/// started) on the samples' clock. What it cannot refute: a real loss shorter than a probe round
+/// during which, by chance, some operation completed — a quorum existed then, so that is no loss.
+/// Returns how many samples it refuted.
+pub fn refute(samples: &mut [Sample], ops: &[Op], start_unix_ms: u64) -> usize {
+    let mut acked: std::collections::HashMap<&str, Vec<(u64, u64)>> = Default::default();
+    for o in ops.iter().filter(|o| o.err.is_none()) {
+        if let Some(ret) = o.ret {
+            acked.entry(o.cluster.as_str()).or_default().push((
+                start_unix_ms + o.call / 1_000_000,
+                start_unix_ms + ret.div_ceil(1_000_000),
+            ));
+        }
+    }
+    let mut n = 0;
+    for s in samples.iter_mut().filter(|s| !s.quorum) {
+        let inside = acked
+            .get(s.cluster.as_str())
+            .is_some_and(|v| v.iter().any(|(call, ret)| *call >= s.t_ms && *ret <= s.probed_ms));
+        if inside {
+            s.refuted = true;
+            n += 1;
+        }
+    }
+    n
+}
+
 /// Spans without quorum of one cluster's samples (oldest first): (start, end, samples in it).
 /// A span of one sample (a second or two) may be a probe that timed out on a loaded machine.
 pub fn quorum_losses(samples: &[&Sample]) -> Vec<(u64, Option<u64>, usize)> {
     let mut out = vec![];
     let mut i = 0;
     while i < samples.len() {
-        if samples[i].quorum {
+        if samples[i].had_quorum() {
             i += 1;
             continue;
         }
         let start = samples[i].t_ms;
         let mut j = i;
-        while j < samples.len() && !samples[j].quorum {
+        while j < samples.len() && !samples[j].had_quorum() {
             j += 1;
         }
         out.push((start, samples.get(j).map(|s| s.t_ms), j - i));
@@ -58,6 +90,38 @@ pub fn quorum_losses(samples: &[&Sample]) -> Vec<(u64, Option<u64>, usize)> {
 fn touches(f: &FaultRecord, cluster: &str) -> bool {
     f.cluster.as_deref().is_none_or(|c| c == cluster)
 }
+
+/// Event reasons with which the operator only reports what it saw or waits for (the action
+/// beside a report has an Event of its own: `MemberUpgraded` beside `Upgrading`): they explain no
+/// loss. Every other reason counts as an operator action, also ones added later.
+const REPORTS_ONLY: &[&str] = &[
+    // The status condition's reasons (the operator's `WaitReason`s: it waits, it does nothing).
+    "Stable",
+    "InvalidSpec",
+    "Paused",
+    "Bootstrapping",
+    "NoQuorum",
+    "DataLost",
+    "Recovering",
+    "PodStuckTerminating",
+    "MemberStarting",
+    "MemberFailing",
+    "LearnerCatchingUp",
+    "PodTerminating",
+    "WouldLoseQuorum",
+    "MemberUpgrading",
+    "UpgradeFailed",
+    "UpgradeRefused",
+    "UpgradeDeferred",
+    "NoSpace",
+    "Corrupt",
+    "MaintenanceDeferred",
+    "MemberDraining",
+    "AuthRefused",
+    // Reports beside an action that has its own Event.
+    "QuorumHealthy",
+    "Upgrading",
+];
 
 /// Why cluster `cluster` (of size `size` when the loss began) lost its quorum at `start`.
 pub fn attribute(
@@ -91,6 +155,7 @@ pub fn attribute(
     let evs: Vec<String> = events
         .iter()
         .filter(|e| e.1 == cluster && e.0 + window_ms >= start && e.0 <= start + 2_000)
+        .filter(|e| !REPORTS_ONLY.contains(&e.2.as_str()))
         .map(|e| format!("{} {}: {}", crate::fmt_ms(e.0), e.2, e.3))
         .collect();
     if !evs.is_empty() {
@@ -106,7 +171,7 @@ pub fn service_gaps(samples: &[&Sample], min_ms: u64) -> Vec<(u64, u64)> {
     let mut start: Option<u64> = None;
     let mut last = 0;
     for s in samples {
-        if s.quorum && s.service_ready == 0 {
+        if s.had_quorum() && s.service_ready == 0 {
             start.get_or_insert(s.t_ms);
             last = s.t_ms;
         } else if let Some(st) = start.take()
@@ -214,8 +279,51 @@ mod tests {
         assert!(
             matches!(attribute("a", 30_000, 3, &faults, &ev, w), Cause::Operator(m) if m.contains("MemberRemoved"))
         );
+        // A report of what the operator saw is no action.
+        let ev = vec![
+            (29_000, "a".to_string(), "QuorumHealthy".to_string(), "2 of 3".to_string()),
+            (29_500, "a".to_string(), "MemberFailing".to_string(), "CrashLoopBackOff".to_string()),
+        ];
+        assert_eq!(attribute("a", 30_000, 3, &faults, &ev, w), Cause::Unattributed);
         // Another cluster's fault explains nothing.
         assert_eq!(attribute("c", 5_000, 3, &faults, &[], w), Cause::Unattributed);
+    }
+
+    fn acked(cluster: &str, call_ms: u64, ret_ms: u64) -> Op {
+        Op {
+            client: 0,
+            cluster: cluster.into(),
+            key: "k".into(),
+            f: crate::checker::F::Write("v".into()),
+            call: call_ms * 1_000_000,
+            ret: Some(ret_ms * 1_000_000),
+            via: String::new(),
+            err: None,
+        }
+    }
+
+    #[test]
+    fn probes_that_failed_while_clients_were_served_are_refuted() {
+        let mk = |t: u64, quorum: bool| Sample {
+            t_ms: 1_000_000 + t,
+            probed_ms: 1_000_000 + t + 1_500,
+            cluster: "a".into(),
+            quorum,
+            ..Default::default()
+        };
+        let mut v = vec![mk(0, true), mk(2_000, false), mk(4_000, false), mk(6_000, false), mk(8_000, true)];
+        // Op times are on the clients' clock: ms since 1_000_000.
+        let ops = vec![
+            acked("a", 2_100, 3_000),       // wholly inside the probes of t=2000: refutes it
+            acked("a", 3_900, 4_400),       // called before t=4000's probes began: proves nothing
+            acked("b", 6_100, 6_200),       // another cluster
+            Op { err: Some("timeout".into()), ..acked("a", 6_100, 6_200) }, // not acknowledged
+        ];
+        assert_eq!(refute(&mut v, &ops, 1_000_000), 1);
+        assert_eq!(v.iter().map(|s| s.refuted).collect::<Vec<_>>(), [false, true, false, false, false]);
+        let refs: Vec<&Sample> = v.iter().collect();
+        // The refuted sample splits nothing off: one loss of two samples remains.
+        assert_eq!(quorum_losses(&refs), vec![(1_004_000, Some(1_008_000), 2)]);
     }
 
     #[test]

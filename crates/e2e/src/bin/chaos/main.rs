@@ -363,7 +363,8 @@ fn run(args: Args) -> Result<bool> {
     let logs = out_dir.join("operator.log");
     let _ = std::fs::copy(&op.log, &logs);
     let _ = std::fs::write(out_dir.join("diagnostics.txt"), e2e::harness::diagnostics(&ns, None));
-    let samples = std::mem::take(&mut *mon.samples.lock().unwrap());
+    let mut samples = std::mem::take(&mut *mon.samples.lock().unwrap());
+    let refuted = invariants::refute(&mut samples, &history, shared.start_unix_ms);
     let _ = std::fs::write(out_dir.join("samples.txt"), samples.iter().map(|s| s.line() + "\n").collect::<String>());
     let mut losses = vec![];
     let mut id_changes = vec![];
@@ -407,6 +408,7 @@ fn run(args: Args) -> Result<bool> {
         faults: &records,
         verdict: &verdict,
         losses: &losses,
+        refuted_samples: refuted,
         id_changes: &id_changes,
         service_gaps: &service_gaps,
         final_converge_s,

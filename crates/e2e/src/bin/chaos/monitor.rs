@@ -51,9 +51,21 @@ pub struct Sample {
     pub service_ready: usize,
     pub status_cluster_id: String,
     pub phase: String,
+    /// When this round's probes had all returned: a probe of this sample ran within
+    /// `t_ms..=probed_ms`.
+    pub probed_ms: u64,
+    /// No member answered, yet a client operation on this cluster that needs a quorum was
+    /// acknowledged wholly within `t_ms..=probed_ms`: the probes were false negatives (a loaded
+    /// machine), the cluster had its quorum. Set by `invariants::refute`.
+    pub refuted: bool,
 }
 
 impl Sample {
+    /// A member answered, or clients were served while the probes failed (`refuted`).
+    pub fn had_quorum(&self) -> bool {
+        self.quorum || self.refuted
+    }
+
     pub fn line(&self) -> String {
         let pods: Vec<String> = self
             .members
@@ -70,7 +82,7 @@ impl Sample {
             })
             .collect();
         format!(
-            "{} {} spec={} healthy={} ready={} learners={} svc={} quorum={} converged={} phase={} id={} [{}]",
+            "{} {} spec={} healthy={} ready={} learners={} svc={} quorum={}{} converged={} phase={} id={} [{}]",
             crate::fmt_ms(self.t_ms),
             self.cluster,
             self.spec_size,
@@ -79,6 +91,7 @@ impl Sample {
             self.learners,
             self.service_ready,
             self.quorum,
+            if self.refuted { " (refuted by acked client ops)" } else { "" },
             self.converged,
             self.phase,
             self.status_cluster_id,
@@ -115,8 +128,17 @@ fn options() -> ConnectOptions {
         .with_require_leader(true)
 }
 
-/// (read ok, is leader, cluster id, alarm)
+/// (read ok, is leader, cluster id, alarm): a second attempt when the first fails, so one
+/// connection lost to a loaded machine does not count as a member down.
 async fn probe(ip: String) -> (bool, bool, u64, bool) {
+    let first = probe_once(ip.clone()).await;
+    if first.0 {
+        return first;
+    }
+    probe_once(ip).await
+}
+
+async fn probe_once(ip: String) -> (bool, bool, u64, bool) {
     let attempt = async {
         let mut c = Client::connect([format!("http://{ip}:2379")], Some(options())).await.ok()?;
         let st = c.status().await.ok()?;
@@ -199,6 +221,7 @@ fn round(
             }
         }
     });
+    let probed_ms = now_ms();
     for c in clusters {
         let ec = ecs.iter().find(|e| e["metadata"]["name"] == c.as_str()).cloned().unwrap_or_default();
         let st = &ec["status"];
@@ -235,6 +258,8 @@ fn round(
             status_cluster_id: st["clusterId"].as_str().or(st["clusterID"].as_str()).unwrap_or("").to_string(),
             phase: st["phase"].as_str().unwrap_or("").to_string(),
             members: ms,
+            probed_ms,
+            refuted: false,
         };
         let ips: Vec<String> =
             s.members.iter().filter(|m| !m.ip.is_empty()).map(|m| format!("http://{}:2379", m.ip)).collect();

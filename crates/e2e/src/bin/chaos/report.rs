@@ -20,6 +20,8 @@ pub struct Inputs<'a> {
     pub faults: &'a [FaultRecord],
     pub verdict: &'a Verdict,
     pub losses: &'a [Loss],
+    /// Samples without a member answering while clients were served (`invariants::refute`).
+    pub refuted_samples: usize,
     pub id_changes: &'a [String],
     /// (cluster, start, end) with a quorum but no ready client Service endpoint.
     pub service_gaps: &'a [(String, u64, u64)],
@@ -189,6 +191,7 @@ pub fn build(i: &Inputs) -> (Value, String, bool) {
             "operator_caused": op_losses.len(),
             "unattributed": unattributed.len(),
             "unattributed_single_sample": blips,
+            "probe_false_negatives_refuted": i.refuted_samples,
             "list": i.losses.iter().map(|l| json!({"cluster": l.cluster, "start": crate::fmt_ms(l.start_ms),
                 "end": l.end_ms.map(crate::fmt_ms), "samples": l.samples, "cause": format!("{:?}", l.cause)})).collect::<Vec<_>>(),
         },
@@ -243,6 +246,7 @@ pub fn build(i: &Inputs) -> (Value, String, bool) {
         ("  operator-caused", op_losses.len().to_string()),
         ("  unattributed", unattributed.len().to_string()),
         ("  unattributed, one sample", blips.to_string()),
+        ("samples refuted by acked ops", i.refuted_samples.to_string()),
         ("cluster ID changes", i.id_changes.len().to_string()),
         ("Service empty, cluster working", i.service_gaps.len().to_string()),
         ("final convergence s", i.final_converge_s.map(|s| format!("{s:.1}")).unwrap_or("NEVER".into())),
