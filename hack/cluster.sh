@@ -35,7 +35,7 @@ component_pid() {
   # One pid per line is expected; tolerate files someone else appended to (first live one wins).
   for pid in $(grep -oE '^[0-9]+' "$f"); do
     [ -r "/proc/$pid/cmdline" ] || continue
-    if tr '\0' ' ' <"/proc/$pid/cmdline" | grep -qF -e "$STATE_DIR" -e "$RUN_DIR"; then
+    if tr '\0' ' ' <"/proc/$pid/cmdline" | grep -F -e "$STATE_DIR" -e "$RUN_DIR" >/dev/null; then
       echo "$pid"
       return 0
     fi
@@ -539,7 +539,7 @@ setup_bridge() {
   if ! ip link show "$BRIDGE" >/dev/null 2>&1; then
     ip link add "$BRIDGE" type bridge
   fi
-  ip addr show dev "$BRIDGE" | grep -q "inet $POD_GATEWAY/" || ip addr add "$POD_GATEWAY/${POD_CIDR#*/}" dev "$BRIDGE"
+  ip addr show dev "$BRIDGE" | grep -F "inet $POD_GATEWAY/" >/dev/null || ip addr add "$POD_GATEWAY/${POD_CIDR#*/}" dev "$BRIDGE"
   ip link set "$BRIDGE" up
 }
 
@@ -561,7 +561,7 @@ start_containerd() {
 
 start_dnsmasq() {
   # Only a DNS server on the wildcard or the gateway address conflicts (a 127.0.0.53 stub does not).
-  if ! is_running dnsmasq && ss -Hlun '( sport = :53 )' | awk '{ print $4 }' | grep -qE "^(\*|0\.0\.0\.0|${POD_GATEWAY//./\\.}|\[::\]):53$"; then
+  if ! is_running dnsmasq && ss -Hlun '( sport = :53 )' | awk '{ print $4 }' | grep -E "^(\*|0\.0\.0\.0|${POD_GATEWAY//./\\.}|\[::\]):53$" >/dev/null; then
     die "port $POD_GATEWAY:53 (needed by dnsmasq) is in use: $(ss -Hlunp '( sport = :53 )' | awk '{print $NF}' | sort -u | tr '\n' ' ')"
   fi
   mkdir -p "$STATE_DIR/dns"
@@ -656,7 +656,7 @@ start_provisioner() {
 # health
 
 kubectl_() { "$KUBECTL" --kubeconfig "$KUBECONFIG_PATH" "$@"; }
-etcd_healthy() { curl -sf --max-time 2 "http://127.0.0.1:$ETCD_CLIENT_PORT/health" | grep -q '"health":"true"'; }
+etcd_healthy() { curl -sf --max-time 2 "http://127.0.0.1:$ETCD_CLIENT_PORT/health" | grep -F '"health":"true"' >/dev/null; }
 containerd_healthy() { [ -S "$CONTAINERD_SOCK" ] && ctr_ version >/dev/null 2>&1; }
 apiserver_ready() {
   [ "$(curl -s --max-time 2 --cacert "$PKI_DIR/ca.crt" -H "Authorization: Bearer $(token_of admin)" \
@@ -796,7 +796,7 @@ cmd_up() {
 shim_pids() {
   local p
   for p in /proc/[0-9]*; do
-    tr '\0' ' ' <"$p/cmdline" 2>/dev/null | grep -qF -- "-address $CONTAINERD_SOCK " && echo "${p#/proc/}"
+    tr '\0' ' ' <"$p/cmdline" 2>/dev/null | grep -F -- "-address $CONTAINERD_SOCK " >/dev/null && echo "${p#/proc/}"
   done
   return 0
 }
@@ -817,7 +817,7 @@ descendants() {
 orphan_container_pids() {
   local p
   for p in /proc/[0-9]*; do
-    awk '$5 == "/"' "$p/mountinfo" 2>/dev/null | grep -qF "$CONTAINERD_ROOT/" && echo "${p#/proc/}"
+    awk '$5 == "/"' "$p/mountinfo" 2>/dev/null | grep -F "$CONTAINERD_ROOT/" >/dev/null && echo "${p#/proc/}"
   done
   return 0
 }

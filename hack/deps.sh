@@ -18,7 +18,7 @@ DEB_PKGS=(
 
 missing=()
 for p in "${DEB_PKGS[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -F "install ok installed" >/dev/null || missing+=("$p")
 done
 if ((${#missing[@]})); then
   log "installing Debian packages: ${missing[*]}"

@@ -34,7 +34,7 @@ for p in /proc/[0-9]*; do
   esac
   if [[ $args == *"$STATE_DIR"* || $args == *"$RUN_DIR"* || $args == *"$CACHE_DIR/kubernetes-"* || $args == *"$CACHE_DIR/containerd-"* ]]; then
     leftover "process $pid ($comm): $args"
-  elif awk '$5 == "/"' "$p/mountinfo" 2>/dev/null | grep -qF "$CONTAINERD_ROOT/"; then
+  elif awk '$5 == "/"' "$p/mountinfo" 2>/dev/null | grep -F "$CONTAINERD_ROOT/" >/dev/null; then
     leftover "container process $pid ($comm): $args"
   elif [[ $comm == containerd || $comm == etcd ]]; then
     # Not ours by path; report as a warning only (another user's etcd may run on this machine).
@@ -50,7 +50,7 @@ done < <(ip -o link show type veth 2>/dev/null | awk -F': ' '{ print $2 }' | cut
 while read -r ns _; do
   [[ $ns == cni-* ]] && leftover "network namespace $ns"
 done < <(ip netns list 2>/dev/null)
-ip -4 route show | grep -qF "${POD_CIDR%/*}" && leftover "route to $POD_CIDR: $(ip -4 route show | grep -F "${POD_CIDR%/*}")"
+ip -4 route show | grep -F "${POD_CIDR%/*}" >/dev/null && leftover "route to $POD_CIDR: $(ip -4 route show | grep -F "${POD_CIDR%/*}")"
 
 # iptables (IPv4 and IPv6, all tables).
 for save in iptables-save ip6tables-save; do

@@ -23,7 +23,7 @@ fi
 log "installing the operator (namespace default)"
 # CRD validation rules (CEL) where the apiserver has them (1.25+), as the operator detects it.
 rules=()
-kubectl get --raw /openapi/v3/apis/apiextensions.k8s.io/v1 2>/dev/null | grep -q '"x-kubernetes-validations"' || rules=(--no-validation-rules)
+kubectl get --raw /openapi/v3/apis/apiextensions.k8s.io/v1 2>/dev/null | grep -F '"x-kubernetes-validations"' >/dev/null || rules=(--no-validation-rules)
 target/release/etcd-operator manifests --namespace default --image "$OPERATOR_IMAGE" "${rules[@]}" | kubectl apply -f -
 # A new image under the same tag is only picked up by a new pod.
 kubectl -n default rollout restart deployment/etcd-operator >/dev/null

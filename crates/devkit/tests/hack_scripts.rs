@@ -1,0 +1,47 @@
+//! Rules for the shell scripts under `hack/` that no shell linter here checks.
+
+use std::path::Path;
+
+/// Every `.sh` file under `hack/`, with its text.
+fn scripts() -> Vec<(String, String)> {
+    let mut out = vec![];
+    let mut dirs = vec![Path::new(env!("CARGO_MANIFEST_DIR")).join("../../hack")];
+    while let Some(d) = dirs.pop() {
+        for e in std::fs::read_dir(&d).expect("hack/ is readable").flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                dirs.push(p);
+            } else if p.extension().is_some_and(|x| x == "sh") {
+                out.push((p.display().to_string(), std::fs::read_to_string(&p).expect("a script is text")));
+            }
+        }
+    }
+    assert!(out.len() > 5, "found the scripts");
+    out
+}
+
+/// `producer | grep -q pattern` under `set -o pipefail`: grep exits at its first match, the
+/// producer may then die of SIGPIPE, and the pipeline fails although the pattern was found.
+/// This made `hack/cluster.sh restart kubelet` stop the kubelet with "Address already
+/// assigned" in a chaos run (the bridge address check answered "absent"). Pipe into
+/// `grep ... >/dev/null`, which reads to the end.
+#[test]
+fn no_pipe_into_grep_q() {
+    let mut bad = vec![];
+    for (path, text) in scripts() {
+        for (i, line) in text.lines().enumerate() {
+            let code = line.trim_start();
+            if code.starts_with('#') {
+                continue;
+            }
+            let piped_grep_q = code.split('|').skip(1).any(|cmd| {
+                let mut words = cmd.split_whitespace();
+                words.next() == Some("grep") && words.take_while(|w| w.starts_with('-')).any(|w| w.contains('q'))
+            });
+            if piped_grep_q {
+                bad.push(format!("{path}:{}: {code}", i + 1));
+            }
+        }
+    }
+    assert!(bad.is_empty(), "pipes into `grep -q` (use `grep ... >/dev/null`):\n{}", bad.join("\n"));
+}
