@@ -185,9 +185,9 @@ fn main() {
             etcd_operator::backup::save::run(a).await.map(etcd_operator::backup::contract::report_json)
         }),
         Some(Command::BackupVerify(a)) => pod_command(|| async {
-            etcd_operator::backup::fetch::verify(a)
-                .await
-                .and_then(|m| serde_json::to_string(&m).map_err(|e| e.to_string()))
+            etcd_operator::backup::fetch::verify(a).await.and_then(|m| {
+                serde_json::to_string(&m).map_err(|e| etcd_operator::backup::contract::PodError::from(e.to_string()))
+            })
         }),
         Some(Command::RestorePrepare(a)) => pod_command(|| etcd_operator::backup::fetch::prepare(a)),
         Some(Command::SeedFromMember(a)) => pod_command(|| etcd_operator::backup::fetch::seed_from_member(a)),
@@ -447,19 +447,21 @@ fn wait_dns(host: &str, timeout_secs: u64) -> anyhow::Result<()> {
     })
 }
 
-/// Run a command of a pod the operator creates: its result (a JSON report, or the error) goes
-/// to stdout and to the container's termination message, where the operator reads it.
+/// Run a command of a pod the operator creates: its result (a JSON report, or the error as
+/// `PodError` says it: refused or not) goes to stdout and to the container's termination message,
+/// where the operator reads it; a failure exits with 1.
 fn pod_command<F, Fut>(f: F) -> anyhow::Result<()>
 where
     F: FnOnce() -> Fut,
-    Fut: std::future::Future<Output = Result<String, String>>,
+    Fut: std::future::Future<Output = Result<String, etcd_operator::backup::contract::PodError>>,
 {
     // object_store's HTTP clients use rustls: one crypto provider for the whole process.
     let _ = rustls::crypto::ring::default_provider().install_default();
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     let result = rt.block_on(f());
     let text = match &result {
-        Ok(s) | Err(s) => s.clone(),
+        Ok(s) => s.clone(),
+        Err(e) => e.to_string(),
     };
     println!("{text}");
     // Absent outside a pod; the operator falls back to the log when it cannot be written.
