@@ -115,6 +115,75 @@ fn pvc_backup_and_restore_bring_back_every_key_with_etcd_3_7() -> Result<()> {
     })
 }
 
+/// Bad input beside a good backup, as `bad_input.rs` has it for EtcdClusters: EtcdBackups the
+/// schema admits and the operator refuses (a storage type it does not know, an endpoint that is
+/// no http(s) URL, a name too long for the backup pod's label) and an EtcdRestore of a cluster
+/// name that cannot name one, all applied before a good EtcdBackup in the same watches. Each is
+/// refused in its status with an `InvalidSpec` Event naming the problem and gets no pod; the
+/// good backup completes; the operator never panics or exits. (A spec that does not decode at
+/// all cannot be stored: the apiserver checks every field's type, the int32/int64 formats and
+/// that a spec is there against the CRD's schema; that path is `backup::jobs`' unit test.)
+#[test]
+fn malformed_backups_are_refused_alone_and_a_good_one_still_completes() -> Result<()> {
+    with_operator("e2e-bad-backup", |ns, op| {
+        ns.apply(&format!(
+            "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {{name: backups, namespace: {}}}\nspec:\n  accessModes: [ReadWriteOnce]\n  resources: {{requests: {{storage: 1Gi}}}}\n",
+            ns.name
+        ))?;
+        ns.apply(&cluster_manifest(&ns.name, "ex", 1, "3.5.1", ""))?;
+        let pvc = "pvc: {claimName: backups, path: ex/etcd.backup}";
+        let long = "b".repeat(64);
+        let ftp = backup_manifest(&ns.name, "ftp", "ex", "PVC", pvc, "")
+            .replace("  clusterName: ex\n", "  etcdEndpoints: [\"ftp://ex-client:2379\"]\n");
+        let bad = [
+            ("nfs", backup_manifest(&ns.name, "nfs", "ex", "NFS", pvc, ""), "NFS"),
+            ("ftp", ftp, "\"ftp://ex-client:2379\" is not an http(s) URL"),
+            (long.as_str(), backup_manifest(&ns.name, &long, "ex", "PVC", pvc, ""), "at most 63"),
+        ];
+        for (_, manifest, _) in &bad {
+            ns.apply(manifest)?;
+        }
+        ns.apply(&restore_manifest(&ns.name, "bad-name", "Bad_Name", "PVC", pvc))?;
+
+        wait_healthy(ns, "ex", 1, CREATE)?;
+        write_keys(&client_endpoint(ns, "ex")?, "good", 10)?;
+        ns.apply(&backup_manifest(&ns.name, "good", "ex", "PVC", pvc, ""))?;
+        let b = wait_backup_succeeded(ns, "good")?;
+        ensure!(b["status"]["path"] == "pvc://backups/ex/etcd.backup", "{}", b["status"]);
+
+        for (name, _, why) in &bad {
+            let b = wait_until(Duration::from_secs(60), &format!("EtcdBackup {name} to be refused"), || {
+                let b = get(ns, "etcdbackup", name)?;
+                Ok(b["status"]["reason"].as_str().is_some_and(|r| r.starts_with("invalid spec")).then_some(b))
+            })?;
+            let reason = b["status"]["reason"].as_str().unwrap_or_default();
+            ensure!(reason.contains(why), "{name}: the reason does not name {why}: {reason}");
+            ensure!(b["status"]["succeeded"] != true, "{name}: {}", b["status"]);
+            let evs = e2e_events(ns, "EtcdBackup", name)?;
+            ensure!(evs.iter().any(|(r, n)| r == "InvalidSpec" && n.contains(why)), "{name}: {evs:?}");
+        }
+        let r = wait_until(Duration::from_secs(60), "the EtcdRestore to be refused", || {
+            let r = get(ns, "etcdrestore", "bad-name")?;
+            Ok((r["status"]["phase"] == "Failed").then_some(r))
+        })?;
+        let reason = r["status"]["reason"].as_str().unwrap_or_default();
+        ensure!(reason.contains("invalid spec") && reason.contains("etcdCluster.name"), "{reason}");
+        let evs = e2e_events(ns, "EtcdRestore", "bad-name")?;
+        ensure!(evs.iter().any(|(r, n)| r == "InvalidSpec" && n.contains("etcdCluster.name")), "{evs:?}");
+
+        // Nothing was started for them: no backup or verify pod, no cluster.
+        let pods = ns.run(&["get", "pods", "-o", "name"])?;
+        for (name, _, _) in &bad {
+            ensure!(!pods.contains(&format!("pod/{name}-")), "a pod for the refused {name}: {pods}");
+        }
+        ensure!(!pods.contains("pod/bad-name-verify"), "a verify pod for the refused restore: {pods}");
+        ensure!(ns.run(&["get", "etcdcluster", "-o", "name"])?.trim() == "etcdcluster.etcd.database.coreos.com/ex");
+        ensure!(op.restarts()? == 0, "the operator went down");
+        ensure!(!op.log_text().contains("panicked"), "the operator panicked");
+        Ok(())
+    })
+}
+
 #[test]
 fn periodic_backups_keep_only_the_newest_max_backups() -> Result<()> {
     let moto = MotoServer::start()?;

@@ -1,9 +1,11 @@
 //! Everything that passes between the operator and the pods it starts for backups and restores,
 //! in one place: pod labels, mount paths and file names, the storage arguments (one type that
 //! renders to flags and parses back from them), a restored member's parameters, the report a
-//! backup pod writes to its termination message, and the prefix of failures no retry can change.
-//! Pure: no I/O. The pod commands (`save`, `fetch`) and the pod builders (`pods`, `restore_init`)
-//! both use it, so a flag or a path cannot differ between the two sides.
+//! backup pod writes to its termination message, and how a failure is said there ([`PodError`]:
+//! refused, which no retry can change, or transient). Pure: no I/O (what pods read from their
+//! mounts is read by the pod side, `pod_secrets` and `store`). The pod commands (`save`, `fetch`)
+//! and the pod builders (`pods`, `restore_init`) both use it, so a flag or a path cannot differ
+//! between the two sides.
 
 use std::path::PathBuf;
 
@@ -35,9 +37,47 @@ pub const RESTORED_DIR: &str = "data";
 /// image; copied into the work directory by `restore-fetch`, run from there by the etcd image.
 pub const STEP_BINARY: &str = "etcd-restore-step";
 
-/// What a pod command puts before a failure no retry can change (the backup is wrong, rather
-/// than the store unreachable).
+/// What a pod command's termination message starts with for a failure no retry can change (the
+/// backup is wrong, rather than the store unreachable): [`PodError::Refused`].
 pub const REFUSED: &str = "refused: ";
+
+/// How a pod command failed. Its text is the pod's termination message, which the operator reads
+/// back with [`PodError::from_message`]: a refusal is said with the [`REFUSED`] prefix, anything
+/// else as it is. The exit code is 1 either way.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PodError {
+    /// The backup is wrong (none or no sidecar where the spec points, a checksum or size
+    /// mismatch): no retry can change it.
+    #[error("refused: {0}")]
+    Refused(String),
+    /// Anything else (the store or etcd unreachable, a read cut off, a backup being replaced):
+    /// another attempt may succeed.
+    #[error("{0}")]
+    Transient(String),
+}
+
+impl PodError {
+    /// The error a termination message says (the operator's side of [`PodError`]'s `Display`).
+    pub fn from_message(message: &str) -> PodError {
+        match message.strip_prefix(REFUSED) {
+            Some(why) => PodError::Refused(why.to_string()),
+            None => PodError::Transient(message.to_string()),
+        }
+    }
+}
+
+/// An error said only as text is transient: only a [`PodError::Refused`] is final.
+impl From<String> for PodError {
+    fn from(why: String) -> PodError {
+        PodError::Transient(why)
+    }
+}
+
+impl From<&str> for PodError {
+    fn from(why: &str) -> PodError {
+        PodError::Transient(why.to_string())
+    }
+}
 
 /// What the kubelet keeps of a termination message.
 pub const TERMINATION_MESSAGE_LIMIT: usize = 4096;
@@ -102,14 +142,22 @@ impl StorageArgs {
         Ok(Location { kind: Kind::parse(&self.storage_type)?, bucket: self.bucket.clone(), key: self.key.clone() })
     }
 
-    pub fn s3(&self) -> super::store::S3Options {
-        super::store::S3Options { endpoint: self.s3_endpoint.clone(), force_path_style: self.s3_force_path_style }
+    pub fn s3(&self) -> S3Options {
+        S3Options { endpoint: self.s3_endpoint.clone(), force_path_style: self.s3_force_path_style }
     }
+}
+
+/// S3 options that are spec fields rather than Secret keys.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct S3Options {
+    pub endpoint: String,
+    pub force_path_style: bool,
 }
 
 /// How a pod reaches etcd over TLS: the directory where the client Secret (`clientTLSSecret`,
 /// CoreOS keys `etcd-client.crt`, `etcd-client.key`, `etcd-client-ca.crt`) is mounted; none:
-/// plaintext. The server certificate is checked against the host of each URL.
+/// plaintext. The server certificate is checked against the host of each URL. The files are
+/// read by `pod_secrets::client_tls`.
 #[derive(clap::Args, Debug, Clone, Default, PartialEq)]
 pub struct ClientTlsArgs {
     #[arg(long, default_value = "")]
@@ -138,16 +186,6 @@ impl ClientTlsArgs {
         }
         a
     }
-
-    /// The client identity from the mounted files, or None for plaintext.
-    pub fn load(&self) -> Result<Option<crate::tls::material::ClientTls>, String> {
-        if self.client_tls_dir.is_empty() {
-            return Ok(None);
-        }
-        crate::tls::material::ClientTls::from_dir(&self.client_tls_dir, &self.client_tls_server_name)
-            .map(Some)
-            .map_err(|e| format!("client TLS files in {}: {e}", self.client_tls_dir))
-    }
 }
 
 /// Where pods mount the Secret of the etcd user they log in as (`spec.auth`, EtcdBackup
@@ -155,8 +193,8 @@ impl ClientTlsArgs {
 pub const AUTH_DIR: &str = "/etc/etcd-operator/etcd-auth";
 
 /// How a pod logs in to etcd: the directory where the login Secret is mounted; none: no login.
-/// The password is read from the file, never passed on the command line (which the pod spec
-/// shows to anyone who may read pods).
+/// The password is read from the file (`pod_secrets::login`), never passed on the command line
+/// (which the pod spec shows to anyone who may read pods).
 #[derive(clap::Args, Debug, Clone, Default, PartialEq)]
 pub struct AuthArgs {
     #[arg(long, default_value = "")]
@@ -172,29 +210,6 @@ impl AuthArgs {
     /// The flags that parse back into `self`.
     pub fn to_args(&self) -> Vec<String> {
         if self.auth_dir.is_empty() { vec![] } else { vec![format!("--auth-dir={}", self.auth_dir)] }
-    }
-
-    /// The credentials from the mounted files, or None without a login. A mounted Secret that
-    /// does not exist (an optional volume) leaves the directory empty: no login either.
-    pub fn load(&self) -> Result<Option<crate::auth::Credentials>, String> {
-        if self.auth_dir.is_empty() {
-            return Ok(None);
-        }
-        let dir = std::path::Path::new(&self.auth_dir);
-        let mut data = std::collections::BTreeMap::new();
-        for key in [crate::auth::USERNAME_KEY, crate::auth::PASSWORD_KEY] {
-            match std::fs::read(dir.join(key)) {
-                Ok(v) => {
-                    data.insert(key.to_string(), v);
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(format!("{}/{key}: {e}", self.auth_dir)),
-            }
-        }
-        if data.is_empty() {
-            return Ok(None);
-        }
-        crate::auth::login(&self.auth_dir, &data).map(Some)
     }
 }
 
@@ -300,18 +315,7 @@ mod tests {
             assert_eq!(AuthCmd::try_parse_from(argv).unwrap().auth, a);
         }
         assert_eq!(AuthArgs::of(Some("s")).to_args(), ["--auth-dir=/etc/etcd-operator/etcd-auth"]);
-        assert!(AuthArgs::of(None).load().unwrap().is_none());
-        // The files of a mounted Secret.
-        let dir = std::env::temp_dir().join(format!("auth-args-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let a = AuthArgs { auth_dir: dir.display().to_string() };
-        assert!(a.load().unwrap().is_none(), "an optional Secret that does not exist: no login");
-        std::fs::write(dir.join("password"), "p").unwrap();
-        let c = a.load().unwrap().unwrap();
-        assert_eq!((c.user.as_str(), c.secret_password()), ("root", Some("p")));
-        std::fs::write(dir.join("password"), "p\n").unwrap();
-        assert!(a.load().unwrap_err().contains("line break"));
-        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(AuthArgs::of(Some("s")).to_args().iter().all(|a| !a.contains("password")));
     }
 
     #[test]
@@ -323,8 +327,23 @@ mod tests {
             assert_eq!(TlsCmd::try_parse_from(argv).unwrap().tls, a, "{secret:?}");
         }
         assert_eq!(ClientTlsArgs::of("s").to_args(), ["--client-tls-dir=/etc/etcdtls/operator/etcd-tls"]);
-        assert!(ClientTlsArgs::of("").load().unwrap().is_none());
-        assert!(ClientTlsArgs::of("s").load().unwrap_err().contains("/etc/etcdtls/operator/etcd-tls"));
+    }
+
+    /// The termination message of a failed pod command says whether it was refused; the
+    /// operator reads the same error back from it.
+    #[test]
+    fn a_pod_error_reads_back_from_its_termination_message() {
+        let refused = PodError::Refused("checksum mismatch: backup s3://b/k has sha256 aa".into());
+        assert_eq!(refused.to_string(), "refused: checksum mismatch: backup s3://b/k has sha256 aa");
+        assert!(refused.to_string().starts_with(REFUSED));
+        let transient = PodError::from("read backup s3://b/k: connection refused".to_string());
+        assert_eq!(transient, PodError::Transient("read backup s3://b/k: connection refused".into()));
+        assert_eq!(transient.to_string(), "read backup s3://b/k: connection refused");
+        for e in [refused, transient] {
+            assert_eq!(PodError::from_message(&e.to_string()), e);
+        }
+        // What Kubernetes says of a pod killed from outside is no refusal.
+        assert!(matches!(PodError::from_message("pod r-verify-1 failed: DeadlineExceeded"), PodError::Transient(_)));
     }
 
     fn parse_back(a: &StorageArgs) -> StorageArgs {

@@ -16,9 +16,10 @@ use object_store::ObjectStoreExt;
 use sha2::{Digest, Sha256};
 use tokio::io::AsyncWriteExt;
 
-use super::contract::{REFUSED, RESTORED_DIR, SNAPSHOT_FILE, STEP_BINARY, StorageArgs};
+use super::contract::{PodError, RESTORED_DIR, SNAPSHOT_FILE, STEP_BINARY, StorageArgs};
 use super::location::{self, BackupMeta};
 use super::one_shot;
+use super::pod_secrets;
 use super::store;
 
 #[derive(clap::Args, Debug, Clone)]
@@ -87,14 +88,14 @@ async fn stream_hash(
     store: &dyn object_store::ObjectStore,
     loc: &location::Location,
     mut sink: Option<&mut tokio::fs::File>,
-) -> Result<(String, i64), String> {
+) -> Result<(String, i64), PodError> {
     let path = object_store::path::Path::parse(&loc.key).map_err(|e| e.to_string())?;
     let got = match store.get(&path).await {
         Ok(g) => g,
         Err(object_store::Error::NotFound { .. }) => {
-            return Err(format!("{REFUSED}backup {} not found", loc.url()));
+            return Err(PodError::Refused(format!("backup {} not found", loc.url())));
         }
-        Err(e) => return Err(format!("read backup {}: {}", loc.url(), store::why(&e))),
+        Err(e) => return Err(format!("read backup {}: {}", loc.url(), store::why(&e)).into()),
     };
     let mut hasher = Sha256::new();
     let mut size = 0i64;
@@ -111,54 +112,53 @@ async fn stream_hash(
 }
 
 /// Check a backup against its sidecar. A failure that no retry can change (the backup or its
-/// sidecar missing or wrong) starts with [`REFUSED`]; any other (the store unreachable, a read cut
+/// sidecar missing or wrong) is [`PodError::Refused`]; any other (the store unreachable, a read cut
 /// off, a new one-shot backup being published over this one) is worth another attempt
 /// (`verify_policy`).
-pub async fn verify(args: VerifyArgs) -> Result<BackupMeta, String> {
+pub async fn verify(args: VerifyArgs) -> Result<BackupMeta, PodError> {
     let loc = args.storage.location()?;
     let (store, _) = store::open(&loc, &args.storage.credentials_dir, &args.storage.s3())?;
     let checked = check_pair(&*store, &loc).await;
     // The key and its sidecar disagree, or one is missing: a one-shot backup may be replacing
     // it right now, in which case the previous one is kept aside, complete (`one_shot`).
-    if let Err(why) = &checked
-        && why.starts_with(REFUSED)
+    if let Err(PodError::Refused(_)) = &checked
         && check_pair(&*store, &loc.with_key(location::previous_key(&loc.key))).await.is_ok()
     {
-        return Err(format!(
+        return Err(PodError::Transient(format!(
             "a new backup is being written over {} (the previous one is kept aside, complete); trying again",
             loc.url()
-        ));
+        )));
     }
     checked
 }
 
 /// The backup at `loc` and its sidecar, checked against each other.
-async fn check_pair(store: &dyn object_store::ObjectStore, loc: &location::Location) -> Result<BackupMeta, String> {
+async fn check_pair(store: &dyn object_store::ObjectStore, loc: &location::Location) -> Result<BackupMeta, PodError> {
     let sidecar = location::sidecar_key(&loc.key);
     let meta = match one_shot::read_sidecar(store, &loc.key).await? {
         Some(m) => m,
         None => {
-            return Err(format!(
-                "{REFUSED}backup {} has no readable checksum sidecar {sidecar}: refusing a backup that cannot be verified",
+            return Err(PodError::Refused(format!(
+                "backup {} has no readable checksum sidecar {sidecar}: refusing a backup that cannot be verified",
                 loc.url()
-            ));
+            )));
         }
     };
     let (sha, size) = stream_hash(store, loc, None).await?;
     if sha != meta.sha256 {
-        return Err(format!(
-            "{REFUSED}checksum mismatch: backup {} has sha256 {sha} ({size} bytes), its sidecar records {} ({} bytes)",
+        return Err(PodError::Refused(format!(
+            "checksum mismatch: backup {} has sha256 {sha} ({size} bytes), its sidecar records {} ({} bytes)",
             loc.url(),
             meta.sha256,
             meta.size
-        ));
+        )));
     }
     if size != meta.size {
-        return Err(format!(
-            "{REFUSED}size mismatch: backup {} has {size} bytes, its sidecar records {}",
+        return Err(PodError::Refused(format!(
+            "size mismatch: backup {} has {size} bytes, its sidecar records {}",
             loc.url(),
             meta.size
-        ));
+        )));
     }
     Ok(meta)
 }
@@ -171,7 +171,7 @@ fn has_member_data(data_dir: &FsPath) -> bool {
 /// the work directory (the etcd image runs it next), and `Some(message)` when the member already
 /// has data (restored before; init containers run again on a new pod sandbox): then nothing is
 /// fetched, and the restore step restores nothing.
-fn begin(work: &FsPath, data_dir: &FsPath, step_binary: &FsPath) -> Result<Option<String>, String> {
+fn begin(work: &FsPath, data_dir: &FsPath, step_binary: &FsPath) -> Result<Option<String>, PodError> {
     std::fs::create_dir_all(work).map_err(|e| format!("create {}: {e}", work.display()))?;
     let step = work.join(STEP_BINARY);
     std::fs::copy(step_binary, &step)
@@ -185,7 +185,7 @@ fn begin(work: &FsPath, data_dir: &FsPath, step_binary: &FsPath) -> Result<Optio
     Ok(None)
 }
 
-pub async fn prepare(args: PrepareArgs) -> Result<String, String> {
+pub async fn prepare(args: PrepareArgs) -> Result<String, PodError> {
     let work = &args.work_dir;
     let snapshot = work.join(SNAPSHOT_FILE);
     if let Some(kept) = begin(work, &args.data_dir, &args.step_binary)? {
@@ -211,7 +211,8 @@ pub async fn prepare(args: PrepareArgs) -> Result<String, String> {
             "checksum mismatch: backup {} has sha256 {sha}, the restore expects {}; nothing restored",
             from.url(),
             args.sha256
-        ));
+        )
+        .into());
     }
     std::fs::rename(&part, &snapshot).map_err(|e| format!("rename {}: {e}", part.display()))?;
     Ok(format!("fetched {} ({size} bytes, sha256 {sha})", from.url()))
@@ -221,7 +222,7 @@ pub async fn prepare(args: PrepareArgs) -> Result<String, String> {
 /// a snapshot from a surviving member of the broken cluster (a member serves snapshots without a
 /// quorum) and checks etcd's own integrity hash at its end; then the etcd image restores it as a
 /// new one-member cluster, as from a backup. Idempotent like `restore-prepare`.
-pub async fn seed_from_member(args: SeedArgs) -> Result<String, String> {
+pub async fn seed_from_member(args: SeedArgs) -> Result<String, PodError> {
     let work = &args.work_dir;
     let snapshot = work.join(SNAPSHOT_FILE);
     if let Some(kept) = begin(work, &args.data_dir, &args.step_binary)? {
@@ -229,10 +230,10 @@ pub async fn seed_from_member(args: SeedArgs) -> Result<String, String> {
     }
     let url = args.member_url.as_str();
     let mut opts = etcd_client::ConnectOptions::new().with_connect_timeout(std::time::Duration::from_secs(5));
-    if let Some(t) = args.tls.load()? {
+    if let Some(t) = pod_secrets::client_tls(&args.tls)? {
         opts = opts.with_tls(t.options());
     }
-    let creds = args.auth.load()?;
+    let creds = pod_secrets::login(&args.auth)?;
     let (mut client, _) = crate::auth::connect::connect(&[url.to_string()], opts, creds.as_ref())
         .await
         .map_err(|e| format!("connect to {url}: {e}"))?;
@@ -246,9 +247,9 @@ pub async fn seed_from_member(args: SeedArgs) -> Result<String, String> {
             let h = st.header().ok_or_else(|| format!("{url} answered without a header"))?;
             let (cluster, member) = (format!("{:x}", h.cluster_id()), format!("{:x}", h.member_id()));
             if cluster != want_cluster || member != want_member {
-                return Err(format!(
+                return Err(PodError::from(format!(
                     "{url} is member {member} of cluster {cluster}, not the survivor {want_member} of cluster {want_cluster}; nothing restored"
-                ));
+                )));
             }
             Ok(())
         }
@@ -270,14 +271,14 @@ pub async fn seed_from_member(args: SeedArgs) -> Result<String, String> {
     Ok(format!("snapshot of {url}: {} bytes, sha256 {}", hashes.size, hashes.whole_sha256()))
 }
 
-pub fn finish(args: FinishArgs) -> Result<String, String> {
+pub fn finish(args: FinishArgs) -> Result<String, PodError> {
     let work = &args.work_dir;
     let restored = work.join(RESTORED_DIR);
     let msg = if has_member_data(&args.data_dir) {
         format!("{} already holds this member's data; discarded the restore output", args.data_dir.display())
     } else {
         if !has_member_data(&restored) {
-            return Err(format!("{} holds no restored member data", restored.display()));
+            return Err(format!("{} holds no restored member data", restored.display()).into());
         }
         if args.data_dir.exists() {
             // A data directory without member data: an interrupted earlier attempt.
@@ -325,7 +326,7 @@ mod tests {
     fn finish_without_restore_output_fails() {
         let root = tmp("empty");
         let err = finish(FinishArgs { data_dir: root.join("data"), work_dir: root.join("restore") }).unwrap_err();
-        assert!(err.contains("no restored member data"), "{err}");
+        assert!(matches!(&err, PodError::Transient(why) if why.contains("no restored member data")), "{err:?}");
         std::fs::remove_dir_all(&root).unwrap();
     }
 
@@ -395,7 +396,7 @@ mod tests {
         assert!(readable(&store).await, "after keeping the previous one");
         // 2: the upload completes: the key's pair disagrees, the previous pair covers it.
         put(loc.key.clone(), b"new".to_vec()).await;
-        assert!(check_pair(&store, &loc).await.unwrap_err().starts_with(REFUSED), "the window");
+        assert!(matches!(check_pair(&store, &loc).await, Err(PodError::Refused(_))), "the window");
         assert!(readable(&store).await, "the previous pair covers the window");
         // A run that dies here leaves the previous pair; the next run keeps it as it is.
         assert_eq!(one_shot::before(&store, &loc.key).await.unwrap(), one_shot::Before::PreviousKept);

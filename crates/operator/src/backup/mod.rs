@@ -15,7 +15,9 @@
 //! - [`jobs`]: shared plumbing and the one controller runner; [`backup_controller`] and
 //!   [`restore_controller`]: observe and execute.
 //! - Pod commands: [`save`] (`backup-save`, with [`one_shot`]), [`fetch`] (`backup-verify`,
-//!   `restore-prepare`, `restore-finish`, `seed-from-member`); [`store`] opens a location.
+//!   `restore-prepare`, `restore-finish`, `seed-from-member`); [`store`] opens a location,
+//!   [`pod_secrets`] reads the etcd login and client certificate mounted into the pod. They fail
+//!   with [`contract::PodError`]: refused (final) or transient.
 
 pub mod backup_controller;
 pub mod backup_planner;
@@ -25,6 +27,7 @@ pub mod job_pods;
 pub mod jobs;
 pub mod location;
 pub mod one_shot;
+pub mod pod_secrets;
 pub mod pods;
 pub mod restore_controller;
 pub mod restore_init;

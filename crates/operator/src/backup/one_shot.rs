@@ -23,6 +23,7 @@ use std::time::Duration;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 
+use super::contract::PodError;
 use super::location::{self, BackupMeta};
 use super::store;
 
@@ -37,12 +38,12 @@ pub async fn pause_if_armed() {
     }
 }
 
-fn path(key: &str) -> Result<Path, String> {
-    Path::parse(key).map_err(|e| format!("object key {key:?}: {e}"))
+fn path(key: &str) -> Result<Path, PodError> {
+    Path::parse(key).map_err(|e| format!("object key {key:?}: {e}").into())
 }
 
 /// The sidecar of `key`, if there is one that parses.
-pub async fn read_sidecar(store: &dyn ObjectStore, key: &str) -> Result<Option<BackupMeta>, String> {
+pub async fn read_sidecar(store: &dyn ObjectStore, key: &str) -> Result<Option<BackupMeta>, PodError> {
     let sidecar = location::sidecar_key(key);
     match store.get(&path(&sidecar)?).await {
         Ok(g) => {
@@ -50,12 +51,12 @@ pub async fn read_sidecar(store: &dyn ObjectStore, key: &str) -> Result<Option<B
             Ok(serde_json::from_slice(&bytes).ok())
         }
         Err(object_store::Error::NotFound { .. }) => Ok(None),
-        Err(e) => Err(format!("read sidecar {sidecar}: {}", store::why(&e))),
+        Err(e) => Err(format!("read sidecar {sidecar}: {}", store::why(&e)).into()),
     }
 }
 
 /// Write the sidecar of `key`, with a few tries (without it no restore accepts the backup).
-pub async fn write_sidecar(store: &dyn ObjectStore, key: &str, meta: &BackupMeta) -> Result<(), String> {
+pub async fn write_sidecar(store: &dyn ObjectStore, key: &str, meta: &BackupMeta) -> Result<(), PodError> {
     let sidecar = location::sidecar_key(key);
     let body = serde_json::to_vec_pretty(meta).map_err(|e| e.to_string())?;
     let mut last = String::new();
@@ -66,26 +67,26 @@ pub async fn write_sidecar(store: &dyn ObjectStore, key: &str, meta: &BackupMeta
         }
         tokio::time::sleep(Duration::from_secs(1 << attempt)).await;
     }
-    Err(format!("write checksum sidecar {sidecar}: {last}"))
+    Err(format!("write checksum sidecar {sidecar}: {last}").into())
 }
 
 /// The store's ETag of `key` (empty when the store gives none), None when there is no object.
-pub async fn etag(store: &dyn ObjectStore, key: &str) -> Result<Option<String>, String> {
+pub async fn etag(store: &dyn ObjectStore, key: &str) -> Result<Option<String>, PodError> {
     match store.head(&path(key)?).await {
         Ok(m) => Ok(Some(m.e_tag.unwrap_or_default())),
         Err(object_store::Error::NotFound { .. }) => Ok(None),
-        Err(e) => Err(format!("head {key}: {}", store::why(&e))),
+        Err(e) => Err(format!("head {key}: {}", store::why(&e)).into()),
     }
 }
 
 /// Whether the object at `key` is the one its sidecar describes, judged from metadata (the
 /// sha256 is what restores check; this only decides what to keep).
-pub async fn pair_looks_complete(store: &dyn ObjectStore, key: &str) -> Result<bool, String> {
+pub async fn pair_looks_complete(store: &dyn ObjectStore, key: &str) -> Result<bool, PodError> {
     let Some(meta) = read_sidecar(store, key).await? else { return Ok(false) };
     let head = match store.head(&path(key)?).await {
         Ok(m) => m,
         Err(object_store::Error::NotFound { .. }) => return Ok(false),
-        Err(e) => return Err(format!("head {key}: {}", store::why(&e))),
+        Err(e) => return Err(format!("head {key}: {}", store::why(&e)).into()),
     };
     Ok(if meta.object_etag.is_empty() {
         head.size as i64 == meta.size
@@ -105,7 +106,7 @@ pub enum Before {
     Nothing,
 }
 
-pub async fn before(store: &dyn ObjectStore, key: &str) -> Result<Before, String> {
+pub async fn before(store: &dyn ObjectStore, key: &str) -> Result<Before, PodError> {
     if pair_looks_complete(store, key).await? {
         return Ok(Before::Complete);
     }
@@ -117,7 +118,7 @@ pub async fn before(store: &dyn ObjectStore, key: &str) -> Result<Before, String
 
 /// Step 1: the pair at `key` copied aside, data first, then its sidecar (naming the copy's own
 /// ETag: a server-side copy may get a new one, e.g. of an S3 multipart object).
-pub async fn keep_previous(store: &dyn ObjectStore, key: &str) -> Result<(), String> {
+pub async fn keep_previous(store: &dyn ObjectStore, key: &str) -> Result<(), PodError> {
     let previous = location::previous_key(key);
     let mut meta = read_sidecar(store, key).await?.ok_or_else(|| format!("{key} has no sidecar any more"))?;
     store
@@ -131,12 +132,12 @@ pub async fn keep_previous(store: &dyn ObjectStore, key: &str) -> Result<(), Str
 }
 
 /// Step 4, once the new pair at `key` is complete: the previous pair goes, sidecar first.
-pub async fn drop_previous(store: &dyn ObjectStore, key: &str) -> Result<(), String> {
+pub async fn drop_previous(store: &dyn ObjectStore, key: &str) -> Result<(), PodError> {
     let previous = location::previous_key(key);
     for k in [location::sidecar_key(&previous), previous.clone()] {
         match store.delete(&path(&k)?).await {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
-            Err(e) => return Err(format!("delete {k}: {}", store::why(&e))),
+            Err(e) => return Err(format!("delete {k}: {}", store::why(&e)).into()),
         }
     }
     Ok(())

@@ -6,15 +6,16 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use etcd_operator_api::backup::EtcdBackupStatus;
 use etcd_operator_api::restore::{EtcdRestore, EtcdRestoreSpec, EtcdRestoreStatus};
-use etcd_operator_api::{EtcdCluster, EtcdClusterStatus, SCOPE_ANNOTATION};
-use kube::api::{Api, ApiResource, DynamicObject, PostParams};
+use etcd_operator_api::{EtcdBackup, EtcdCluster, EtcdClusterStatus, SCOPE_ANNOTATION};
+use kube::api::{Api, ApiResource, DynamicObject, ListParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 
 use super::contract::RESTORE_LABEL;
 use super::jobs::{self, Error, JobContext, Options};
-use super::location::BackupMeta;
+use super::location::{BackupMeta, Location};
 use super::pods::{self, JobPod};
 use super::restore_planner::{self, ClusterSeen, RESTORED_BY_ANNOTATION, RestoreObserved, RestoreStep, RestoreTarget};
 use super::verify_policy;
@@ -39,6 +40,33 @@ async fn cluster_seen(ctx: &JobContext, ns: &str, name: &str) -> Result<Option<C
     }))
 }
 
+/// The size of the backup `spec` names, as the namespace's EtcdBackups record it (for the verify
+/// pod's time limit). Read only while a verify pod may still start; a failed read is no size
+/// (the limit of a small backup), never a failed reconcile.
+async fn backup_size(
+    ctx: &JobContext,
+    ns: &str,
+    spec: &Result<EtcdRestoreSpec, String>,
+    status: &EtcdRestoreStatus,
+    generation: i64,
+) -> Option<i64> {
+    let done =
+        status.observed_generation == generation && (status.succeeded || status.phase == restore_planner::PHASE_FAILED);
+    let spec = spec.as_ref().ok().filter(|_| !done && status.phase != restore_planner::PHASE_RESTORING)?;
+    let url = Location::of(&spec.backup_storage_type, &spec.source).ok()?.url();
+    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), ns, &ApiResource::erase::<EtcdBackup>(&()));
+    match api.list(&ListParams::default()).await {
+        Ok(list) => {
+            let statuses: Vec<EtcdBackupStatus> = list.items.iter().map(jobs::status_of::<EtcdBackupStatus>).collect();
+            verify_policy::recorded_size(&url, &statuses)
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "could not list EtcdBackups for the backup's size; verifying with the limit of a small backup");
+            None
+        }
+    }
+}
+
 async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<JobContext>) -> Result<Action, Error> {
     if !ctx.scope.manages(obj.as_ref()) || obj.metadata.deletion_timestamp.is_some() {
         return Ok(Action::await_change());
@@ -51,26 +79,30 @@ async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<JobContext>) -> Result<Acti
     let ns = obj.namespace().unwrap_or_default();
     let spec = jobs::spec_of::<EtcdRestoreSpec>(&obj);
     let cluster_name = spec.as_ref().map(|s| s.etcd_cluster.name.clone()).unwrap_or_default();
+    let status = jobs::status_of::<EtcdRestoreStatus>(&obj);
+    let generation = obj.metadata.generation.unwrap_or_default();
+    let backup_size = backup_size(&ctx, &ns, &spec, &status, generation).await;
     let o = RestoreObserved {
         name: obj.name_any(),
         namespace: ns.clone(),
         uid: obj.uid().unwrap_or_default(),
-        generation: obj.metadata.generation.unwrap_or_default(),
+        generation,
         scope: obj.annotations().get(SCOPE_ANNOTATION).cloned(),
         spec,
-        status: jobs::status_of::<EtcdRestoreStatus>(&obj),
+        status,
         cluster: cluster_seen(&ctx, &ns, &cluster_name).await?,
         pods: jobs::job_pods(&ctx, RESTORE_LABEL, &obj)
             .iter()
             .map(|p| super::job_pods::observe::<BackupMeta>(p))
             .collect(),
+        backup_size,
         now: k8s_openapi::jiff::Timestamp::now(),
     };
     let plan = restore_planner::plan(&o);
     match &plan.step {
         RestoreStep::Nothing => {}
-        RestoreStep::StartVerify { pod, attempt, target } => {
-            jobs::create_pod(&ctx, &verify_pod(&obj, target, &ctx.init_image, pod, *attempt)?).await?;
+        RestoreStep::StartVerify { pod, deadline_secs, target, .. } => {
+            jobs::create_pod(&ctx, &verify_pod(&obj, target, &ctx.init_image, pod, *deadline_secs)?).await?;
         }
         RestoreStep::CreateCluster(cluster) => {
             let api: Api<EtcdCluster> = Api::namespaced(ctx.client.clone(), &ns);
@@ -92,7 +124,7 @@ fn verify_pod(
     target: &RestoreTarget,
     image: &str,
     name: &str,
-    attempt: u32,
+    deadline_secs: i64,
 ) -> Result<k8s_openapi::api::core::v1::Pod, Error> {
     let restore: EtcdRestore = serde_json::from_value(serde_json::to_value(obj)?)?;
     let owner = restore.controller_owner_ref(&()).expect("EtcdRestore from the API has a name and uid");
@@ -107,7 +139,7 @@ fn verify_pod(
         command,
         loc: &target.location,
         source: &restore.spec.source,
-        deadline_secs: verify_policy::deadline_secs(attempt),
+        deadline_secs,
         writes: false,
     }))
 }

@@ -74,16 +74,21 @@ pub struct RestoreObserved {
     pub cluster: Option<ClusterSeen>,
     /// This restore's verify pods, oldest first.
     pub pods: Vec<JobPodState<BackupMeta>>,
+    /// The backup's size as an EtcdBackup's status records it (`verify_policy::recorded_size`),
+    /// for the verify pod's time limit; None: no EtcdBackup says.
+    pub backup_size: Option<i64>,
     pub now: Timestamp,
 }
 
 #[derive(Clone, Debug)]
 pub enum RestoreStep {
     Nothing,
-    /// Create verify pod `pod`, attempt `attempt` (its time limit grows per attempt).
+    /// Create verify pod `pod`, attempt `attempt`, with this time limit (it grows per attempt
+    /// and with the backup's size).
     StartVerify {
         pod: String,
         attempt: u32,
+        deadline_secs: i64,
         target: RestoreTarget,
     },
     /// Create this EtcdCluster: every bootstrap member starts from the verified backup.
@@ -95,9 +100,9 @@ impl PartialEq for RestoreStep {
         match (self, other) {
             (RestoreStep::Nothing, RestoreStep::Nothing) => true,
             (
-                RestoreStep::StartVerify { pod: a, attempt: x, target: t },
-                RestoreStep::StartVerify { pod: b, attempt: y, target: u },
-            ) => (a, x, t) == (b, y, u),
+                RestoreStep::StartVerify { pod: a, attempt: x, deadline_secs: d, target: t },
+                RestoreStep::StartVerify { pod: b, attempt: y, deadline_secs: e, target: u },
+            ) => (a, x, d, t) == (b, y, e, u),
             // EtcdCluster has no PartialEq: compared as the objects the API would get.
             (RestoreStep::CreateCluster(a), RestoreStep::CreateCluster(b)) => {
                 serde_json::to_value(a).ok() == serde_json::to_value(b).ok()
@@ -286,7 +291,8 @@ pub fn plan(o: &RestoreObserved) -> RestorePlan {
                         "VerifyStarted",
                         format!("pod {pod} is checking {}", target.location.url()),
                     ));
-                    step = RestoreStep::StartVerify { pod, attempt: 0, target: target.clone() };
+                    let deadline_secs = verify_policy::deadline_secs(0, o.backup_size);
+                    step = RestoreStep::StartVerify { pod, attempt: 0, deadline_secs, target: target.clone() };
                 }
                 Some(p) => match &p.result {
                     PodResult::Running => st.phase = PHASE_VERIFYING.into(),
@@ -320,15 +326,20 @@ pub fn plan(o: &RestoreObserved) -> RestorePlan {
                             AfterFailure::Retry { attempt: next, .. } => {
                                 delete_pods.push(p.name.clone());
                                 let pod = verify_policy::pod_name(&o.name, o.generation, next);
+                                let deadline_secs = verify_policy::deadline_secs(next, o.backup_size);
                                 st.phase = PHASE_VERIFYING.into();
                                 st.reason = format!(
-                                    "verifying the checksum of {} (attempt {} of {}, {}s allowed)",
+                                    "verifying the checksum of {} (attempt {} of {}, {deadline_secs}s allowed)",
                                     target.location.url(),
                                     next + 1,
                                     verify_policy::VERIFY_ATTEMPTS,
-                                    verify_policy::deadline_secs(next)
                                 );
-                                step = RestoreStep::StartVerify { pod, attempt: next, target: target.clone() };
+                                step = RestoreStep::StartVerify {
+                                    pod,
+                                    attempt: next,
+                                    deadline_secs,
+                                    target: target.clone(),
+                                };
                             }
                         }
                     }

@@ -86,6 +86,7 @@ fn observed() -> RestoreObserved {
         status: EtcdRestoreStatus { observed_generation: 1, ..Default::default() },
         cluster: None,
         pods: vec![],
+        backup_size: None,
         now: t("2026-01-01T00:10:00Z"),
     }
 }
@@ -101,7 +102,11 @@ fn reasons(p: &RestorePlan) -> Vec<&'static str> {
 #[test]
 fn a_new_restore_verifies_the_backup_first() {
     let p = plan(&observed());
-    assert!(matches!(&p.step, RestoreStep::StartVerify { pod, attempt: 0, .. } if pod == "r-verify-1"), "{:?}", p.step);
+    assert!(
+        matches!(&p.step, RestoreStep::StartVerify { pod, attempt: 0, deadline_secs: 600, .. } if pod == "r-verify-1"),
+        "{:?}",
+        p.step
+    );
     assert_eq!(p.status.phase, PHASE_VERIFYING);
     assert_eq!(reasons(&p), ["VerifyStarted"]);
 }
@@ -189,7 +194,8 @@ fn only_the_current_generations_verify_pods_count() {
 #[test]
 fn a_wrong_backup_is_refused_at_once_and_nothing_is_created() {
     let mut o = observed();
-    let why = format!("{}checksum mismatch: x", super::super::contract::REFUSED);
+    // The termination message of `backup-verify` that found the wrong backup.
+    let why = super::super::contract::PodError::Refused("checksum mismatch: x".into()).to_string();
     o.pods = vec![verify_pod("r-verify-1", PodResult::Failed(why), Some("2026-01-01T00:09:59Z"))];
     let p = plan(&o);
     assert_eq!(p.status.phase, PHASE_FAILED);
@@ -213,7 +219,7 @@ fn a_verify_that_failed_for_another_reason_is_retried_with_a_pause() {
     o.now = t("2026-01-01T00:10:08Z");
     let p = plan(&o);
     assert!(
-        matches!(&p.step, RestoreStep::StartVerify { pod, attempt: 1, .. } if pod == "r-verify-1-1"),
+        matches!(&p.step, RestoreStep::StartVerify { pod, attempt: 1, deadline_secs: 1200, .. } if pod == "r-verify-1-1"),
         "{:?}",
         p.step
     );
@@ -227,6 +233,24 @@ fn a_verify_that_failed_for_another_reason_is_retried_with_a_pause() {
     let p = plan(&o);
     assert_eq!(p.status.phase, PHASE_FAILED);
     assert_eq!(reasons(&p), ["BackupUnreadable"]);
+}
+
+/// A big backup gets a verify pod with time for its size (an EtcdBackup's status records it),
+/// on every attempt: 10 min and a minute per GiB, doubled per attempt.
+#[test]
+fn the_verify_time_limit_grows_with_the_backups_recorded_size() {
+    let mut o = observed();
+    o.backup_size = Some(8 << 30);
+    let p = plan(&o);
+    assert!(matches!(&p.step, RestoreStep::StartVerify { deadline_secs: 1080, .. }), "{:?}", p.step);
+    o.pods = vec![verify_pod(
+        "r-verify-1",
+        PodResult::Failed("pod r-verify-1 failed: DeadlineExceeded".into()),
+        Some("2026-01-01T00:00:00Z"),
+    )];
+    let p = plan(&o);
+    assert!(matches!(&p.step, RestoreStep::StartVerify { attempt: 1, deadline_secs: 2160, .. }), "{:?}", p.step);
+    assert!(p.status.reason.contains("attempt 2 of 5, 2160s allowed"), "{}", p.status.reason);
 }
 
 #[test]

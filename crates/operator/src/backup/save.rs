@@ -11,9 +11,10 @@ use futures::StreamExt;
 use object_store::{ObjectStoreExt, WriteMultipart};
 use sha2::{Digest, Sha256};
 
-use super::contract::{HISTORY_LIMIT, SaveReport, StorageArgs};
+use super::contract::{HISTORY_LIMIT, PodError, SaveReport, StorageArgs};
 use super::location::{self, BackupMeta};
 use super::one_shot;
+use super::pod_secrets;
 use super::store;
 use crate::auth::Credentials;
 use crate::auth::connect::connect;
@@ -52,11 +53,15 @@ const PART_SIZE: usize = 16 << 20;
 /// Parts in flight: memory is bounded by about this many parts (64 MiB).
 const UPLOAD_CONCURRENCY: usize = 4;
 
-pub async fn run(args: SaveArgs) -> Result<SaveReport, String> {
+/// A backup pod's one run. Every failure is transient (the next attempt may succeed): a backup
+/// is never refused.
+pub async fn run(args: SaveArgs) -> Result<SaveReport, PodError> {
     let timeout = Duration::from_secs(args.timeout_secs.max(1));
     match tokio::time::timeout(timeout, save(&args)).await {
         Ok(r) => r,
-        Err(_) => Err(format!("backup did not finish within {}s (backupPolicy.timeoutInSecond)", args.timeout_secs)),
+        Err(_) => {
+            Err(format!("backup did not finish within {}s (backupPolicy.timeoutInSecond)", args.timeout_secs).into())
+        }
     }
 }
 
@@ -67,7 +72,7 @@ async fn pick_member(
     endpoints: &[String],
     tls: Option<&ClientTls>,
     creds: Option<&Credentials>,
-) -> Result<(String, String, i64, String), String> {
+) -> Result<(String, String, i64, String), PodError> {
     let opts = || {
         let o = ConnectOptions::new().with_connect_timeout(CONNECT_TIMEOUT).with_timeout(CONNECT_TIMEOUT);
         match tls {
@@ -102,7 +107,7 @@ async fn pick_member(
     Ok((name, url, rev, version))
 }
 
-async fn save(args: &SaveArgs) -> Result<SaveReport, String> {
+async fn save(args: &SaveArgs) -> Result<SaveReport, PodError> {
     let base = args.storage.location()?;
     let (store, _) = store::open(&base, &args.storage.credentials_dir, &args.storage.s3())?;
     let mut warnings = Vec::new();
@@ -115,8 +120,8 @@ async fn save(args: &SaveArgs) -> Result<SaveReport, String> {
             location::previous_key(&base.key)
         ));
     }
-    let tls = args.tls.load()?;
-    let creds = args.auth.load()?;
+    let tls = pod_secrets::client_tls(&args.tls)?;
+    let creds = pod_secrets::login(&args.auth)?;
     let (member, url, revision, version) = pick_member(&args.endpoints, tls.as_ref(), creds.as_ref()).await?;
     let now = k8s_openapi::jiff::Timestamp::now();
     let key = if args.periodic { location::periodic_key(&base.key, revision, now) } else { base.key.clone() };
@@ -142,7 +147,7 @@ async fn save(args: &SaveArgs) -> Result<SaveReport, String> {
     let mut writer = WriteMultipart::new_with_chunk_size(upload, PART_SIZE);
     let mut hashes = StreamHashes::default();
     let started = Instant::now();
-    let streamed: Result<(), String> = async {
+    let streamed: Result<(), PodError> = async {
         while let Some(msg) = stream.message().await.map_err(|e| format!("snapshot stream from {member}: {e}"))? {
             writer
                 .wait_for_capacity(UPLOAD_CONCURRENCY)
@@ -265,7 +270,7 @@ async fn retention(
 }
 
 /// Keys next to `base` (same directory) that start with its file name.
-async fn list_series(store: &dyn object_store::ObjectStore, base: &str) -> Result<Vec<String>, String> {
+async fn list_series(store: &dyn object_store::ObjectStore, base: &str) -> Result<Vec<String>, PodError> {
     let dir = base.rsplit_once('/').map(|(d, _)| d);
     let prefix = dir.map(object_store::path::Path::from);
     let mut out = Vec::new();
@@ -318,9 +323,9 @@ impl StreamHashes {
         hex::encode(h.finalize())
     }
 
-    pub fn check_etcd_integrity(&self) -> Result<(), String> {
+    pub fn check_etcd_integrity(&self) -> Result<(), PodError> {
         if self.size < 32 + 512 {
-            return Err(format!("snapshot stream ended after {} bytes: not a database", self.size));
+            return Err(format!("snapshot stream ended after {} bytes: not a database", self.size).into());
         }
         let db = self.db.clone().finalize();
         if db.as_slice() != self.tail.as_slice() {

@@ -23,19 +23,14 @@ use object_store::gcp::GoogleCloudStorageBuilder;
 use object_store::local::LocalFileSystem;
 use object_store::path::Path;
 
+use super::contract::PodError;
 use super::location::{Kind, Location};
 
-pub use super::contract::{CREDENTIALS_MOUNT, PVC_MOUNT};
+pub use super::contract::{CREDENTIALS_MOUNT, PVC_MOUNT, S3Options};
 
-/// S3 options that are spec fields rather than Secret keys.
-#[derive(Clone, Debug, Default)]
-pub struct S3Options {
-    pub endpoint: String,
-    pub force_path_style: bool,
-}
-
-/// The store holding `loc.bucket`, and `loc.key` as an object path.
-pub fn open(loc: &Location, creds_dir: &FsPath, s3: &S3Options) -> Result<(Arc<dyn ObjectStore>, Path), String> {
+/// The store holding `loc.bucket`, and `loc.key` as an object path. A Secret that lacks a key is
+/// a transient failure, as every failure here: the Secret may be fixed before the next attempt.
+pub fn open(loc: &Location, creds_dir: &FsPath, s3: &S3Options) -> Result<(Arc<dyn ObjectStore>, Path), PodError> {
     let path = Path::parse(&loc.key).map_err(|e| format!("object key {:?}: {e}", loc.key))?;
     let store: Arc<dyn ObjectStore> = match loc.kind {
         Kind::S3 => {
@@ -205,10 +200,10 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("eo-creds-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let loc = Location { kind: Kind::S3, bucket: "b".into(), key: "k".into() };
-        let err = open(&loc, &dir, &S3Options::default()).unwrap_err();
+        let err = open(&loc, &dir, &S3Options::default()).err().unwrap().to_string();
         assert!(err.contains("\"credentials\""), "{err}");
         std::fs::write(dir.join("credentials"), "[default]\naws_access_key_id=a\n").unwrap();
-        let err = open(&loc, &dir, &S3Options::default()).unwrap_err();
+        let err = open(&loc, &dir, &S3Options::default()).err().unwrap().to_string();
         assert!(err.contains("aws_secret_access_key"), "{err}");
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -19,6 +19,8 @@ pub mod maintenance;
 mod membership;
 #[cfg(test)]
 mod proptests;
+#[cfg(test)]
+mod proptests_safety;
 pub mod recovery;
 mod rollout;
 #[cfg(test)]
@@ -37,6 +39,10 @@ mod tests_pod_security;
 mod tests_restore;
 #[cfg(test)]
 mod tests_tls_transition;
+#[cfg(test)]
+mod tests_tls_transition_generated;
+#[cfg(test)]
+mod tests_tls_transition_played;
 #[cfg(test)]
 mod tests_upgrade;
 pub mod tls_transition;

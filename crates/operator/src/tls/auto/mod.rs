@@ -37,6 +37,8 @@ pub mod read;
 pub mod rotation;
 #[cfg(test)]
 mod rotation_tests;
+#[cfg(test)]
+mod rotation_world;
 pub mod secrets;
 pub mod state;
 pub mod status;

@@ -1,9 +1,11 @@
 //! Tests of the pure builders of member pods, PVCs and Services.
 
 use super::*;
+use crate::planner::Seed;
 use crate::validation::validate;
 use crate::version::Version;
 use etcd_operator_api::EtcdClusterSpec;
+use k8s_openapi::api::core::v1::Pod;
 
 fn cluster(yaml_spec: &str) -> (EtcdCluster, Desired) {
     let spec: EtcdClusterSpec = serde_yaml::from_str(yaml_spec).unwrap();

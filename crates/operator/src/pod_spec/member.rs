@@ -1,135 +1,20 @@
-//! Pure builders for the Kubernetes objects of one etcd cluster: member pods, their
-//! PersistentVolumeClaims, and the peer and client Services.
-
-use std::collections::BTreeMap;
+//! The pod of one member: etcd's command line (URLs by TLS stage, space flags), the readiness
+//! probe, the init containers (the data check, a restore or recovery seed, the DNS wait), the
+//! security profile (`pod_security`), its volumes and placement.
 
 use etcd_operator_api::EtcdCluster;
 use k8s_openapi::api::core::v1::{
-    Container, ContainerPort, EmptyDirVolumeSource, HTTPGetAction, PersistentVolumeClaim,
-    PersistentVolumeClaimVolumeSource, Pod, PodAffinityTerm, PodAntiAffinity, PodSpec, Probe, SecurityContext, Service,
-    ServicePort, ServiceSpec, Volume, VolumeMount,
+    Container, ContainerPort, EmptyDirVolumeSource, HTTPGetAction, PersistentVolumeClaimVolumeSource, Pod, PodSpec,
+    Probe, SecurityContext, Volume, VolumeMount,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::Resource;
 
-use crate::naming::{
-    self, APP_LABEL, BOOTSTRAP_ANNOTATION, CLIENT_PORT, CLUSTER_LABEL, CLUSTER_UID_LABEL, MEMBER_ANNOTATION, PEER_PORT,
-    PEER_URL_ANNOTATION, VERSION_ANNOTATION,
-};
+use super::{DATA_DIR, DATA_MOUNT, cluster_name, meta, serving_labels};
+use crate::naming::{self, BOOTSTRAP_ANNOTATION, CLIENT_PORT, PEER_PORT, VERSION_ANNOTATION};
 use crate::planner::{NewMember, Seed};
 use crate::validation::{Desired, image_for};
-
-/// Where etcd keeps its data inside the container.
-pub const DATA_MOUNT: &str = "/var/etcd";
-pub const DATA_DIR: &str = "/var/etcd/data";
-
-/// Labels every object of the cluster carries (CoreOS' pair).
-pub fn selector_labels(cluster: &str) -> BTreeMap<String, String> {
-    BTreeMap::from([
-        (APP_LABEL.0.to_string(), APP_LABEL.1.to_string()),
-        (CLUSTER_LABEL.to_string(), cluster.to_string()),
-    ])
-}
-
-/// Labels of member pods and PVCs, and the Services' selector: CoreOS' pair plus the
-/// EtcdCluster's UID, so that pods of an earlier cluster of the same name (left behind by
-/// `kubectl delete --cascade=orphan`) never serve behind this one's Services.
-pub fn member_labels(c: &EtcdCluster) -> BTreeMap<String, String> {
-    let mut l = selector_labels(&cluster_name(c));
-    l.insert(CLUSTER_UID_LABEL.to_string(), c.meta().uid.clone().unwrap_or_default());
-    l
-}
-
-/// [`member_labels`] and the serving label: what member pods carry while they take client
-/// traffic, and what the client Service selects on.
-pub fn serving_labels(c: &EtcdCluster) -> BTreeMap<String, String> {
-    let mut l = member_labels(c);
-    l.insert(naming::SERVING_LABEL.to_string(), "true".into());
-    l
-}
-
-/// Controller owner reference to the EtcdCluster: deleting it deletes everything it made.
-pub fn owner_ref(c: &EtcdCluster) -> OwnerReference {
-    c.controller_owner_ref(&()).expect("EtcdCluster from the API has a name and uid")
-}
-
-fn meta(c: &EtcdCluster, name: &str, labels: BTreeMap<String, String>) -> ObjectMeta {
-    ObjectMeta {
-        name: Some(name.to_string()),
-        namespace: c.meta().namespace.clone(),
-        labels: Some(labels),
-        owner_references: Some(vec![owner_ref(c)]),
-        ..Default::default()
-    }
-}
-
-fn cluster_name(c: &EtcdCluster) -> String {
-    c.meta().name.clone().unwrap_or_default()
-}
-
-/// The headless Service that gives each member its stable DNS name. Not-ready addresses are
-/// published because a member must resolve its peers before any of them is ready.
-pub fn peer_service(c: &EtcdCluster) -> Service {
-    let name = cluster_name(c);
-    Service {
-        metadata: meta(c, &name, selector_labels(&name)),
-        spec: Some(ServiceSpec {
-            cluster_ip: Some("None".into()),
-            publish_not_ready_addresses: Some(true),
-            selector: Some(member_labels(c)),
-            ports: Some(vec![port("client", CLIENT_PORT), port("peer", PEER_PORT)]),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
-}
-
-/// The client Service: ready members only (learners are not ready: they refuse most requests).
-pub fn client_service(c: &EtcdCluster) -> Service {
-    let name = cluster_name(c);
-    Service {
-        metadata: meta(c, &naming::client_service(&name), selector_labels(&name)),
-        spec: Some(ServiceSpec {
-            // Members drained before they leave are out of it before they stop answering.
-            selector: Some(serving_labels(c)),
-            ports: Some(vec![port("client", CLIENT_PORT)]),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
-}
-
-fn port(name: &str, p: i32) -> ServicePort {
-    ServicePort {
-        name: Some(name.into()),
-        port: p,
-        target_port: Some(IntOrString::Int(p)),
-        protocol: Some("TCP".into()),
-        ..Default::default()
-    }
-}
-
-/// The PVC of a PVC-backed member, from `spec.pod.persistentVolumeClaimSpec`. Its annotations
-/// name the member and its peer URL, so the member can be restarted on it when no member
-/// answers and no pod is left.
-pub fn member_pvc(c: &EtcdCluster, d: &Desired, m: &NewMember) -> Option<PersistentVolumeClaim> {
-    let spec = d.pod.persistent_volume_claim_spec.clone()?;
-    let peer = m.initial_cluster.iter().find(|(n, _)| *n == m.name).map(|(_, u)| u.clone()).unwrap_or_default();
-    let mut annotations =
-        BTreeMap::from([(MEMBER_ANNOTATION.to_string(), m.name.clone()), (PEER_URL_ANNOTATION.to_string(), peer)]);
-    if m.bootstrap {
-        annotations.insert(BOOTSTRAP_ANNOTATION.into(), "true".into());
-    }
-    Some(PersistentVolumeClaim {
-        metadata: ObjectMeta {
-            annotations: Some(annotations),
-            ..meta(c, &naming::pvc_name(&m.name), member_labels(c))
-        },
-        spec: Some(spec),
-        ..Default::default()
-    })
-}
 
 /// The readiness probe's path: etcd's `/health` without the NOSPACE alarm.
 pub const HEALTH_PATH: &str = "/health?exclude=NOSPACE";
@@ -352,55 +237,7 @@ pub fn member_pod(c: &EtcdCluster, d: &Desired, m: &NewMember, init_image: &str)
     } else {
         Volume { name: "etcd-data".into(), empty_dir: Some(EmptyDirVolumeSource::default()), ..Default::default() }
     };
-    let mut affinity = d.pod.affinity.clone();
-    let cluster_selector = LabelSelector {
-        match_labels: Some(BTreeMap::from([(CLUSTER_LABEL.to_string(), name.clone())])),
-        ..Default::default()
-    };
-    // Without an affinity of the user's: spread members over nodes and zones where the
-    // scheduler can (preferred, never blocking: a one-node cluster still schedules).
-    let spread = (affinity.is_none() && !d.pod.anti_affinity).then(|| {
-        affinity = Some(k8s_openapi::api::core::v1::Affinity {
-            pod_anti_affinity: Some(PodAntiAffinity {
-                preferred_during_scheduling_ignored_during_execution: Some(vec![
-                    k8s_openapi::api::core::v1::WeightedPodAffinityTerm {
-                        weight: 100,
-                        pod_affinity_term: PodAffinityTerm {
-                            label_selector: Some(cluster_selector.clone()),
-                            topology_key: "kubernetes.io/hostname".into(),
-                            ..Default::default()
-                        },
-                    },
-                ]),
-                ..Default::default()
-            }),
-            ..Default::default()
-        });
-        vec![k8s_openapi::api::core::v1::TopologySpreadConstraint {
-            max_skew: 1,
-            topology_key: "topology.kubernetes.io/zone".into(),
-            when_unsatisfiable: "ScheduleAnyway".into(),
-            label_selector: Some(cluster_selector.clone()),
-            ..Default::default()
-        }]
-    });
-    if d.pod.anti_affinity && affinity.is_none() {
-        // CoreOS' deprecated `antiAffinity: true`: at most one member of this cluster per node.
-        affinity = Some(k8s_openapi::api::core::v1::Affinity {
-            pod_anti_affinity: Some(PodAntiAffinity {
-                required_during_scheduling_ignored_during_execution: Some(vec![PodAffinityTerm {
-                    label_selector: Some(LabelSelector {
-                        match_labels: Some(BTreeMap::from([(CLUSTER_LABEL.to_string(), name.clone())])),
-                        ..Default::default()
-                    }),
-                    topology_key: "kubernetes.io/hostname".into(),
-                    ..Default::default()
-                }]),
-                ..Default::default()
-            }),
-            ..Default::default()
-        });
-    }
+    let (affinity, spread) = super::placement::of(d, &name);
     Pod {
         metadata: ObjectMeta { annotations: Some(annotations), ..meta(c, &m.name, labels) },
         spec: Some(PodSpec {
@@ -458,7 +295,3 @@ fn check_data(
         ..Default::default()
     }
 }
-
-#[cfg(test)]
-#[path = "pod_spec_tests.rs"]
-mod tests;

@@ -1,0 +1,40 @@
+//! What observation reads of the cluster's backups: the newest backup of an EtcdBackup (a
+//! `FromBackup` recovery's source), and whether a backup pod of the cluster runs now.
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+
+use crate::observed::BackupPoint;
+
+/// The newest backup of an EtcdBackup, as a restore source.
+pub(super) async fn newest_backup(client: &kube::Client, namespace: &str, name: &str) -> Result<BackupPoint, String> {
+    let api: kube::Api<etcd_operator_api::EtcdBackup> = kube::Api::namespaced(client.clone(), namespace);
+    let b = api.get(name).await.map_err(|e| format!("cannot be read: {e}"))?;
+    let st = b.status.unwrap_or_default();
+    let (path, sha256, revision) = match st.history.first() {
+        Some(h) => (h.path.clone(), h.sha256.clone(), h.etcd_revision),
+        None if !st.sha256.is_empty() => (st.path.clone(), st.sha256.clone(), st.etcd_revision),
+        None => return Err("has no successful backup yet".into()),
+    };
+    let base = crate::backup::location::Location::of(&b.spec.storage_type, &b.spec.source)?;
+    let (bucket, key) = path
+        .split_once("://")
+        .and_then(|(_, rest)| rest.split_once('/'))
+        .ok_or_else(|| format!("backup path {path:?} is not <scheme>://<bucket>/<key>"))?;
+    let location = crate::backup::location::Location { bucket: bucket.to_string(), ..base.with_key(key.to_string()) };
+    Ok(BackupPoint {
+        restore: crate::validation::Restore { location, source: b.spec.source.clone(), sha256 },
+        revision,
+    })
+}
+
+/// A backup pod of this cluster that runs now (an API read, not the watch caches: backup pods
+/// are not watched by this controller). An error counts as one running: maintenance waits.
+pub(super) async fn running_backup(client: &kube::Client, namespace: &str, cluster: &str) -> Option<String> {
+    let api: kube::Api<Pod> = kube::Api::namespaced(client.clone(), namespace);
+    let lp = kube::api::ListParams::default().labels(&format!("{}={cluster}", crate::backup::pods::BACKUP_OF_LABEL));
+    match api.list_metadata(&lp).await {
+        Ok(l) => l.items.iter().find(|p| p.metadata.deletion_timestamp.is_none()).map(|p| p.name_any()),
+        Err(e) => Some(format!("(unknown: listing backup pods failed: {e})")),
+    }
+}

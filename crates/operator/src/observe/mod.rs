@@ -1,0 +1,240 @@
+//! Observation: gathers the Kubernetes objects of one EtcdCluster (from the controller's
+//! watch caches, no extra LIST calls) and etcd's own view (from the members) into [`Observed`].
+//!
+//! Here: `observe`, which puts it together. [`pods`]: a member pod in planner terms;
+//! [`volumes`]: a member PVC; [`desired`]: the spec to plan from (this one, or the last valid one)
+//! and the TLS stage; [`backups`]: an EtcdBackup's newest backup, a running backup pod; etcd's own
+//! view comes from `etcd::observe`.
+
+use std::collections::BTreeMap;
+
+use etcd_operator_api::EtcdCluster;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
+use kube::ResourceExt;
+use kube::runtime::reflector::Store;
+use rand::Rng;
+
+use crate::etcd;
+use crate::naming::{
+    self, CLIENT_PORT, CLUSTER_ID_ANNOTATION, CLUSTER_LABEL, QUORUM_LOST_AT_ANNOTATION, RECOVERY_ANNOTATION,
+};
+use crate::observed::{EtcdState, Observed, PodState, PvcState, QuorumLossPolicy};
+use crate::tls::transition::PodTls;
+
+mod backups;
+mod desired;
+mod pods;
+mod volumes;
+
+pub use pods::{UNSCHEDULABLE_SECS, pod_state};
+pub use volumes::pvc_state;
+
+/// The watch caches observation reads from.
+#[derive(Clone)]
+pub struct Caches {
+    pub pods: Store<Pod>,
+    pub services: Store<Service>,
+    pub pvcs: Store<PersistentVolumeClaim>,
+    /// PodDisruptionBudgets, in the policy version the server serves (none: no budgets).
+    pub budgets: Option<(kube::api::ApiResource, Store<kube::api::DynamicObject>)>,
+}
+
+fn owned_by<K: kube::Resource>(obj: &K, cluster: &EtcdCluster) -> bool {
+    let uid = cluster.metadata.uid.as_deref();
+    obj.meta().namespace == cluster.metadata.namespace
+        && obj.labels().get(CLUSTER_LABEL) == cluster.metadata.name.as_ref()
+        && obj.owner_references().iter().any(|o| Some(o.uid.as_str()) == uid)
+}
+
+fn random_suffix() -> String {
+    const CHARS: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    let mut rng = rand::rng();
+    (0..naming::SUFFIX_LEN).map(|_| CHARS[rng.random_range(0..CHARS.len())] as char).collect()
+}
+
+/// Observe one cluster. etcd is only contacted when the spec is valid and pods have addresses.
+/// `cluster_domain` is the operator's default for clusters whose spec names none.
+pub async fn observe(
+    client: &kube::Client,
+    cluster: &EtcdCluster,
+    caches: &Caches,
+    clients: &etcd::MemberClients,
+    cluster_domain: &str,
+) -> (Observed, etcd::Endpoints) {
+    let name = cluster.name_any();
+    let namespace = cluster.namespace().unwrap_or_default();
+    let now = k8s_openapi::jiff::Timestamp::now();
+    let pods: BTreeMap<String, PodState> = caches
+        .pods
+        .state()
+        .iter()
+        .filter(|p| owned_by(p.as_ref(), cluster))
+        .map(|p| (p.name_any(), pod_state(p, now)))
+        .collect();
+    // A Service counts once it selects on the cluster's UID, and the client Service on serving
+    // members only (older ones are updated).
+    let client_service = naming::client_service(&cluster.name_any());
+    let services: Vec<String> = caches
+        .services
+        .state()
+        .iter()
+        .filter(|s| owned_by(s.as_ref(), cluster))
+        .filter(|s| {
+            let sel = s.spec.as_ref().and_then(|sp| sp.selector.as_ref());
+            sel.and_then(|sel| sel.get(naming::CLUSTER_UID_LABEL)) == cluster.metadata.uid.as_ref()
+                && (s.name_any() != client_service
+                    || sel.and_then(|sel| sel.get(naming::SERVING_LABEL)).map(String::as_str) == Some("true"))
+        })
+        .map(|s| s.name_any())
+        .collect();
+    let pvcs: BTreeMap<String, PvcState> = caches
+        .pvcs
+        .state()
+        .iter()
+        .filter(|s| owned_by(s.as_ref(), cluster))
+        .filter_map(|v| pvc_state(v))
+        .map(|v| (v.member.clone(), v))
+        .collect();
+    let status = cluster.status.clone().unwrap_or_default();
+    let annotations = cluster.annotations();
+    let record =
+        |k: &str| annotations.get(k).and_then(|j| serde_json::from_str::<crate::planner::recovery::Record>(j).ok());
+    let recovery_record = record(RECOVERY_ANNOTATION);
+    let last_recovery = record(naming::LAST_RECOVERY_ANNOTATION);
+    // During a recovery the new first member is the cluster: only it is asked, whatever cluster
+    // ID it has. Otherwise answers from another cluster (a reused pod IP) are ignored.
+    let seeded = recovery_record.as_ref().filter(|r| pods.contains_key(&r.member)).map(|r| r.member.clone());
+    // A status that shows the cluster ran (CoreOS' included: it recorded no cluster ID) counts.
+    let formed = annotations.contains_key(CLUSTER_ID_ANNOTATION)
+        || !status.cluster_id.is_empty()
+        || crate::coreos::status_shows_it_ran(&status);
+    let pod_tls: Vec<&PodTls> = pods.values().map(|p| &p.tls).collect();
+    let (desired, spec_refused, version_defaulted) = desired::desired_of(cluster, &name, formed, &pod_tls);
+    let desired = desired.and_then(|mut d| {
+        if d.pod.cluster_domain.is_empty() {
+            d.pod.cluster_domain = cluster_domain.to_string();
+        }
+        d.tls_stage = desired::tls_stage(cluster, &name, &d, &pod_tls, &pvcs)?;
+        Ok(d)
+    });
+    // spec.TLS.auto: the operator's Secrets, read before the material check below (which checks
+    // them as it checks static ones); their CA bundle is part of the pod-spec hash (`tls::auto`).
+    let mut certificates = match desired.as_ref().ok().and_then(|d| Some((d.tls_auto?, d.pod.cluster_domain.clone()))) {
+        Some((settings, domain)) => Some(crate::tls::auto::read::observe(client, cluster, settings, &domain).await),
+        None => None,
+    };
+    let desired = desired.map(|mut d| {
+        d.tls_trust = certificates.as_ref().and_then(|c| c.trust_fingerprint());
+        d
+    });
+    // TLS material is checked before anything uses it: refused material is an invalid spec. The
+    // Secrets checked are the ones pods are made with now (a side being turned off keeps its
+    // Secrets until no member uses them).
+    let (desired, client_tls) = match desired {
+        Ok(d) => {
+            match crate::tls::material::load(client, &namespace, &name, &d.pod.cluster_domain, &d.tls_stage.secrets)
+                .await
+            {
+                Ok(t) => (Ok(d), t),
+                Err(reasons) => (Err(reasons), None),
+            }
+        }
+        Err(e) => (Err(e), None),
+    };
+    // The root Secret and the operator's record of the password etcd has (`spec.auth`).
+    let (mut auth, root) = match &desired {
+        Ok(d) => {
+            let uid = cluster.metadata.uid.clone().unwrap_or_default();
+            Box::pin(crate::auth::secrets::load(client, &namespace, &name, &uid, &d.auth)).await
+        }
+        Err(_) => Default::default(),
+    };
+    // One scheme for every member: the one every member serves (`tls::transition::stage`).
+    let operator_https = desired.as_ref().is_ok_and(|d| d.tls_stage.operator_https);
+    let scheme = crate::tls::scheme(operator_https);
+    let client_tls = client_tls.filter(|_| operator_https);
+    let endpoints = etcd::Endpoints {
+        urls: pods
+            .values()
+            // A terminating or ended pod's etcd is going away: not worth a connection timeout.
+            .filter(|p| !p.is_dead() && !p.deleting)
+            .filter(|p| seeded.as_ref().is_none_or(|m| *m == p.name))
+            .filter_map(|p| p.ip.as_ref().map(|ip| (p.name.clone(), format!("{scheme}://{ip}:{CLIENT_PORT}"))))
+            .collect(),
+        tls: client_tls,
+        root,
+    };
+    let recorded_cluster_id = annotations.get(CLUSTER_ID_ANNOTATION).cloned().unwrap_or(status.cluster_id.clone());
+    let (etcd, etcd_error) = if desired.is_err() || endpoints.is_empty() {
+        (None, None)
+    } else {
+        let recorded_id = u64::from_str_radix(&recorded_cluster_id, 16).ok().filter(|id| *id != 0 && seeded.is_none());
+        match etcd::observe(clients, &endpoints, recorded_id).await {
+            Ok(s) => (Some(s), None),
+            Err(e) => {
+                if e.is_auth_refusal() {
+                    let policy = desired.as_ref().map(|d| d.auth.clone()).unwrap_or_default();
+                    auth.refused = Some(crate::auth::refusal(&policy, &e.to_string()));
+                }
+                (None, Some(e.to_string()))
+            }
+        }
+    };
+    if let Some(c) = certificates.as_mut().filter(|c| c.read_error.is_none()) {
+        c.served = crate::tls::auto::probe::served(&pods, c).await;
+    }
+    let quorum_missing = etcd
+        .as_ref()
+        .is_none_or(|e| e.voters().filter(|m| m.is_healthy()).count() < EtcdState::quorum_of(e.voters().count()));
+    let recovery_backup = match desired.as_ref().map(|d| &d.recovery.quorum_loss) {
+        Ok(QuorumLossPolicy::FromBackup { backup }) if quorum_missing => {
+            Some(backups::newest_backup(client, &namespace, backup).await)
+        }
+        _ => None,
+    };
+    let quorum_lost_secs = annotations
+        .get(QUORUM_LOST_AT_ANNOTATION)
+        .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok())
+        .map(|t| (now.as_second() - t.as_second()).max(0));
+    let mut o = Observed {
+        services_ready: services.contains(&name) && services.contains(&naming::client_service(&name)),
+        name,
+        namespace,
+        desired,
+        paused: cluster.spec.paused,
+        pods,
+        etcd,
+        etcd_error,
+        // PVCs that no bootstrap of this operator made (an earlier version's, CoreOS') may hold
+        // data: such a cluster is treated as formed, as is one whose status shows it ran.
+        ever_bootstrapped: formed || pvcs.values().any(|v| !v.bootstrap),
+        pvcs,
+        spec_refused,
+        quorum_lost_secs,
+        recovery_record,
+        last_recovery,
+        recovery_backup,
+        recorded_version: (!status.current_version.is_empty()).then_some(status.current_version),
+        new_member_suffix: random_suffix(),
+        backup_running: None,
+        auth,
+        minor_since: annotations.get(naming::MINOR_SINCE_ANNOTATION).and_then(|v| {
+            let (minor, index) = v.split_once(' ')?;
+            Some((minor.to_string(), index.parse().ok()?))
+        }),
+        certificates,
+        nospace_recovery: annotations.get(naming::NOSPACE_RECOVERY_ANNOTATION).and_then(|v| {
+            let (rev, at) = v.split_once(' ')?;
+            let at = at.parse::<k8s_openapi::jiff::Timestamp>().ok()?;
+            Some((rev.parse().ok()?, (now.as_second() - at.as_second()).max(0)))
+        }),
+    };
+    // Only when a member is due for defragmentation: is a backup of this cluster running?
+    if crate::planner::may_defragment(&o) {
+        o.backup_running = backups::running_backup(client, &o.namespace, &o.name).await;
+    }
+    if version_defaulted {
+        crate::planner::upgrade::keep_running_version(&mut o);
+    }
+    (o, endpoints)
+}

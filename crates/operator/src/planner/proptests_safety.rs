@@ -1,0 +1,208 @@
+//! The safety rules every planned step is checked against by the property tests (`proptests`,
+//! `tests_tls_transition_generated`), on the Step itself and against etcd's own definition of a
+//! quorum (a majority of voters), not against the planner's helpers.
+
+use proptest::prelude::*;
+
+use super::*;
+use crate::observed::{AlarmKind, MemberState, QuorumLossPolicy};
+
+/// Voters etcd counts as healthy: answering with a leader, on a pod that stays.
+fn healthy_voters(o: &Observed) -> Vec<u64> {
+    let Some(e) = &o.etcd else { return vec![] };
+    e.members
+        .iter()
+        .filter(|m| !m.is_learner)
+        .filter(|m| m.status.as_ref().is_some_and(|s| s.leader != 0 && s.errors.is_empty()))
+        .filter(|m| o.pods.get(&m.pod).is_some_and(|p| !p.deleting && p.phase == "Running"))
+        .map(|m| m.id)
+        .collect()
+}
+
+fn voters(o: &Observed) -> Vec<u64> {
+    o.etcd.as_ref().map(|e| e.members.iter().filter(|m| !m.is_learner).map(|m| m.id).collect()).unwrap_or_default()
+}
+
+/// A majority of `n` voters.
+fn majority(n: usize) -> usize {
+    n / 2 + 1
+}
+
+fn member_of_pod_id(o: &Observed, id: u64) -> Option<&MemberState> {
+    o.etcd.as_ref()?.members.iter().find(|m| m.id == id)
+}
+
+fn member_of_pod<'a>(o: &'a Observed, pod: &str) -> Option<&'a MemberState> {
+    o.etcd.as_ref()?.members.iter().find(|m| m.pod == pod)
+}
+
+pub(super) fn check(o: &Observed, step: &Step) -> Result<(), TestCaseError> {
+    let healthy = healthy_voters(o);
+    let voters = voters(o);
+    let had_quorum = !voters.is_empty() && healthy.len() >= majority(voters.len());
+    if o.paused || o.desired.is_err() {
+        prop_assert!(matches!(step, Step::Wait(_)), "paused or invalid must change nothing: {step:?}");
+    }
+    let corrupt = o.etcd.as_ref().is_some_and(|e| e.has_alarm(AlarmKind::Corrupt));
+    if corrupt && had_quorum {
+        // Only restarting a member that is down on its own volume (no change to anything; as
+        // root when its data is root's) may still happen; nothing else is touched while a
+        // person must look.
+        prop_assert!(
+            matches!(step, Step::Wait(_) | Step::RestartAsRoot { .. })
+                || matches!(step, Step::CreatePod(m) if m.restart)
+                || matches!(step, Step::DeletePod { pod, keep_volume: true, .. } if o.pods.get(pod).is_some_and(|p| p.is_dead())),
+            "acted under a CORRUPT alarm: {step:?}"
+        );
+    }
+    let drained_long = |pod: &str| {
+        o.pods.get(pod).is_some_and(|p| p.serving == Some(false) && p.drained_secs.is_some_and(|s| s >= DRAIN_SECS))
+    };
+    match step {
+        Step::Bootstrap(_) => {
+            prop_assert!(!o.ever_bootstrapped, "bootstrapped a cluster that formed");
+            prop_assert!(o.pods.is_empty() && o.pvcs.is_empty(), "bootstrapped over existing pods or volumes");
+        }
+        Step::AddLearner(_) | Step::Promote { .. } | Step::MoveLeader { .. } => {
+            prop_assert!(had_quorum, "membership change without a quorum: {step:?}");
+            if matches!(step, Step::AddLearner(_)) {
+                let learners = o.etcd.as_ref().map(|e| e.members.iter().filter(|m| m.is_learner).count()).unwrap_or(0);
+                prop_assert_eq!(learners, 0, "a second learner while one exists");
+            }
+        }
+        Step::RemoveMember { id, .. } => {
+            prop_assert!(had_quorum, "removed a member without a quorum: {step:?}");
+            let is_voter = voters.contains(id);
+            let after_healthy = healthy.iter().filter(|h| *h != id).count();
+            let after_voters = voters.len() - usize::from(is_voter);
+            prop_assert!(
+                after_voters == 0 || after_healthy >= majority(after_voters),
+                "removal leaves {after_healthy} healthy of {after_voters} voters"
+            );
+            let leader = o.etcd.as_ref().and_then(|e| e.leader);
+            if Some(*id) == leader {
+                prop_assert!(voters.len() == 1, "removed the leader while another voter could go");
+            }
+            // A healthy voter leaves on purpose only after it left the client Service.
+            if healthy.contains(id) {
+                let pod = member_of_pod_id(o, *id).map(|m| m.pod.clone()).unwrap_or_default();
+                let serving_pod = o.pods.get(&pod).is_some_and(|p| !p.deleting && p.volume_refused.is_none());
+                prop_assert!(!serving_pod || drained_long(&pod), "removed healthy voter {pod} before draining it");
+            }
+        }
+        Step::Defragment { pod, .. } => {
+            prop_assert!(had_quorum, "defragmented without a quorum");
+            let e = o.etcd.as_ref().expect("etcd answered");
+            prop_assert!(healthy.len() == voters.len(), "defragmented beside an unhealthy voter");
+            prop_assert!(e.members.iter().all(|m| !m.is_learner), "defragmented beside a learner");
+            prop_assert!(o.backup_running.is_none(), "defragmented while a backup runs");
+            let m = member_of_pod(o, pod).expect("a member");
+            prop_assert!(
+                Some(m.id) != e.leader || voters.len() == 1,
+                "defragmented the leader before handing leadership away"
+            );
+        }
+        Step::RecoverSpace(_) => {
+            prop_assert!(had_quorum, "NOSPACE recovery without a quorum");
+            prop_assert!(
+                o.etcd.as_ref().is_some_and(|e| e.has_alarm(AlarmKind::NoSpace)),
+                "space recovery without NOSPACE"
+            );
+        }
+        Step::Drain { pod } => {
+            prop_assert!(o.pods.get(pod).is_some_and(|p| !p.deleting), "drained a pod that is going anyway");
+        }
+        Step::UpgradeMember { pod, .. } => {
+            // Restarting a healthy voter must leave a quorum among the others. Clusters of one or
+            // two voters cannot have that (a majority of 2 is 2): their upgrade is a short outage
+            // by etcd's arithmetic, which README states.
+            if let Some(m) = member_of_pod(o, pod).filter(|m| healthy.contains(&m.id) && voters.len() > 2) {
+                let others = healthy.iter().filter(|h| **h != m.id).count();
+                prop_assert!(others >= majority(voters.len()), "upgrade restart of {pod} drops the quorum");
+            }
+        }
+        Step::DeletePod { pod, keep_volume, .. } => {
+            if let Some(m) = member_of_pod(o, pod).filter(|m| healthy.contains(&m.id)) {
+                // Only a rollout restarts a healthy voter: on its volume, drained first, with a
+                // quorum among the others (clusters of one or two voters excepted, as upgrades).
+                prop_assert!(*keep_volume && o.pvcs.contains_key(pod), "deleted healthy voter {pod} and its data");
+                prop_assert!(drained_long(pod), "deleted healthy voter {pod} before draining it");
+                if voters.len() > 2 {
+                    let others = healthy.iter().filter(|h| **h != m.id).count();
+                    prop_assert!(others >= majority(voters.len()), "restart of {pod} drops the quorum");
+                }
+            }
+            let live_volume = o.pvcs.get(pod).is_some_and(|v| !v.deleting);
+            if live_volume && !keep_volume {
+                // A volume goes only with a member that is not one (any more), or before the
+                // cluster formed.
+                prop_assert!(
+                    !o.ever_bootstrapped || member_of_pod(o, pod).is_none() && o.etcd.is_some(),
+                    "deleted the volume of {pod}, which may hold the only copy of its data"
+                );
+            }
+        }
+        Step::CreatePod(m) if m.restart => {
+            prop_assert!(
+                o.pvcs.get(&m.name).is_some_and(|v| !v.deleting),
+                "restarted {} on a volume that is not there",
+                m.name
+            );
+        }
+        Step::RestartAsRoot { pod, .. } => {
+            let p = o.pods.get(pod);
+            prop_assert!(
+                p.is_some_and(|p| p.data_inaccessible.is_some() && !p.deleting),
+                "{pod}: nothing inaccessible"
+            );
+            prop_assert!(o.pvcs.get(pod).is_some_and(|v| !v.deleting), "{pod} restarted as root without its volume");
+            let default_hash = o.desired.as_ref().map(|d| d.pod_hash()).ok();
+            prop_assert!(p.unwrap().spec_hash == default_hash, "{pod} was not made with the default profile");
+        }
+        Step::UpdatePeerUrls { urls, .. } => {
+            prop_assert!(had_quorum && healthy.len() == voters.len(), "a peer URL moved beside an unhealthy voter");
+            if urls.iter().any(|u| u.starts_with("https://")) {
+                prop_assert!(
+                    o.pods.values().all(|p| p.tls.peer_secret.is_some()),
+                    "an https peer URL while a pod has no peer certificate to dial it"
+                );
+            }
+        }
+        Step::Recover(_) => {
+            prop_assert!(!had_quorum, "disaster recovery with a healthy quorum");
+            let d = o.desired.as_ref().expect("valid");
+            prop_assert!(d.recovery.quorum_loss != QuorumLossPolicy::Wait, "recovered without the user opting in");
+            prop_assert!(o.quorum_lost_secs.unwrap_or(0) >= d.recovery.after_secs, "recovered before afterSeconds");
+        }
+        _ => {}
+    }
+    // Data the non-root user cannot use is answered first, whatever else is going on: by
+    // restarting that member as root on its volume (never by a membership change).
+    let as_root_due = o.desired.as_ref().is_ok_and(|d| {
+        o.pods.values().any(|p| {
+            !p.deleting
+                && p.data_inaccessible.is_some()
+                && p.spec_hash.as_ref() == Some(&d.pod_hash())
+                && o.pvcs.get(&p.name).is_some_and(|v| !v.deleting)
+        })
+    });
+    if as_root_due && !o.paused {
+        prop_assert!(matches!(step, Step::RestartAsRoot { .. }), "inaccessible data answered by {step:?}");
+    }
+    // Members on volumes marked as root's run as root, the others as the default.
+    if let Step::CreatePod(m) | Step::AddLearner(m) = step {
+        prop_assert_eq!(m.root_data, o.pvcs.get(&m.name).is_some_and(|v| v.root_data), "{}", m.name);
+    }
+    // A new member's https peer URL is dialable by every pod.
+    if let Step::AddLearner(m) = step {
+        let own = m.initial_cluster.iter().find(|(n, _)| *n == m.name).map(|(_, u)| u.as_str()).unwrap_or("");
+        if own.starts_with("https://") {
+            prop_assert!(o.pods.values().all(|p| p.tls.peer_secret.is_some()), "an https learner some pod cannot dial");
+        }
+    }
+    // A refused volume never restarts its member.
+    if let Step::CreatePod(m) = step {
+        prop_assert!(o.pods.get(&m.name).is_none(), "created a pod that exists: {}", m.name);
+    }
+    Ok(())
+}
