@@ -375,6 +375,11 @@ fn resize(o: &Observed, d: &Desired, etcd: &EtcdState, healthy_voters: usize, vo
         let what = if m.started() { "is not healthy yet" } else { "has not started yet" };
         return wait(WaitReason::MemberStarting, format!("member {} {what}; the next change waits for it", m.pod));
     }
+    // A member whose peer URL just moved listens on the other scheme: made again before
+    // anything else restarts, adds or removes a member.
+    if let Some(step) = super::tls_transition::made_again(o, d, etcd) {
+        return step;
+    }
     // Authentication before the size: a new cluster is secured before it grows.
     if let Some(step) = super::auth::next(o, d, etcd) {
         return step;

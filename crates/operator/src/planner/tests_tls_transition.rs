@@ -140,6 +140,25 @@ fn with_every_pod_certified_the_followers_urls_move_first_and_the_leaders_last()
 }
 
 #[test]
+fn a_moved_member_is_made_again_before_a_scale_up_an_upgrade_or_authentication() {
+    // ex-m2's URL moved to https; its pod still listens on http. Whatever else the spec asks at
+    // the same time waits until it listens as its URL says.
+    for (size, version) in [(4, "3.5.1"), (2, "3.5.1"), (3, "3.5.2")] {
+        let mut o = pvc_cluster_asked_for(BOTH);
+        for p in ["ex-m1", "ex-m2", "ex-m3"] {
+            set_tls(&mut o, p, certs_http());
+        }
+        https_url(&mut o, 2);
+        o.pvcs.get_mut("ex-m2").unwrap().peer_url = Some("https://ex-m2.ex.ns.svc:2380".into());
+        let d = o.desired.as_mut().unwrap();
+        d.size = size;
+        d.version = crate::version::Version::parse(version).unwrap();
+        observe_stage(&mut o, &[]);
+        assert_eq!(plan(&o), Step::Drain { pod: "ex-m2".into() }, "size {size}, version {version}");
+    }
+}
+
+#[test]
 fn no_url_moves_and_no_pod_restarts_while_a_voter_is_unhealthy() {
     let mut o = pvc_cluster_asked_for(BOTH);
     for p in ["ex-m1", "ex-m2", "ex-m3"] {
@@ -495,7 +514,8 @@ fn serve_both_holds_the_client_port_at_both_schemes_and_says_so() {
 /// One generated situation of a cluster turning TLS on or off: per voter its pod's stage
 /// (0 plain, 1 certificates with http peers and both client schemes, 2 TLS only), whether its
 /// URL was just moved (PVC members only: URL and listener differ), its pod present, healthy,
-/// drained; the target, the leader, volumes, the hold. Only situations the operator can reach:
+/// drained; the target, the leader, volumes, the hold, a size and a version change asked for
+/// at the same time. Only situations the operator can reach:
 /// a pod's listener is its URL's scheme unless moved, and no pod is without the peer certificate
 /// while any URL or listener is https.
 #[derive(Clone, Debug)]
@@ -506,6 +526,8 @@ struct TlsGen {
     pvc: bool,
     serve_both: bool,
     size_delta: i32,
+    /// `spec.version` one patch release up: an upgrade is due.
+    upgrade: bool,
 }
 
 fn tls_situations() -> impl proptest::strategy::Strategy<Value = TlsGen> {
@@ -526,15 +548,17 @@ fn tls_situations() -> impl proptest::strategy::Strategy<Value = TlsGen> {
             0..n,
             any::<bool>(),
             prop::bool::weighted(0.2),
-            prop_oneof![8 => Just(0i32), 1 => Just(1i32), 1 => Just(-1i32)],
+            prop_oneof![4 => Just(0i32), 1 => Just(1i32), 1 => Just(-1i32)],
+            prop::bool::weighted(0.25),
         )
-            .prop_map(|(target, members, leader, pvc, serve_both, size_delta)| TlsGen {
+            .prop_map(|(target, members, leader, pvc, serve_both, size_delta, upgrade)| TlsGen {
                 target,
                 members,
                 leader,
                 pvc,
                 serve_both,
                 size_delta,
+                upgrade,
             })
     })
 }
@@ -552,6 +576,9 @@ fn tls_observed(g: &TlsGen) -> Observed {
     let both = Policy::of(Some(&serde_json::from_str(BOTH).unwrap())).unwrap();
     let target = [Some(BOTH), Some(PEERS), Some(CLIENTS), None][g.target as usize];
     o.desired = Ok(desired_tls(size, target));
+    if g.upgrade {
+        o.desired.as_mut().unwrap().version = crate::version::Version::parse("3.5.2").unwrap();
+    }
     current_hash(&mut o);
     let moved = |stage_of_pod: u8, moved: bool| g.pvc && moved && stage_of_pod > 0;
     let any_https = g.members.iter().any(|(st, mv, ..)| *st == 2 || moved(*st, *mv));
@@ -658,6 +685,23 @@ fn every_step_of_a_generated_transition_keeps_the_rules() {
                 && o.etcd.as_ref().unwrap().voters().all(|m| o.pods.contains_key(&m.pod));
             if matches!(step, Step::UpdatePeerUrls { .. }) {
                 proptest::prop_assert!(all_healthy, "a URL moved beside an unhealthy member");
+            }
+            // A member whose listener differs from its URL (just moved) is made again before
+            // anything else: no upgrade, learner, removal or other member's move meanwhile.
+            let e = o.etcd.as_ref().unwrap();
+            let moved: Vec<&str> = e
+                .voters()
+                .filter(|m| o.pods.get(&m.pod).is_some_and(|p| p.tls.peer_https != tls_transition::url_https(m)))
+                .map(|m| m.pod.as_str())
+                .collect();
+            if all_healthy && !moved.is_empty() {
+                let on_moved = match &step {
+                    Step::Wait(_) => true,
+                    Step::Drain { pod } | Step::DeletePod { pod, .. } => moved.contains(&pod.as_str()),
+                    Step::MoveLeader { from_pod, .. } => moved.contains(&from_pod.as_str()),
+                    _ => false,
+                };
+                proptest::prop_assert!(on_moved, "{:?} planned while {:?} listen on another scheme", step, moved);
             }
             Ok::<(), TestCaseError>(())
         })
