@@ -176,6 +176,11 @@ pub(super) fn with_etcd(o: &Observed, d: &Desired, etcd: &EtcdState) -> Step {
     if let Some(step) = super::maintenance::alarms(o, d, etcd) {
         return step;
     }
+    // A volume's peer-URL record that got ahead of the membership is set back to it, while
+    // etcd answers: a member restarted without a quorum must listen as its peers dial it.
+    if let Some(step) = super::tls_transition::record_of_membership(o, d, etcd).filter(|_| etcd.leader.is_some()) {
+        return step;
+    }
 
     // A member whose volume failed its data check holds no data of its own: it is replaced
     // (removed here; a learner takes its place), never restarted empty under its old ID.

@@ -60,9 +60,14 @@ fn certs_http() -> PodTls {
     }
 }
 
+/// Member `id`'s URL moved to https (and its volume's record, written first, if it has one).
 fn https_url(o: &mut Observed, id: u64) {
     let u = m(o, id).peer_urls[0].replace("http://", "https://");
-    m(o, id).peer_urls = vec![u];
+    m(o, id).peer_urls = vec![u.clone()];
+    let pod = m(o, id).pod.clone();
+    if let Some(v) = o.pvcs.get_mut(&pod) {
+        v.peer_url = Some(u);
+    }
 }
 
 /// A 3-member PVC cluster, plaintext, now asked for `tls`.
@@ -191,6 +196,57 @@ fn a_restart_without_quorum_takes_the_listener_scheme_from_the_volume_record() {
     let made = built(&o, &nm);
     let own = nm.initial_cluster.iter().find(|(n, _)| *n == nm.name).unwrap().1.clone();
     assert_eq!(made.tls.peer_https, own.starts_with("https://"), "{} listens as its URL says ({own})", nm.name);
+}
+
+#[test]
+fn a_volume_record_ahead_of_the_membership_is_set_back_unless_its_move_is_under_way() {
+    let rec = |o: &mut Observed, url: &str| o.pvcs.get_mut("ex-m2").unwrap().peer_url = Some(url.into());
+    let (http, https) = ("http://ex-m2.ex.ns.svc:2380", "https://ex-m2.ex.ns.svc:2380");
+    // Peers asked to go https, every pod certified: ex-m2's record says https, the membership
+    // http (its member update failed): a move under way, planned again, record left alone.
+    let mut o = pvc_cluster_asked_for(BOTH);
+    for p in ["ex-m1", "ex-m2", "ex-m3"] {
+        set_tls(&mut o, p, certs_http());
+    }
+    rec(&mut o, https);
+    observe_stage(&mut o, &[]);
+    assert!(matches!(plan(&o), Step::UpdatePeerUrls { pod, .. } if pod == "ex-m2"), "{:?}", plan(&o));
+    // Its pod gone meanwhile, the move cannot go on: the record follows the membership before
+    // the member restarts on its volume (its listener then matches what its peers dial).
+    o.pods.remove("ex-m2");
+    unhealthy(&mut o, 2);
+    assert_eq!(plan(&o), Step::RecordPeerUrl { pod: "ex-m2".into(), url: http.into() });
+    rec(&mut o, http);
+    let Step::CreatePod(nm) = plan(&o) else { panic!("{:?}", plan(&o)) };
+    assert_eq!(nm.initial_cluster.iter().find(|(n, _)| n == "ex-m2").unwrap().1, http);
+    // spec.TLS set back to plaintext meanwhile: no move is due, the membership is the truth.
+    let mut o = running(3, 3);
+    for p in ["ex-m1", "ex-m2", "ex-m3"] {
+        add_pvc(&mut o, p);
+    }
+    current_hash(&mut o);
+    rec(&mut o, https);
+    observe_stage(&mut o, &[Leaving::of_policy(&desired_tls(3, Some(BOTH)).tls)]);
+    assert_eq!(plan(&o), Step::RecordPeerUrl { pod: "ex-m2".into(), url: http.into() });
+    // The other way: turning off, ex-m2's record went to http, its update failed, and TLS is
+    // asked for again: the https membership is kept, the record follows it.
+    let mut o = pvc_cluster_asked_for(BOTH);
+    let secure = o.desired.as_ref().unwrap().tls_stage.clone();
+    for p in ["ex-m1", "ex-m2", "ex-m3"] {
+        set_tls(&mut o, p, Stage::steady(&secure.secrets).pod(true));
+    }
+    for id in 1..=3 {
+        https_url(&mut o, id);
+        let name = format!("ex-m{id}");
+        o.pvcs.get_mut(&name).unwrap().peer_url = Some(format!("https://{name}.ex.ns.svc:2380"));
+    }
+    rec(&mut o, http);
+    observe_stage(&mut o, &[]);
+    assert_eq!(plan(&o), Step::RecordPeerUrl { pod: "ex-m2".into(), url: https.into() });
+    // Without an answer from etcd nothing is rewritten: the record is all there is.
+    o.etcd = None;
+    o.pods.clear();
+    assert!(!matches!(plan(&o), Step::RecordPeerUrl { .. }));
 }
 
 #[test]
@@ -528,6 +584,9 @@ struct TlsGen {
     size_delta: i32,
     /// `spec.version` one patch release up: an upgrade is due.
     upgrade: bool,
+    /// This voter's volume records the other scheme than its membership URL (a member update
+    /// that failed after its record was written).
+    record_ahead: Option<usize>,
 }
 
 fn tls_situations() -> impl proptest::strategy::Strategy<Value = TlsGen> {
@@ -550,8 +609,9 @@ fn tls_situations() -> impl proptest::strategy::Strategy<Value = TlsGen> {
             prop::bool::weighted(0.2),
             prop_oneof![4 => Just(0i32), 1 => Just(1i32), 1 => Just(-1i32)],
             prop::bool::weighted(0.25),
+            proptest::option::weighted(0.2, 0..n),
         )
-            .prop_map(|(target, members, leader, pvc, serve_both, size_delta, upgrade)| TlsGen {
+            .prop_map(|(target, members, leader, pvc, serve_both, size_delta, upgrade, record_ahead)| TlsGen {
                 target,
                 members,
                 leader,
@@ -559,6 +619,7 @@ fn tls_situations() -> impl proptest::strategy::Strategy<Value = TlsGen> {
                 serve_both,
                 size_delta,
                 upgrade,
+                record_ahead,
             })
     })
 }
@@ -617,6 +678,16 @@ fn tls_observed(g: &TlsGen) -> Observed {
         if !present {
             o.pods.remove(&name);
         }
+    }
+    // (Never on a member just moved: no other move of it is tried before it is made again.)
+    let effective = |st: u8| if any_https { st.max(1) } else { st };
+    let ahead = g.record_ahead.filter(|i| !moved(effective(g.members[*i].0), g.members[*i].1));
+    if let Some(v) = ahead.and_then(|i| o.pvcs.get_mut(&format!("ex-m{}", i + 1))) {
+        let u = v.peer_url.clone().unwrap_or_default();
+        v.peer_url = Some(match u.strip_prefix("https://") {
+            Some(rest) => format!("http://{rest}"),
+            None => u.replacen("http://", "https://", 1),
+        });
     }
     etcd(&mut o).leader = Some(leader).filter(|l| *l != 0);
     for mm in &mut etcd(&mut o).members {
@@ -686,6 +757,25 @@ fn every_step_of_a_generated_transition_keeps_the_rules() {
             if matches!(step, Step::UpdatePeerUrls { .. }) {
                 proptest::prop_assert!(all_healthy, "a URL moved beside an unhealthy member");
             }
+            // A record that differs from the membership with no move due is set back to it
+            // first once a quorum answers (nothing about the record is decided without one).
+            let e = o.etcd.as_ref().unwrap();
+            let quorum = e.voters().filter(|m| m.is_healthy() && o.pods.contains_key(&m.pod)).count() * 2
+                > e.voters().count();
+            let stale = e.members.iter().find(|m| {
+                let url = m.peer_urls[0].as_str();
+                let moving = tls_transition::url_https(m) != d.tls.peer_secret.is_some();
+                o.pvcs.get(&m.pod).and_then(|v| v.peer_url.as_deref()).is_some_and(|r| r != url && !moving)
+            });
+            let pods_back = o.pvcs.keys().all(|n| o.pods.contains_key(n));
+            if let (Some(m), true, true) = (stale, quorum, pods_back) {
+                proptest::prop_assert_eq!(
+                    &step,
+                    &Step::RecordPeerUrl { pod: m.pod.clone(), url: m.peer_urls[0].clone() },
+                    "a stale record of {} not set back",
+                    m.pod
+                );
+            }
             // A member whose listener differs from its URL (just moved) is made again before
             // anything else: no upgrade, learner, removal or other member's move meanwhile.
             let e = o.etcd.as_ref().unwrap();
@@ -696,7 +786,7 @@ fn every_step_of_a_generated_transition_keeps_the_rules() {
                 .collect();
             if all_healthy && !moved.is_empty() {
                 let on_moved = match &step {
-                    Step::Wait(_) => true,
+                    Step::Wait(_) | Step::RecordPeerUrl { .. } => true,
                     Step::Drain { pod } | Step::DeletePod { pod, .. } => moved.contains(&pod.as_str()),
                     Step::MoveLeader { from_pod, .. } => moved.contains(&from_pod.as_str()),
                     _ => false,
@@ -708,7 +798,7 @@ fn every_step_of_a_generated_transition_keeps_the_rules() {
         .unwrap();
     let kinds = kinds.into_inner();
     println!("TLS transition properties: {n} cases passed; steps planned: {kinds:?}");
-    for k in ["UpdatePeerUrls", "Drain", "DeletePod", "CreatePod", "AddLearner", "MoveLeader"] {
+    for k in ["UpdatePeerUrls", "RecordPeerUrl", "Drain", "DeletePod", "CreatePod", "AddLearner", "MoveLeader"] {
         assert!(kinds.get(k).is_some_and(|c| *c > 0) || n < 500, "no {k} in {n} cases: {kinds:?}");
     }
 }

@@ -80,6 +80,28 @@ pub(super) fn next(o: &Observed, d: &Desired, etcd: &EtcdState) -> Option<Step> 
     })
 }
 
+/// A member's volume records another peer URL than the membership has, and no move of that
+/// member is under way: the record is rewritten to the membership's. etcd's member list (the
+/// leader's) is the truth once it answers; the record only stands for it while no member does
+/// (a member restarted then listens on the record's scheme, `volumes::restart`, and the TLS
+/// stage keeps the peer certificate while a record is https). A record ahead of the membership
+/// towards the scheme `spec.TLS` asks, for a member whose pod runs, is a move under way
+/// (`UpdatePeerUrls` writes the record first, then `member update`, and is planned again): left
+/// as it is. Called with a leader answering.
+fn stale_record(o: &Observed, d: &Desired, m: &MemberState) -> Option<Step> {
+    let url = m.peer_urls.first()?;
+    let recorded = o.pvcs.get(&m.pod).filter(|v| !v.deleting)?.peer_url.as_ref()?;
+    let target_https = d.tls.peer_secret.is_some();
+    let runs = o.pods.get(&m.pod).is_some_and(|p| !p.deleting);
+    let moving = runs && url_https(m) != target_https && *recorded == with_scheme(url, target_https);
+    (recorded != url && !moving).then(|| Step::RecordPeerUrl { pod: m.pod.clone(), url: url.clone() })
+}
+
+/// The first member whose volume's record is stale ([`stale_record`]).
+pub(super) fn record_of_membership(o: &Observed, d: &Desired, etcd: &EtcdState) -> Option<Step> {
+    etcd.members.iter().find_map(|m| stale_record(o, d, m))
+}
+
 /// Where a cluster turning TLS on or off is, for the `TLSTransition` condition: the phase (its
 /// reason) and a message naming the member moved now and what clients see. `None` when
 /// nothing moves.
