@@ -34,7 +34,7 @@ fn observe_stage(o: &mut Observed, leaving: &[Leaving]) {
     let pods: Vec<&PodTls> = o.pods.values().map(|p| &p.tls).collect();
     let on_volume = o.pvcs.values().any(|v| v.peer_url.as_deref().is_some_and(|u| u.starts_with("https://")));
     let d = o.desired.as_ref().unwrap();
-    let s = stage(&d.tls, &Leaving::find(&d.tls, leaving), &pods, on_volume, false).unwrap();
+    let s = stage(&d.tls, &Leaving::find(&d.tls, leaving), &pods, on_volume, !o.pvcs.is_empty(), false).unwrap();
     o.desired.as_mut().unwrap().tls_stage = s;
 }
 
@@ -553,7 +553,7 @@ fn serve_both_holds_the_client_port_at_both_schemes_and_says_so() {
         https_url(&mut o, id);
     }
     let pods: Vec<&PodTls> = o.pods.values().map(|p| &p.tls).collect();
-    let held = stage(&d.tls, &Leaving::default(), &pods, false, true).unwrap();
+    let held = stage(&d.tls, &Leaving::default(), &pods, false, true, true).unwrap();
     o.desired.as_mut().unwrap().tls_stage = held;
     assert_eq!(wait_reason(&plan(&o)), WaitReason::Stable, "nothing to do while held");
     let (reason, msg) = tls_transition::progress(&o, &plan(&o)).unwrap();
@@ -699,7 +699,7 @@ fn tls_observed(g: &TlsGen) -> Observed {
     let pods: Vec<&PodTls> = o.pods.values().map(|p| &p.tls).collect();
     let on_volume = o.pvcs.values().any(|v| v.peer_url.as_deref().is_some_and(|u| u.starts_with("https://")));
     let d = o.desired.as_ref().unwrap();
-    match stage(&d.tls, &Leaving::find(&d.tls, &[Leaving::of_policy(&both)]), &pods, on_volume, g.serve_both) {
+    match stage(&d.tls, &Leaving::find(&d.tls, &[Leaving::of_policy(&both)]), &pods, on_volume, g.pvc, g.serve_both) {
         Ok(s) => o.desired.as_mut().unwrap().tls_stage = s,
         Err(e) => o.desired = Err(vec![e]),
     }
