@@ -51,8 +51,8 @@ pub(super) async fn keep_certificates(
                 break;
             }
         }
-        let (settings, domain, served) = (c.settings, c.cluster_domain.clone(), c.served.clone());
-        let mut fresh = read::observe(&ctx.client, cluster, settings, &domain).await;
+        let (in_use, domain, served) = (c.in_use(), c.cluster_domain.clone(), c.served.clone());
+        let mut fresh = read::observe(&ctx.client, cluster, in_use, &domain).await;
         fresh.served = served;
         o.certificates = Some(fresh);
     }

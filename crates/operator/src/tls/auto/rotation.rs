@@ -4,6 +4,9 @@
 //!
 //! The rules, in the order they are applied:
 //! - a Secret the EtcdCluster does not own is never overwritten (a person must move it);
+//! - `spec.TLS.auto` turned off while members still use its certificates (the TLS stage on the
+//!   way off): only certificates are written (renewed, issued again, as below) by the CA that
+//!   signs; no CA is created, replaced or rotated;
 //! - no CA Secret: a new CA when no member pod exists (nothing trusts anything yet); else the
 //!   lost CA is replaced by a rotation that keeps trusting what the members trust now (the
 //!   bundles of the certificate Secrets); with nothing to keep, a person must look;
@@ -116,6 +119,9 @@ pub fn plan(o: &Observed) -> Decision {
             not_ours.join("; ")
         ));
     }
+    if c.leaving {
+        return leaving(c);
+    }
     let ca = match &c.ca {
         Found::Present(ca) => ca,
         Found::Invalid(errs) => {
@@ -167,6 +173,37 @@ pub fn plan(o: &Observed) -> Decision {
             },
         },
     }
+}
+
+/// `spec.TLS.auto` was turned off while members still use its certificates: they are renewed
+/// (by the CA that signs now) until no member does; no CA is created, replaced or rotated.
+fn leaving(c: &Observation) -> Decision {
+    let soonest = Leaf::ALL.iter().filter_map(|l| c.leaf(*l)?.cert.as_ref()).map(|x| x.not_after).min();
+    let Some(ca) = c.ca.present().filter(|ca| ca.signing.as_ref().is_some_and(|a| a.key.is_some())) else {
+        let due = soonest.is_some_and(|t| c.now >= t - c.settings.renew_before);
+        let why = format!(
+            "spec.TLS.auto is off and members still use its certificates, but Secret {} holds no CA that can sign: they are not renewed",
+            ca_secret(&c.cluster)
+        );
+        return match soonest {
+            Some(t) if due => Decision::Blocked(format!(
+                "{why}, and one expires at {}; restore the CA Secret, or set spec.TLS.auto again",
+                super::state::at(t)
+            )),
+            _ => wait("TurningOff", format!("{why}; members are moving off TLS")),
+        };
+    };
+    let writes = leaf_writes(c, ca);
+    if !writes.is_empty() {
+        return Decision::WriteLeaves(writes);
+    }
+    wait(
+        "TurningOff",
+        format!(
+            "spec.TLS.auto is off: members are moving off TLS; until none uses the certificates they are renewed (the next renewal is due at {}); no CA rotation",
+            super::state::at(soonest.unwrap_or(0) - c.settings.renew_before)
+        ),
+    )
 }
 
 /// No CA Secret.

@@ -163,6 +163,22 @@ impl World {
         plan(&self.observed())
     }
 
+    /// As `observed`, after `spec.TLS.auto` was turned off while the members still mount its
+    /// Secrets (`InUse::Leaving`: the observation `observe` then makes).
+    fn observed_turning_off(&self) -> Observed {
+        let mut o = self.observed();
+        let fetched = self.secrets.iter().map(|(k, v)| (k.clone(), Ok(Some(v.clone())))).collect();
+        let mut off = self.cluster.clone();
+        off.spec.tls = None;
+        let d = o.desired.as_mut().unwrap();
+        let stage = crate::tls::transition::Stage { client_http_too: true, ..d.tls_stage.clone() };
+        *d = validate("ex", &off.spec).unwrap();
+        d.tls_stage = stage;
+        assert_eq!(super::in_use(d, "ex"), Some(super::InUse::Leaving));
+        o.certificates = Some(observation(&off, super::Settings::default(), "", self.now, &fetched).leaving());
+        o
+    }
+
     fn current_hash(&self) -> String {
         self.observed().desired.unwrap().pod_hash()
     }
@@ -616,6 +632,39 @@ fn secrets_that_are_not_ours_or_unusable_block_with_the_reason() {
     // a CA is made, then the certificates, and `tls::transition` moves the members onto them.
     w.plaintext_members = true;
     assert_eq!(w.plan(), Decision::CreateCa);
+}
+
+#[test]
+fn turned_off_while_members_still_use_them_certificates_are_renewed_and_no_ca_is_touched() {
+    let mut w = World::running();
+    w.cluster.spec.tls.as_mut().unwrap().auto.as_mut().unwrap().renew_before = "10m".into();
+    let o = w.observed_turning_off();
+    // The spec's settings are gone: the certificates' own lifetime (1h), renewed with a third left.
+    let c = o.certificates.as_ref().unwrap();
+    assert_eq!((c.settings.validity, c.settings.renew_before), (HOUR, 20 * 60));
+    assert!(waiting(&plan(&o), "TurningOff", "members are moving off TLS"), "{:?}", plan(&o));
+    // A turn-off that takes long (a member that does not come back): renewed when due, as before.
+    w.now = T0 + 40 * 60;
+    let o = w.observed_turning_off();
+    let d = plan(&o);
+    assert_eq!(issued(&d), Leaf::ALL, "{d:?}");
+    let hash = w.current_hash();
+    w.apply(&d);
+    assert_eq!(w.current_hash(), hash, "the same CA bundle: no member restarts");
+    assert!(!plan(&w.observed_turning_off()).writes());
+    // Never a CA rotation, even when one is due or asked for.
+    w.now = T0 + 7 * HOUR;
+    w.cluster.metadata.annotations = Some([(super::ROTATE_CA_ANNOTATION.to_string(), "now".to_string())].into());
+    let d = plan(&w.observed_turning_off());
+    assert!(matches!(&d, Decision::WriteLeaves(_)), "only renewals: {d:?}");
+    w.apply(&d);
+    assert!(matches!(plan(&w.observed_turning_off()), Decision::Wait { reason: "TurningOff", .. }));
+    // Nor a new CA for a lost one: members trust the old one; a person is told once it matters.
+    w.secrets.remove(&super::ca_secret("ex"));
+    assert!(waiting(&plan(&w.observed_turning_off()), "TurningOff", "holds no CA that can sign"));
+    w.now += HOUR;
+    let d = plan(&w.observed_turning_off());
+    assert!(matches!(&d, Decision::Blocked(m) if m.contains("expires at")), "{d:?}");
 }
 
 #[test]
