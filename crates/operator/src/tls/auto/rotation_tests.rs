@@ -608,6 +608,35 @@ fn a_lost_ca_secret_is_replaced_beside_the_old_trust_and_never_breaks_members() 
 }
 
 #[test]
+fn a_lost_ca_is_never_made_anew_from_a_pod_cache_that_shows_no_member() {
+    // The CA Secret is gone and the pod cache shows no pod (stale, or every pod lost) of a
+    // cluster that formed: the members may trust the old CA. Never a fresh CA, which would
+    // reissue every certificate from a CA they do not trust: a rotation beside the old one.
+    let mut w = World::running();
+    let old = w.signing_ca();
+    w.secrets.remove(&super::ca_secret("ex"));
+    let mut o = w.observed();
+    o.pods.clear();
+    let d = plan(&o);
+    assert!(matches!(&d, Decision::ReplaceLostCa { trusted } if trusted[0].id == old), "{d:?}");
+    // Volumes of members and no cluster ID yet (a bootstrap that never formed): the same.
+    o.ever_bootstrapped = false;
+    o.pvcs.insert("ex-m1".into(), Default::default());
+    assert!(matches!(plan(&o), Decision::ReplaceLostCa { .. }), "{:?}", plan(&o));
+    // Nothing kept at all, no pod in sight: a new CA, once the API server's own pod list shows
+    // no member mounting a certificate (the controller asks it right before).
+    w.secrets.clear();
+    let mut o = w.observed();
+    o.pods.clear();
+    assert_eq!(plan(&o), Decision::CreateCa);
+    let mounted = crate::tls::transition::Stage::steady(&super::policy("ex")).pod(true);
+    assert!(!super::rotation::nothing_trusts_a_ca([&mounted, &Default::default()]));
+    assert!(super::rotation::nothing_trusts_a_ca([&Default::default()]));
+    // A new cluster: no pod, no volume, never formed.
+    assert_eq!(World::new().plan(), Decision::CreateCa);
+}
+
+#[test]
 fn secrets_that_are_not_ours_or_unusable_block_with_the_reason() {
     let mut w = World::running();
     w.secrets.get_mut(&Leaf::Client.secret("ex")).unwrap().metadata.owner_references = None;
