@@ -61,7 +61,7 @@ fn a_pod_is_read_back_from_its_command_line_and_volumes() {
         .collect();
     let mut etcd = k8s_openapi::api::core::v1::Container::default();
     let mut volumes = vec![];
-    crate::tls::secure_member(&s.secrets, &mut etcd, &mut volumes);
+    crate::tls::secure_member(&s.secrets, 0o440, &mut etcd, &mut volumes);
     assert_eq!(PodTls::of(&cmd, &volumes), secure(), "what a pod is made as, it reads back as");
 
     // Both schemes on the client port; peer listener http with the certificate.
