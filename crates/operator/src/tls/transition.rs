@@ -62,11 +62,12 @@ impl Serves {
 /// volumes (what etcd really runs with; pods of earlier operator versions included).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PodTls {
-    /// The Secret its peer certificate is mounted from (`--peer-cert-file` is set), if any.
+    /// The Secret mounted as its peer certificate volume (`member-peer-tls`, which its
+    /// `--peer-cert-file` points into), if any.
     pub peer_secret: Option<String>,
     /// Its peer listener is https (`--listen-peer-urls`).
     pub peer_https: bool,
-    /// The Secret its server certificate is mounted from, if any.
+    /// The Secret mounted as its server certificate volume (`member-server-tls`), if any.
     pub server_secret: Option<String>,
     /// What its client port serves (`--listen-client-urls`).
     pub client: Serves,
