@@ -388,7 +388,8 @@ pub async fn observe(
     // spec.TLS.auto: the operator's Secrets, read before the material check below (which checks
     // them as it checks static ones); their CA bundle is part of the pod-spec hash (`tls::auto`).
     // Also after auto was turned off while pods are still made with them: they are renewed.
-    let auto = |d: &crate::validation::Desired| Some((crate::tls::auto::in_use(d, &name)?, d.pod.cluster_domain.clone()));
+    let auto =
+        |d: &crate::validation::Desired| Some((crate::tls::auto::in_use(d, &name)?, d.pod.cluster_domain.clone()));
     let mut certificates = match desired.as_ref().ok().and_then(auto) {
         Some((in_use, domain)) => Some(crate::tls::auto::read::observe(client, cluster, in_use, &domain).await),
         None => None,

@@ -405,7 +405,11 @@ fn secret_files_are_readable_by_the_user_a_users_security_context_names() {
         }
         let check = s.init_containers.iter().flatten().find(|c| c.name == crate::member_volume::CHECK_CONTAINER);
         if let Some(check) = check {
-            assert_eq!(check.security_context.as_ref().unwrap().run_as_user, Some(crate::pod_security::NONROOT), "{kind}");
+            assert_eq!(
+                check.security_context.as_ref().unwrap().run_as_user,
+                Some(crate::pod_security::NONROOT),
+                "{kind}"
+            );
         }
         // A seed's Secrets (the operator's client certificate) are readable too (a restore's
         // storage credentials keep Kubernetes' default mode).

@@ -163,7 +163,12 @@ impl Credentials {
         pending: Option<&str>,
     ) -> Option<Credentials> {
         let some = |p: Option<&str>| p.filter(|p| !p.is_empty()).map(str::to_string);
-        let c = Credentials { user: user.to_string(), secret: some(password), recorded: some(recorded), pending: some(pending) };
+        let c = Credentials {
+            user: user.to_string(),
+            secret: some(password),
+            recorded: some(recorded),
+            pending: some(pending),
+        };
         (c.passwords().count() > 0).then_some(c)
     }
 

@@ -46,9 +46,7 @@ async fn record(api: &Api<Secret>, cluster: &str, uid: &str) -> Result<Option<Re
         return Ok(None);
     }
     let data = data_of(s);
-    let key = |k: &str| {
-        data.get(k).and_then(|raw| super::check_password(&format!("Secret {name} key {k}"), raw).ok())
-    };
+    let key = |k: &str| data.get(k).and_then(|raw| super::check_password(&format!("Secret {name} key {k}"), raw).ok());
     let r = Record { password: key(PASSWORD_KEY), pending: key(PENDING_PASSWORD_KEY) };
     Ok((r != Record::default()).then_some(r))
 }

@@ -179,7 +179,8 @@ fn an_unreadable_record_is_not_taken_for_no_record() {
     let on = Some(EtcdAuth::On { secret_password: false });
     for etcd in [on, None, Some(EtcdAuth::Off { root: RootUser::Missing })] {
         let mut o = cluster_with(true, SecretState::Missing, None, etcd.clone());
-        o.auth.record_unreadable = Some("Secret ex-etcd-root-applied (the operator's record) could not be read: 503".into());
+        o.auth.record_unreadable =
+            Some("Secret ex-etcd-root-applied (the operator's record) could not be read: 503".into());
         assert_eq!(upkeep(&o), None, "{etcd:?}");
         let p = o.desired.as_ref().unwrap().auth.clone();
         let c = condition(&p, &o.auth, o.etcd.as_ref().map(|e| &e.auth)).unwrap();

@@ -139,9 +139,10 @@ pub(super) async fn ensure_auth_secrets(
             // With a record, only its password: a record that cannot be read now (or is gone
             // since it was read) makes no Secret with a random one, which etcd would then get.
             let recorded = match *use_recorded {
-                true => secrets::recorded_password(&ctx.client, cluster).await.map_err(|e| e.to_string()).and_then(
-                    |p| p.map(Some).ok_or_else(|| "the record is gone since it was read".to_string()),
-                ),
+                true => secrets::recorded_password(&ctx.client, cluster)
+                    .await
+                    .map_err(|e| e.to_string())
+                    .and_then(|p| p.map(Some).ok_or_else(|| "the record is gone since it was read".to_string())),
                 false => Ok(None),
             };
             let note = |how: &str| format!("Secret {secret} created with {how} (spec.auth.rootSecret)");

@@ -760,8 +760,8 @@ fn every_step_of_a_generated_transition_keeps_the_rules() {
             // A record that differs from the membership with no move due is set back to it
             // first once a quorum answers (nothing about the record is decided without one).
             let e = o.etcd.as_ref().unwrap();
-            let quorum = e.voters().filter(|m| m.is_healthy() && o.pods.contains_key(&m.pod)).count() * 2
-                > e.voters().count();
+            let quorum =
+                e.voters().filter(|m| m.is_healthy() && o.pods.contains_key(&m.pod)).count() * 2 > e.voters().count();
             let stale = e.members.iter().find(|m| {
                 let url = m.peer_urls[0].as_str();
                 let moving = tls_transition::url_https(m) != d.tls.peer_secret.is_some();

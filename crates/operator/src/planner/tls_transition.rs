@@ -48,9 +48,9 @@ pub(super) fn outdated(d: &Desired, m: &MemberState, p: &PodState) -> bool {
 pub(super) fn made_again(o: &Observed, d: &Desired, etcd: &EtcdState) -> Option<Step> {
     let mut voters: Vec<&MemberState> = etcd.voters().collect();
     rollout::followers_first(etcd, &mut voters);
-    let m = voters.iter().find(|m| {
-        o.pods.get(&m.pod).filter(|p| !p.deleting).is_some_and(|p| p.tls.peer_https != url_https(m))
-    })?;
+    let m = voters
+        .iter()
+        .find(|m| o.pods.get(&m.pod).filter(|p| !p.deleting).is_some_and(|p| p.tls.peer_https != url_https(m)))?;
     Some(rollout::roll(o, d, etcd, m).unwrap_or_else(|| {
         wait(
             WaitReason::MemberStarting,

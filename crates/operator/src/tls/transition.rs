@@ -290,15 +290,15 @@ pub fn stage(
     // Every pod lost while members wait on their volumes: the mark says where clients were.
     let unseen = pods.is_empty() && on_volumes;
     let (client, client_http_too) = match &target.client {
-        Some(c) => {
-            (Some(c.clone()), serve_both || !every_pod_serves_https || (unseen && leaving.plaintext_clients))
-        }
-        None if unseen && leaving.server_secret.is_some() && leaving.operator_secret.is_some() => {
-            (leaving.server_secret.clone().zip(leaving.operator_secret.clone()).map(|(s, o)| ClientSecrets {
-                server_secret: s,
-                operator_secret: o,
-            }), true)
-        }
+        Some(c) => (Some(c.clone()), serve_both || !every_pod_serves_https || (unseen && leaving.plaintext_clients)),
+        None if unseen && leaving.server_secret.is_some() && leaving.operator_secret.is_some() => (
+            leaving
+                .server_secret
+                .clone()
+                .zip(leaving.operator_secret.clone())
+                .map(|(s, o)| ClientSecrets { server_secret: s, operator_secret: o }),
+            true,
+        ),
         None if pods.iter().any(keeps_https) => match (&leaving.server_secret, &leaving.operator_secret) {
             (Some(server_secret), Some(operator_secret)) => (
                 Some(ClientSecrets { server_secret: server_secret.clone(), operator_secret: operator_secret.clone() }),

@@ -185,7 +185,9 @@ fn with_every_pod_lost_half_way_the_mark_keeps_the_client_port_from_jumping_to_t
     let on = both_sides();
     let off = Policy::default();
     let no_pods = |target: &Policy, mark: &Leaving, on_volumes: bool| {
-        summary(&stage(target, &Leaving::find(target, &[mark.clone()]), &[], false, on_volumes, false).unwrap())
+        summary(
+            &stage(target, &Leaving::find(target, std::slice::from_ref(mark)), &[], false, on_volumes, false).unwrap(),
+        )
     };
     // Turning clients on, some member still served http (the mark says so): pods come back
     // serving both, the roll to https only follows as it would have.
@@ -202,13 +204,16 @@ fn with_every_pod_lost_half_way_the_mark_keeps_the_client_port_from_jumping_to_t
     let s = stage_of(&off, &leaving_all(), &[secure(), pod(true, false, Serves::Both)]);
     let mark = leaving_of(&off, &s);
     assert_eq!(mark, leaving_all());
-    let st = stage(&off, &Leaving::find(&off, &[mark.clone()]), &[], false, true, false).unwrap();
+    let st = stage(&off, &Leaving::find(&off, std::slice::from_ref(&mark)), &[], false, true, false).unwrap();
     assert_eq!(summary(&st), (false, false, Serves::Both, true));
     assert_eq!(st.secrets.client.as_ref().map(|c| c.operator_secret.as_str()), Some(O));
     assert_eq!(leaving_of(&off, &st).server_secret.as_deref(), Some(S), "the mark stays until pods are back");
     // No volume either (a new cluster, or an emptyDir one whose data is gone): as the spec says.
     assert_eq!(no_pods(&off, &mark, false), summary(&Stage::steady(&off)));
-    assert_eq!(no_pods(&on, &Leaving { plaintext_clients: true, ..Default::default() }, false), summary(&Stage::steady(&on)));
+    assert_eq!(
+        no_pods(&on, &Leaving { plaintext_clients: true, ..Default::default() }, false),
+        summary(&Stage::steady(&on))
+    );
 }
 
 #[test]

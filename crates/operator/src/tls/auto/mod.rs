@@ -267,9 +267,11 @@ pub fn in_use(d: &crate::validation::Desired, cluster: &str) -> Option<InUse> {
     let ours = policy(cluster);
     let stage = &d.tls_stage.secrets;
     let peer = stage.peer_secret.is_some() && stage.peer_secret == ours.peer_secret;
-    let client = stage.client.as_ref().zip(ours.client.as_ref()).is_some_and(|(s, o)| {
-        s.server_secret == o.server_secret || s.operator_secret == o.operator_secret
-    });
+    let client = stage
+        .client
+        .as_ref()
+        .zip(ours.client.as_ref())
+        .is_some_and(|(s, o)| s.server_secret == o.server_secret || s.operator_secret == o.operator_secret);
     (peer || client).then_some(InUse::Leaving)
 }
 
@@ -343,7 +345,8 @@ mod tests {
         let mut off = crate::validation::validate("ex", &spec("null")).unwrap();
         off.tls_stage = Stage { client_http_too: true, ..Stage::steady(&policy("ex")) };
         assert_eq!(in_use(&off, "ex"), Some(InUse::Leaving), "pods are still made with the Secrets");
-        off.tls_stage = Stage { secrets: Policy { peer_secret: Some("ex-tls-peer".into()), client: None }, ..off.tls_stage };
+        off.tls_stage =
+            Stage { secrets: Policy { peer_secret: Some("ex-tls-peer".into()), client: None }, ..off.tls_stage };
         assert_eq!(in_use(&off, "ex"), Some(InUse::Leaving), "the peer side alone");
         off.tls_stage = Stage::default();
         assert_eq!(in_use(&off, "ex"), None, "no pod uses them any more");

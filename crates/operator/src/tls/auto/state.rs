@@ -276,7 +276,9 @@ impl Observation {
     /// issued (the longest lifetime a certificate Secret holds, renewed with a third of it
     /// left, within the bounds `spec.TLS.auto` allows).
     pub fn leaving(mut self) -> Observation {
-        use super::{BACKDATE_SECS, MAX_VALIDITY_SECS, MIN_RENEW_BEFORE_SECS, MIN_RENEW_INTERVAL_SECS, MIN_VALIDITY_SECS};
+        use super::{
+            BACKDATE_SECS, MAX_VALIDITY_SECS, MIN_RENEW_BEFORE_SECS, MIN_RENEW_INTERVAL_SECS, MIN_VALIDITY_SECS,
+        };
         let lifetime = self
             .leaves
             .values()
