@@ -50,8 +50,9 @@ pub struct EtcdBackupSpec {
     #[serde(flatten)]
     pub source: BackupSource,
     /// Name of a Secret with `etcd-client.crt`, `etcd-client.key` and `etcd-client-ca.crt`
-    /// for members that require TLS. Accepted and refused by this operator version (TLS is not
-    /// wired yet). Mirrors CoreOS `spec.clientTLSSecret`.
+    /// for members that require TLS: set, the backup pod connects over https with this client
+    /// certificate (a cluster with `spec.TLS.auto` makes one: `<name>-tls-client`); unset, over
+    /// plain http. Mirrors CoreOS `spec.clientTLSSecret`.
     #[serde(default, rename = "clientTLSSecret", skip_serializing_if = "String::is_empty")]
     pub client_tls_secret: String,
     /// Additive: name of a Secret with the etcd user the backup pod logs in as when the

@@ -74,9 +74,13 @@ pub struct EtcdClusterSpec {
     /// Mirrors CoreOS `spec.pod` (CoreOS applied changes to new members only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod: Option<PodPolicy>,
-    /// TLS for peer and client traffic, in the CoreOS shape. Accepted by the schema but refused
-    /// by this operator version (SpecValid=False): TLS is not wired yet. Mirrors CoreOS
-    /// `spec.TLS`.
+    /// TLS for peer and client traffic, in the CoreOS shape: `static` (certificates you keep in
+    /// Secrets, as CoreOS) or the additive `auto` (the operator makes and renews them). Peer
+    /// and client sides are independent. A running cluster may turn a side on or off: members
+    /// move one at a time without losing data (TLSTransition condition); a side that stays on
+    /// keeps its Secret. Material that cannot work (a missing Secret or key, an uncovered DNS
+    /// name, an expired certificate) is refused (SpecValid=False) before any pod uses it.
+    /// Mirrors CoreOS `spec.TLS`.
     #[serde(default, rename = "TLS", skip_serializing_if = "Option::is_none")]
     pub tls: Option<TlsPolicy>,
     /// Additive: start every member of this new cluster from one verified backup (an
@@ -318,8 +322,10 @@ fn is_zero(v: &i64) -> bool {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TlsPolicy {
-    /// Certificates made by the user and stored in Secrets (refused by this operator version:
-    /// TLS is not wired yet). Mirrors CoreOS `spec.TLS.static`.
+    /// Certificates made by the user and stored in Secrets, in CoreOS' layout: member peer and
+    /// server Secrets (peer and client URLs become https with client certificate checks) and
+    /// the operator's client Secret (also used by its backup pods). Mirrors CoreOS
+    /// `spec.TLS.static`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub r#static: Option<StaticTls>,
     /// Additive: certificates made and rotated by the operator (`auto: {}` for the defaults),

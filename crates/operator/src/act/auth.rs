@@ -1,5 +1,6 @@
 //! Authentication steps (`spec.auth`): the auth RPCs through the healthy voters (logged in as
-//! root once etcd requires it), then the record of the root password etcd has. The password is
+//! root once etcd requires it), with the password being set recorded (as pending) before and
+//! the root password etcd has after. The password is
 //! the root Secret's, read by `observe` into the endpoints' credentials; it never reaches a note,
 //! an Event or a log.
 
@@ -27,12 +28,14 @@ impl Target<'_> {
             }
             AuthStep::Enable => {
                 let password = password?;
+                self.record_pending(password).await?;
                 calls::enable(&endpoints, access, password).await?;
                 let note = self.record(password, "etcd authentication is on: clients must log in").await;
                 done("AuthEnabled", note)
             }
             AuthStep::ChangeRootPassword => {
                 let password = password?;
+                self.record_pending(password).await?;
                 calls::change_root_password(&endpoints, access, password).await?;
                 let note = self.record(password, &format!("root password changed to the one of Secret {secret}")).await;
                 done("RootPasswordChanged", note)
@@ -41,6 +44,20 @@ impl Target<'_> {
                 calls::disable(&endpoints, access).await?;
                 done("AuthDisabled", "etcd authentication is off (the root user is kept)".into())
             }
+        })
+    }
+
+    /// Before a password is set in etcd: the record keeps the one recorded as applied and adds
+    /// `password` as pending, so that an operator stopped before [`Target::record`] (or whose
+    /// record then fails) logs in with either, whatever became of the root Secret meanwhile.
+    /// Nothing is changed in etcd unless this is written.
+    async fn record_pending(&self, password: &str) -> Result<(), Error> {
+        let recorded = self.endpoints.access().root.and_then(|r| r.recorded_password());
+        secrets::record_pending(self.client, self.cluster, recorded, password).await.map_err(|e| {
+            Error::Refused(format!(
+                "the password being set could not be recorded first in Secret {} ({e}); nothing was changed in etcd",
+                crate::auth::applied_secret(&self.cluster.metadata.name.clone().unwrap_or_default())
+            ))
         })
     }
 

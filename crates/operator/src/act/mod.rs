@@ -293,14 +293,28 @@ pub async fn execute(t: &Target<'_>, step: &Step) -> Result<Option<Done>, Error>
         Step::UpdatePeerUrls { id, pod, urls } => {
             // The volume's record first: a member restarted while no member answers takes its
             // listener's scheme from it, and must match what the membership says (a record
-            // ahead of the membership is moved again by the next reconcile; one behind would
-            // start a member nobody can dial).
+            // ahead of the membership is moved again by the next reconcile, or set back by
+            // `RecordPeerUrl` when no move is due any more; one behind would start a member
+            // nobody can dial).
             let patch = serde_json::json!({"metadata": {"annotations": {naming::PEER_URL_ANNOTATION: urls.first()}}});
             Api::<k8s_openapi::api::core::v1::PersistentVolumeClaim>::namespaced(t.client.clone(), &ns)
                 .patch(&naming::pvc_name(pod), &PatchParams::default(), &Patch::Merge(&patch))
                 .await?;
             etcd::update_peer_urls(&t.change_endpoints(), t.endpoints.access(), *id, urls).await?;
             done("PeerURLUpdated", format!("member {pod} (ID {}) now has peer URL {}", etcd::hex(*id), urls.join(",")))
+        }
+        Step::RecordPeerUrl { pod, url } => {
+            let patch = serde_json::json!({"metadata": {"annotations": {naming::PEER_URL_ANNOTATION: url}}});
+            Api::<k8s_openapi::api::core::v1::PersistentVolumeClaim>::namespaced(t.client.clone(), &ns)
+                .patch(&naming::pvc_name(pod), &PatchParams::default(), &Patch::Merge(&patch))
+                .await?;
+            done(
+                "PeerURLRecorded",
+                format!(
+                    "volume {} of member {pod} records peer URL {url} again, as the membership has it (a member update had not happened)",
+                    naming::pvc_name(pod)
+                ),
+            )
         }
         Step::RestartAsRoot { pod, why } => {
             // The mark first: the pod made next reads it (a pod made before the cache shows it

@@ -9,8 +9,11 @@
 //!   `password`, optional key `username` (`root` or absent). Missing: the operator creates it
 //!   (random password, owned by the EtcdCluster). The operator never writes an existing one.
 //! - the *applied record* (`<name>-etcd-root-applied`): the operator's, owned by the EtcdCluster:
-//!   the root password it last set in etcd. Changing a password in etcd needs the old one (the
-//!   operator must log in first), and the user has replaced it in the root Secret by then.
+//!   the root password it last set in etcd (key `password`). Changing a password in etcd needs
+//!   the old one (the operator must log in first), and the user has replaced it in the root
+//!   Secret by then. Right before it sets a password in etcd the operator adds it as key
+//!   `pending-password` (the old one kept): whether or not it gets to record the outcome, a
+//!   restarted operator logs in with either.
 //!
 //! Passwords never reach a log, an Event, a status, a command line or a `Debug` print: the
 //! types holding them print `<redacted>`.
@@ -30,6 +33,8 @@ use crate::version::Version;
 pub const ROOT: &str = "root";
 /// Key of the password in the root Secret (and in an EtcdBackup's `authSecret`).
 pub const PASSWORD_KEY: &str = "password";
+/// Key of the applied record: a password being set in etcd now (the outcome not recorded yet).
+pub const PENDING_PASSWORD_KEY: &str = "pending-password";
 /// Key of the user name (optional; `root` in the root Secret).
 pub const USERNAME_KEY: &str = "username";
 /// etcd hashes passwords with bcrypt, which takes at most 72 bytes (etcd refuses longer ones).
@@ -120,14 +125,17 @@ fn is_dns1123_subdomain(s: &str) -> bool {
 }
 
 /// An etcd user and the passwords to try, in order: the root Secret's, then the one the
-/// operator recorded as applied when it differs. Printing it never shows a password.
+/// operator recorded as applied, then one it was setting when it last stopped (each once).
+/// Printing it never shows a password.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Credentials {
     pub user: String,
     /// The password of the Secret (None: the Secret is missing or refused).
     secret: Option<String>,
-    /// The recorded one, when it differs.
-    fallback: Option<String>,
+    /// The recorded one.
+    recorded: Option<String>,
+    /// One being set in etcd when the record was written last (its outcome unknown).
+    pending: Option<String>,
 }
 
 impl std::fmt::Debug for Credentials {
@@ -140,17 +148,41 @@ impl std::fmt::Debug for Credentials {
 }
 
 impl Credentials {
-    /// `user` with the Secret's `password`, then `fallback` if it differs (empty ones are
-    /// dropped); None without any password.
+    /// `user` with the Secret's `password`, then the recorded one `fallback` if it differs
+    /// (empty ones are dropped); None without any password.
     pub fn new(user: &str, password: Option<&str>, fallback: Option<&str>) -> Option<Credentials> {
-        let secret = password.filter(|p| !p.is_empty()).map(str::to_string);
-        let fallback = fallback.filter(|f| !f.is_empty() && Some(*f) != secret.as_deref()).map(str::to_string);
-        (secret.is_some() || fallback.is_some()).then(|| Credentials { user: user.to_string(), secret, fallback })
+        Credentials::with_pending(user, password, fallback, None)
     }
 
-    /// The passwords to try, in order.
+    /// As [`Credentials::new`], then `pending` (a password being set when the operator last
+    /// wrote its record) if it differs from both.
+    pub fn with_pending(
+        user: &str,
+        password: Option<&str>,
+        recorded: Option<&str>,
+        pending: Option<&str>,
+    ) -> Option<Credentials> {
+        let some = |p: Option<&str>| p.filter(|p| !p.is_empty()).map(str::to_string);
+        let c = Credentials {
+            user: user.to_string(),
+            secret: some(password),
+            recorded: some(recorded),
+            pending: some(pending),
+        };
+        (c.passwords().count() > 0).then_some(c)
+    }
+
+    /// The passwords to try, in order, each once.
     pub fn passwords(&self) -> impl Iterator<Item = &String> {
-        self.secret.iter().chain(self.fallback.iter())
+        let recorded = self.recorded.iter().filter(|r| Some(*r) != self.secret.as_ref());
+        let pending =
+            self.pending.iter().filter(|p| Some(*p) != self.secret.as_ref() && Some(*p) != self.recorded.as_ref());
+        self.secret.iter().chain(recorded).chain(pending)
+    }
+
+    /// The password the record holds as applied (kept beside a pending one while it is set).
+    pub fn recorded_password(&self) -> Option<&str> {
+        self.recorded.as_deref()
     }
 
     /// The password of the Secret: what the operator sets in etcd.
@@ -169,7 +201,7 @@ impl Credentials {
         use sha2::Digest;
         let mut h = sha2::Sha256::new();
         h.update(self.user.as_bytes());
-        for p in [&self.secret, &self.fallback] {
+        for p in [&self.secret, &self.recorded, &self.pending] {
             let p = p.as_deref().unwrap_or_default();
             h.update((p.len() as u64).to_be_bytes());
             h.update(p.as_bytes());
@@ -262,8 +294,12 @@ pub enum SecretState {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct AuthObserved {
     pub secret: SecretState,
-    /// The applied record exists; `Some(true)` when it holds the root Secret's password.
+    /// The applied record exists; `Some(true)` when it holds the root Secret's password (and
+    /// no pending one).
     pub applied_matches: Option<bool>,
+    /// The applied record could not be read: why (naming it). It may hold the only password
+    /// etcd accepts, so nothing is decided as if it were missing.
+    pub record_unreadable: Option<String>,
     /// etcd refused the operator's login (or required one it had none for): why. The operator
     /// then has no view of etcd.
     pub refused: Option<String>,
@@ -314,6 +350,9 @@ pub fn upkeep(o: &crate::observed::Observed) -> Option<Upkeep> {
     }
     let etcd = o.etcd.as_ref().map(|e| &e.auth);
     match &o.auth.secret {
+        // A record that could not be read may hold etcd's password: a root Secret made now
+        // would get a random one, which the next step would set in etcd.
+        SecretState::Missing if o.auth.record_unreadable.is_some() => None,
         SecretState::Missing if *enabled || matches!(etcd, Some(EtcdAuth::On { .. })) => {
             Some(Upkeep::CreateRootSecret { name: root_secret.clone(), use_recorded: o.auth.applied_matches.is_some() })
         }
@@ -355,6 +394,13 @@ pub fn condition(policy: &Policy, o: &AuthObserved, etcd: Option<&EtcdAuth>) -> 
     let Policy::Managed { enabled, root_secret } = policy else {
         return None;
     };
+    if let (Some(e), SecretState::Missing) = (&o.record_unreadable, &o.secret) {
+        return Some(cond(
+            false,
+            "SecretUnreadable",
+            format!("{e}; the missing Secret {root_secret} is created only once it can be read"),
+        ));
+    }
     match &o.secret {
         SecretState::Invalid(errs) => {
             return Some(cond(
@@ -414,7 +460,9 @@ pub fn update_condition(
     etcd: Option<&EtcdAuth>,
     now: &str,
 ) {
-    let to_report = o.refused.is_some() || matches!(o.secret, SecretState::Invalid(_) | SecretState::Unreadable(_));
+    let to_report = o.refused.is_some()
+        || matches!(o.secret, SecretState::Invalid(_) | SecretState::Unreadable(_))
+        || o.record_unreadable.is_some();
     if etcd.is_none() && !to_report && *policy != Policy::Unmanaged {
         return;
     }

@@ -147,7 +147,7 @@ fn cluster_with(enabled: bool, secret: SecretState, applied_matches: Option<bool
         name: "ex".into(),
         desired: d,
         etcd: etcd.map(|auth| EtcdState { auth, ..Default::default() }),
-        auth: AuthObserved { secret, applied_matches, refused: None },
+        auth: AuthObserved { secret, applied_matches, ..Default::default() },
         ..Default::default()
     }
 }
@@ -169,6 +169,40 @@ fn a_missing_root_secret_is_created_with_the_password_etcd_has_if_known() {
     // A refused Secret is never overwritten.
     let o = cluster_with(true, SecretState::Invalid(vec![]), None, None);
     assert_eq!(upkeep(&o), None);
+}
+
+/// The record of the password etcd has could not be read (an API error, not its absence): a
+/// root Secret made now would get a random password, which `ChangeRootPassword` would then set
+/// in etcd, locking out the one it has. Nothing is created; the condition says why.
+#[test]
+fn an_unreadable_record_is_not_taken_for_no_record() {
+    let on = Some(EtcdAuth::On { secret_password: false });
+    for etcd in [on, None, Some(EtcdAuth::Off { root: RootUser::Missing })] {
+        let mut o = cluster_with(true, SecretState::Missing, None, etcd.clone());
+        o.auth.record_unreadable =
+            Some("Secret ex-etcd-root-applied (the operator's record) could not be read: 503".into());
+        assert_eq!(upkeep(&o), None, "{etcd:?}");
+        let p = o.desired.as_ref().unwrap().auth.clone();
+        let c = condition(&p, &o.auth, o.etcd.as_ref().map(|e| &e.auth)).unwrap();
+        assert_eq!((c.reason.as_str(), is_warning(&c)), ("SecretUnreadable", true));
+        assert!(c.message.contains("ex-etcd-root-applied") && c.message.contains("created only once"), "{}", c.message);
+    }
+}
+
+#[test]
+fn a_password_being_set_is_tried_after_the_secret_and_the_record() {
+    // Stopped between `user passwd` and its record: etcd has the old or the new password; the
+    // Secret may have changed again meanwhile. Each is tried once, the Secret's first.
+    let c = Credentials::with_pending(ROOT, Some("third"), Some("old"), Some("new")).unwrap();
+    assert_eq!(c.passwords().collect::<Vec<_>>(), ["third", "old", "new"]);
+    assert_eq!(c.recorded_password(), Some("old"));
+    assert!(format!("{c:?}").contains("<3 redacted>"));
+    let c = Credentials::with_pending(ROOT, None, None, Some("new")).unwrap();
+    assert_eq!(c.passwords().collect::<Vec<_>>(), ["new"]);
+    assert!(c.is_fallback(0));
+    let c = Credentials::with_pending(ROOT, Some("new"), Some("old"), Some("new")).unwrap();
+    assert_eq!(c.passwords().count(), 2);
+    assert_ne!(c.fingerprint(), Credentials::new(ROOT, Some("new"), Some("old")).unwrap().fingerprint(), "{c:?}");
 }
 
 #[test]

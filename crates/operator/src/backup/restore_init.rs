@@ -86,7 +86,11 @@ pub fn restore_init_containers(from: SnapshotSource<'_>, r: &RestoreInit<'_>) ->
                     ..super::contract::ClientTlsArgs::of(secret)
                 };
                 seed.extend(args.to_args());
-                volumes.push(crate::tls::secret_volume(crate::tls::CLIENT_VOLUME, secret));
+                volumes.push(crate::tls::secret_volume_with_mode(
+                    crate::tls::CLIENT_VOLUME,
+                    secret,
+                    r.profile.secret_mode(),
+                ));
                 mounts.push(VolumeMount {
                     name: crate::tls::CLIENT_VOLUME.into(),
                     mount_path: crate::tls::CLIENT_DIR.into(),
@@ -96,7 +100,8 @@ pub fn restore_init_containers(from: SnapshotSource<'_>, r: &RestoreInit<'_>) ->
             }
             if let Some(secret) = auth_secret {
                 seed.extend(super::contract::AuthArgs::of(Some(secret)).to_args());
-                let mut v = crate::tls::secret_volume(super::pods::AUTH_VOLUME, secret);
+                let mut v =
+                    crate::tls::secret_volume_with_mode(super::pods::AUTH_VOLUME, secret, r.profile.secret_mode());
                 if let Some(s) = v.secret.as_mut() {
                     s.optional = Some(true);
                 }

@@ -51,8 +51,8 @@ pub(super) async fn keep_certificates(
                 break;
             }
         }
-        let (settings, domain, served) = (c.settings, c.cluster_domain.clone(), c.served.clone());
-        let mut fresh = read::observe(&ctx.client, cluster, settings, &domain).await;
+        let (in_use, domain, served) = (c.in_use(), c.cluster_domain.clone(), c.served.clone());
+        let mut fresh = read::observe(&ctx.client, cluster, in_use, &domain).await;
         fresh.served = served;
         o.certificates = Some(fresh);
     }
@@ -93,9 +93,38 @@ async fn execute(
     d: &Decision,
 ) -> Result<(&'static str, String), Failure> {
     let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &c.namespace);
+    if *d == Decision::CreateCa {
+        no_member_trusts_a_ca(ctx, cluster, &c.namespace).await?;
+    }
     let w = for_decision(cluster, c, d)?;
     for s in w.secrets {
         write(&api, s).await?;
     }
     Ok((w.reason, w.note))
+}
+
+/// Right before a new CA is made: the API server's own list of the cluster's pods (the watch
+/// cache may lag) shows none that mounts a certificate Secret; such a member trusts another CA.
+async fn no_member_trusts_a_ca(ctx: &Context, cluster: &EtcdCluster, namespace: &str) -> Result<(), Failure> {
+    use crate::tls::auto::rotation::nothing_trusts_a_ca;
+    use k8s_openapi::api::core::v1::Pod;
+    let name = cluster.name_any();
+    let lp = kube::api::ListParams::default().labels(&format!("{}={name}", crate::naming::CLUSTER_LABEL));
+    let pods = Api::<Pod>::namespaced(ctx.client.clone(), namespace)
+        .list(&lp)
+        .await
+        .map_err(|e| Failure::Other(format!("listing the member pods before creating a CA failed: {e}")))?;
+    let uid = cluster.metadata.uid.as_deref();
+    let tls: Vec<_> = pods
+        .items
+        .iter()
+        .filter(|p| p.owner_references().iter().any(|o| Some(o.uid.as_str()) == uid))
+        .map(|p| crate::observe::pod_state(p, k8s_openapi::jiff::Timestamp::now()).tls)
+        .collect();
+    if nothing_trusts_a_ca(&tls) {
+        return Ok(());
+    }
+    Err(Failure::Other(format!(
+        "refusing to create a new CA: the API server shows member pods of {name} that mount certificate Secrets (the watch cache was stale); they trust another CA"
+    )))
 }

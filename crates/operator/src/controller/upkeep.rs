@@ -136,11 +136,37 @@ pub(super) async fn ensure_auth_secrets(
     let name = cluster.name_any();
     let (result, reason, note) = match &todo {
         Upkeep::CreateRootSecret { name: secret, use_recorded } => {
-            let recorded = if *use_recorded { secrets::recorded_password(&ctx.client, cluster).await } else { None };
-            let how = if recorded.is_some() { "the root password etcd has" } else { "a random root password" };
-            let password = recorded.unwrap_or_else(secrets::generate_password);
-            let r = secrets::create_root_secret(&ctx.client, cluster, secret, &password).await;
-            (r, "RootSecretCreated", format!("Secret {secret} created with {how} (spec.auth.rootSecret)"))
+            // With a record, only its password: a record that cannot be read now (or is gone
+            // since it was read) makes no Secret with a random one, which etcd would then get.
+            let recorded = match *use_recorded {
+                true => secrets::recorded_password(&ctx.client, cluster)
+                    .await
+                    .map_err(|e| e.to_string())
+                    .and_then(|p| p.map(Some).ok_or_else(|| "the record is gone since it was read".to_string())),
+                false => Ok(None),
+            };
+            let note = |how: &str| format!("Secret {secret} created with {how} (spec.auth.rootSecret)");
+            match recorded {
+                Err(e) => {
+                    let note = format!(
+                        "Secret {secret} is not created yet: the record of the root password etcd has ({}) could not be read: {e}",
+                        crate::auth::applied_secret(&name)
+                    );
+                    tracing::warn!(cluster = %key_of(cluster), "{note}");
+                    publish(ctx, reference, None, EventType::Warning, "AuthSecretFailed", note, "Auth").await;
+                    return;
+                }
+                Ok(Some(p)) => (
+                    secrets::create_root_secret(&ctx.client, cluster, secret, &p).await,
+                    "RootSecretCreated",
+                    note("the root password etcd has"),
+                ),
+                Ok(None) => (
+                    secrets::create_root_secret(&ctx.client, cluster, secret, &secrets::generate_password()).await,
+                    "RootSecretCreated",
+                    note("a random root password"),
+                ),
+            }
         }
         Upkeep::RecordApplied => {
             let Some(password) = endpoints.root.as_ref().and_then(|r| r.secret_password()) else { return };

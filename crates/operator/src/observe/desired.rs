@@ -94,7 +94,9 @@ pub(super) fn tls_stage(
     let https_url_on_volume =
         pvcs.values().any(|v| !v.deleting && v.peer_url.as_deref().is_some_and(|u| u.starts_with("https://")));
     let serve_both = cluster.annotations().get(naming::TLS_SERVE_BOTH_ANNOTATION).is_some_and(|v| v == "true");
-    stage(&d.tls, &Leaving::find(&d.tls, &sources), pods, https_url_on_volume, serve_both).map_err(|e| vec![e])
+    let on_volumes = pvcs.values().any(|v| !v.deleting);
+    stage(&d.tls, &Leaving::find(&d.tls, &sources), pods, https_url_on_volume, on_volumes, serve_both)
+        .map_err(|e| vec![e])
 }
 
 /// `spec.auth` with authentication on is not dropped (the last valid spec's; `auth::check_change`).

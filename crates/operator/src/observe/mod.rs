@@ -119,12 +119,15 @@ pub async fn observe(
     });
     // spec.TLS.auto: the operator's Secrets, read before the material check below (which checks
     // them as it checks static ones); their CA bundle is part of the pod-spec hash (`tls::auto`).
-    let mut certificates = match desired.as_ref().ok().and_then(|d| Some((d.tls_auto?, d.pod.cluster_domain.clone()))) {
-        Some((settings, domain)) => Some(crate::tls::auto::read::observe(client, cluster, settings, &domain).await),
+    // Also after auto was turned off while pods are still made with them: they are renewed.
+    let auto =
+        |d: &crate::validation::Desired| Some((crate::tls::auto::in_use(d, &name)?, d.pod.cluster_domain.clone()));
+    let mut certificates = match desired.as_ref().ok().and_then(auto) {
+        Some((in_use, domain)) => Some(crate::tls::auto::read::observe(client, cluster, in_use, &domain).await),
         None => None,
     };
     let desired = desired.map(|mut d| {
-        d.tls_trust = certificates.as_ref().and_then(|c| c.trust_fingerprint());
+        d.tls_trust = certificates.as_ref().filter(|c| !c.leaving).and_then(|c| c.trust_fingerprint());
         d
     });
     // TLS material is checked before anything uses it: refused material is an invalid spec. The
@@ -180,7 +183,7 @@ pub async fn observe(
             }
         }
     };
-    if let Some(c) = certificates.as_mut().filter(|c| c.read_error.is_none()) {
+    if let Some(c) = certificates.as_mut().filter(|c| c.read_error.is_none() && !c.leaving) {
         c.served = crate::tls::auto::probe::served(&pods, c).await;
     }
     let quorum_missing = etcd

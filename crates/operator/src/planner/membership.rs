@@ -176,6 +176,11 @@ pub(super) fn with_etcd(o: &Observed, d: &Desired, etcd: &EtcdState) -> Step {
     if let Some(step) = super::maintenance::alarms(o, d, etcd) {
         return step;
     }
+    // A volume's peer-URL record that got ahead of the membership is set back to it, while
+    // etcd answers: a member restarted without a quorum must listen as its peers dial it.
+    if let Some(step) = super::tls_transition::record_of_membership(o, d, etcd).filter(|_| etcd.leader.is_some()) {
+        return step;
+    }
 
     // A member whose volume failed its data check holds no data of its own: it is replaced
     // (removed here; a learner takes its place), never restarted empty under its old ID.
@@ -374,6 +379,11 @@ fn resize(o: &Observed, d: &Desired, etcd: &EtcdState, healthy_voters: usize, vo
     if let Some(m) = etcd.voters().find(|m| !healthy(o, m)) {
         let what = if m.started() { "is not healthy yet" } else { "has not started yet" };
         return wait(WaitReason::MemberStarting, format!("member {} {what}; the next change waits for it", m.pod));
+    }
+    // A member whose peer URL just moved listens on the other scheme: made again before
+    // anything else restarts, adds or removes a member.
+    if let Some(step) = super::tls_transition::made_again(o, d, etcd) {
+        return step;
     }
     // Authentication before the size: a new cluster is secured before it grows.
     if let Some(step) = super::auth::next(o, d, etcd) {

@@ -95,6 +95,11 @@ pub enum Step {
     /// record first): the next member of a cluster turning peer TLS on or off. Its pod is made
     /// again right after, listening on the new scheme (`tls_transition`).
     UpdatePeerUrls { id: u64, pod: String, urls: Vec<String> },
+    /// Rewrite the peer URL a member's volume records to the one the membership has: a record
+    /// written ahead of a `member update` that never happened (it failed, the operator
+    /// restarted, `spec.TLS` was set back). A member restarted while no member answers takes
+    /// its listener's scheme from the record (`tls_transition::record_of_membership`).
+    RecordPeerUrl { pod: String, url: String },
     /// The member's data check found data its non-root user cannot use (written as root on a
     /// volume type where the kubelet does not apply `fsGroup`): mark its volume as root's, then
     /// delete its pod (the volume kept) so that it restarts on it as root (`pod_security`).
@@ -122,6 +127,7 @@ impl Step {
             Step::Drain { .. } => "Drain",
             Step::RecoverSpace(_) => "RecoverSpace",
             Step::UpdatePeerUrls { .. } => "UpdatePeerUrls",
+            Step::RecordPeerUrl { .. } => "RecordPeerUrl",
             Step::RestartAsRoot { .. } => "RestartAsRoot",
             Step::Auth(a) => a.name(),
         }
@@ -139,7 +145,8 @@ impl Step {
             | Step::RestartAsRoot { pod, .. }
             | Step::Defragment { pod, .. }
             | Step::Drain { pod }
-            | Step::UpdatePeerUrls { pod, .. } => Some(pod),
+            | Step::UpdatePeerUrls { pod, .. }
+            | Step::RecordPeerUrl { pod, .. } => Some(pod),
             Step::MoveLeader { from_pod, .. } => Some(from_pod),
             Step::Wait(_) | Step::CreateServices | Step::Bootstrap(_) | Step::RecoverSpace(_) | Step::Auth(_) => None,
         }

@@ -168,6 +168,13 @@ pub(super) fn check(o: &Observed, step: &Step) -> Result<(), TestCaseError> {
                 );
             }
         }
+        Step::RecordPeerUrl { pod, url } => {
+            // Only etcd's own member list, with a quorum answering, overrides a volume's record.
+            let leader = o.etcd.as_ref().and_then(|e| e.leader);
+            prop_assert!(had_quorum || leader.is_some(), "a peer-URL record rewritten without a leader's member list");
+            let m = member_of_pod(o, pod).expect("a member");
+            prop_assert_eq!(m.peer_urls.first(), Some(url), "the record is not the membership's");
+        }
         Step::Recover(_) => {
             prop_assert!(!had_quorum, "disaster recovery with a healthy quorum");
             let d = o.desired.as_ref().expect("valid");

@@ -31,7 +31,7 @@ fn cluster(n: u64, size: i32, enabled: bool, state: EtcdAuth) -> Observed {
         m.status.as_mut().unwrap().version = "3.5.2".into();
     }
     etcd(&mut o).auth = state;
-    o.auth = AuthObserved { secret: SecretState::Valid, applied_matches: Some(true), refused: None };
+    o.auth = AuthObserved { secret: SecretState::Valid, applied_matches: Some(true), ..Default::default() };
     o
 }
 

@@ -36,7 +36,7 @@ pub(super) fn observe_stage(o: &mut Observed, leaving: &[Leaving]) {
     let pods: Vec<&PodTls> = o.pods.values().map(|p| &p.tls).collect();
     let on_volume = o.pvcs.values().any(|v| v.peer_url.as_deref().is_some_and(|u| u.starts_with("https://")));
     let d = o.desired.as_ref().unwrap();
-    let s = stage(&d.tls, &Leaving::find(&d.tls, leaving), &pods, on_volume, false).unwrap();
+    let s = stage(&d.tls, &Leaving::find(&d.tls, leaving), &pods, on_volume, !o.pvcs.is_empty(), false).unwrap();
     o.desired.as_mut().unwrap().tls_stage = s;
 }
 
@@ -62,9 +62,14 @@ pub(super) fn certs_http() -> PodTls {
     }
 }
 
+/// Member `id`'s URL moved to https (and its volume's record, written first, if it has one).
 pub(super) fn https_url(o: &mut Observed, id: u64) {
     let u = m(o, id).peer_urls[0].replace("http://", "https://");
-    m(o, id).peer_urls = vec![u];
+    m(o, id).peer_urls = vec![u.clone()];
+    let pod = m(o, id).pod.clone();
+    if let Some(v) = o.pvcs.get_mut(&pod) {
+        v.peer_url = Some(u);
+    }
 }
 
 /// A 3-member PVC cluster, plaintext, now asked for `tls`.
@@ -142,6 +147,25 @@ fn with_every_pod_certified_the_followers_urls_move_first_and_the_leaders_last()
 }
 
 #[test]
+fn a_moved_member_is_made_again_before_a_scale_up_an_upgrade_or_authentication() {
+    // ex-m2's URL moved to https; its pod still listens on http. Whatever else the spec asks at
+    // the same time waits until it listens as its URL says.
+    for (size, version) in [(4, "3.5.1"), (2, "3.5.1"), (3, "3.5.2")] {
+        let mut o = pvc_cluster_asked_for(BOTH);
+        for p in ["ex-m1", "ex-m2", "ex-m3"] {
+            set_tls(&mut o, p, certs_http());
+        }
+        https_url(&mut o, 2);
+        o.pvcs.get_mut("ex-m2").unwrap().peer_url = Some("https://ex-m2.ex.ns.svc:2380".into());
+        let d = o.desired.as_mut().unwrap();
+        d.size = size;
+        d.version = crate::version::Version::parse(version).unwrap();
+        observe_stage(&mut o, &[]);
+        assert_eq!(plan(&o), Step::Drain { pod: "ex-m2".into() }, "size {size}, version {version}");
+    }
+}
+
+#[test]
 fn no_url_moves_and_no_pod_restarts_while_a_voter_is_unhealthy() {
     let mut o = pvc_cluster_asked_for(BOTH);
     for p in ["ex-m1", "ex-m2", "ex-m3"] {
@@ -174,6 +198,57 @@ fn a_restart_without_quorum_takes_the_listener_scheme_from_the_volume_record() {
     let made = built(&o, &nm);
     let own = nm.initial_cluster.iter().find(|(n, _)| *n == nm.name).unwrap().1.clone();
     assert_eq!(made.tls.peer_https, own.starts_with("https://"), "{} listens as its URL says ({own})", nm.name);
+}
+
+#[test]
+fn a_volume_record_ahead_of_the_membership_is_set_back_unless_its_move_is_under_way() {
+    let rec = |o: &mut Observed, url: &str| o.pvcs.get_mut("ex-m2").unwrap().peer_url = Some(url.into());
+    let (http, https) = ("http://ex-m2.ex.ns.svc:2380", "https://ex-m2.ex.ns.svc:2380");
+    // Peers asked to go https, every pod certified: ex-m2's record says https, the membership
+    // http (its member update failed): a move under way, planned again, record left alone.
+    let mut o = pvc_cluster_asked_for(BOTH);
+    for p in ["ex-m1", "ex-m2", "ex-m3"] {
+        set_tls(&mut o, p, certs_http());
+    }
+    rec(&mut o, https);
+    observe_stage(&mut o, &[]);
+    assert!(matches!(plan(&o), Step::UpdatePeerUrls { pod, .. } if pod == "ex-m2"), "{:?}", plan(&o));
+    // Its pod gone meanwhile, the move cannot go on: the record follows the membership before
+    // the member restarts on its volume (its listener then matches what its peers dial).
+    o.pods.remove("ex-m2");
+    unhealthy(&mut o, 2);
+    assert_eq!(plan(&o), Step::RecordPeerUrl { pod: "ex-m2".into(), url: http.into() });
+    rec(&mut o, http);
+    let Step::CreatePod(nm) = plan(&o) else { panic!("{:?}", plan(&o)) };
+    assert_eq!(nm.initial_cluster.iter().find(|(n, _)| n == "ex-m2").unwrap().1, http);
+    // spec.TLS set back to plaintext meanwhile: no move is due, the membership is the truth.
+    let mut o = running(3, 3);
+    for p in ["ex-m1", "ex-m2", "ex-m3"] {
+        add_pvc(&mut o, p);
+    }
+    current_hash(&mut o);
+    rec(&mut o, https);
+    observe_stage(&mut o, &[Leaving::of_policy(&desired_tls(3, Some(BOTH)).tls)]);
+    assert_eq!(plan(&o), Step::RecordPeerUrl { pod: "ex-m2".into(), url: http.into() });
+    // The other way: turning off, ex-m2's record went to http, its update failed, and TLS is
+    // asked for again: the https membership is kept, the record follows it.
+    let mut o = pvc_cluster_asked_for(BOTH);
+    let secure = o.desired.as_ref().unwrap().tls_stage.clone();
+    for p in ["ex-m1", "ex-m2", "ex-m3"] {
+        set_tls(&mut o, p, Stage::steady(&secure.secrets).pod(true));
+    }
+    for id in 1..=3 {
+        https_url(&mut o, id);
+        let name = format!("ex-m{id}");
+        o.pvcs.get_mut(&name).unwrap().peer_url = Some(format!("https://{name}.ex.ns.svc:2380"));
+    }
+    rec(&mut o, http);
+    observe_stage(&mut o, &[]);
+    assert_eq!(plan(&o), Step::RecordPeerUrl { pod: "ex-m2".into(), url: https.into() });
+    // Without an answer from etcd nothing is rewritten: the record is all there is.
+    o.etcd = None;
+    o.pods.clear();
+    assert!(!matches!(plan(&o), Step::RecordPeerUrl { .. }));
 }
 
 #[test]
@@ -243,7 +318,7 @@ fn serve_both_holds_the_client_port_at_both_schemes_and_says_so() {
         https_url(&mut o, id);
     }
     let pods: Vec<&PodTls> = o.pods.values().map(|p| &p.tls).collect();
-    let held = stage(&d.tls, &Leaving::default(), &pods, false, true).unwrap();
+    let held = stage(&d.tls, &Leaving::default(), &pods, false, true, true).unwrap();
     o.desired.as_mut().unwrap().tls_stage = held;
     assert_eq!(wait_reason(&plan(&o)), WaitReason::Stable, "nothing to do while held");
     let (reason, msg) = tls_transition::progress(&o, &plan(&o)).unwrap();

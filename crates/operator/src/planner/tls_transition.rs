@@ -1,13 +1,14 @@
 //! Turning TLS on or off for a running cluster: the steps. The stages pods are made at are
 //! data in `tls::transition` (derived from the pods each reconcile); this decides what moves
-//! next. Reached from `membership::resize` only once membership matches the spec, every voter
-//! is healthy and no upgrade is under way, so every step below is gated on a healthy quorum
-//! and there is one at a time.
+//! next. Reached from `membership::resize` only once every voter is healthy (step 1 below),
+//! and steps 2 and 3 only once membership matches the spec and no upgrade is under way, so
+//! every step is gated on a healthy quorum and there is one at a time.
 //!
 //! The order etcd needs (see `tls::transition` for what etcd allows):
 //! 1. a member whose pod listens on another peer scheme than its URL (its URL was just moved)
-//!    is made again first: restarted on its volume, drained first, the leader after handing
-//!    leadership away (`rollout::roll`);
+//!    is made again first, before any upgrade, authentication change or membership change
+//!    ([`made_again`], right after `resize`'s every-voter-healthy gate): restarted on its
+//!    volume, drained first, the leader after handing leadership away (`rollout::roll`);
 //! 2. else the next member on a volume whose peer URL has the other scheme than `spec.TLS`
 //!    asks is moved with `member update`, followers first, the leader last; to https only once
 //!    every pod has the peer certificate (every member can dial https then);
@@ -41,19 +42,29 @@ pub(super) fn outdated(d: &Desired, m: &MemberState, p: &PodState) -> bool {
     p.tls != d.tls_stage.pod(https) || (!p.uses_pvc && https != d.tls_stage.peer_https)
 }
 
-/// The next step of a TLS transition that is not a plain rollout (1 and 2 above), if any.
+/// Step 1 above: a member whose pod listens on another peer scheme than its URL is made again
+/// before anything else that restarts, adds, removes or upgrades a member (or changes
+/// authentication): planned by `membership::resize` right after its every-voter-healthy gate.
+pub(super) fn made_again(o: &Observed, d: &Desired, etcd: &EtcdState) -> Option<Step> {
+    let mut voters: Vec<&MemberState> = etcd.voters().collect();
+    rollout::followers_first(etcd, &mut voters);
+    let m = voters
+        .iter()
+        .find(|m| o.pods.get(&m.pod).filter(|p| !p.deleting).is_some_and(|p| p.tls.peer_https != url_https(m)))?;
+    Some(rollout::roll(o, d, etcd, m).unwrap_or_else(|| {
+        wait(
+            WaitReason::MemberStarting,
+            format!("member {}'s peer URL moved; its pod is made again once its volume shows", m.pod),
+        )
+    }))
+}
+
+/// Step 2 above: the next member's peer URL to move, if any (after [`made_again`], upgrades and
+/// membership changes).
 pub(super) fn next(o: &Observed, d: &Desired, etcd: &EtcdState) -> Option<Step> {
     let mut voters: Vec<&MemberState> = etcd.voters().collect();
     rollout::followers_first(etcd, &mut voters);
     let pod = |m: &MemberState| o.pods.get(&m.pod).filter(|p| !p.deleting);
-    if let Some(m) = voters.iter().find(|m| pod(m).is_some_and(|p| p.tls.peer_https != url_https(m))) {
-        return Some(rollout::roll(o, d, etcd, m).unwrap_or_else(|| {
-            wait(
-                WaitReason::MemberStarting,
-                format!("member {}'s peer URL moved; its pod is made again once its volume shows", m.pod),
-            )
-        }));
-    }
     let https = d.tls.peer_secret.is_some();
     if https && !d.tls_stage.peer_https {
         // Certificates first: `rollout` gives every pod the peer certificate.
@@ -67,6 +78,28 @@ pub(super) fn next(o: &Observed, d: &Desired, etcd: &EtcdState) -> Option<Step> 
         pod: m.pod.clone(),
         urls: m.peer_urls.iter().map(|u| with_scheme(u, https)).collect(),
     })
+}
+
+/// A member's volume records another peer URL than the membership has, and no move of that
+/// member is under way: the record is rewritten to the membership's. etcd's member list (the
+/// leader's) is the truth once it answers; the record only stands for it while no member does
+/// (a member restarted then listens on the record's scheme, `volumes::restart`, and the TLS
+/// stage keeps the peer certificate while a record is https). A record ahead of the membership
+/// towards the scheme `spec.TLS` asks, for a member whose pod runs, is a move under way
+/// (`UpdatePeerUrls` writes the record first, then `member update`, and is planned again): left
+/// as it is. Called with a leader answering.
+fn stale_record(o: &Observed, d: &Desired, m: &MemberState) -> Option<Step> {
+    let url = m.peer_urls.first()?;
+    let recorded = o.pvcs.get(&m.pod).filter(|v| !v.deleting)?.peer_url.as_ref()?;
+    let target_https = d.tls.peer_secret.is_some();
+    let runs = o.pods.get(&m.pod).is_some_and(|p| !p.deleting);
+    let moving = runs && url_https(m) != target_https && *recorded == with_scheme(url, target_https);
+    (recorded != url && !moving).then(|| Step::RecordPeerUrl { pod: m.pod.clone(), url: url.clone() })
+}
+
+/// The first member whose volume's record is stale ([`stale_record`]).
+pub(super) fn record_of_membership(o: &Observed, d: &Desired, etcd: &EtcdState) -> Option<Step> {
+    etcd.members.iter().find_map(|m| stale_record(o, d, m))
 }
 
 /// Where a cluster turning TLS on or off is, for the `TLSTransition` condition: the phase (its

@@ -35,11 +35,28 @@ pub(super) fn restart(o: &Observed, d: &Desired) -> Option<Step> {
             // etcd knows the membership: only a member that has started (has data) restarts.
             // A learner that never started is the learner logic's; a PVC of no member is left
             // alone (its member was removed: nothing to restart).
-            Some(e) => {
-                if e.member_for_pod(&v.member).is_some_and(|m| m.started()) {
-                    return Some(Step::CreatePod(on_volume(o, d, v, super::initial_cluster_of(e))));
+            Some(e) if e.member_for_pod(&v.member).is_some_and(|m| m.started()) => {
+                let mut peers = super::initial_cluster_of(e);
+                if e.leader.is_some() {
+                    // The leader's member list is the truth: records that differ are set back
+                    // first (the TLS stage pods are made at reads them), then the member
+                    // restarts with its URL.
+                    if let Some(step) = super::tls_transition::record_of_membership(o, d, e) {
+                        return Some(step);
+                    }
+                } else {
+                    // Without a leader the list answered may lag: members are named with the
+                    // URLs their volumes record (which the TLS stage is derived from), as when
+                    // no member answers.
+                    for (n, u) in &mut peers {
+                        if let Some(r) = o.pvcs.get(n.as_str()).and_then(|v| v.peer_url.as_ref()) {
+                            *u = r.clone();
+                        }
+                    }
                 }
+                return Some(Step::CreatePod(on_volume(o, d, v, peers)));
             }
+            Some(_) => {}
             // No member answers, and the cluster once formed: every member with a volume comes
             // back, whatever is left of the rest.
             None if o.ever_bootstrapped => {

@@ -84,11 +84,36 @@ impl Profile<'_> {
     }
 
     /// The user of the containers that write the data volume before etcd starts (the data
-    /// check, the restore steps): etcd's, so that etcd owns what they write. `Some(0)` where
-    /// the pod names no user (etcd runs as the image's user, root), else the pod's (`None`).
+    /// check, the restore steps): etcd's, so that etcd owns what they write. The pod's where it
+    /// names one (`None`); `Some(0)` where it names none (etcd runs as the image's user, root);
+    /// [`NONROOT`] where it names none but demands `runAsNonRoot: true` (the kubelet refuses a
+    /// container as root there; etcd then runs as its image's non-root user: name that user in
+    /// `runAsUser`, or give the data to a group with `fsGroup`, so that the two agree).
     pub fn data_writer(self) -> Option<i64> {
-        let pod_user = self.pod_context().and_then(|sc| sc.run_as_user);
-        if pod_user.is_some() { None } else { Some(0) }
+        let sc = self.pod_context();
+        match sc.as_ref().map(|sc| (sc.run_as_user, sc.run_as_non_root)) {
+            Some((Some(_), _)) => None,
+            Some((None, Some(true))) => Some(NONROOT),
+            _ => Some(0),
+        }
+    }
+
+    /// The mode of the Secret files member pods mount (TLS, the login of a recovery's seed):
+    /// owner and group only (`0440`), readable by etcd through the pod's `fsGroup`, or as root.
+    /// Under a securityContext of the user's that runs as a non-root user without `fsGroup`
+    /// the files belong to root, so they are world-readable (`0444`, Kubernetes' own default
+    /// being `0644`): etcd must read its certificates, and only the pod's containers see them.
+    pub fn secret_mode(self) -> i32 {
+        match self {
+            Profile::Users(sc)
+                if sc.fs_group.is_none()
+                    && (sc.run_as_user.is_some_and(|u| u != 0)
+                        || (sc.run_as_user.is_none() && sc.run_as_non_root == Some(true))) =>
+            {
+                0o444
+            }
+            _ => 0o440,
+        }
     }
 
     /// What the pod-spec hash adds for this profile: the default changes every member made

@@ -45,6 +45,28 @@ fn a_users_security_context_is_used_as_given_even_on_roots_data() {
     assert_eq!(Profile::Users(users).data_writer(), None, "its user writes the data");
     let only_fs_group = k8s_openapi::api::core::v1::PodSecurityContext { fs_group: Some(2000), ..Default::default() };
     assert_eq!(Profile::Users(&only_fs_group).data_writer(), Some(0), "no user named: etcd's image user, root");
+    // No user named but non-root demanded: the kubelet refuses root containers; the data steps
+    // run as the restricted default's user.
+    let non_root = k8s_openapi::api::core::v1::PodSecurityContext { run_as_non_root: Some(true), ..Default::default() };
+    assert_eq!(Profile::Users(&non_root).data_writer(), Some(NONROOT));
+    // Secret files: 0440 where etcd reads them by group or as root, 0444 for a non-root user
+    // without fsGroup (the files then belong to root).
+    let user = |u: Option<i64>, fs: Option<i64>, nr: Option<bool>| k8s_openapi::api::core::v1::PodSecurityContext {
+        run_as_user: u,
+        fs_group: fs,
+        run_as_non_root: nr,
+        ..Default::default()
+    };
+    for (sc, mode) in [
+        (user(Some(1000), None, None), 0o444),
+        (user(None, None, Some(true)), 0o444),
+        (user(Some(1000), Some(1000), None), 0o440),
+        (user(Some(0), None, None), 0o440),
+        (user(None, None, None), 0o440),
+    ] {
+        assert_eq!(Profile::Users(&sc).secret_mode(), mode, "{sc:?}");
+    }
+    assert_eq!((Profile::Restricted.secret_mode(), Profile::Root.secret_mode()), (0o440, 0o440));
 }
 
 /// An operator upgrade rolls members of specs without a securityContext (their pods carry the

@@ -224,7 +224,7 @@ pub fn member_pod(c: &EtcdCluster, d: &Desired, m: &NewMember, init_image: &str)
     if health_exclude_is_broken(&m.version) && d.tls_stage.serves().http() {
         etcd.readiness_probe = Some(read_probe());
     }
-    crate::tls::secure_member(&d.tls_stage.secrets, &mut etcd, &mut volumes);
+    crate::tls::secure_member(&d.tls_stage.secrets, profile.secret_mode(), &mut etcd, &mut volumes);
     let data = if m.pvc {
         Volume {
             name: "etcd-data".into(),

@@ -381,3 +381,42 @@ fn a_users_security_context_is_the_pods_as_given() {
     assert_eq!(s.security_context.unwrap().run_as_user, Some(0));
     assert_eq!(s.containers[0].security_context.clone().unwrap().read_only_root_filesystem, None);
 }
+
+/// A securityContext of the user's with a non-root user and no `fsGroup`: the Secret files
+/// belong to root, so `0440` would keep etcd from its certificates; they are mounted `0444`.
+/// With `fsGroup` (or as root) they stay `0440`. And `runAsNonRoot: true` without a user: no
+/// container is made to run as root (the kubelet would refuse it): the data steps run as the
+/// restricted non-root user.
+#[test]
+fn secret_files_are_readable_by_the_user_a_users_security_context_names() {
+    let modes = |sc: &str| -> Vec<i32> {
+        let (c, d) = cluster(&format!("{PVC_SPEC}\n  securityContext: {sc}{TLS}"));
+        let s = member_pod(&c, &d, &member(true, true), "op:1").spec.unwrap();
+        s.volumes.iter().flatten().filter_map(|v| v.secret.as_ref()?.default_mode).collect()
+    };
+    assert_eq!(modes("{runAsUser: 1000}"), [0o444, 0o444]);
+    assert_eq!(modes("{runAsNonRoot: true}"), [0o444, 0o444]);
+    assert_eq!(modes("{runAsUser: 1000, fsGroup: 1000}"), [0o440, 0o440]);
+    assert_eq!(modes("{runAsUser: 0}"), [0o440, 0o440]);
+    let spec = format!("{PVC_SPEC}\n  securityContext: {{runAsNonRoot: true}}{TLS}");
+    for (kind, pod) in every_kind_of_member_pod(&spec, false) {
+        let s = pod.spec.unwrap();
+        for c in s.init_containers.iter().flatten().chain(&s.containers) {
+            let user = c.security_context.as_ref().and_then(|sc| sc.run_as_user);
+            assert_ne!(user, Some(0), "{kind}: {} runs as root under runAsNonRoot", c.name);
+        }
+        let check = s.init_containers.iter().flatten().find(|c| c.name == crate::member_volume::CHECK_CONTAINER);
+        if let Some(check) = check {
+            assert_eq!(
+                check.security_context.as_ref().unwrap().run_as_user,
+                Some(crate::pod_security::NONROOT),
+                "{kind}"
+            );
+        }
+        // A seed's Secrets (the operator's client certificate) are readable too (a restore's
+        // storage credentials keep Kubernetes' default mode).
+        for v in s.volumes.iter().flatten().filter_map(|v| v.secret.as_ref()).filter(|v| v.default_mode.is_some()) {
+            assert_eq!(v.default_mode, Some(0o444), "{kind}: {:?}", v.secret_name);
+        }
+    }
+}

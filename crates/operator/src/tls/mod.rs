@@ -179,9 +179,9 @@ pub fn env_conflicts(p: &Policy, env: &[k8s_openapi::api::core::v1::EnvVar]) -> 
 /// The member's etcd container and the pod's volumes, secured: the Secrets mounted read-only,
 /// the readiness probe moved to the metrics listener when clients need certificates. A cluster
 /// without TLS is left exactly as it was.
-pub fn secure_member(p: &Policy, etcd: &mut Container, volumes: &mut Vec<Volume>) {
+pub fn secure_member(p: &Policy, mode: i32, etcd: &mut Container, volumes: &mut Vec<Volume>) {
     let mut mount = |volume: &str, secret: &str, dir: &str| {
-        volumes.push(secret_volume(volume, secret));
+        volumes.push(secret_volume_with_mode(volume, secret, mode));
         etcd.volume_mounts.get_or_insert_with(Vec::new).push(VolumeMount {
             name: volume.into(),
             mount_path: dir.into(),
@@ -213,11 +213,16 @@ pub fn seed_tls(p: &Policy, cluster: &str, namespace: &str) -> Option<(String, S
 
 /// A Secret as a read-only volume (owner- and group-readable: with a pod `fsGroup` a non-root etcd reads them; no one else).
 pub fn secret_volume(volume: &str, secret: &str) -> Volume {
+    secret_volume_with_mode(volume, secret, 0o440)
+}
+
+/// A Secret as a read-only volume whose files have `mode` (`pod_security::Profile::secret_mode`).
+pub fn secret_volume_with_mode(volume: &str, secret: &str, mode: i32) -> Volume {
     Volume {
         name: volume.into(),
         secret: Some(SecretVolumeSource {
             secret_name: Some(secret.into()),
-            default_mode: Some(0o440),
+            default_mode: Some(mode),
             ..Default::default()
         }),
         ..Default::default()
@@ -274,10 +279,10 @@ mod tests {
         };
         let plain = Container { readiness_probe: Some(probe), ..Default::default() };
         let (mut c, mut v) = (plain.clone(), vec![]);
-        secure_member(&Policy::default(), &mut c, &mut v);
+        secure_member(&Policy::default(), 0o440, &mut c, &mut v);
         assert_eq!((c, v.len()), (plain.clone(), 0), "a plaintext member is left as it was");
         let (mut c, mut v) = (plain, vec![]);
-        secure_member(&Policy::of(Some(&spec("p", "s", "o"))).unwrap(), &mut c, &mut v);
+        secure_member(&Policy::of(Some(&spec("p", "s", "o"))).unwrap(), 0o440, &mut c, &mut v);
         let secrets: Vec<_> = v.iter().filter_map(|v| v.secret.as_ref()?.secret_name.clone()).collect();
         assert_eq!(secrets, ["p", "s"], "never the operator's Secret");
         let dirs: Vec<_> = c.volume_mounts.unwrap().iter().map(|m| m.mount_path.clone()).collect();

@@ -62,11 +62,12 @@ impl Serves {
 /// volumes (what etcd really runs with; pods of earlier operator versions included).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PodTls {
-    /// The Secret its peer certificate is mounted from (`--peer-cert-file` is set), if any.
+    /// The Secret mounted as its peer certificate volume (`member-peer-tls`, which its
+    /// `--peer-cert-file` points into), if any.
     pub peer_secret: Option<String>,
     /// Its peer listener is https (`--listen-peer-urls`).
     pub peer_https: bool,
-    /// The Secret its server certificate is mounted from, if any.
+    /// The Secret mounted as its server certificate volume (`member-server-tls`), if any.
     pub server_secret: Option<String>,
     /// What its client port serves (`--listen-client-urls`).
     pub client: Serves,
@@ -99,6 +100,8 @@ impl PodTls {
 /// The Secrets of a side `spec.TLS` no longer names while members still use it: kept on the
 /// EtcdCluster (the `tls-leaving` annotation) until no member does, so that pods made meanwhile
 /// mount them and the operator keeps its client certificate while members serve https only.
+/// Also whether plaintext clients are being left (clients turned on, some member still serves
+/// http): what pods made while no member pod exists serve, so that no phase is skipped.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Leaving {
@@ -108,6 +111,9 @@ pub struct Leaving {
     pub server_secret: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub operator_secret: Option<String>,
+    /// `spec.TLS` turns clients on and member pods are still made serving http beside https.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub plaintext_clients: bool,
 }
 
 impl Leaving {
@@ -127,6 +133,8 @@ impl Leaving {
         if target.client.is_none() {
             l.server_secret = first(|s| &s.server_secret);
             l.operator_secret = first(|s| &s.operator_secret);
+        } else {
+            l.plaintext_clients = sources.iter().any(|s| s.plaintext_clients);
         }
         l
     }
@@ -137,6 +145,7 @@ impl Leaving {
             peer_secret: p.peer_secret.clone(),
             server_secret: p.client.as_ref().map(|c| c.server_secret.clone()),
             operator_secret: p.client.as_ref().map(|c| c.operator_secret.clone()),
+            plaintext_clients: false,
         }
     }
 
@@ -146,6 +155,7 @@ impl Leaving {
             peer_secret: pods.clone().find_map(|p| p.peer_secret.clone()),
             server_secret: pods.clone().find_map(|p| p.server_secret.clone()),
             operator_secret: None,
+            plaintext_clients: false,
         }
     }
 }
@@ -230,10 +240,11 @@ impl Stage {
 }
 
 /// The stage pods are made at now, from what `spec.TLS` asks (`target`), the Secrets of sides
-/// it turns off ([`Leaving::find`]), how the member pods speak, and whether some member's peer
+/// it turns off ([`Leaving::find`]), how the member pods speak, whether some member's peer
 /// URL is https as its volume records it (`https_url_on_volume`: a member whose pod is gone
-/// comes back listening on it). `Err`: a side members still use whose Secret is unknown
-/// (nothing can be made that talks to them).
+/// comes back listening on it), and whether members come back on volumes (`on_volumes`).
+/// `Err`: a side members still use whose Secret is unknown (nothing can be made that talks to
+/// them).
 ///
 /// - Peers on: the peer certificate on every pod first; once every pod has it, new members'
 ///   URLs are https (and `planner::tls_transition` moves the members' URLs).
@@ -248,11 +259,16 @@ impl Stage {
 /// A cluster without pods and volumes (a new one, a restore) is made as `target` says. Members
 /// coming back on their volumes with https URLs keep the peer certificate; a cluster still
 /// forming moves like any other: its next members must speak as the ones already started.
+/// With no pod at all but members on volumes (every pod lost half-way), "every pod" proves
+/// nothing: the client port's phase comes from the `tls-leaving` mark (plaintext clients being
+/// left: http and https; the server Secrets being left: http and https), never a jump to the
+/// end.
 pub fn stage(
     target: &Policy,
     leaving: &Leaving,
     pods: &[&PodTls],
     https_url_on_volume: bool,
+    on_volumes: bool,
     serve_both: bool,
 ) -> Result<Stage, String> {
     let unknown = |what: &str| {
@@ -271,8 +287,18 @@ pub fn stage(
     };
     let every_pod_serves_https = pods.iter().all(|p| p.client.https());
     let keeps_https = |p: &&PodTls| p.client == Serves::Https || (serve_both && p.client.https());
+    // Every pod lost while members wait on their volumes: the mark says where clients were.
+    let unseen = pods.is_empty() && on_volumes;
     let (client, client_http_too) = match &target.client {
-        Some(c) => (Some(c.clone()), serve_both || !every_pod_serves_https),
+        Some(c) => (Some(c.clone()), serve_both || !every_pod_serves_https || (unseen && leaving.plaintext_clients)),
+        None if unseen && leaving.server_secret.is_some() && leaving.operator_secret.is_some() => (
+            leaving
+                .server_secret
+                .clone()
+                .zip(leaving.operator_secret.clone())
+                .map(|(s, o)| ClientSecrets { server_secret: s, operator_secret: o }),
+            true,
+        ),
         None if pods.iter().any(keeps_https) => match (&leaving.server_secret, &leaving.operator_secret) {
             (Some(server_secret), Some(operator_secret)) => (
                 Some(ClientSecrets { server_secret: server_secret.clone(), operator_secret: operator_secret.clone() }),
@@ -287,7 +313,8 @@ pub fn stage(
 }
 
 /// What the `tls-leaving` mark holds for stage `s` under `target`: the Secrets of sides the
-/// target turns off that pods are still made with.
+/// target turns off that pods are still made with, and whether pods are still made serving
+/// plaintext clients while the target turns clients on.
 pub fn leaving_of(target: &Policy, s: &Stage) -> Leaving {
     let mut l = Leaving::default();
     if target.peer_secret.is_none() {
@@ -297,6 +324,7 @@ pub fn leaving_of(target: &Policy, s: &Stage) -> Leaving {
         l.server_secret = Some(c.server_secret.clone());
         l.operator_secret = Some(c.operator_secret.clone());
     }
+    l.plaintext_clients = target.client.is_some() && s.client_http_too;
     l
 }
 

@@ -38,7 +38,7 @@ fn leaving_all() -> Leaving {
 }
 
 fn stage_of(target: &Policy, leaving: &Leaving, pods: &[PodTls]) -> Stage {
-    stage(target, leaving, &pods.iter().collect::<Vec<_>>(), false, false).unwrap()
+    stage(target, leaving, &pods.iter().collect::<Vec<_>>(), false, false, false).unwrap()
 }
 
 /// `(peer certificate on new pods, new peer URLs https, client port, operator https)`.
@@ -61,7 +61,7 @@ fn a_pod_is_read_back_from_its_command_line_and_volumes() {
         .collect();
     let mut etcd = k8s_openapi::api::core::v1::Container::default();
     let mut volumes = vec![];
-    crate::tls::secure_member(&s.secrets, &mut etcd, &mut volumes);
+    crate::tls::secure_member(&s.secrets, 0o440, &mut etcd, &mut volumes);
     assert_eq!(PodTls::of(&cmd, &volumes), secure(), "what a pod is made as, it reads back as");
 
     // Both schemes on the client port; peer listener http with the certificate.
@@ -141,11 +141,11 @@ fn turning_tls_off_walks_the_same_stages_back_with_the_secrets_being_left() {
     // A member whose pod is gone comes back on its volume with the URL recorded there: while
     // that is https, pods keep the peer certificate (and can dial it).
     let pods = [pod(true, false, Serves::Both), pod(true, false, Serves::Both)];
-    let s = stage(&off, &leaving, &pods.iter().collect::<Vec<_>>(), true, false).unwrap();
+    let s = stage(&off, &leaving, &pods.iter().collect::<Vec<_>>(), true, true, false).unwrap();
     assert!(s.secrets.peer_secret.is_some(), "{s:?}");
     // Every pod gone (a power cut) just after peer TLS was turned off: the members come back on
     // their volumes with https URLs, so with the certificate.
-    let s = stage(&off, &leaving, &[], true, false).unwrap();
+    let s = stage(&off, &leaving, &[], true, true, false).unwrap();
     assert!(s.secrets.peer_secret.is_some(), "{s:?}");
 }
 
@@ -169,15 +169,51 @@ fn each_side_moves_on_its_own() {
 fn a_side_being_left_needs_its_secrets_known() {
     let off = Policy::default();
     let pods = [secure()];
-    let e = stage(&off, &Leaving::default(), &pods.iter().collect::<Vec<_>>(), false, false).unwrap_err();
+    let e = stage(&off, &Leaving::default(), &pods.iter().collect::<Vec<_>>(), false, false, false).unwrap_err();
     assert!(e.contains("peer TLS") && e.contains("put the previous spec.TLS back"), "{e}");
     // From the pods' volumes the peer and server Secrets are known, the operator's is not.
     let from_pods = Leaving::of_pods(pods.iter());
     assert_eq!(from_pods.peer_secret.as_deref(), Some(P));
-    let e = stage(&off, &from_pods, &pods.iter().collect::<Vec<_>>(), false, false).unwrap_err();
+    let e = stage(&off, &from_pods, &pods.iter().collect::<Vec<_>>(), false, false, false).unwrap_err();
     assert!(e.contains("client TLS"), "{e}");
     // No pod: what the spec says.
-    assert_eq!(stage(&off, &Leaving::default(), &[], false, false), Ok(Stage::steady(&off)));
+    assert_eq!(stage(&off, &Leaving::default(), &[], false, false, false), Ok(Stage::steady(&off)));
+}
+
+#[test]
+fn with_every_pod_lost_half_way_the_mark_keeps_the_client_port_from_jumping_to_the_end() {
+    let on = both_sides();
+    let off = Policy::default();
+    let no_pods = |target: &Policy, mark: &Leaving, on_volumes: bool| {
+        summary(
+            &stage(target, &Leaving::find(target, std::slice::from_ref(mark)), &[], false, on_volumes, false).unwrap(),
+        )
+    };
+    // Turning clients on, some member still served http (the mark says so): pods come back
+    // serving both, the roll to https only follows as it would have.
+    let s = stage_of(&on, &Leaving::default(), &[plain(), pod(true, false, Serves::Both)]);
+    let mark = leaving_of(&on, &s);
+    assert!(mark.plaintext_clients && mark.server_secret.is_none(), "{mark:?}");
+    assert_eq!(no_pods(&on, &mark, true), (true, true, Serves::Both, true));
+    // A cluster already on https only that lost every pod never serves plaintext again.
+    let s = stage_of(&on, &Leaving::default(), &[secure(), secure()]);
+    assert!(leaving_of(&on, &s).is_empty());
+    assert_eq!(no_pods(&on, &Leaving::default(), true), (true, true, Serves::Https, true));
+    // Turning clients off, some member still served https only (the Secrets being left): both,
+    // then http only; with the operator's certificate kept.
+    let s = stage_of(&off, &leaving_all(), &[secure(), pod(true, false, Serves::Both)]);
+    let mark = leaving_of(&off, &s);
+    assert_eq!(mark, leaving_all());
+    let st = stage(&off, &Leaving::find(&off, std::slice::from_ref(&mark)), &[], false, true, false).unwrap();
+    assert_eq!(summary(&st), (false, false, Serves::Both, true));
+    assert_eq!(st.secrets.client.as_ref().map(|c| c.operator_secret.as_str()), Some(O));
+    assert_eq!(leaving_of(&off, &st).server_secret.as_deref(), Some(S), "the mark stays until pods are back");
+    // No volume either (a new cluster, or an emptyDir one whose data is gone): as the spec says.
+    assert_eq!(no_pods(&off, &mark, false), summary(&Stage::steady(&off)));
+    assert_eq!(
+        no_pods(&on, &Leaving { plaintext_clients: true, ..Default::default() }, false),
+        summary(&Stage::steady(&on))
+    );
 }
 
 #[test]
@@ -224,7 +260,7 @@ fn serve_both_keeps_plaintext_and_tls_clients_served_until_it_is_removed() {
     let on = both_sides();
     let off = Policy::default();
     let both = |target: &Policy, leaving: &Leaving, pods: &[PodTls]| {
-        summary(&stage(target, leaving, &pods.iter().collect::<Vec<_>>(), false, true).unwrap())
+        summary(&stage(target, leaving, &pods.iter().collect::<Vec<_>>(), false, false, true).unwrap())
     };
     let certified = [pod(true, false, Serves::Both), pod(true, false, Serves::Both)];
     // On: peers move on, the port keeps serving both; the operator uses https (all serve it).

@@ -249,6 +249,34 @@ pub fn ca_secret(cluster: &str) -> String {
     format!("{cluster}-tls-ca")
 }
 
+/// How a cluster uses the operator's certificates now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InUse {
+    /// `spec.TLS.auto`, with its settings: everything (CA, certificates, rotations).
+    Spec(Settings),
+    /// `spec.TLS.auto` was turned off while member pods are still made with its Secrets (the
+    /// TLS stage on the way off): the certificates are renewed until no member uses them; no
+    /// CA is created, replaced or rotated ([`rotation::plan`]).
+    Leaving,
+}
+
+/// Whether (and how) the cluster `cluster` planned under `d` uses the operator's certificates:
+/// `spec.TLS.auto`, or a stage that still makes pods with its Secrets after it was turned off.
+pub fn in_use(d: &crate::validation::Desired, cluster: &str) -> Option<InUse> {
+    if let Some(s) = d.tls_auto {
+        return Some(InUse::Spec(s));
+    }
+    let ours = policy(cluster);
+    let stage = &d.tls_stage.secrets;
+    let peer = stage.peer_secret.is_some() && stage.peer_secret == ours.peer_secret;
+    let client = stage
+        .client
+        .as_ref()
+        .zip(ours.client.as_ref())
+        .is_some_and(|(s, o)| s.server_secret == o.server_secret || s.operator_secret == o.operator_secret);
+    (peer || client).then_some(InUse::Leaving)
+}
+
 /// The static policy auto TLS amounts to: the operator's Secrets in the places of the user's.
 pub fn policy(cluster: &str) -> Policy {
     Policy {
@@ -304,6 +332,30 @@ mod tests {
         assert!(e[0].contains("caValidity 1h must be at least validity 2h"), "{e:?}");
         let ok = Settings::of(&auto("10m", "8m", "1h")).unwrap();
         assert_eq!((ok.validity, ok.renew_before, ok.ca_validity), (600, 480, 3600));
+    }
+
+    /// Turning `spec.TLS.auto` off keeps its certificates renewed while pods are still made
+    /// with them (the stage on the way off), and only then lets go of them.
+    #[test]
+    fn the_certificates_stay_in_use_while_pods_are_made_with_them() {
+        use crate::tls::transition::Stage;
+        let spec = |tls: &str| -> etcd_operator_api::EtcdClusterSpec {
+            serde_json::from_str(&format!(r#"{{"size":3,"TLS":{tls}}}"#)).unwrap()
+        };
+        let on = crate::validation::validate("ex", &spec(r#"{"auto":{"validity":"1h"}}"#)).unwrap();
+        assert!(matches!(in_use(&on, "ex"), Some(InUse::Spec(s)) if s.validity == 3600));
+        let mut off = crate::validation::validate("ex", &spec("null")).unwrap();
+        off.tls_stage = Stage { client_http_too: true, ..Stage::steady(&policy("ex")) };
+        assert_eq!(in_use(&off, "ex"), Some(InUse::Leaving), "pods are still made with the Secrets");
+        off.tls_stage =
+            Stage { secrets: Policy { peer_secret: Some("ex-tls-peer".into()), client: None }, ..off.tls_stage };
+        assert_eq!(in_use(&off, "ex"), Some(InUse::Leaving), "the peer side alone");
+        off.tls_stage = Stage::default();
+        assert_eq!(in_use(&off, "ex"), None, "no pod uses them any more");
+        let static_tls = r#"{"static":{"member":{"peerSecret":"p","serverSecret":"s"},"operatorSecret":"o"}}"#;
+        let mut d = crate::validation::validate("ex", &spec(static_tls)).unwrap();
+        d.tls_stage = Stage::steady(&d.tls);
+        assert_eq!(in_use(&d, "ex"), None, "the user's own Secrets");
     }
 
     #[test]

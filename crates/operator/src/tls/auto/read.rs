@@ -8,13 +8,13 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
 
 use super::state::{Data, Found, Names, Observation, parse_ca, parse_leaf};
-use super::{Leaf, ROTATE_CA_ANNOTATION, Settings, ca_secret};
+use super::{InUse, Leaf, ROTATE_CA_ANNOTATION, Settings, ca_secret};
 
 /// What a GET of one Secret gave: `Ok(None)` it does not exist, `Err` it could not be read.
 pub type Fetched = Result<Option<Secret>, String>;
 
-/// Reads the CA Secret and the four certificate Secrets of `cluster`.
-pub async fn observe(client: &kube::Client, cluster: &EtcdCluster, settings: Settings, domain: &str) -> Observation {
+/// Reads the CA Secret and the four certificate Secrets of `cluster`, used as `in_use` says.
+pub async fn observe(client: &kube::Client, cluster: &EtcdCluster, in_use: InUse, domain: &str) -> Observation {
     let name = cluster.name_any();
     let api: kube::Api<Secret> = kube::Api::namespaced(client.clone(), &cluster.namespace().unwrap_or_default());
     let mut fetched = BTreeMap::new();
@@ -24,7 +24,10 @@ pub async fn observe(client: &kube::Client, cluster: &EtcdCluster, settings: Set
         fetched.insert(n, r);
     }
     let now = k8s_openapi::jiff::Timestamp::now().as_second();
-    observation(cluster, settings, domain, now, &fetched)
+    match in_use {
+        InUse::Spec(settings) => observation(cluster, settings, domain, now, &fetched),
+        InUse::Leaving => observation(cluster, Settings::default(), domain, now, &fetched).leaving(),
+    }
 }
 
 fn owned(s: &Secret, cluster: &EtcdCluster) -> bool {
@@ -57,6 +60,7 @@ pub fn observation(
         rotate_ca: cluster.annotations().get(ROTATE_CA_ANNOTATION).cloned().filter(|v| !v.is_empty()),
         served: BTreeMap::new(),
         read_error: None,
+        leaving: false,
     };
     let errors: Vec<String> = fetched.values().filter_map(|r| r.as_ref().err().cloned()).collect();
     if !errors.is_empty() {

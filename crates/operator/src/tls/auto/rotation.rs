@@ -4,9 +4,14 @@
 //!
 //! The rules, in the order they are applied:
 //! - a Secret the EtcdCluster does not own is never overwritten (a person must move it);
-//! - no CA Secret: a new CA when no member pod exists (nothing trusts anything yet); else the
-//!   lost CA is replaced by a rotation that keeps trusting what the members trust now (the
-//!   bundles of the certificate Secrets); with nothing to keep, a person must look;
+//! - `spec.TLS.auto` turned off while members still use its certificates (the TLS stage on the
+//!   way off): only certificates are written (renewed, issued again, as below) by the CA that
+//!   signs; no CA is created, replaced or rotated;
+//! - no CA Secret: a new CA when the member pods seen mount no certificate, or no cluster
+//!   exists yet (no pod, no volume, never formed); else the lost CA is replaced by a rotation
+//!   that keeps trusting what the members trust now (the bundles of the certificate Secrets);
+//!   with nothing to keep, a new CA only while no member pod exists (the API server's list is
+//!   asked first: `nothing_trusts_a_ca`), else a person must look;
 //! - a certificate Secret that is missing, refused by the checks, not issued by the signing CA,
 //!   due (`renewBefore`), or longer-lived than `validity` now allows, is issued again; one
 //!   whose bundle is not the CAs members must trust gets the bundle (its certificate kept).
@@ -116,6 +121,9 @@ pub fn plan(o: &Observed) -> Decision {
             not_ours.join("; ")
         ));
     }
+    if c.leaving {
+        return leaving(c);
+    }
     let ca = match &c.ca {
         Found::Present(ca) => ca,
         Found::Invalid(errs) => {
@@ -169,12 +177,53 @@ pub fn plan(o: &Observed) -> Decision {
     }
 }
 
+/// `spec.TLS.auto` was turned off while members still use its certificates: they are renewed
+/// (by the CA that signs now) until no member does; no CA is created, replaced or rotated.
+fn leaving(c: &Observation) -> Decision {
+    let soonest = Leaf::ALL.iter().filter_map(|l| c.leaf(*l)?.cert.as_ref()).map(|x| x.not_after).min();
+    let Some(ca) = c.ca.present().filter(|ca| ca.signing.as_ref().is_some_and(|a| a.key.is_some())) else {
+        let due = soonest.is_some_and(|t| c.now >= t - c.settings.renew_before);
+        let why = format!(
+            "spec.TLS.auto is off and members still use its certificates, but Secret {} holds no CA that can sign: they are not renewed",
+            ca_secret(&c.cluster)
+        );
+        return match soonest {
+            Some(t) if due => Decision::Blocked(format!(
+                "{why}, and one expires at {}; restore the CA Secret, or set spec.TLS.auto again",
+                super::state::at(t)
+            )),
+            _ => wait("TurningOff", format!("{why}; members are moving off TLS")),
+        };
+    };
+    let writes = leaf_writes(c, ca);
+    if !writes.is_empty() {
+        return Decision::WriteLeaves(writes);
+    }
+    wait(
+        "TurningOff",
+        format!(
+            "spec.TLS.auto is off: members are moving off TLS; until none uses the certificates they are renewed (the next renewal is due at {}); no CA rotation",
+            super::state::at(soonest.unwrap_or(0) - c.settings.renew_before)
+        ),
+    )
+}
+
+/// No member pod mounts a certificate Secret: no member trusts any CA. Also asked of the API
+/// server's own pod list right before a CA is created (`controller::certificates`), since the
+/// watch cache may lag.
+pub fn nothing_trusts_a_ca<'a>(pods: impl IntoIterator<Item = &'a crate::tls::transition::PodTls>) -> bool {
+    pods.into_iter().all(|p| p.peer_secret.is_none() && p.server_secret.is_none())
+}
+
 /// No CA Secret.
 fn lost_ca(o: &Observed, c: &Observation) -> Decision {
-    // No member mounts a certificate: a new cluster, or a plaintext one turning auto TLS on
-    // (its members get the certificates one at a time, `tls::transition`): nothing trusts any
-    // CA yet.
-    if o.pods.values().all(|p| p.tls.peer_secret.is_none() && p.tls.server_secret.is_none()) {
+    // Nothing trusts any CA yet: the member pods seen mount no certificate (a plaintext cluster
+    // turning auto TLS on; its members get the certificates one at a time, `tls::transition`),
+    // or there is no cluster yet (no pod, no volume, never formed: what a bootstrap asks). A
+    // cache showing no pod of a cluster that has volumes or formed proves nothing.
+    let seen = !o.pods.is_empty();
+    let new_cluster = !seen && o.pvcs.is_empty() && !o.ever_bootstrapped;
+    if nothing_trusts_a_ca(o.pods.values().map(|p| &p.tls)) && (seen || new_cluster) {
         return Decision::CreateCa;
     }
     let mut trusted: Vec<CertInfo> = vec![];
@@ -185,13 +234,19 @@ fn lost_ca(o: &Observed, c: &Observation) -> Decision {
             }
         }
     }
-    if trusted.is_empty() {
-        return Decision::Blocked(format!(
-            "Secret {} (the cluster's CA) and every certificate Secret are gone while members run: the operator cannot know which CA they trust, and a new one would cut them off from each other; restore the Secrets (or delete the member pods of a cluster whose data is on volumes: its members then start with a new CA)",
-            ca_secret(&c.cluster)
-        ));
+    if !trusted.is_empty() {
+        // A rotation beside what the members trust: safe whether or not they run now.
+        return Decision::ReplaceLostCa { trusted };
     }
-    Decision::ReplaceLostCa { trusted }
+    if !seen {
+        // Every Secret gone and no member pod in sight (members wait on their volumes): they
+        // start with a new CA. The API server's pod list is asked first (a stale cache).
+        return Decision::CreateCa;
+    }
+    Decision::Blocked(format!(
+        "Secret {} (the cluster's CA) and every certificate Secret are gone while members run: the operator cannot know which CA they trust, and a new one would cut them off from each other; restore the Secrets (or delete the member pods of a cluster whose data is on volumes: its members then start with a new CA)",
+        ca_secret(&c.cluster)
+    ))
 }
 
 /// Certificate Secrets to write, in `Leaf::ALL` order.

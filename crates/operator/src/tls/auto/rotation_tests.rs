@@ -4,7 +4,7 @@
 //! serve whatever certificate files the kubelet last gave them. Real certificates throughout.
 
 use super::Leaf;
-use super::rotation::{Decision, LeafWrite};
+use super::rotation::{Decision, LeafWrite, plan};
 use super::rotation_world::*;
 use super::state::Phase;
 
@@ -290,6 +290,35 @@ fn a_lost_ca_secret_is_replaced_beside_the_old_trust_and_never_breaks_members() 
 }
 
 #[test]
+fn a_lost_ca_is_never_made_anew_from_a_pod_cache_that_shows_no_member() {
+    // The CA Secret is gone and the pod cache shows no pod (stale, or every pod lost) of a
+    // cluster that formed: the members may trust the old CA. Never a fresh CA, which would
+    // reissue every certificate from a CA they do not trust: a rotation beside the old one.
+    let mut w = World::running();
+    let old = w.signing_ca();
+    w.secrets.remove(&super::ca_secret("ex"));
+    let mut o = w.observed();
+    o.pods.clear();
+    let d = plan(&o);
+    assert!(matches!(&d, Decision::ReplaceLostCa { trusted } if trusted[0].id == old), "{d:?}");
+    // Volumes of members and no cluster ID yet (a bootstrap that never formed): the same.
+    o.ever_bootstrapped = false;
+    o.pvcs.insert("ex-m1".into(), Default::default());
+    assert!(matches!(plan(&o), Decision::ReplaceLostCa { .. }), "{:?}", plan(&o));
+    // Nothing kept at all, no pod in sight: a new CA, once the API server's own pod list shows
+    // no member mounting a certificate (the controller asks it right before).
+    w.secrets.clear();
+    let mut o = w.observed();
+    o.pods.clear();
+    assert_eq!(plan(&o), Decision::CreateCa);
+    let mounted = crate::tls::transition::Stage::steady(&super::policy("ex")).pod(true);
+    assert!(!super::rotation::nothing_trusts_a_ca([&mounted, &Default::default()]));
+    assert!(super::rotation::nothing_trusts_a_ca([&Default::default()]));
+    // A new cluster: no pod, no volume, never formed.
+    assert_eq!(World::new().plan(), Decision::CreateCa);
+}
+
+#[test]
 fn secrets_that_are_not_ours_or_unusable_block_with_the_reason() {
     let mut w = World::running();
     w.secrets.get_mut(&Leaf::Client.secret("ex")).unwrap().metadata.owner_references = None;
@@ -314,6 +343,39 @@ fn secrets_that_are_not_ours_or_unusable_block_with_the_reason() {
     // a CA is made, then the certificates, and `tls::transition` moves the members onto them.
     w.plaintext_members = true;
     assert_eq!(w.plan(), Decision::CreateCa);
+}
+
+#[test]
+fn turned_off_while_members_still_use_them_certificates_are_renewed_and_no_ca_is_touched() {
+    let mut w = World::running();
+    w.cluster.spec.tls.as_mut().unwrap().auto.as_mut().unwrap().renew_before = "10m".into();
+    let o = w.observed_turning_off();
+    // The spec's settings are gone: the certificates' own lifetime (1h), renewed with a third left.
+    let c = o.certificates.as_ref().unwrap();
+    assert_eq!((c.settings.validity, c.settings.renew_before), (HOUR, 20 * 60));
+    assert!(waiting(&plan(&o), "TurningOff", "members are moving off TLS"), "{:?}", plan(&o));
+    // A turn-off that takes long (a member that does not come back): renewed when due, as before.
+    w.now = T0 + 40 * 60;
+    let o = w.observed_turning_off();
+    let d = plan(&o);
+    assert_eq!(issued(&d), Leaf::ALL, "{d:?}");
+    let hash = w.current_hash();
+    w.apply(&d);
+    assert_eq!(w.current_hash(), hash, "the same CA bundle: no member restarts");
+    assert!(!plan(&w.observed_turning_off()).writes());
+    // Never a CA rotation, even when one is due or asked for.
+    w.now = T0 + 7 * HOUR;
+    w.cluster.metadata.annotations = Some([(super::ROTATE_CA_ANNOTATION.to_string(), "now".to_string())].into());
+    let d = plan(&w.observed_turning_off());
+    assert!(matches!(&d, Decision::WriteLeaves(_)), "only renewals: {d:?}");
+    w.apply(&d);
+    assert!(matches!(plan(&w.observed_turning_off()), Decision::Wait { reason: "TurningOff", .. }));
+    // Nor a new CA for a lost one: members trust the old one; a person is told once it matters.
+    w.secrets.remove(&super::ca_secret("ex"));
+    assert!(waiting(&plan(&w.observed_turning_off()), "TurningOff", "holds no CA that can sign"));
+    w.now += HOUR;
+    let d = plan(&w.observed_turning_off());
+    assert!(matches!(&d, Decision::Blocked(m) if m.contains("expires at")), "{d:?}");
 }
 
 #[test]

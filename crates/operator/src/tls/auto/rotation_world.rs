@@ -163,6 +163,22 @@ impl World {
         plan(&self.observed())
     }
 
+    /// As `observed`, after `spec.TLS.auto` was turned off while the members still mount its
+    /// Secrets (`InUse::Leaving`: the observation `observe` then makes).
+    pub(super) fn observed_turning_off(&self) -> Observed {
+        let mut o = self.observed();
+        let fetched = self.secrets.iter().map(|(k, v)| (k.clone(), Ok(Some(v.clone())))).collect();
+        let mut off = self.cluster.clone();
+        off.spec.tls = None;
+        let d = o.desired.as_mut().unwrap();
+        let stage = crate::tls::transition::Stage { client_http_too: true, ..d.tls_stage.clone() };
+        *d = validate("ex", &off.spec).unwrap();
+        d.tls_stage = stage;
+        assert_eq!(super::in_use(d, "ex"), Some(super::InUse::Leaving));
+        o.certificates = Some(observation(&off, super::Settings::default(), "", self.now, &fetched).leaving());
+        o
+    }
+
     pub(super) fn current_hash(&self) -> String {
         self.observed().desired.unwrap().pod_hash()
     }

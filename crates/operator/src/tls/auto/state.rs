@@ -260,9 +260,40 @@ pub struct Observation {
     pub served: BTreeMap<String, Served>,
     /// A Secret could not be read at all: nothing is decided.
     pub read_error: Option<String>,
+    /// `spec.TLS.auto` was turned off while members still use its certificates
+    /// (`super::InUse::Leaving`): `settings` are the certificates' own ([`Observation::leaving`]).
+    pub leaving: bool,
 }
 
 impl Observation {
+    /// How the Secrets are used: `spec.TLS.auto`'s settings, or only renewed while left.
+    pub fn in_use(&self) -> super::InUse {
+        if self.leaving { super::InUse::Leaving } else { super::InUse::Spec(self.settings) }
+    }
+
+    /// The observation of a cluster that turned `spec.TLS.auto` off while members still use
+    /// its certificates: the spec's settings are gone, so certificates are renewed as they were
+    /// issued (the longest lifetime a certificate Secret holds, renewed with a third of it
+    /// left, within the bounds `spec.TLS.auto` allows).
+    pub fn leaving(mut self) -> Observation {
+        use super::{
+            BACKDATE_SECS, MAX_VALIDITY_SECS, MIN_RENEW_BEFORE_SECS, MIN_RENEW_INTERVAL_SECS, MIN_VALIDITY_SECS,
+        };
+        let lifetime = self
+            .leaves
+            .values()
+            .filter_map(|l| l.present()?.cert.as_ref())
+            .map(|c| c.not_after - c.not_before - BACKDATE_SECS)
+            .max();
+        if let Some(l) = lifetime {
+            let validity = l.clamp(MIN_VALIDITY_SECS, MAX_VALIDITY_SECS);
+            let renew_before = (validity / 3).max(MIN_RENEW_BEFORE_SECS).min(validity - MIN_RENEW_INTERVAL_SECS);
+            self.settings = Settings { validity, renew_before, ca_validity: self.settings.ca_validity.max(validity) };
+        }
+        self.leaving = true;
+        self
+    }
+
     pub fn leaf(&self, l: Leaf) -> Option<&LeafState> {
         self.leaves.get(&l).and_then(Found::present)
     }
