@@ -212,34 +212,33 @@ fn arbitrary_specs_never_panic_and_valid_ones_build_acceptable_objects() {
                     }
                 }
                 // EtcdBackup: plan and due time.
-                if let Ok(spec) = serde_json::from_value::<etcd_operator_api::EtcdBackupSpec>(backup) {
-                    if let Ok(p) = crate::backup::backup_planner::check_spec(&spec, "ns") {
-                        let st = etcd_operator_api::EtcdBackupStatus {
-                            last_attempt_date: Some("2026-01-01T00:00:00Z".into()),
-                            consecutive_failures: 3,
-                            ..Default::default()
-                        };
-                        let _ =
-                            crate::backup::backup_planner::next_due(&p, &st, 1, k8s_openapi::jiff::Timestamp::now());
-                    }
+                if let Ok(spec) = serde_json::from_value::<etcd_operator_api::EtcdBackupSpec>(backup)
+                    && let Ok(p) = crate::backup::backup_planner::check_spec(&spec, "ns")
+                {
+                    let st = etcd_operator_api::EtcdBackupStatus {
+                        last_attempt_date: Some("2026-01-01T00:00:00Z".into()),
+                        consecutive_failures: 3,
+                        ..Default::default()
+                    };
+                    let _ = crate::backup::backup_planner::next_due(&p, &st, 1, k8s_openapi::jiff::Timestamp::now());
                 }
                 // EtcdRestore: plan, then the cluster it creates from a backup of any version:
                 // whatever passes both must be a cluster the operator accepts (a restore never
                 // creates an EtcdCluster that is then refused).
-                if let Ok(spec) = serde_json::from_value::<etcd_operator_api::EtcdRestoreSpec>(restore) {
-                    if let Ok(p) = crate::backup::restore_planner::check_spec(&spec) {
-                        planned_restores.set(planned_restores.get() + 1);
-                        let meta = crate::backup::location::BackupMeta {
-                            etcd_version: backup_version.clone(),
-                            ..Default::default()
-                        };
-                        if let Ok(c) = crate::backup::restore_planner::cluster_spec(&spec, &meta, &"0".repeat(64)) {
-                            let v = crate::validation::validate(&p.cluster, &c);
-                            prop_assert!(
-                                v.is_ok(),
-                                "restore of a {backup_version} backup creates a refused cluster: {v:?}"
-                            );
-                        }
+                if let Ok(spec) = serde_json::from_value::<etcd_operator_api::EtcdRestoreSpec>(restore)
+                    && let Ok(p) = crate::backup::restore_planner::check_spec(&spec)
+                {
+                    planned_restores.set(planned_restores.get() + 1);
+                    let meta = crate::backup::location::BackupMeta {
+                        etcd_version: backup_version.clone(),
+                        ..Default::default()
+                    };
+                    if let Ok(c) = crate::backup::restore_planner::cluster_spec(&spec, &meta, &"0".repeat(64)) {
+                        let v = crate::validation::validate(&p.cluster, &c);
+                        prop_assert!(
+                            v.is_ok(),
+                            "restore of a {backup_version} backup creates a refused cluster: {v:?}"
+                        );
                     }
                 }
                 Ok(())

@@ -204,12 +204,12 @@ pub async fn hold(client: kube::Client, cfg: &Config, held_since: Instant) {
 /// Give the lease up on a clean shutdown so another replica takes over at once.
 pub async fn release(client: kube::Client, cfg: &Config) {
     let api: Api<Lease> = Api::namespaced(client, &cfg.namespace);
-    if let Ok(Some(mut lease)) = api.get_opt(&cfg.name).await {
-        if let Some(spec) = lease.spec.as_mut().filter(|s| s.holder_identity.as_deref() == Some(&cfg.identity)) {
-            spec.holder_identity = Some(String::new());
-            if api.replace(&cfg.name, &PostParams::default(), &lease).await.is_ok() {
-                tracing::info!(lease = %cfg.name, "lease released");
-            }
+    if let Ok(Some(mut lease)) = api.get_opt(&cfg.name).await
+        && let Some(spec) = lease.spec.as_mut().filter(|s| s.holder_identity.as_deref() == Some(&cfg.identity))
+    {
+        spec.holder_identity = Some(String::new());
+        if api.replace(&cfg.name, &PostParams::default(), &lease).await.is_ok() {
+            tracing::info!(lease = %cfg.name, "lease released");
         }
     }
 }

@@ -14,14 +14,14 @@ use crate::pod_spec;
 impl Target<'_> {
     pub(super) async fn create_member(&self, m: &NewMember) -> Result<(), Error> {
         let ns = self.ns();
-        if m.pvc {
-            if let Some(pvc) = pod_spec::member_pvc(self.cluster, self.desired(), m) {
-                let api: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), &ns);
-                match api.create(&PostParams::default(), &pvc).await {
-                    Err(kube::Error::Api(s)) if s.code == 409 => {} // restarting on the volume it has
-                    r => {
-                        r?;
-                    }
+        if m.pvc
+            && let Some(pvc) = pod_spec::member_pvc(self.cluster, self.desired(), m)
+        {
+            let api: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), &ns);
+            match api.create(&PostParams::default(), &pvc).await {
+                Err(kube::Error::Api(s)) if s.code == 409 => {} // restarting on the volume it has
+                r => {
+                    r?;
                 }
             }
         }

@@ -61,10 +61,10 @@ fn forming(o: &Observed, d: &Desired) -> Step {
     // A bootstrap member whose pod was never created (or vanished with its emptyDir): create it
     // as the bootstrap would have. (Volume members are restarted by `volumes::restart`.)
     let peers = super::volumes::bootstrap_peers(o, d);
-    if let Some((name, _)) = peers.iter().find(|(n, _)| !o.pods.contains_key(n) && !o.pvcs.contains_key(n)) {
-        if o.pods.values().all(|p| p.bootstrap) {
-            return Step::CreatePod(bootstrap_member(name.clone(), peers.clone(), d));
-        }
+    if let Some((name, _)) = peers.iter().find(|(n, _)| !o.pods.contains_key(n) && !o.pvcs.contains_key(n))
+        && o.pods.values().all(|p| p.bootstrap)
+    {
+        return Step::CreatePod(bootstrap_member(name.clone(), peers.clone(), d));
     }
     // Dead bootstrap pods, and bootstrap pods that cannot run under a spec that has changed
     // since (a corrected image, resources, ...): cleared, so a fresh bootstrap can run.
@@ -166,10 +166,11 @@ pub(super) fn with_etcd(o: &Observed, d: &Desired, etcd: &EtcdState) -> Step {
     // changes, not writes of keys). It answers neither alarm nor defragment calls, and one that
     // replayed a history past the quota keeps raising the alarm until it votes and is
     // defragmented. One still catching up does not hold the voters' recovery back.
-    if etcd.has_alarm(crate::observed::AlarmKind::NoSpace) && !etcd.has_alarm(crate::observed::AlarmKind::Corrupt) {
-        if let Some(step) = learner_step(o, d, etcd, healthy_voters, voters).filter(|s| !matches!(s, Step::Wait(_))) {
-            return step;
-        }
+    if etcd.has_alarm(crate::observed::AlarmKind::NoSpace)
+        && !etcd.has_alarm(crate::observed::AlarmKind::Corrupt)
+        && let Some(step) = learner_step(o, d, etcd, healthy_voters, voters).filter(|s| !matches!(s, Step::Wait(_)))
+    {
+        return step;
     }
     // An alarm is the cluster's, not an unhealthy member: CORRUPT stops everything, NOSPACE is
     // recovered first.
@@ -234,10 +235,10 @@ pub(super) fn with_etcd(o: &Observed, d: &Desired, etcd: &EtcdState) -> Step {
     }
     // With a single healthy voter (right after a quorum-loss recovery) the pods of the old
     // cluster stay until a second copy of the data exists.
-    if healthy_voters >= 2 || d.size < 2 {
-        if let Some(step) = orphan_pods(o, etcd) {
-            return step;
-        }
+    if (healthy_voters >= 2 || d.size < 2)
+        && let Some(step) = orphan_pods(o, etcd)
+    {
+        return step;
     }
     resize(o, d, etcd, healthy_voters, voters)
 }

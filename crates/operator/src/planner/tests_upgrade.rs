@@ -172,7 +172,7 @@ fn a_minor_upgrade_from_below_its_stepping_stone_is_refused_naming_it() {
         assert_eq!(w.reason, WaitReason::UpgradeRefused, "{from} → {to}");
         assert!(w.message.contains(&format!("upgrade to {stone}+ first")), "{from} → {to}: {}", w.message);
         // The stepping stone itself is a patch upgrade, allowed.
-        want(&mut o, 3, &format!("{stone}"));
+        want(&mut o, 3, &stone.to_string());
         assert!(matches!(plan(&o), Step::UpgradeMember { .. }), "{from} → {stone}");
     }
     for (from, to) in

@@ -294,7 +294,8 @@ impl<'a> Injector<'a> {
                 let comp = if step.kind == Kind::RestartApiserver { "kube-apiserver" } else { "kubelet" };
                 rec.detail = format!("hack/cluster.sh restart {comp}");
                 let restarted =
-                    run(Command::new("bash").arg(format!("{WORKSPACE}/hack/cluster.sh")).args(["restart", comp])).map(drop);
+                    run(Command::new("bash").arg(format!("{WORKSPACE}/hack/cluster.sh")).args(["restart", comp]))
+                        .map(drop);
                 if restarted.is_err() {
                     // A failed restart may leave the component stopped: bring the cluster back
                     // (idempotent) so the run goes on measuring the operator, not a dead node;

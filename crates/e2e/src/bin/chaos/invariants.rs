@@ -47,10 +47,10 @@ pub fn refute(samples: &mut [Sample], ops: &[Op], start_unix_ms: u64) -> usize {
     let mut acked: std::collections::HashMap<&str, Vec<(u64, u64)>> = Default::default();
     for o in ops.iter().filter(|o| o.err.is_none()) {
         if let Some(ret) = o.ret {
-            acked.entry(o.cluster.as_str()).or_default().push((
-                start_unix_ms + o.call / 1_000_000,
-                start_unix_ms + ret.div_ceil(1_000_000),
-            ));
+            acked
+                .entry(o.cluster.as_str())
+                .or_default()
+                .push((start_unix_ms + o.call / 1_000_000, start_unix_ms + ret.div_ceil(1_000_000)));
         }
     }
     let mut n = 0;
@@ -314,9 +314,9 @@ mod tests {
         let mut v = vec![mk(0, true), mk(2_000, false), mk(4_000, false), mk(6_000, false), mk(8_000, true)];
         // Op times are on the clients' clock: ms since 1_000_000.
         let ops = vec![
-            acked("a", 2_100, 3_000),       // wholly inside the probes of t=2000: refutes it
-            acked("a", 3_900, 4_400),       // called before t=4000's probes began: proves nothing
-            acked("b", 6_100, 6_200),       // another cluster
+            acked("a", 2_100, 3_000), // wholly inside the probes of t=2000: refutes it
+            acked("a", 3_900, 4_400), // called before t=4000's probes began: proves nothing
+            acked("b", 6_100, 6_200), // another cluster
             Op { err: Some("timeout".into()), ..acked("a", 6_100, 6_200) }, // not acknowledged
         ];
         assert_eq!(refute(&mut v, &ops, 1_000_000), 1);

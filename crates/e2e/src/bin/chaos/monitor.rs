@@ -246,8 +246,8 @@ fn round(
             .as_str()
             .is_some_and(|v| v.trim_start_matches('v') == spec_version.trim_start_matches('v'))
             && st["targetVersion"].as_str().unwrap_or("").is_empty();
-        let caught_up = st["observedGeneration"] == ec["metadata"]["generation"]
-            && (runs_spec_version || upgrade_deferred(st));
+        let caught_up =
+            st["observedGeneration"] == ec["metadata"]["generation"] && (runs_spec_version || upgrade_deferred(st));
         let converged = caught_up
             && !ms.iter().any(|m| m.alarm)
             && healthy == spec_size
