@@ -84,6 +84,11 @@ pub fn member_pvc(c: &EtcdCluster, d: &Desired, m: &NewMember) -> Option<Persist
     if m.bootstrap {
         annotations.insert(BOOTSTRAP_ANNOTATION.into(), "true".into());
     }
+    // A member made as root (restored from a backup volume marked as root's) writes root's
+    // data: its volume says so from the start, so it restarts as root (`pod_security`).
+    if m.root_data {
+        annotations.insert(naming::DATA_OWNER_ANNOTATION.into(), naming::ROOT_DATA_OWNER.into());
+    }
     Some(PersistentVolumeClaim {
         metadata: ObjectMeta {
             annotations: Some(annotations),
