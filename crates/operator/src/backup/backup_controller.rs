@@ -33,7 +33,7 @@ async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<JobContext>) -> Result<Acti
     let started = std::time::Instant::now();
     let ns = obj.namespace().unwrap_or_default();
     let spec = jobs::spec_of::<EtcdBackupSpec>(&obj);
-    let volume_root = match spec.as_ref().ok().and_then(|s| pvc_of(s)) {
+    let volume_root = match spec.as_ref().ok().and_then(pvc_of) {
         Some(claim) => jobs::volume_marked_root(&ctx, &ns, &claim).await?,
         None => false,
     };
