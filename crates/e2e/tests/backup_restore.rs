@@ -185,15 +185,21 @@ fn a_pvc_an_earlier_root_pod_wrote_is_marked_and_backed_up_as_root() -> Result<(
         let evs = e2e_events(ns, "EtcdBackup", "once")?;
         let denied = format!("access denied to uid {NONROOT}: uid {NONROOT}");
         ensure!(
-            evs.iter().any(|(r, n)| r == "BackupFailed" && n.starts_with(&denied) && n.contains("/backup/ex (owner 0:0, mode 755)")),
+            evs.iter().any(|(r, n)| r == "BackupFailed"
+                && n.starts_with(&denied)
+                && n.contains("/backup/ex (owner 0:0, mode 755)")),
             "the first attempt, as non-root, denied: {evs:?}"
         );
         let why = evs.iter().find(|(r, _)| r == "BackupRunsAsRoot").map(|(_, n)| n.clone());
         let why = why.with_context(|| format!("no BackupRunsAsRoot Event: {evs:?}"))?;
-        for want in [&format!("volume backups is not writable by uid {NONROOT}"), "restricted is enforced", DATA_OWNER] {
+        for want in [&format!("volume backups is not writable by uid {NONROOT}"), "restricted is enforced", DATA_OWNER]
+        {
             ensure!(why.contains(want), "{want}: {why}");
         }
-        ensure!(evs.iter().any(|(r, n)| r == "BackupSucceeded" && n.contains("as uid 0")), "the retry as root: {evs:?}");
+        ensure!(
+            evs.iter().any(|(r, n)| r == "BackupSucceeded" && n.contains("as uid 0")),
+            "the retry as root: {evs:?}"
+        );
         let runs_as_root = st["conditions"].as_array().into_iter().flatten().find(|c| c["type"] == "RunsAsRoot");
         let c = runs_as_root.with_context(|| format!("no RunsAsRoot condition: {st}"))?;
         ensure!(c["status"] == "True" && c["message"] == why.as_str(), "{c}");
@@ -211,10 +217,16 @@ fn a_pvc_an_earlier_root_pod_wrote_is_marked_and_backed_up_as_root() -> Result<(
         })?;
         ensure!(r["status"]["sha256"] == st["sha256"], "restored {} backed up {}", r["status"]["sha256"], st["sha256"]);
         let cond = r["status"]["conditions"].as_array().into_iter().flatten().find(|c| c["type"] == "RunsAsRoot");
-        ensure!(cond.is_some_and(|c| c["message"].as_str().unwrap_or_default().contains("is marked")), "{}", r["status"]);
+        ensure!(
+            cond.is_some_and(|c| c["message"].as_str().unwrap_or_default().contains("is marked")),
+            "{}",
+            r["status"]
+        );
         let evs = e2e_events(ns, "EtcdCluster", "ex")?;
         ensure!(
-            evs.iter().any(|(r, n)| r == "BootstrapStarted" && n.contains("runs as root, restoring from a backup volume marked")),
+            evs.iter()
+                .any(|(r, n)| r == "BootstrapStarted"
+                    && n.contains("runs as root, restoring from a backup volume marked")),
             "{evs:?}"
         );
         wait_healthy(ns, "ex", 3, CREATE)?;

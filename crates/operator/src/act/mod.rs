@@ -215,7 +215,11 @@ pub async fn execute(t: &Target<'_>, step: &Step) -> Result<Option<Done>, Error>
             t.create_member(&r.member).await?;
             Done {
                 reason: "QuorumLossRecoveryStarted",
-                note: format!("{}{}", members::recovery_note(r, policy), restored_as_root(std::slice::from_ref(&r.member))),
+                note: format!(
+                    "{}{}",
+                    members::recovery_note(r, policy),
+                    restored_as_root(std::slice::from_ref(&r.member))
+                ),
                 created: vec![r.member.name.clone()],
                 deleted: vec![],
                 ..Default::default()

@@ -2,8 +2,8 @@
 
 use super::*;
 use crate::backup::location::BackupMeta;
-use etcd_operator_api::condition;
 use etcd_operator_api::backup::{BackupPolicy, BackupSource, S3Source};
+use etcd_operator_api::condition;
 
 fn t(s: &str) -> Timestamp {
     s.parse().unwrap()
@@ -363,7 +363,8 @@ fn a_volume_the_non_root_user_may_not_write_is_marked_and_backed_up_again_at_onc
 /// Pods run as root only to a PVC marked as root's; an object store's never.
 #[test]
 fn backup_pods_run_as_root_only_to_a_pvc_marked_as_roots() {
-    for (pvc, marked, as_root) in [(false, false, false), (false, true, false), (true, false, false), (true, true, true)]
+    for (pvc, marked, as_root) in
+        [(false, false, false), (false, true, false), (true, false, false), (true, true, true)]
     {
         let mut o = if pvc { to_pvc() } else { observed(0) };
         o.status = EtcdBackupStatus::default();

@@ -383,11 +383,13 @@ mod tests {
             "access denied to uid 65532: uid 65532 (gid 65532, groups [65532]) cannot write /backup/ex: a directory (owner 0:0, mode 755)"
         );
         assert!(denied.to_string().starts_with(ACCESS_DENIED));
-        let as_root = PodError::AccessDenied { uid: 0, what: "cannot read /backup/k: a file (owner 1000:1000, mode 600)".into() };
+        let as_root =
+            PodError::AccessDenied { uid: 0, what: "cannot read /backup/k: a file (owner 1000:1000, mode 600)".into() };
         for e in [denied, as_root] {
             assert_eq!(PodError::from_message(&e.to_string()), e);
         }
-        for looks_like in ["access denied to uid x: y", "access denied to uid 12", "denied: access denied to uid 0: x"] {
+        for looks_like in ["access denied to uid x: y", "access denied to uid 12", "denied: access denied to uid 0: x"]
+        {
             assert_eq!(PodError::from_message(looks_like), PodError::Transient(looks_like.into()), "{looks_like}");
         }
     }

@@ -135,7 +135,8 @@ pub fn job_pod(j: JobPod) -> Pod {
     let as_root = j.as_root && j.loc.kind == Kind::Pvc;
     let user = if as_root { 0 } else { NONROOT };
     let on_volume = (j.loc.kind == Kind::Pvc && !as_root).then_some(NONROOT);
-    let seccomp = Some(k8s_openapi::api::core::v1::SeccompProfile { type_: "RuntimeDefault".into(), ..Default::default() });
+    let seccomp =
+        Some(k8s_openapi::api::core::v1::SeccompProfile { type_: "RuntimeDefault".into(), ..Default::default() });
     let pod_security = if as_root {
         PodSecurityContext { seccomp_profile: seccomp, ..Default::default() }
     } else {
@@ -403,7 +404,10 @@ mod tests {
         let vol = spec.volumes.unwrap()[0].persistent_volume_claim.clone().unwrap();
         assert_eq!((vol.claim_name.as_str(), vol.read_only), ("backups", Some(false)));
         let pod = spec.security_context.unwrap();
-        assert_eq!((pod.run_as_user, pod.run_as_group, pod.run_as_non_root), (Some(NONROOT), Some(NONROOT), Some(true)));
+        assert_eq!(
+            (pod.run_as_user, pod.run_as_group, pod.run_as_non_root),
+            (Some(NONROOT), Some(NONROOT), Some(true))
+        );
         assert_eq!((pod.fs_group, pod.fs_group_change_policy.as_deref()), (Some(NONROOT), Some("OnRootMismatch")));
         assert_eq!(pod.seccomp_profile.unwrap().type_, "RuntimeDefault");
         let sc = spec.containers[0].security_context.clone().unwrap();

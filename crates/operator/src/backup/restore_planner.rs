@@ -327,7 +327,9 @@ pub fn plan(o: &RestoreObserved) -> RestorePlan {
                         // attempt, as root, starts at once (a pod is removed with this plan, so
                         // a denial is acted on once).
                         let denied = pvc.as_ref().zip(volume_owner::denied_to_non_root(why));
-                        if let (Some((claim, (uid, what))), AfterFailure::Retry { attempt: next, .. }) = (denied, &after) {
+                        if let (Some((claim, (uid, what))), AfterFailure::Retry { attempt: next, .. }) =
+                            (denied, &after)
+                        {
                             after = AfterFailure::Retry { attempt: *next, wait_secs: 0 };
                             if !volume_root {
                                 let note = volume_owner::marked_now(Use::Restore, claim, uid, &what);

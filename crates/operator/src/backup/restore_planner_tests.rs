@@ -1,8 +1,8 @@
 //! Table tests of the EtcdRestore planner, one decision each.
 
 use super::*;
-use etcd_operator_api::backup::{BackupSource, S3Source};
 use crate::backup::volume_owner;
+use etcd_operator_api::backup::{BackupSource, S3Source};
 use etcd_operator_api::restore::EtcdClusterRef;
 
 fn spec(cluster_spec: Option<EtcdClusterSpec>) -> EtcdRestoreSpec {
@@ -291,8 +291,7 @@ fn from_pvc() -> RestoreObserved {
     RestoreObserved { spec: Ok(s), ..observed() }
 }
 
-const DENIED: &str =
-    "access denied to uid 65532: uid 65532 (gid 65532, groups [65532]) cannot read /backup/ex/etcd.backup (owner 0:0, mode 600)";
+const DENIED: &str = "access denied to uid 65532: uid 65532 (gid 65532, groups [65532]) cannot read /backup/ex/etcd.backup (owner 0:0, mode 600)";
 
 /// The verify pod runs as non-root; denied the claim, the claim is marked as root's (which also
 /// runs the restored member that reads it as root) and the next attempt starts at once, as root.

@@ -27,6 +27,9 @@ pub use services::{client_service, peer_service};
 
 /// Where etcd keeps its data inside the container.
 pub const DATA_MOUNT: &str = "/var/etcd";
+/// The member pod's data volume (CoreOS' name too): an emptyDir or the member's claim. Other
+/// claims a pod may mount (a restore's backup volume) are not its data.
+pub const DATA_VOLUME: &str = "etcd-data";
 pub const DATA_DIR: &str = "/var/etcd/data";
 
 /// Labels every object of the cluster carries (CoreOS' pair).
