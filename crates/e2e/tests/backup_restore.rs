@@ -1,13 +1,14 @@
 //! Backup and restore on the real local cluster: a real S3 server (moto), a real Azure Blob
 //! server (Azurite), and a PersistentVolumeClaim; the operator's own backup and restore pods
 //! move the data. Every round trip writes keys, backs up, deletes the cluster, restores it and
-//! reads every key back.
+//! reads every key back. PVC backups run as the non-root user; a claim an earlier root pod
+//! wrote is marked and backed up as root after one denied attempt.
 
 mod common;
 
 use std::time::Duration;
 
-use anyhow::{Result, ensure};
+use anyhow::{Context, Result, ensure};
 use common::backups::*;
 use common::*;
 use e2e::objstore::{Azurite, MotoServer, ObjectServer};
@@ -100,18 +101,145 @@ fn abs_backup_and_restore_bring_back_every_key_with_etcd_3_6() -> Result<()> {
     object_server_round_trip(&azurite, "e2e-abs", "3.6.15")
 }
 
+const NONROOT: u32 = 65532;
+const DATA_OWNER: &str = "etcd.database.coreos.com/data-owner";
+const PVC_STORAGE: &str = "pvc: {claimName: backups, path: ex/etcd.backup}";
+
+/// A PVC backup runs as the non-root user (the Pod Security `restricted` one, as members): the
+/// pod says so and the files on the volume are that user's; the claim is not marked.
 #[test]
 fn pvc_backup_and_restore_bring_back_every_key_with_etcd_3_7() -> Result<()> {
     with_operator("e2e-pvc-backup", |ns, _op| {
-        ns.apply(&format!(
-            "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {{name: backups, namespace: {}}}\nspec:\n  accessModes: [ReadWriteOnce]\n  resources: {{requests: {{storage: 1Gi}}}}\n",
-            ns.name
-        ))?;
+        ns.apply(&claim_manifest(&ns.name, "backups"))?;
         // One member restores from the claim (ReadWriteOnce), the other two join it.
-        round_trip(ns, "3.7.2", "PVC", "pvc: {claimName: backups, path: ex/etcd.backup}", 1, |st| {
+        round_trip(ns, "3.7.2", "PVC", PVC_STORAGE, 1, |st| {
             ensure!(st["path"] == "pvc://backups/ex/etcd.backup", "{st}");
+            let evs = e2e_events(ns, "EtcdBackup", "once")?;
+            let ran_as = format!("as uid {NONROOT}");
+            ensure!(evs.iter().any(|(r, n)| r == "BackupSucceeded" && n.contains(&ran_as)), "{evs:?}");
+            ensure!(!evs.iter().any(|(r, _)| r == "BackupFailed" || r == "BackupRunsAsRoot"), "{evs:?}");
+            let dir = claim_dir(ns, "backups")?.join("ex");
+            for f in ["etcd.backup", "etcd.backup.meta.json"] {
+                ensure!(owner_and_mode(&dir.join(f))?.0 == NONROOT, "{f}: {:?}", owner_and_mode(&dir.join(f))?);
+            }
+            let pvc = get(ns, "pvc", "backups")?;
+            ensure!(pvc["metadata"]["annotations"][DATA_OWNER].is_null(), "claim marked: {}", pvc["metadata"]);
             Ok(())
         })
+    })
+}
+
+/// A backup pod of an earlier operator version: root with the runtime's default capabilities,
+/// writing `ex/etcd.backup` of cluster `ex` to the claim `backups` (the directory 0755, the
+/// files 0644, all root's). The operator image under test stands in for the earlier one.
+fn earlier_root_backup_pod(ns: &str, image: &str) -> String {
+    format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata: {{name: earlier-backup, namespace: {ns}}}
+spec:
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 1
+  securityContext: {{runAsUser: 0}}
+  containers:
+  - name: main
+    image: {image}
+    imagePullPolicy: IfNotPresent
+    command: [etcd-operator, backup-save, --storage-type=PVC, --bucket=backups, --key=ex/etcd.backup, "--endpoints=http://ex-client.{ns}.svc:2379"]
+    volumeMounts: [{{name: backups, mountPath: /backup}}]
+  volumes: [{{name: backups, persistentVolumeClaim: {{claimName: backups}}}}]
+"#
+    )
+}
+
+/// A claim an earlier (root) backup pod wrote: the hostPath volume gets no `fsGroup`, so the
+/// non-root backup pod may not write beside root's 0755 directory. Its first attempt fails with
+/// `AccessDenied` before writing anything; the claim is marked `data-owner: "0"` and the retry,
+/// at once and as root, succeeds; status and Events say why it runs as root and that
+/// `restricted` would refuse it. A restore from the marked claim verifies as root and restores
+/// its member as root, every key back, and the restored cluster then rolls to non-root members
+/// (their data is on their own emptyDir volumes).
+#[test]
+fn a_pvc_an_earlier_root_pod_wrote_is_marked_and_backed_up_as_root() -> Result<()> {
+    with_operator("e2e-pvc-root", |ns, _op| {
+        ns.apply(&claim_manifest(&ns.name, "backups"))?;
+        ns.apply(&cluster_manifest(&ns.name, "ex", 1, "3.5.1", ""))?;
+        wait_healthy(ns, "ex", 1, CREATE)?;
+        let ep = client_endpoint(ns, "ex")?;
+        write_keys(&ep, "root", KEYS)?;
+        let image = std::env::var("ETCD_OPERATOR_INIT_IMAGE").ok().filter(|s| !s.is_empty());
+        let image = match image {
+            Some(i) => i,
+            None => operator_image()?,
+        };
+        ns.apply(&earlier_root_backup_pod(&ns.name, &image))?;
+        ns.wait_pod_succeeded("earlier-backup", BACKUP)?;
+        let dir = claim_dir(ns, "backups")?.join("ex");
+        ensure!(owner_and_mode(&dir)? == (0, 0o755), "{}: {:?}", dir.display(), owner_and_mode(&dir)?);
+        ensure!(owner_and_mode(&dir.join("etcd.backup"))?.0 == 0, "the earlier backup is root's");
+
+        ns.apply(&backup_manifest(&ns.name, "once", "ex", "PVC", PVC_STORAGE, ""))?;
+        let b = wait_backup_succeeded(ns, "once")?;
+        let st = &b["status"];
+        ensure!(st["path"] == "pvc://backups/ex/etcd.backup" && st["consecutiveFailures"] == 0, "{st}");
+        let evs = e2e_events(ns, "EtcdBackup", "once")?;
+        let denied = format!("access denied to uid {NONROOT}: uid {NONROOT}");
+        ensure!(
+            evs.iter().any(|(r, n)| r == "BackupFailed"
+                && n.starts_with(&denied)
+                && n.contains("/backup/ex (owner 0:0, mode 755)")),
+            "the first attempt, as non-root, denied: {evs:?}"
+        );
+        let why = evs.iter().find(|(r, _)| r == "BackupRunsAsRoot").map(|(_, n)| n.clone());
+        let why = why.with_context(|| format!("no BackupRunsAsRoot Event: {evs:?}"))?;
+        for want in [&format!("volume backups is not writable by uid {NONROOT}"), "restricted is enforced", DATA_OWNER]
+        {
+            ensure!(why.contains(want), "{want}: {why}");
+        }
+        ensure!(
+            evs.iter().any(|(r, n)| r == "BackupSucceeded" && n.contains("as uid 0")),
+            "the retry as root: {evs:?}"
+        );
+        let runs_as_root = st["conditions"].as_array().into_iter().flatten().find(|c| c["type"] == "RunsAsRoot");
+        let c = runs_as_root.with_context(|| format!("no RunsAsRoot condition: {st}"))?;
+        ensure!(c["status"] == "True" && c["message"] == why.as_str(), "{c}");
+        let pvc = get(ns, "pvc", "backups")?;
+        ensure!(pvc["metadata"]["annotations"][DATA_OWNER] == "0", "claim not marked: {}", pvc["metadata"]);
+        ensure!(owner_and_mode(&dir.join("etcd.backup"))?.0 == 0, "written as root");
+
+        // Restore from the marked claim: verified as root, its member restores as root.
+        delete_cluster(ns, "ex")?;
+        ns.apply(&restore_manifest(&ns.name, "back", "ex", "PVC", PVC_STORAGE))?;
+        let r = wait_until(RESTORE, "EtcdRestore to succeed", || {
+            let r = get(ns, "etcdrestore", "back")?;
+            ensure!(r["status"]["phase"] != "Failed", "restore failed: {}", r["status"]);
+            Ok((r["status"]["succeeded"] == true).then_some(r))
+        })?;
+        ensure!(r["status"]["sha256"] == st["sha256"], "restored {} backed up {}", r["status"]["sha256"], st["sha256"]);
+        let cond = r["status"]["conditions"].as_array().into_iter().flatten().find(|c| c["type"] == "RunsAsRoot");
+        ensure!(
+            cond.is_some_and(|c| c["message"].as_str().unwrap_or_default().contains("is marked")),
+            "{}",
+            r["status"]
+        );
+        let evs = e2e_events(ns, "EtcdCluster", "ex")?;
+        ensure!(
+            evs.iter()
+                .any(|(r, n)| r == "BootstrapStarted"
+                    && n.contains("runs as root, restoring from a backup volume marked")),
+            "{evs:?}"
+        );
+        wait_healthy(ns, "ex", 3, CREATE)?;
+        check_keys(&client_endpoint(ns, "ex")?, "root", KEYS)?;
+        // Its members keep their data on emptyDir volumes: the restored one is replaced by a
+        // non-root member, as any member of an earlier pod spec.
+        wait_until(Duration::from_secs(600), "every member to run as non-root", || {
+            let pods = member_pods(ns, "ex")?;
+            let non_root = pods.iter().filter(|p| p["spec"]["securityContext"]["runAsUser"] == NONROOT).count();
+            Ok((pods.len() == 3 && non_root == 3 && wait_healthy(ns, "ex", 3, CREATE).is_ok()).then_some(()))
+        })?;
+        check_keys(&client_endpoint(ns, "ex")?, "root", KEYS)?;
+        Ok(())
     })
 }
 
@@ -126,10 +254,7 @@ fn pvc_backup_and_restore_bring_back_every_key_with_etcd_3_7() -> Result<()> {
 #[test]
 fn malformed_backups_are_refused_alone_and_a_good_one_still_completes() -> Result<()> {
     with_operator("e2e-bad-backup", |ns, op| {
-        ns.apply(&format!(
-            "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {{name: backups, namespace: {}}}\nspec:\n  accessModes: [ReadWriteOnce]\n  resources: {{requests: {{storage: 1Gi}}}}\n",
-            ns.name
-        ))?;
+        ns.apply(&claim_manifest(&ns.name, "backups"))?;
         ns.apply(&cluster_manifest(&ns.name, "ex", 1, "3.5.1", ""))?;
         let pvc = "pvc: {claimName: backups, path: ex/etcd.backup}";
         let long = "b".repeat(64);

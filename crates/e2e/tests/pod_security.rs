@@ -5,8 +5,9 @@
 //!   enforcing `restricted`, the level a platform team sets for production namespaces, runs the
 //!   operator (installed from `etcd-operator manifests`) and clusters without any
 //!   `spec.pod.securityContext`: PVC members restart on data uid 65532 wrote, every supported
-//!   etcd minor runs with a read-only root filesystem. On 1.20 (no admission) the same clusters
-//!   run and the pod fields admission would check are asserted instead.
+//!   etcd minor runs with a read-only root filesystem; a backup to a PVC runs as uid 65532 too.
+//!   On 1.20 (no admission) the same clusters run and the pod fields admission would check are
+//!   asserted instead.
 //! - A cluster whose members ran as root (a securityContext with `runAsUser: 0` stands in for
 //!   the pods of earlier operator versions: same data, written as root) rolls to the default
 //!   when the securityContext goes, one member at a time, every key kept. On the local
@@ -134,9 +135,18 @@ fn the_operator_and_clusters_without_a_security_context_run_under_enforced_restr
             assert_restricted(&p).with_context(|| format!("etcd {version}"))?;
         }
     }
+    // A backup to a PVC (a hostPath claim here: no fsGroup applied, a 0777 directory) runs as
+    // uid 65532 and is admitted like the members.
+    ns.apply(&backups::claim_manifest(&ns.name, "backups"))?;
+    let to_pvc = "pvc: {claimName: backups, path: locked/etcd.backup}";
+    ns.apply(&backups::backup_manifest(&ns.name, "to-pvc", "locked", "PVC", to_pvc, ""))?;
+    backups::wait_backup_succeeded(&ns, "to-pvc").map_err(logs)?;
+    let evs = backups::e2e_events(&ns, "EtcdBackup", "to-pvc")?;
+    ensure!(evs.iter().any(|(r, n)| r == "BackupSucceeded" && n.contains("as uid 65532")), "{evs:?}");
+    ensure!(!evs.iter().any(|(r, _)| r == "BackupFailed" || r == "BackupRunsAsRoot"), "{evs:?}");
     if enforced {
         // Nothing was refused on the way.
-        for name in ["locked", "v34", "v36", "v37"] {
+        for name in ["locked", "v34", "v36", "v37", "to-pvc"] {
             let refused: Vec<_> =
                 events_for(&ns, name)?.into_iter().filter(|(_, note)| note.contains("violates PodSecurity")).collect();
             ensure!(refused.is_empty(), "{name}: {refused:?}");

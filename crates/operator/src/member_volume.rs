@@ -139,6 +139,12 @@ impl Credentials {
     /// group and mode: the owner's bits if it is the owner, else the group's if it is in the
     /// group, else the others'.
     pub fn may_use(&self, owner: u32, group: u32, mode: u32, dir: bool) -> bool {
+        self.permits(owner, group, mode, if dir { 0o7 } else { 0o6 })
+    }
+
+    /// Whether the mode grants every bit of `need` (4 read, 2 write, 1 search), by the same
+    /// owner-then-group-then-others rule.
+    pub fn permits(&self, owner: u32, group: u32, mode: u32, need: u32) -> bool {
         if self.dac_override {
             return true;
         }
@@ -149,11 +155,11 @@ impl Credentials {
         } else {
             mode
         } & 0o7;
-        let need = if dir { 0o7 } else { 0o6 };
         bits & need == need
     }
 
-    fn describe(&self) -> String {
+    /// `uid 65532 (gid 65532, groups [65532])`.
+    pub fn describe(&self) -> String {
         let groups: Vec<String> = self.groups.iter().map(u32::to_string).collect();
         format!("uid {} (gid {}, groups [{}])", self.uid, self.gid, groups.join(","))
     }

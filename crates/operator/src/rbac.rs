@@ -107,7 +107,7 @@ pub const PERMISSIONS: &[Permission] = &[
         verbs: &["get", "list", "watch", "create", "patch", "delete"],
         scope: Scope::Namespaced,
         names: &[],
-        why: "member data volumes (patch: grow them when the spec asks for more; record a moved peer URL)",
+        why: "member data volumes (patch: grow them when the spec asks for more; record a moved peer URL; mark root's data) and backup claims (get, patch: mark as root's)",
     },
     Permission {
         group: "",

@@ -112,6 +112,30 @@ pub fn check_members_restored(ns: &TestNamespace, name: &str, size: usize, resto
         Ok(all_done.then_some(()))
     })
 }
+/// A 1 GiB ReadWriteOnce claim `name` of the default StorageClass (the local cluster's
+/// provisioner: a 0777 host directory as a hostPath volume, to which the kubelet applies no
+/// `fsGroup`).
+pub fn claim_manifest(ns: &str, name: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {{name: {name}, namespace: {ns}}}\nspec:\n  accessModes: [ReadWriteOnce]\n  resources: {{requests: {{storage: 1Gi}}}}\n"
+    )
+}
+
+/// The host directory of a bound claim's hostPath volume (the tests run on the node).
+pub fn claim_dir(ns: &TestNamespace, claim: &str) -> Result<std::path::PathBuf> {
+    let pvc = ns.json(&["get", "pvc", claim])?;
+    let pv = pvc["spec"]["volumeName"].as_str().context("claim not bound")?;
+    let v = ns.kubectl.json(&["get", "pv", pv])?;
+    Ok(v["spec"]["hostPath"]["path"].as_str().context("not a hostPath volume")?.into())
+}
+
+/// Owner uid and permission bits of `path`.
+pub fn owner_and_mode(path: &std::path::Path) -> Result<(u32, u32)> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path).with_context(|| path.display().to_string())?;
+    Ok((m.uid(), m.mode() & 0o7777))
+}
+
 /// `(reason, note)` of the Events about one object of `kind`.
 pub fn e2e_events(ns: &TestNamespace, kind: &str, name: &str) -> Result<Vec<(String, String)>> {
     let list = ns.json(&["get", "events", "-o", "json"])?;

@@ -147,10 +147,11 @@ pub async fn execute(t: &Target<'_>, step: &Step) -> Result<Option<Done>, Error>
             Done {
                 reason: "BootstrapStarted",
                 note: format!(
-                    "creating a new {}-member cluster at version {}: {}",
+                    "creating a new {}-member cluster at version {}: {}{}",
                     members.len(),
                     members[0].version,
-                    names.join(", ")
+                    names.join(", "),
+                    restored_as_root(members)
                 ),
                 created: names,
                 deleted: vec![],
@@ -214,7 +215,11 @@ pub async fn execute(t: &Target<'_>, step: &Step) -> Result<Option<Done>, Error>
             t.create_member(&r.member).await?;
             Done {
                 reason: "QuorumLossRecoveryStarted",
-                note: members::recovery_note(r, policy),
+                note: format!(
+                    "{}{}",
+                    members::recovery_note(r, policy),
+                    restored_as_root(std::slice::from_ref(&r.member))
+                ),
                 created: vec![r.member.name.clone()],
                 deleted: vec![],
                 ..Default::default()
@@ -344,4 +349,24 @@ pub async fn execute(t: &Target<'_>, step: &Step) -> Result<Option<Done>, Error>
             }
         }
     }))
+}
+
+/// What a Bootstrap or recovery note adds for members made as root because they restore from a
+/// backup volume marked as root's (`backup::volume_owner`): nothing for any other member.
+fn restored_as_root(members: &[crate::planner::NewMember]) -> String {
+    let root: Vec<&str> = members
+        .iter()
+        .filter(|m| m.root_data && (m.seed.is_some() || (m.bootstrap && !m.existing)))
+        .map(|m| m.name.as_str())
+        .collect();
+    if root.is_empty() {
+        return String::new();
+    }
+    format!(
+        "; {} {} as root, restoring from a backup volume marked {}={} (files on it only root can use); such a pod is refused where Pod Security restricted is enforced",
+        root.join(", "),
+        if root.len() == 1 { "runs" } else { "run" },
+        naming::DATA_OWNER_ANNOTATION,
+        naming::ROOT_DATA_OWNER
+    )
 }

@@ -32,26 +32,36 @@ async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<JobContext>) -> Result<Acti
     }
     let started = std::time::Instant::now();
     let ns = obj.namespace().unwrap_or_default();
+    let spec = jobs::spec_of::<EtcdBackupSpec>(&obj);
+    let volume_root = match spec.as_ref().ok().and_then(pvc_of) {
+        Some(claim) => jobs::volume_marked_root(&ctx, &ns, &claim).await?,
+        None => false,
+    };
     let o = BackupObserved {
         name: obj.name_any(),
         namespace: ns.clone(),
         generation: obj.metadata.generation.unwrap_or_default(),
-        spec: jobs::spec_of::<EtcdBackupSpec>(&obj),
+        spec,
         status: jobs::status_of::<EtcdBackupStatus>(&obj),
         pods: jobs::job_pods(&ctx, BACKUP_LABEL, &obj)
             .iter()
             .map(|p| super::job_pods::observe::<SaveReport>(p))
             .collect(),
+        volume_root,
         now: k8s_openapi::jiff::Timestamp::now(),
     };
     let mut plan = backup_planner::plan(&o);
-    if let BackupStep::StartBackup { pod, target } = &plan.step {
-        let (pod, target) = (pod.clone(), target.clone());
+    if let Some(claim) = &plan.mark_root_volume {
+        // Before the pod: the mark is what runs the next pods as root.
+        jobs::mark_root_volume(&ctx, &ns, claim).await?;
+    }
+    if let BackupStep::StartBackup { pod, target, as_root } = &plan.step {
+        let (pod, target, as_root) = (pod.clone(), target.clone(), *as_root);
         let auth = match &o.spec {
             Ok(spec) => auth_secret(&ctx, &ns, spec).await,
             Err(_) => None,
         };
-        let made = backup_pod(&obj, &target, &ctx.init_image, &pod, auth.as_deref())?;
+        let made = backup_pod(&obj, &target, &ctx.init_image, &pod, auth.as_deref(), as_root)?;
         if let Err(e) = jobs::create_pod(&ctx, &made).await {
             backup_planner::start_failed(&mut plan, &pod, e.to_string());
         }
@@ -85,13 +95,21 @@ async fn auth_secret(ctx: &JobContext, ns: &str, spec: &EtcdBackupSpec) -> Optio
     policy.root_secret().map(str::to_string)
 }
 
-/// The backup pod for `target`, owned by the EtcdBackup; `auth`: the login Secret, if any.
+/// The claim a PVC destination names.
+fn pvc_of(spec: &EtcdBackupSpec) -> Option<String> {
+    let loc = super::location::Location::of(&spec.storage_type, &spec.source).ok()?;
+    (loc.kind == super::location::Kind::Pvc).then_some(loc.bucket)
+}
+
+/// The backup pod for `target`, owned by the EtcdBackup; `auth`: the login Secret, if any;
+/// `as_root`: to a PVC marked as root's.
 fn backup_pod(
     obj: &DynamicObject,
     target: &BackupTarget,
     image: &str,
     name: &str,
     auth: Option<&str>,
+    as_root: bool,
 ) -> Result<Pod, Error> {
     let backup: EtcdBackup = serde_json::from_value(serde_json::to_value(obj)?)?;
     let owner = backup.controller_owner_ref(&()).expect("EtcdBackup from the API has a name and uid");
@@ -121,6 +139,7 @@ fn backup_pod(
         source: &backup.spec.source,
         deadline_secs: target.timeout_secs + POD_START_SLACK_SECS,
         writes: true,
+        as_root,
     });
     pods::mount_client_tls(&mut pod, &backup.spec.client_tls_secret);
     if let Some(secret) = auth {

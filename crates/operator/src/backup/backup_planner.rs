@@ -10,7 +10,11 @@
 //!   its `activeDeadlineSeconds` (it counts from the start) and is given up here;
 //! - a backup is due once per spec (one-shot; failures retried 10 s doubling to 5 min) or every
 //!   `backupIntervalInSecond` after the last attempt (periodic); never two at once: one due
-//!   while another runs waits, and status says so.
+//!   while another runs waits, and status says so;
+//! - backup pods run as the non-root user; to a PVC whose files that user may not write (the
+//!   pod said `AccessDenied`), the claim is marked as root's and the backup retried at once as
+//!   root, and from then on runs as root there (`volume_owner`: the `RunsAsRoot` condition and
+//!   an Event say why, and that Pod Security `restricted` refuses such a pod).
 
 use std::time::Duration;
 
@@ -20,7 +24,8 @@ use kube::runtime::events::EventType;
 
 use super::contract::SaveReport;
 use super::job_pods::{JobPodState, PodResult};
-use super::location::Location;
+use super::location::{Kind, Location};
+use super::volume_owner::{self, Use};
 
 /// Default `backupPolicy.timeoutInSecond`, as in CoreOS.
 pub const DEFAULT_TIMEOUT_SECS: i64 = 60;
@@ -58,6 +63,8 @@ pub struct BackupObserved {
     pub status: EtcdBackupStatus,
     /// This backup's pods, oldest first.
     pub pods: Vec<JobPodState<SaveReport>>,
+    /// The destination is a PVC marked as root's (`volume_owner`): its backup pods run as root.
+    pub volume_root: bool,
     pub now: Timestamp,
 }
 
@@ -65,10 +72,12 @@ pub struct BackupObserved {
 #[derive(Clone, Debug, PartialEq)]
 pub enum BackupStep {
     Nothing,
-    /// Create the backup pod `pod` (status already says the attempt started).
+    /// Create the backup pod `pod` (status already says the attempt started); `as_root`: only
+    /// to a PVC marked as root's (or being marked now).
     StartBackup {
         pod: String,
         target: BackupTarget,
+        as_root: bool,
     },
 }
 
@@ -81,6 +90,8 @@ pub struct BackupPlan {
     pub step: BackupStep,
     /// Finished pods, deleted once `status` is written.
     pub delete_pods: Vec<String>,
+    /// Mark this PVC as root's (`volume_owner`) before the step.
+    pub mark_root_volume: Option<String>,
     /// None: wait for a change.
     pub requeue: Option<Duration>,
 }
@@ -200,6 +211,9 @@ pub fn record(st: &mut EtcdBackupStatus, result: Result<SaveReport, String>) -> 
             if !r.deleted.is_empty() {
                 note.push_str(&format!("; retention deleted {}", r.deleted.join(", ")));
             }
+            if let Some(uid) = r.uid {
+                note.push_str(&format!(" as uid {uid}"));
+            }
             if !r.warnings.is_empty() {
                 note.push_str(&format!("; warning: {}", r.warnings.join("; ")));
             }
@@ -239,12 +253,21 @@ pub fn plan(o: &BackupObserved) -> BackupPlan {
             if st != o.status {
                 events.push((EventType::Warning, "InvalidSpec", st.reason.clone()));
             }
-            return BackupPlan { status: st, events, step: BackupStep::Nothing, delete_pods: vec![], requeue: None };
+            return BackupPlan {
+                status: st,
+                events,
+                step: BackupStep::Nothing,
+                delete_pods: vec![],
+                mark_root_volume: None,
+                requeue: None,
+            };
         }
     };
 
     let mut delete_pods = Vec::new();
     let mut running: Option<&str> = None;
+    // A non-root pod just said it may not write the claim.
+    let mut denied_now = None;
     let start_limit = SignedDuration::from_secs(target.timeout_secs + 2 * POD_START_SLACK_SECS);
     for p in &o.pods {
         if o.status.recorded_pods.contains(&p.name) {
@@ -265,13 +288,32 @@ pub fn plan(o: &BackupObserved) -> BackupPlan {
             PodResult::Succeeded(r) => Ok(r.clone()),
             PodResult::Failed(why) => Err(why.clone()),
         };
+        denied_now = result.as_ref().err().and_then(|why| volume_owner::denied_to_non_root(why));
         events.push(record(&mut st, result));
         remember(&mut st, &p.name);
         delete_pods.push(p.name.clone());
     }
 
     let now = o.now;
-    let due = next_due(&target, &st, o.generation, now);
+    // Who the pods run as on a PVC: root once it is marked; marked when a non-root pod was
+    // denied it (never on a stale status: a person may have removed the mark).
+    let pvc = (target.location.kind == Kind::Pvc).then(|| target.location.bucket.clone());
+    let mut mark_root_volume = None;
+    let mut volume_root = o.volume_root && pvc.is_some();
+    let mut root_note = volume_root.then(|| volume_owner::marked_before(Use::Backup, &target.location.bucket));
+    if let (Some(pvc), Some((uid, what)), false) = (&pvc, &denied_now, volume_root) {
+        let note = volume_owner::marked_now(Use::Backup, pvc, *uid, what);
+        events.push((EventType::Warning, "BackupRunsAsRoot", note.clone()));
+        mark_root_volume = Some(pvc.clone());
+        volume_root = true;
+        root_note = Some(note);
+    }
+    volume_owner::set_condition(&mut st.conditions, root_note, mark_root_volume.is_some(), &rfc3339(now));
+    let mut due = next_due(&target, &st, o.generation, now);
+    // Denied as non-root, now root's: the next attempt at once, not after the back-off.
+    if volume_root && volume_owner::denied_to_non_root(&st.reason).is_some() && due.is_some_and(|d| d > now) {
+        due = Some(now);
+    }
     match delayed_note(running, due, now) {
         Some(note) => st.reason = note,
         None if st.reason.starts_with(DELAYED) => st.reason.clear(),
@@ -288,24 +330,25 @@ pub fn plan(o: &BackupObserved) -> BackupPlan {
             } else {
                 st.last_attempt_date = Some(rfc3339(now));
                 st.observed_generation = o.generation;
+                let as_root = if volume_root { " as root (the volume is marked as root's)" } else { "" };
                 events.push((
                     EventType::Normal,
                     "BackupStarted",
                     format!(
-                        "pod {pod} is taking a snapshot of {} to {}",
+                        "pod {pod} is taking a snapshot of {} to {}{as_root}",
                         target.endpoints.join(","),
                         target.location.url()
                     ),
                 ));
                 requeue = Duration::from_secs((target.timeout_secs + POD_START_SLACK_SECS) as u64);
-                step = BackupStep::StartBackup { pod, target: target.clone() };
+                step = BackupStep::StartBackup { pod, target: target.clone(), as_root: volume_root };
             }
         }
         Some(t) => requeue = Duration::try_from(t.duration_since(now)).unwrap_or(requeue),
         None if running.is_some() => requeue = Duration::from_secs(30),
         None => {}
     }
-    BackupPlan { status: st, events, step, delete_pods, requeue: Some(requeue) }
+    BackupPlan { status: st, events, step, delete_pods, mark_root_volume, requeue: Some(requeue) }
 }
 
 /// The backup pod of `plan` could not be created (refused by admission: a quota, a policy): a

@@ -3,6 +3,7 @@
 use super::*;
 use crate::backup::location::BackupMeta;
 use etcd_operator_api::backup::{BackupPolicy, BackupSource, S3Source};
+use etcd_operator_api::condition;
 
 fn t(s: &str) -> Timestamp {
     s.parse().unwrap()
@@ -34,6 +35,7 @@ fn observed(interval: i64) -> BackupObserved {
         spec: Ok(spec(interval, 2)),
         status: EtcdBackupStatus::default(),
         pods: vec![],
+        volume_root: false,
         now: t("2026-01-01T00:10:00Z"),
     }
 }
@@ -303,4 +305,119 @@ fn specs_are_checked_with_the_reason_named() {
     let mut o = observed(0);
     o.name = "b".repeat(64);
     assert!(plan(&o).status.reason.contains("at most 63"));
+}
+
+/// A backup `b` to `pvc://backups/ex/etcd.backup`, an attempt made at 00:09:58 (a failure
+/// would be retried at 00:10:08).
+fn to_pvc() -> BackupObserved {
+    let mut s = spec(0, 0);
+    s.storage_type = "PVC".into();
+    s.source = BackupSource {
+        pvc: Some(etcd_operator_api::backup::PvcSource { claim_name: "backups".into(), path: "ex/etcd.backup".into() }),
+        ..Default::default()
+    };
+    let mut o = BackupObserved { spec: Ok(s), ..observed(0) };
+    o.status.last_attempt_date = Some("2026-01-01T00:09:58Z".into());
+    o.status.observed_generation = 1;
+    o
+}
+
+const DENIED: &str = "access denied to uid 65532: uid 65532 (gid 65532, groups [65532]) cannot create, replace and delete files in /backup/ex (owner 0:0, mode 755)";
+
+/// The backup pod runs as non-root; denied the claim, the failure is recorded, the claim is
+/// marked as root's and the backup starts again at once (no back-off), as root; status and an
+/// Event say why and that `restricted` refuses such a pod.
+#[test]
+fn a_volume_the_non_root_user_may_not_write_is_marked_and_backed_up_again_at_once_as_root() {
+    let mut o = to_pvc();
+    o.pods = vec![failed("b-1", DENIED)];
+    let p = plan(&o);
+    assert_eq!(p.mark_root_volume.as_deref(), Some("backups"));
+    assert!(matches!(&p.step, BackupStep::StartBackup { as_root: true, .. }), "{:?}", p.step);
+    assert_eq!(reasons(&p), ["BackupFailed", "BackupRunsAsRoot", "BackupStarted"]);
+    assert_eq!(p.status.consecutive_failures, 1, "the denied attempt counts as failed");
+    let note = &p.events[1].2;
+    for want in ["volume backups is not writable by uid 65532", "mode 755", "data-owner=0", "as root", "restricted"] {
+        assert!(note.contains(want), "{want}: {note}");
+    }
+    assert!(p.events[2].2.contains("as root"), "{}", p.events[2].2);
+    let c = condition::find(&p.status.conditions, volume_owner::RUNS_AS_ROOT).expect("condition");
+    assert_eq!((c.status.as_str(), &c.message), ("True", note));
+
+    // The root attempt succeeds: the result says the user, the condition stays.
+    o.status = p.status;
+    o.volume_root = true;
+    let mut ok = succeeded("b-2", "aa");
+    if let PodResult::Succeeded(r) = &mut ok.result {
+        r.uid = Some(0);
+    }
+    o.pods = vec![ok];
+    let p = plan(&o);
+    assert_eq!((p.status.succeeded, p.status.consecutive_failures), (true, 0));
+    assert!(p.events.iter().any(|e| e.1 == "BackupSucceeded" && e.2.contains("as uid 0")), "{:?}", p.events);
+    let c = condition::find(&p.status.conditions, volume_owner::RUNS_AS_ROOT).expect("condition kept");
+    assert_eq!(c.message, *note, "the first message, which says why, stays");
+    assert_eq!(p.mark_root_volume, None, "marked once");
+}
+
+/// Pods run as root only to a PVC marked as root's; an object store's never.
+#[test]
+fn backup_pods_run_as_root_only_to_a_pvc_marked_as_roots() {
+    for (pvc, marked, as_root) in
+        [(false, false, false), (false, true, false), (true, false, false), (true, true, true)]
+    {
+        let mut o = if pvc { to_pvc() } else { observed(0) };
+        o.status = EtcdBackupStatus::default();
+        o.volume_root = marked;
+        let p = plan(&o);
+        assert!(
+            matches!(&p.step, BackupStep::StartBackup { as_root: a, .. } if *a == as_root),
+            "pvc {pvc} marked {marked}: {:?}",
+            p.step
+        );
+        let c = condition::find(&p.status.conditions, volume_owner::RUNS_AS_ROOT);
+        assert_eq!(c.is_some(), as_root, "pvc {pvc} marked {marked}");
+        if let Some(c) = c {
+            assert!(c.message.contains("volume backups is marked") && c.message.contains("restricted"), "{c:?}");
+        }
+    }
+    // The mark removed by a person: non-root again, the condition goes.
+    let mut o = to_pvc();
+    o.status.succeeded = false;
+    o.volume_root = true;
+    let st = plan(&o).status;
+    o.status = EtcdBackupStatus { last_attempt_date: None, ..st };
+    o.volume_root = false;
+    let p = plan(&o);
+    assert!(matches!(&p.step, BackupStep::StartBackup { as_root: false, .. }));
+    assert!(p.status.conditions.is_empty());
+}
+
+/// Root denied (it has no capability in the pod) is an ordinary failure; a denial in a status
+/// written before a person removed the mark marks nothing again; a denial recorded in the same
+/// second as the mark (the next pod's name is not free yet) is retried at once.
+#[test]
+fn only_a_fresh_denial_to_the_non_root_user_marks_and_skips_the_back_off() {
+    let mut o = to_pvc();
+    o.volume_root = true;
+    o.pods = vec![failed("b-1", &DENIED.replace("uid 65532:", "uid 0:"))];
+    let p = plan(&o);
+    assert_eq!((p.step.clone(), p.mark_root_volume.clone()), (BackupStep::Nothing, None), "back-off as usual");
+    assert_eq!(p.requeue, Some(Duration::from_secs(8)));
+
+    let mut o = to_pvc();
+    o.status.reason = DENIED.into();
+    o.status.consecutive_failures = 1;
+    let p = plan(&o);
+    assert_eq!((p.step.clone(), p.mark_root_volume.clone()), (BackupStep::Nothing, None), "no pod said it now");
+    o.volume_root = true;
+    assert!(matches!(plan(&o).step, BackupStep::StartBackup { as_root: true, .. }), "marked: at once");
+
+    // An object store pod never says it; if a message did, nothing is marked.
+    let mut o = observed(0);
+    o.status.last_attempt_date = Some("2026-01-01T00:09:58Z".into());
+    o.status.observed_generation = 1;
+    o.pods = vec![failed("b-1", DENIED)];
+    let p = plan(&o);
+    assert_eq!((p.step.clone(), p.mark_root_volume.clone()), (BackupStep::Nothing, None));
 }

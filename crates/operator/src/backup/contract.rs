@@ -41,15 +41,28 @@ pub const STEP_BINARY: &str = "etcd-restore-step";
 /// backup is wrong, rather than the store unreachable): [`PodError::Refused`].
 pub const REFUSED: &str = "refused: ";
 
+/// What a pod command's termination message starts with when its user may not use the files
+/// it must on a PVC ([`PodError::AccessDenied`]), followed by the uid, `: ` and what.
+pub const ACCESS_DENIED: &str = "access denied to uid ";
+
 /// How a pod command failed. Its text is the pod's termination message, which the operator reads
-/// back with [`PodError::from_message`]: a refusal is said with the [`REFUSED`] prefix, anything
-/// else as it is. The exit code is 1 either way.
+/// back with [`PodError::from_message`]: a refusal is said with the [`REFUSED`] prefix, a denied
+/// access with [`ACCESS_DENIED`] and the uid, anything else as it is. The exit code is 1 either
+/// way.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum PodError {
     /// The backup is wrong (none or no sidecar where the spec points, a checksum or size
     /// mismatch): no retry can change it.
     #[error("refused: {0}")]
     Refused(String),
+    /// The pod's user (`uid`) may not create, replace or read what it must on a PVC (`what`
+    /// names the path, its owner and mode): files or directories of another user on a volume
+    /// the kubelet does not apply the pod's `fsGroup` to (hostPath), or written as root by an
+    /// earlier operator version. Checked before anything is written (`volume_access`). Denied
+    /// to the non-root user, the operator marks the volume as root's and runs the next pod as
+    /// root; denied to root (who has no capability there), it is an ordinary failure.
+    #[error("access denied to uid {uid}: {what}")]
+    AccessDenied { uid: u32, what: String },
     /// Anything else (the store or etcd unreachable, a read cut off, a backup being replaced):
     /// another attempt may succeed.
     #[error("{0}")]
@@ -59,10 +72,16 @@ pub enum PodError {
 impl PodError {
     /// The error a termination message says (the operator's side of [`PodError`]'s `Display`).
     pub fn from_message(message: &str) -> PodError {
-        match message.strip_prefix(REFUSED) {
-            Some(why) => PodError::Refused(why.to_string()),
-            None => PodError::Transient(message.to_string()),
+        if let Some(why) = message.strip_prefix(REFUSED) {
+            return PodError::Refused(why.to_string());
         }
+        let denied = message.strip_prefix(ACCESS_DENIED).and_then(|rest| rest.split_once(": "));
+        if let Some((uid, what)) = denied
+            && let Ok(uid) = uid.parse::<u32>()
+        {
+            return PodError::AccessDenied { uid, what: what.to_string() };
+        }
+        PodError::Transient(message.to_string())
     }
 }
 
@@ -251,6 +270,9 @@ pub struct SaveReport {
     pub warnings: Vec<String>,
     /// The newest kept backups of the series (at most [`HISTORY_LIMIT`]), newest first.
     pub kept: Vec<BackupMeta>,
+    /// The user the backup was written as, on a PVC (whose files it then owns).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<u32>,
 }
 
 /// The report as JSON that fits in a termination message: history entries are dropped from
@@ -346,6 +368,32 @@ mod tests {
         assert!(matches!(PodError::from_message("pod r-verify-1 failed: DeadlineExceeded"), PodError::Transient(_)));
     }
 
+    /// A denied access reads back with the uid it was denied to (the operator marks the volume
+    /// only when that was not root) and what was denied; a message that merely looks like one
+    /// is not taken for it.
+    #[test]
+    fn an_access_denied_reads_back_with_its_uid() {
+        let denied = PodError::AccessDenied {
+            uid: 65532,
+            what: "uid 65532 (gid 65532, groups [65532]) cannot write /backup/ex: a directory (owner 0:0, mode 755)"
+                .into(),
+        };
+        assert_eq!(
+            denied.to_string(),
+            "access denied to uid 65532: uid 65532 (gid 65532, groups [65532]) cannot write /backup/ex: a directory (owner 0:0, mode 755)"
+        );
+        assert!(denied.to_string().starts_with(ACCESS_DENIED));
+        let as_root =
+            PodError::AccessDenied { uid: 0, what: "cannot read /backup/k: a file (owner 1000:1000, mode 600)".into() };
+        for e in [denied, as_root] {
+            assert_eq!(PodError::from_message(&e.to_string()), e);
+        }
+        for looks_like in ["access denied to uid x: y", "access denied to uid 12", "denied: access denied to uid 0: x"]
+        {
+            assert_eq!(PodError::from_message(looks_like), PodError::Transient(looks_like.into()), "{looks_like}");
+        }
+    }
+
     fn parse_back(a: &StorageArgs) -> StorageArgs {
         let argv = std::iter::once("cmd".to_string()).chain(a.to_args());
         Cmd::try_parse_from(argv).unwrap().storage
@@ -409,6 +457,7 @@ mod tests {
             deleted: (0..40).map(|i| format!("s3://b/{}-{i}", "old".repeat(80))).collect(),
             warnings: vec!["w".repeat(5000)],
             kept: vec![meta; HISTORY_LIMIT],
+            uid: Some(65532),
         };
         let j = report_json(r.clone());
         assert!(j.len() < TERMINATION_MESSAGE_LIMIT, "{} bytes", j.len());

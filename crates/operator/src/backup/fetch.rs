@@ -117,6 +117,7 @@ async fn stream_hash(
 /// (`verify_policy`).
 pub async fn verify(args: VerifyArgs) -> Result<BackupMeta, PodError> {
     let loc = args.storage.location()?;
+    check_readable(&loc)?;
     let (store, _) = store::open(&loc, &args.storage.credentials_dir, &args.storage.s3())?;
     let checked = check_pair(&*store, &loc).await;
     // The key and its sidecar disagree, or one is missing: a one-shot backup may be replacing
@@ -130,6 +131,16 @@ pub async fn verify(args: VerifyArgs) -> Result<BackupMeta, PodError> {
         )));
     }
     checked
+}
+
+/// On a volume: may this user read the backup at all? ([`PodError::AccessDenied`], said before
+/// anything is read.)
+fn check_readable(loc: &location::Location) -> Result<(), PodError> {
+    if loc.kind != location::Kind::Pvc {
+        return Ok(());
+    }
+    let who = crate::member_volume::Credentials::of_this_process()?;
+    super::volume_access::check_read(FsPath::new(store::PVC_MOUNT), &loc.key, &who)
 }
 
 /// The backup at `loc` and its sidecar, checked against each other.
@@ -192,6 +203,7 @@ pub async fn prepare(args: PrepareArgs) -> Result<String, PodError> {
         return Ok(kept);
     }
     let loc = args.storage.location()?;
+    check_readable(&loc)?;
     let (store, _) = store::open(&loc, &args.storage.credentials_dir, &args.storage.s3())?;
     // The backup the restore was verified against: at the key, or (a one-shot backup being
     // written over it right now) kept aside.

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event, EventType, Reporter};
@@ -127,6 +127,25 @@ pub async fn create_pod(ctx: &JobContext, pod: &Pod) -> Result<(), Error> {
         Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
         Err(e) => Err(e.into()),
     }
+}
+
+/// Whether the claim `name` is marked as root's (`volume_owner`: its job pods run as root); a
+/// claim that does not exist is not (its pods wait for it, as non-root).
+pub async fn volume_marked_root(ctx: &JobContext, namespace: &str, name: &str) -> Result<bool, Error> {
+    let api: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), namespace);
+    let pvc = api.get_metadata_opt(name).await?;
+    Ok(super::volume_owner::marked_root(pvc.as_ref().and_then(|p| p.metadata.annotations.as_ref())))
+}
+
+/// Mark the claim `name` as root's, with the member volumes' mark (`volume_owner`).
+pub async fn mark_root_volume(ctx: &JobContext, namespace: &str, name: &str) -> Result<(), Error> {
+    let patch = serde_json::json!({"metadata": {"annotations": {
+        crate::naming::DATA_OWNER_ANNOTATION: crate::naming::ROOT_DATA_OWNER,
+    }}});
+    Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), namespace)
+        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    Ok(())
 }
 
 /// The common end of a job reconcile, in the order that loses nothing: the new status (only when

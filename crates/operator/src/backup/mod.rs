@@ -8,6 +8,7 @@
 //! - [`location`]: where a backup lives, periodic names, retention.
 //! - [`backup_planner`] / [`restore_planner`]: the decisions of the two controllers.
 //! - [`verify_policy`]: when a failed verify pod is retried and with how much time.
+//! - [`volume_owner`]: who job pods run as on a PVC; the root mark and what it says.
 //! - [`job_pods`]: what a job pod in the cache says.
 //! - [`pods`], [`restore_init`]: builders of job pods and of a restored member's init containers.
 //!
@@ -16,8 +17,9 @@
 //!   [`restore_controller`]: observe and execute.
 //! - Pod commands: [`save`] (`backup-save`, with [`one_shot`]), [`fetch`] (`backup-verify`,
 //!   `restore-prepare`, `restore-finish`, `seed-from-member`); [`store`] opens a location,
-//!   [`pod_secrets`] reads the etcd login and client certificate mounted into the pod. They fail
-//!   with [`contract::PodError`]: refused (final) or transient.
+//!   [`pod_secrets`] reads the etcd login and client certificate mounted into the pod;
+//!   [`volume_access`] checks up front that the pod's user may use a PVC location. They fail
+//!   with [`contract::PodError`]: refused (final), access denied (on a PVC), or transient.
 
 pub mod backup_controller;
 pub mod backup_planner;
@@ -35,3 +37,5 @@ pub mod restore_planner;
 pub mod save;
 pub mod store;
 pub mod verify_policy;
+pub mod volume_access;
+pub mod volume_owner;

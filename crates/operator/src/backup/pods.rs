@@ -120,15 +120,36 @@ pub struct JobPod<'a> {
     pub deadline_secs: i64,
     /// The volume is written (backup) rather than read (verify).
     pub writes: bool,
+    /// Run as root: only to a PVC marked as root's (`volume_owner`; the planners decide).
+    pub as_root: bool,
 }
 
 /// A pod that runs one operator command to completion and reports through its termination
-/// message. It runs as a non-root user, except on a PVC destination: the volume's owner is
-/// unknown (hostPath-provisioned directories are root's), so it runs as root there, still
-/// with every capability dropped and a read-only root filesystem.
+/// message. It passes Pod Security `restricted`: the non-root user [`NONROOT`] (as member
+/// pods), seccomp `RuntimeDefault`, every capability dropped, a read-only root filesystem. On a
+/// PVC the pod's `fsGroup` is the same id, so that the kubelet makes the volume group-writable
+/// (most volume types; `OnRootMismatch`: a volume already the group's is not walked again).
+/// Only on a PVC marked as root's (`as_root`) does it run as root, still without capabilities.
 pub fn job_pod(j: JobPod) -> Pod {
     let (volumes, mounts) = storage_volumes(j.loc, j.source, !j.writes, false);
-    let user = if j.loc.kind == Kind::Pvc { 0 } else { NONROOT };
+    let as_root = j.as_root && j.loc.kind == Kind::Pvc;
+    let user = if as_root { 0 } else { NONROOT };
+    let on_volume = (j.loc.kind == Kind::Pvc && !as_root).then_some(NONROOT);
+    let seccomp =
+        Some(k8s_openapi::api::core::v1::SeccompProfile { type_: "RuntimeDefault".into(), ..Default::default() });
+    let pod_security = if as_root {
+        PodSecurityContext { seccomp_profile: seccomp, ..Default::default() }
+    } else {
+        PodSecurityContext {
+            run_as_non_root: Some(true),
+            run_as_user: Some(NONROOT),
+            run_as_group: Some(NONROOT),
+            fs_group: on_volume,
+            fs_group_change_policy: on_volume.map(|_| "OnRootMismatch".into()),
+            seccomp_profile: seccomp,
+            ..Default::default()
+        }
+    };
     Pod {
         metadata: ObjectMeta {
             name: Some(j.name),
@@ -142,13 +163,7 @@ pub fn job_pod(j: JobPod) -> Pod {
             active_deadline_seconds: Some(j.deadline_secs),
             automount_service_account_token: Some(false),
             enable_service_links: Some(false),
-            security_context: Some(PodSecurityContext {
-                seccomp_profile: Some(k8s_openapi::api::core::v1::SeccompProfile {
-                    type_: "RuntimeDefault".into(),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            }),
+            security_context: Some(pod_security),
             containers: vec![Container {
                 name: "backup".into(),
                 image: Some(j.image.into()),
@@ -280,6 +295,7 @@ mod tests {
             source: &source,
             deadline_secs: 60,
             writes: true,
+            as_root: false,
         });
         let r = p.spec.unwrap().containers[0].resources.clone().expect("resources");
         let requests = r.requests.unwrap();
@@ -289,49 +305,49 @@ mod tests {
         assert!(limit >= 4 * (16 << 20) * 2, "memory limit {limit} too tight for the upload");
     }
 
-    /// Backup and verify pods to an object store pass the Pod Security Standard `restricted`,
-    /// with a clientTLSSecret too. To a PVC they run as root (the claim's owner is unknown), which
-    /// `restricted` refuses: said here so that nobody believes otherwise.
-    #[test]
-    fn object_store_job_pods_pass_restricted_and_pvc_ones_do_not() {
-        let (loc, source) = s3();
-        for writes in [true, false] {
-            let mut p = job_pod(JobPod {
-                name: "b-1".into(),
-                namespace: "ns".into(),
-                labels: BTreeMap::new(),
-                owner: OwnerReference::default(),
-                image: "op:1",
-                command: vec!["etcd-operator".into()],
-                loc: &loc,
-                source: &source,
-                deadline_secs: 60,
-                writes,
-            });
-            let v = crate::pod_security::restricted::violations(p.spec.as_ref().unwrap());
-            assert!(v.is_empty(), "{v:?}");
-            mount_client_tls(&mut p, "op-tls");
-            let spec = p.spec.unwrap();
-            assert!(crate::pod_security::restricted::violations(&spec).is_empty());
-            assert_eq!(spec.security_context.unwrap().fs_group, Some(NONROOT), "reads the 0440 Secret");
-        }
+    fn pvc() -> (Location, BackupSource) {
         let source = BackupSource {
             pvc: Some(PvcSource { claim_name: "backups".into(), path: "e.db".into() }),
             ..Default::default()
         };
-        let loc = Location::of("PVC", &source).unwrap();
-        let p = job_pod(JobPod {
+        (Location::of("PVC", &source).unwrap(), source)
+    }
+
+    fn pod_to(loc: &Location, source: &BackupSource, writes: bool, as_root: bool) -> Pod {
+        job_pod(JobPod {
             name: "b-1".into(),
             namespace: "ns".into(),
             labels: BTreeMap::new(),
             owner: OwnerReference::default(),
             image: "op:1",
             command: vec!["etcd-operator".into()],
-            loc: &loc,
-            source: &source,
+            loc,
+            source,
             deadline_secs: 60,
-            writes: true,
-        });
+            writes,
+            as_root,
+        })
+    }
+
+    /// Backup and verify pods pass the Pod Security Standard `restricted`, to an object store
+    /// (with a clientTLSSecret too) and to a PVC; only a pod to a PVC marked as root's does not,
+    /// which `volume_owner` says in status.
+    #[test]
+    fn job_pods_pass_restricted_except_on_a_volume_marked_as_roots() {
+        for (loc, source) in [s3(), pvc()] {
+            for writes in [true, false] {
+                // `as_root` is only for a PVC: an object store pod ignores it.
+                let mut p = pod_to(&loc, &source, writes, loc.kind != Kind::Pvc);
+                let v = crate::pod_security::restricted::violations(p.spec.as_ref().unwrap());
+                assert!(v.is_empty(), "{:?} {writes}: {v:?}", loc.kind);
+                mount_client_tls(&mut p, "op-tls");
+                let spec = p.spec.unwrap();
+                assert!(crate::pod_security::restricted::violations(&spec).is_empty());
+                assert_eq!(spec.security_context.unwrap().fs_group, Some(NONROOT), "reads the 0440 Secret");
+            }
+        }
+        let (loc, source) = pvc();
+        let p = pod_to(&loc, &source, true, true);
         let v = crate::pod_security::restricted::violations(p.spec.as_ref().unwrap());
         assert!(v.iter().any(|v| v.starts_with("Running as Non-root")), "{v:?}");
     }
@@ -354,6 +370,7 @@ mod tests {
             source: &source,
             deadline_secs: 60,
             writes: true,
+            as_root: false,
         });
         mount_auth(&mut p, "ex-etcd-root");
         let spec = p.spec.unwrap();
@@ -376,32 +393,42 @@ mod tests {
         assert!(e.contains("64 characters") && e.contains("at most 63"), "{e}");
     }
 
+    /// On a PVC: the non-root user with the pod's fsGroup (the kubelet makes the volume the
+    /// group's, walking it only when its root is not yet), never root unless the claim is
+    /// marked; as root still without capabilities and with a read-only root filesystem.
     #[test]
-    fn pvc_job_pods_mount_the_claim_and_run_as_root_without_capabilities() {
-        let source = BackupSource {
-            pvc: Some(PvcSource { claim_name: "backups".into(), path: "e.db".into() }),
-            ..Default::default()
-        };
-        let loc = Location::of("PVC", &source).unwrap();
-        let p = job_pod(JobPod {
-            name: "b-1".into(),
-            namespace: "ns".into(),
-            labels: BTreeMap::new(),
-            owner: OwnerReference::default(),
-            image: "op:1",
-            command: vec!["etcd-operator".into()],
-            loc: &loc,
-            source: &source,
-            deadline_secs: 90,
-            writes: true,
-        });
-        let spec = p.spec.unwrap();
+    fn pvc_job_pods_run_as_non_root_with_fs_group_and_as_root_only_when_marked() {
+        let (loc, source) = pvc();
+        let spec = pod_to(&loc, &source, true, false).spec.unwrap();
         assert_eq!(spec.restart_policy.as_deref(), Some("Never"));
         let vol = spec.volumes.unwrap()[0].persistent_volume_claim.clone().unwrap();
         assert_eq!((vol.claim_name.as_str(), vol.read_only), ("backups", Some(false)));
+        let pod = spec.security_context.unwrap();
+        assert_eq!(
+            (pod.run_as_user, pod.run_as_group, pod.run_as_non_root),
+            (Some(NONROOT), Some(NONROOT), Some(true))
+        );
+        assert_eq!((pod.fs_group, pod.fs_group_change_policy.as_deref()), (Some(NONROOT), Some("OnRootMismatch")));
+        assert_eq!(pod.seccomp_profile.unwrap().type_, "RuntimeDefault");
         let sc = spec.containers[0].security_context.clone().unwrap();
-        assert_eq!(sc.run_as_user, Some(0));
+        assert_eq!((sc.run_as_user, sc.run_as_non_root), (Some(NONROOT), Some(true)));
+        assert_eq!(sc.capabilities.unwrap().drop.unwrap(), ["ALL"]);
+        assert_eq!((sc.read_only_root_filesystem, sc.allow_privilege_escalation), (Some(true), Some(false)));
+        // The verify pod mounts the claim read-only, as the same user.
+        let spec = pod_to(&loc, &source, false, false).spec.unwrap();
+        assert_eq!(spec.volumes.unwrap()[0].persistent_volume_claim.as_ref().unwrap().read_only, Some(true));
+        assert_eq!(spec.security_context.unwrap().fs_group, Some(NONROOT));
+
+        let spec = pod_to(&loc, &source, true, true).spec.unwrap();
+        let pod = spec.security_context.unwrap();
+        assert_eq!((pod.run_as_user, pod.fs_group, pod.run_as_non_root), (None, None, None), "{pod:?}");
+        let sc = spec.containers[0].security_context.clone().unwrap();
+        assert_eq!((sc.run_as_user, sc.run_as_non_root), (Some(0), Some(false)));
         assert_eq!(sc.capabilities.unwrap().drop.unwrap(), ["ALL"]);
         assert_eq!(sc.read_only_root_filesystem, Some(true));
+        // Object stores have no fsGroup to apply (their Secrets' mounts add it).
+        let (loc, source) = s3();
+        let pod = pod_to(&loc, &source, true, false).spec.unwrap().security_context.unwrap();
+        assert_eq!((pod.run_as_user, pod.fs_group), (Some(NONROOT), None));
     }
 }

@@ -82,6 +82,15 @@ async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<JobContext>) -> Result<Acti
     let status = jobs::status_of::<EtcdRestoreStatus>(&obj);
     let generation = obj.metadata.generation.unwrap_or_default();
     let backup_size = backup_size(&ctx, &ns, &spec, &status, generation).await;
+    let claim = spec
+        .as_ref()
+        .ok()
+        .and_then(|s| Location::of(&s.backup_storage_type, &s.source).ok())
+        .filter(|l| l.kind == super::location::Kind::Pvc);
+    let volume_root = match claim {
+        Some(l) => jobs::volume_marked_root(&ctx, &ns, &l.bucket).await?,
+        None => false,
+    };
     let o = RestoreObserved {
         name: obj.name_any(),
         namespace: ns.clone(),
@@ -96,13 +105,19 @@ async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<JobContext>) -> Result<Acti
             .map(|p| super::job_pods::observe::<BackupMeta>(p))
             .collect(),
         backup_size,
+        volume_root,
         now: k8s_openapi::jiff::Timestamp::now(),
     };
     let plan = restore_planner::plan(&o);
+    if let Some(claim) = &plan.mark_root_volume {
+        // Before the pod: the mark is what runs the next pods (and the restored member) as root.
+        jobs::mark_root_volume(&ctx, &ns, claim).await?;
+    }
     match &plan.step {
         RestoreStep::Nothing => {}
-        RestoreStep::StartVerify { pod, deadline_secs, target, .. } => {
-            jobs::create_pod(&ctx, &verify_pod(&obj, target, &ctx.init_image, pod, *deadline_secs)?).await?;
+        RestoreStep::StartVerify { pod, deadline_secs, target, as_root, .. } => {
+            let made = verify_pod(&obj, target, &ctx.init_image, pod, *deadline_secs, *as_root)?;
+            jobs::create_pod(&ctx, &made).await?;
         }
         RestoreStep::CreateCluster(cluster) => {
             let api: Api<EtcdCluster> = Api::namespaced(ctx.client.clone(), &ns);
@@ -125,6 +140,7 @@ fn verify_pod(
     image: &str,
     name: &str,
     deadline_secs: i64,
+    as_root: bool,
 ) -> Result<k8s_openapi::api::core::v1::Pod, Error> {
     let restore: EtcdRestore = serde_json::from_value(serde_json::to_value(obj)?)?;
     let owner = restore.controller_owner_ref(&()).expect("EtcdRestore from the API has a name and uid");
@@ -141,6 +157,7 @@ fn verify_pod(
         source: &restore.spec.source,
         deadline_secs,
         writes: false,
+        as_root,
     }))
 }
 

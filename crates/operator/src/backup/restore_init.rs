@@ -12,8 +12,11 @@
 //! Each is idempotent (the kubelet re-runs only a failed init container; a new pod sandbox
 //! re-runs all three): on a member that already has data, nothing is fetched, restored or moved.
 //! They run as the etcd container's user (`pod_security`: the default non-root user, root for
-//! a member whose volume holds root's data, or as the user's securityContext says) so that etcd
-//! owns its files.
+//! a member whose volume holds root's data or that restores from a backup claim marked as
+//! root's (`volume_owner`), or as the user's securityContext says) so that etcd owns its files.
+//! `restore-fetch` checks first that this user may read the backup on a claim
+//! (`volume_access`); the verify pod, made as the same user, checked it before the cluster was
+//! created.
 
 use etcd_operator_api::backup::BackupSource;
 use k8s_openapi::api::core::v1::{Container, EnvVar, Volume, VolumeMount};

@@ -9,6 +9,10 @@
 //!   sidecar: a verify pod checks it first; a verify that failed for another reason (the store
 //!   unreachable, the pod out of time) is retried (`verify_policy`);
 //! - only the verify pods of the current spec generation count; others are removed;
+//! - verify pods run as the non-root user; from a PVC whose files that user may not read (the
+//!   pod said `AccessDenied`), the claim is marked as root's and the next attempt starts at
+//!   once, as root (`volume_owner`); the restored member that reads the claim then runs as
+//!   root too (the EtcdCluster planner reads the mark);
 //! - the cluster's etcd is never older than the one that took the backup, nor more than one minor
 //!   version newer (the upgrade rule);
 //! - done (or refused) for a spec generation is final until the spec changes.
@@ -23,8 +27,9 @@ use k8s_openapi::jiff::Timestamp;
 use kube::runtime::events::EventType;
 
 use super::job_pods::{JobPodState, PodResult};
-use super::location::{BackupMeta, Location};
+use super::location::{BackupMeta, Kind, Location};
 use super::verify_policy::{self, AfterFailure};
+use super::volume_owner::{self, Use};
 use crate::version::Version;
 
 /// Annotation on an EtcdCluster created by a restore: the EtcdRestore's UID.
@@ -77,6 +82,8 @@ pub struct RestoreObserved {
     /// The backup's size as an EtcdBackup's status records it (`verify_policy::recorded_size`),
     /// for the verify pod's time limit; None: no EtcdBackup says.
     pub backup_size: Option<i64>,
+    /// The source is a PVC marked as root's (`volume_owner`): its verify pods run as root.
+    pub volume_root: bool,
     pub now: Timestamp,
 }
 
@@ -84,12 +91,14 @@ pub struct RestoreObserved {
 pub enum RestoreStep {
     Nothing,
     /// Create verify pod `pod`, attempt `attempt`, with this time limit (it grows per attempt
-    /// and with the backup's size).
+    /// and with the backup's size); `as_root`: only from a PVC marked as root's (or being
+    /// marked now).
     StartVerify {
         pod: String,
         attempt: u32,
         deadline_secs: i64,
         target: RestoreTarget,
+        as_root: bool,
     },
     /// Create this EtcdCluster: every bootstrap member starts from the verified backup.
     CreateCluster(Box<EtcdCluster>),
@@ -100,9 +109,9 @@ impl PartialEq for RestoreStep {
         match (self, other) {
             (RestoreStep::Nothing, RestoreStep::Nothing) => true,
             (
-                RestoreStep::StartVerify { pod: a, attempt: x, deadline_secs: d, target: t },
-                RestoreStep::StartVerify { pod: b, attempt: y, deadline_secs: e, target: u },
-            ) => (a, x, d, t) == (b, y, e, u),
+                RestoreStep::StartVerify { pod: a, attempt: x, deadline_secs: d, target: t, as_root: r },
+                RestoreStep::StartVerify { pod: b, attempt: y, deadline_secs: e, target: u, as_root: q },
+            ) => (a, x, d, t, r) == (b, y, e, u, q),
             // EtcdCluster has no PartialEq: compared as the objects the API would get.
             (RestoreStep::CreateCluster(a), RestoreStep::CreateCluster(b)) => {
                 serde_json::to_value(a).ok() == serde_json::to_value(b).ok()
@@ -121,6 +130,8 @@ pub struct RestorePlan {
     pub step: RestoreStep,
     /// Verify pods to delete once `status` is written.
     pub delete_pods: Vec<String>,
+    /// Mark this PVC as root's (`volume_owner`) before the step.
+    pub mark_root_volume: Option<String>,
     /// None: wait for a change.
     pub requeue: Option<Duration>,
 }
@@ -193,7 +204,7 @@ fn fail(
     st.phase = PHASE_FAILED.into();
     st.reason = why;
     let events = if st != o.status { vec![(EventType::Warning, reason, st.reason.clone())] } else { vec![] };
-    RestorePlan { status: st, events, step: RestoreStep::Nothing, delete_pods, requeue: None }
+    RestorePlan { status: st, events, step: RestoreStep::Nothing, delete_pods, mark_root_volume: None, requeue: None }
 }
 
 pub fn plan(o: &RestoreObserved) -> RestorePlan {
@@ -203,6 +214,7 @@ pub fn plan(o: &RestoreObserved) -> RestorePlan {
         events: vec![],
         step: RestoreStep::Nothing,
         delete_pods: vec![],
+        mark_root_volume: None,
         requeue: None,
     };
     if (prev.succeeded || prev.phase == PHASE_FAILED) && prev.observed_generation == o.generation {
@@ -225,6 +237,11 @@ pub fn plan(o: &RestoreObserved) -> RestorePlan {
     let mut step = RestoreStep::Nothing;
     let mut delete_pods = Vec::new();
     let mut requeue = Duration::from_secs(2);
+    // Who verify pods run as on a PVC: root once it is marked (`volume_owner`).
+    let pvc = (target.location.kind == Kind::Pvc).then(|| target.location.bucket.clone());
+    let mut mark_root_volume = None;
+    let mut volume_root = o.volume_root && pvc.is_some();
+    let mut root_note = volume_root.then(|| volume_owner::marked_before(Use::Restore, &target.location.bucket));
     match &o.cluster {
         Some(c) if c.restored_by.as_deref() == Some(o.uid.as_str()) => {
             // Ours: done when every member is a ready voter.
@@ -292,14 +309,37 @@ pub fn plan(o: &RestoreObserved) -> RestorePlan {
                         format!("pod {pod} is checking {}", target.location.url()),
                     ));
                     let deadline_secs = verify_policy::deadline_secs(0, o.backup_size);
-                    step = RestoreStep::StartVerify { pod, attempt: 0, deadline_secs, target: target.clone() };
+                    step = RestoreStep::StartVerify {
+                        pod,
+                        attempt: 0,
+                        deadline_secs,
+                        target: target.clone(),
+                        as_root: volume_root,
+                    };
                 }
                 Some(p) => match &p.result {
                     PodResult::Running => st.phase = PHASE_VERIFYING.into(),
                     PodResult::Failed(why) => {
                         let attempt = attempt_of(p).unwrap_or(0);
                         let since = p.finished.map(|f| o.now.duration_since(f).as_secs().max(0)).unwrap_or(0);
-                        match verify_policy::after_failure(attempt, why, since) {
+                        let mut after = verify_policy::after_failure(attempt, why, since);
+                        // Denied to the non-root user: the claim becomes root's and the next
+                        // attempt, as root, starts at once (a pod is removed with this plan, so
+                        // a denial is acted on once).
+                        let denied = pvc.as_ref().zip(volume_owner::denied_to_non_root(why));
+                        if let (Some((claim, (uid, what))), AfterFailure::Retry { attempt: next, .. }) =
+                            (denied, &after)
+                        {
+                            after = AfterFailure::Retry { attempt: *next, wait_secs: 0 };
+                            if !volume_root {
+                                let note = volume_owner::marked_now(Use::Restore, claim, uid, &what);
+                                events.push((EventType::Warning, "VerifyRunsAsRoot", note.clone()));
+                                mark_root_volume = Some(claim.clone());
+                                volume_root = true;
+                                root_note = Some(note);
+                            }
+                        }
+                        match after {
                             AfterFailure::Refuse(why) => {
                                 delete_pods.push(p.name.clone());
                                 let why = format!("backup refused, nothing created: {why}");
@@ -339,6 +379,7 @@ pub fn plan(o: &RestoreObserved) -> RestorePlan {
                                     attempt: next,
                                     deadline_secs,
                                     target: target.clone(),
+                                    as_root: volume_root,
                                 };
                             }
                         }
@@ -389,8 +430,14 @@ pub fn plan(o: &RestoreObserved) -> RestorePlan {
             }
         }
     }
+    volume_owner::set_condition(
+        &mut st.conditions,
+        root_note,
+        mark_root_volume.is_some(),
+        &super::backup_planner::rfc3339(o.now),
+    );
     let requeue = (!st.succeeded && st.phase != PHASE_FAILED).then_some(requeue);
-    RestorePlan { status: st, events, step, delete_pods, requeue }
+    RestorePlan { status: st, events, step, delete_pods, mark_root_volume, requeue }
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! Table tests of the EtcdRestore planner, one decision each.
 
 use super::*;
+use crate::backup::volume_owner;
 use etcd_operator_api::backup::{BackupSource, S3Source};
 use etcd_operator_api::restore::EtcdClusterRef;
 
@@ -87,6 +88,7 @@ fn observed() -> RestoreObserved {
         cluster: None,
         pods: vec![],
         backup_size: None,
+        volume_root: false,
         now: t("2026-01-01T00:10:00Z"),
     }
 }
@@ -276,4 +278,68 @@ fn an_invalid_restore_changes_nothing_and_says_why() {
     assert_eq!(plan(&o).step, RestoreStep::Nothing, "refused for this generation until the spec changes");
     o.generation = 2;
     assert!(matches!(plan(&o).step, RestoreStep::StartVerify { .. }), "a new spec starts over");
+}
+
+/// Restore `r` of `pvc://backups/ex/etcd.backup`.
+fn from_pvc() -> RestoreObserved {
+    let mut s = spec(None);
+    s.backup_storage_type = "PVC".into();
+    s.source = BackupSource {
+        pvc: Some(etcd_operator_api::backup::PvcSource { claim_name: "backups".into(), path: "ex/etcd.backup".into() }),
+        ..Default::default()
+    };
+    RestoreObserved { spec: Ok(s), ..observed() }
+}
+
+const DENIED: &str = "access denied to uid 65532: uid 65532 (gid 65532, groups [65532]) cannot read /backup/ex/etcd.backup (owner 0:0, mode 600)";
+
+/// The verify pod runs as non-root; denied the claim, the claim is marked as root's (which also
+/// runs the restored member that reads it as root) and the next attempt starts at once, as root.
+#[test]
+fn a_backup_volume_the_non_root_user_may_not_read_is_marked_and_verified_again_at_once_as_root() {
+    let o = from_pvc();
+    assert!(matches!(plan(&o).step, RestoreStep::StartVerify { as_root: false, .. }), "non-root first");
+    let mut o = from_pvc();
+    o.pods = vec![verify_pod("r-verify-1", PodResult::Failed(DENIED.into()), Some("2026-01-01T00:09:59Z"))];
+    let p = plan(&o);
+    assert_eq!(p.mark_root_volume.as_deref(), Some("backups"));
+    assert!(
+        matches!(&p.step, RestoreStep::StartVerify { pod, attempt: 1, as_root: true, .. } if pod == "r-verify-1-1"),
+        "at once, no pause: {:?}",
+        p.step
+    );
+    assert_eq!(p.delete_pods, ["r-verify-1"]);
+    assert_eq!(reasons(&p), ["VerifyRunsAsRoot"]);
+    let note = &p.events[0].2;
+    assert!(note.contains("volume backups is not readable by uid 65532") && note.contains("mode 600"), "{note}");
+    assert!(note.contains("restored member") && note.contains("restricted"), "{note}");
+    let c = etcd_operator_api::condition::find(&p.status.conditions, volume_owner::RUNS_AS_ROOT).expect("condition");
+    assert_eq!((c.status.as_str(), &c.message), ("True", note));
+    // Marked (this attempt or an earlier object's): every verify pod runs as root, the
+    // condition says why.
+    let mut o = from_pvc();
+    o.volume_root = true;
+    let p = plan(&o);
+    assert!(matches!(p.step, RestoreStep::StartVerify { as_root: true, .. }), "{:?}", p.step);
+    assert_eq!(p.mark_root_volume, None);
+    let c = etcd_operator_api::condition::find(&p.status.conditions, volume_owner::RUNS_AS_ROOT).expect("condition");
+    assert!(c.message.contains("is marked") && c.message.contains("restricted"), "{}", c.message);
+}
+
+/// Root denied (it has no capability in the pod), or another location: nothing to mark, the
+/// ordinary retry policy.
+#[test]
+fn a_denial_to_root_or_to_an_object_store_pod_marks_nothing() {
+    let mut o = from_pvc();
+    o.volume_root = true;
+    let as_root = DENIED.replace("uid 65532:", "uid 0:");
+    o.pods = vec![verify_pod("r-verify-1-1", PodResult::Failed(as_root), Some("2026-01-01T00:09:59Z"))];
+    let p = plan(&o);
+    assert_eq!((p.step.clone(), p.mark_root_volume.clone()), (RestoreStep::Nothing, None), "paused as usual");
+    assert_eq!(reasons(&p), ["VerifyRetrying"]);
+    let mut o = observed();
+    o.pods = vec![verify_pod("r-verify-1", PodResult::Failed(DENIED.into()), Some("2026-01-01T00:09:59Z"))];
+    let p = plan(&o);
+    assert_eq!((p.step.clone(), p.mark_root_volume.clone()), (RestoreStep::Nothing, None));
+    assert!(p.status.conditions.is_empty());
 }

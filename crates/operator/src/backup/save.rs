@@ -109,6 +109,15 @@ async fn pick_member(
 
 async fn save(args: &SaveArgs) -> Result<SaveReport, PodError> {
     let base = args.storage.location()?;
+    // On a volume: may this user write there at all? Said before anything is written.
+    let uid = match base.kind {
+        location::Kind::Pvc => {
+            let who = crate::member_volume::Credentials::of_this_process()?;
+            super::volume_access::check_write(std::path::Path::new(store::PVC_MOUNT), &base.key, !args.periodic, &who)?;
+            Some(who.uid)
+        }
+        _ => None,
+    };
     let (store, _) = store::open(&base, &args.storage.credentials_dir, &args.storage.s3())?;
     let mut warnings = Vec::new();
     // A one-shot backup replaces the one at its key: what is there now (`one_shot`).
@@ -204,7 +213,7 @@ async fn save(args: &SaveArgs) -> Result<SaveReport, PodError> {
         }
     }
 
-    let mut report = SaveReport { backup: meta.clone(), transfer_seconds, warnings, ..Default::default() };
+    let mut report = SaveReport { backup: meta.clone(), transfer_seconds, warnings, uid, ..Default::default() };
     if args.periodic {
         retention(&*store, args, &base, &key, &meta, &mut report).await;
     } else {

@@ -22,10 +22,30 @@ pub(super) async fn newest_backup(client: &kube::Client, namespace: &str, name: 
         .and_then(|(_, rest)| rest.split_once('/'))
         .ok_or_else(|| format!("backup path {path:?} is not <scheme>://<bucket>/<key>"))?;
     let location = crate::backup::location::Location { bucket: bucket.to_string(), ..base.with_key(key.to_string()) };
+    let root_volume = volume_marked_root(client, namespace, &location).await.map_err(|e| format!("its {e}"))?;
     Ok(BackupPoint {
-        restore: crate::validation::Restore { location, source: b.spec.source.clone(), sha256 },
+        restore: crate::validation::Restore { location, source: b.spec.source.clone(), sha256, root_volume },
         revision,
     })
+}
+
+/// Whether a backup `location` is a PVC marked as root's (`backup::volume_owner`): the member
+/// that restores from it runs as root. Not a PVC, or no such claim: false.
+pub(super) async fn volume_marked_root(
+    client: &kube::Client,
+    namespace: &str,
+    location: &crate::backup::location::Location,
+) -> Result<bool, String> {
+    if location.kind != crate::backup::location::Kind::Pvc {
+        return Ok(false);
+    }
+    let api: kube::Api<k8s_openapi::api::core::v1::PersistentVolumeClaim> =
+        kube::Api::namespaced(client.clone(), namespace);
+    let pvc = api
+        .get_metadata_opt(&location.bucket)
+        .await
+        .map_err(|e| format!("backup volume {} cannot be read: {e}", location.bucket))?;
+    Ok(crate::backup::volume_owner::marked_root(pvc.as_ref().and_then(|p| p.metadata.annotations.as_ref())))
 }
 
 /// A backup pod of this cluster that runs now (an API read, not the watch caches: backup pods

@@ -152,6 +152,18 @@ pub async fn observe(
         }
         Err(_) => Default::default(),
     };
+    // A restore from a PVC marked as root's: its member runs as root. Asked until the cluster
+    // forms (no member is restored after); a claim that cannot be read holds the bootstrap.
+    let mut desired = desired;
+    if !formed
+        && let Ok(d) = desired.as_mut()
+        && let Some(r) = d.restore.as_mut()
+    {
+        match backups::volume_marked_root(client, &namespace, &r.location).await {
+            Ok(root) => r.root_volume = root,
+            Err(e) => desired = Err(vec![format!("spec.restore: {e}")]),
+        }
+    }
     // One scheme for every member: the one every member serves (`tls::transition::stage`).
     let operator_https = desired.as_ref().is_ok_and(|d| d.tls_stage.operator_https);
     let scheme = crate::tls::scheme(operator_https);

@@ -6,6 +6,7 @@ use kube::ResourceExt;
 
 use crate::naming::{self, BOOTSTRAP_ANNOTATION, VERSION_ANNOTATION, VERSION_CHANGED_ANNOTATION};
 use crate::observed::PodState;
+use crate::pod_spec::DATA_VOLUME;
 
 /// Waiting reasons that mean the container will not run without a change.
 const STUCK_REASONS: &[&str] = &[
@@ -105,11 +106,7 @@ pub fn pod_state(p: &Pod, now: k8s_openapi::jiff::Timestamp) -> PodState {
             .get(naming::DRAINED_AT_ANNOTATION)
             .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok())
             .map(|t| (now.as_second() - t.as_second()).max(0)),
-        uses_pvc: p
-            .spec
-            .as_ref()
-            .and_then(|s| s.volumes.as_ref())
-            .is_some_and(|vs| vs.iter().any(|v| v.persistent_volume_claim.is_some())),
+        uses_pvc: uses_pvc(p),
         tls: crate::tls::transition::PodTls::of(
             etcd_container.and_then(|c| c.command.as_deref()).unwrap_or_default(),
             p.spec.as_ref().and_then(|s| s.volumes.as_deref()).unwrap_or_default(),
@@ -132,9 +129,41 @@ fn unschedulable(p: &Pod, now: k8s_openapi::jiff::Timestamp) -> Option<(String, 
     })
 }
 
+/// The member's data is on a claim (its data volume is one; a restored member also mounts the
+/// backup's claim, which is not its data).
+fn uses_pvc(p: &Pod) -> bool {
+    let volumes = p.spec.as_ref().and_then(|s| s.volumes.as_ref());
+    volumes.is_some_and(|vs| vs.iter().any(|v| v.name == DATA_VOLUME && v.persistent_volume_claim.is_some()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A member restored from a PVC backup mounts the backup's claim beside its emptyDir: still
+    /// an emptyDir member (replaced, not restarted on a volume, by a rollout; it used to stall
+    /// every rollout of such a cluster).
+    #[test]
+    fn only_the_data_volume_makes_a_pvc_member() {
+        use k8s_openapi::api::core::v1::{EmptyDirVolumeSource, PersistentVolumeClaimVolumeSource, PodSpec, Volume};
+        let claim = |name: &str, claim: &str| Volume {
+            name: name.into(),
+            persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                claim_name: claim.into(),
+                read_only: None,
+            }),
+            ..Default::default()
+        };
+        let empty =
+            Volume { name: DATA_VOLUME.into(), empty_dir: Some(EmptyDirVolumeSource::default()), ..Default::default() };
+        let pod = |volumes: Vec<Volume>| Pod {
+            spec: Some(PodSpec { volumes: Some(volumes), ..Default::default() }),
+            ..Default::default()
+        };
+        assert!(!uses_pvc(&pod(vec![empty, claim("backup-volume", "backups")])));
+        assert!(uses_pvc(&pod(vec![claim(DATA_VOLUME, "ex-a-data"), claim("backup-volume", "backups")])));
+        assert!(!uses_pvc(&Pod::default()));
+    }
 
     /// The data check's two verdicts are told apart by exit code, now or in the last state
     /// while the container waits to run again; a check that passed since is neither (the PVC's

@@ -102,7 +102,11 @@ fn bootstrap(o: &Observed, d: &Desired) -> Step {
         .map(|i| naming::member_name(&o.name, &format!("{}{}", &o.new_member_suffix[..naming::SUFFIX_LEN - 1], i)))
         .collect();
     let initial: Vec<_> = names.iter().map(|n| peer_of(o, d, n)).collect();
-    Step::Bootstrap(names.into_iter().map(|name| bootstrap_member(name, initial.clone(), d)).collect())
+    // The member that reads a claim marked as root's runs as root (`backup::volume_owner`).
+    let root_data = from_claim && d.restore.as_ref().is_some_and(|r| r.root_volume);
+    Step::Bootstrap(
+        names.into_iter().map(|name| NewMember { root_data, ..bootstrap_member(name, initial.clone(), d) }).collect(),
+    )
 }
 
 /// A member of a new cluster's static bootstrap.

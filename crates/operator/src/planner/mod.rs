@@ -205,7 +205,9 @@ pub struct NewMember {
     /// Start from this data instead of empty (disaster recovery).
     pub seed: Option<Seed>,
     /// Its volume holds data only root can use (the PVC's data-owner mark): the pod runs as
-    /// root, as before the restricted default (`pod_security`). Set by [`plan`] from the PVC.
+    /// root, as before the restricted default (`pod_security`). Set by [`plan`] from the PVC,
+    /// and for a member restored from a backup volume marked as root's (`backup::volume_owner`):
+    /// its own volume is then created marked.
     pub root_data: bool,
 }
 
@@ -363,9 +365,10 @@ pub fn plan(o: &Observed) -> Step {
 }
 
 /// A member made or restarted on a volume marked as holding root's data runs as root
-/// (`pod_security`); every other member, whatever the step, runs as the spec says.
+/// (`pod_security`), as does one that restores from a backup volume marked as root's (set by
+/// the step); every other member, whatever the step, runs as the spec says.
 fn with_data_owners(o: &Observed, mut step: Step) -> Step {
-    let mark = |m: &mut NewMember| m.root_data = root_data(o, &m.name);
+    let mark = |m: &mut NewMember| m.root_data |= root_data(o, &m.name);
     match &mut step {
         Step::CreatePod(m) | Step::AddLearner(m) => mark(m),
         Step::Bootstrap(ms) => ms.iter_mut().for_each(mark),

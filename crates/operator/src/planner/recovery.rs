@@ -169,6 +169,8 @@ pub(super) fn all_lost(o: &Observed, d: &Desired) -> Step {
 
 fn seed_member(o: &Observed, d: &Desired, version: Version, seed: Seed) -> NewMember {
     let name = naming::member_name(&o.name, &o.new_member_suffix);
+    // A backup on a claim marked as root's is read as root (`backup::volume_owner`).
+    let root_data = matches!(&seed, Seed::Backup(r) if r.root_volume);
     NewMember {
         initial_cluster: vec![peer_of(o, d, &name)],
         name,
@@ -178,7 +180,7 @@ fn seed_member(o: &Observed, d: &Desired, version: Version, seed: Seed) -> NewMe
         bootstrap: true,
         restart: false,
         seed: Some(seed),
-        root_data: false,
+        root_data,
     }
 }
 

@@ -231,7 +231,12 @@ fn backup_point() -> BackupPoint {
         key: "k_v7".into(),
     };
     BackupPoint {
-        restore: crate::validation::Restore { location: loc, source: Default::default(), sha256: "ab".repeat(32) },
+        restore: crate::validation::Restore {
+            location: loc,
+            source: Default::default(),
+            sha256: "ab".repeat(32),
+            root_volume: false,
+        },
         revision: 7,
     }
 }
@@ -247,6 +252,14 @@ fn from_backup_brings_back_a_cluster_with_nothing_left() {
     assert_eq!(r.revision, 7);
     assert!(r.from.contains("nightly") && r.from.contains("s3://b/k_v7"), "{}", r.from);
     assert!(matches!(&r.member.seed, Some(Seed::Backup(b)) if b.sha256 == "ab".repeat(32)));
+
+    assert!(!r.member.root_data, "an object store's backup: as the spec says");
+    // A backup on a claim marked as root's is read as root (`backup::volume_owner`).
+    let mut on_root_volume = backup_point();
+    on_root_volume.restore.root_volume = true;
+    o.recovery_backup = Some(Ok(on_root_volume));
+    let Step::Recover(r) = plan(&o) else { panic!("expected Recover") };
+    assert!(r.member.root_data);
 
     o.recovery_backup = Some(Err("has no successful backup yet".into()));
     let s = plan(&o);

@@ -133,7 +133,8 @@ pub fn member_pod(c: &EtcdCluster, d: &Desired, m: &NewMember, init_image: &str)
         }),
         ..Default::default()
     };
-    let data_mount = VolumeMount { name: "etcd-data".into(), mount_path: DATA_MOUNT.into(), ..Default::default() };
+    let data_mount =
+        VolumeMount { name: super::DATA_VOLUME.into(), mount_path: DATA_MOUNT.into(), ..Default::default() };
     let etcd = Container {
         name: "etcd".into(),
         image: Some(image_for(&d.repository, &m.version)),
@@ -227,7 +228,7 @@ pub fn member_pod(c: &EtcdCluster, d: &Desired, m: &NewMember, init_image: &str)
     crate::tls::secure_member(&d.tls_stage.secrets, profile.secret_mode(), &mut etcd, &mut volumes);
     let data = if m.pvc {
         Volume {
-            name: "etcd-data".into(),
+            name: super::DATA_VOLUME.into(),
             persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
                 claim_name: naming::pvc_name(&m.name),
                 ..Default::default()
@@ -235,7 +236,11 @@ pub fn member_pod(c: &EtcdCluster, d: &Desired, m: &NewMember, init_image: &str)
             ..Default::default()
         }
     } else {
-        Volume { name: "etcd-data".into(), empty_dir: Some(EmptyDirVolumeSource::default()), ..Default::default() }
+        Volume {
+            name: super::DATA_VOLUME.into(),
+            empty_dir: Some(EmptyDirVolumeSource::default()),
+            ..Default::default()
+        }
     };
     let (affinity, spread) = super::placement::of(d, &name);
     Pod {

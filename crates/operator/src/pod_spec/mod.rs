@@ -27,6 +27,9 @@ pub use services::{client_service, peer_service};
 
 /// Where etcd keeps its data inside the container.
 pub const DATA_MOUNT: &str = "/var/etcd";
+/// The member pod's data volume (CoreOS' name too): an emptyDir or the member's claim. Other
+/// claims a pod may mount (a restore's backup volume) are not its data.
+pub const DATA_VOLUME: &str = "etcd-data";
 pub const DATA_DIR: &str = "/var/etcd/data";
 
 /// Labels every object of the cluster carries (CoreOS' pair).
@@ -83,6 +86,11 @@ pub fn member_pvc(c: &EtcdCluster, d: &Desired, m: &NewMember) -> Option<Persist
         BTreeMap::from([(MEMBER_ANNOTATION.to_string(), m.name.clone()), (PEER_URL_ANNOTATION.to_string(), peer)]);
     if m.bootstrap {
         annotations.insert(BOOTSTRAP_ANNOTATION.into(), "true".into());
+    }
+    // A member made as root (restored from a backup volume marked as root's) writes root's
+    // data: its volume says so from the start, so it restarts as root (`pod_security`).
+    if m.root_data {
+        annotations.insert(naming::DATA_OWNER_ANNOTATION.into(), naming::ROOT_DATA_OWNER.into());
     }
     Some(PersistentVolumeClaim {
         metadata: ObjectMeta {

@@ -96,6 +96,13 @@ fn pvc_members_mount_their_claim() {
     assert_eq!(a[PEER_URL_ANNOTATION], "http://ex-abcde.ex.ns.svc:2380");
     assert_eq!(a[BOOTSTRAP_ANNOTATION], "true");
     assert_eq!(pvc.metadata.labels.unwrap()[CLUSTER_UID_LABEL], "uid-1");
+    assert!(!a.contains_key(naming::DATA_OWNER_ANNOTATION), "a new member's data is the non-root user's");
+    // A member made as root (it restores from a backup volume marked as root's) writes root's
+    // data: its volume is marked from the start, so that it restarts as root.
+    let mut root = member(false, true);
+    root.root_data = true;
+    let a = member_pvc(&c, &d, &root).unwrap().metadata.annotations.unwrap();
+    assert_eq!(a[naming::DATA_OWNER_ANNOTATION], naming::ROOT_DATA_OWNER);
 }
 
 fn init_commands(p: &Pod) -> Vec<(String, Vec<String>)> {

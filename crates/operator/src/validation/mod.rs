@@ -70,6 +70,10 @@ pub struct Restore {
     pub location: crate::backup::location::Location,
     pub source: etcd_operator_api::backup::BackupSource,
     pub sha256: String,
+    /// Observed, not from the spec: the backup is on a PVC marked as root's
+    /// (`backup::volume_owner`), so the member that restores from it runs as root (its own
+    /// volume marked likewise). Set by `observe` before the cluster forms; false here.
+    pub root_volume: bool,
 }
 
 impl Desired {
@@ -186,7 +190,12 @@ fn validate_with(name: &str, spec: &EtcdClusterSpec, strict: bool) -> Result<Des
             errs.push("spec.restore.sha256 must be the 64 hex digits of the backup's sha256".into());
             return None;
         }
-        Some(Restore { location: loc, source: r.source.clone(), sha256: r.sha256.to_ascii_lowercase() })
+        Some(Restore {
+            location: loc,
+            source: r.source.clone(),
+            sha256: r.sha256.to_ascii_lowercase(),
+            root_volume: false,
+        })
     });
     let recovery = recovery::recovery_policy(spec.recovery.as_ref(), &mut errs);
     let maintenance = maintenance::maintenance_policy(spec.maintenance.as_ref(), &pod, &mut errs);
