@@ -45,6 +45,9 @@ pub struct Op {
     pub ret: Option<u64>,
     pub via: String,
     pub err: Option<String>,
+    /// (cluster ID, member ID) from the answer's header: which etcd answered (a pod IP can be
+    /// held by a member of another cluster once its pod is gone).
+    pub answered_by: Option<(u64, u64)>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -102,6 +105,7 @@ pub fn check(
             ret: Some(end),
             via: "final read".into(),
             err: None,
+            answered_by: None,
         });
     }
     v.keys = by_key.len();
@@ -149,7 +153,8 @@ fn describe(ops: &[Op]) -> String {
         .map(|o| {
             let ret = o.ret.map(|r| format!("{:.3}", r as f64 / 1e9)).unwrap_or("?".into());
             let err = o.err.as_deref().map(|e| format!(" err: {e}")).unwrap_or_default();
-            format!("[c{} {:.3}..{} {:?} via {}{err}]", o.client, o.call as f64 / 1e9, ret, o.f, o.via)
+            let by = o.answered_by.map(|(c, m)| format!(" (cluster {c:x} member {m:x})")).unwrap_or_default();
+            format!("[c{} {:.3}..{} {:?} via {}{by}{err}]", o.client, o.call as f64 / 1e9, ret, o.f, o.via)
         })
         .collect();
     s.join(" ")
@@ -257,7 +262,7 @@ mod tests {
     use super::*;
 
     fn op(client: u32, key: &str, f: F, call: u64, ret: Option<u64>) -> Op {
-        Op { client, cluster: "c".into(), key: key.into(), f, call, ret, via: "t".into(), err: None }
+        Op { client, cluster: "c".into(), key: key.into(), f, call, ret, via: "t".into(), err: None, answered_by: None }
     }
     fn w(v: &str) -> F {
         F::Write(v.into())

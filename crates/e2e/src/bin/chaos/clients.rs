@@ -125,22 +125,33 @@ fn record(shared: &Shared, op: Op) {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn op(shared: &Shared, cluster: &str, id: u32, ep: &str, key: &str, f: F, call: u64, err: Option<String>) -> Op {
+fn op(
+    shared: &Shared,
+    cluster: &str,
+    id: u32,
+    ep: &str,
+    key: &str,
+    f: F,
+    call: u64,
+    err: Option<String>,
+    answered_by: Option<&etcd_client::ResponseHeader>,
+) -> Op {
     let ret = err.is_none().then(|| shared.now());
-    Op { client: id, cluster: cluster.into(), key: key.into(), f, call, ret, via: ep.into(), err }
+    let answered_by = answered_by.map(|h| (h.cluster_id(), h.member_id()));
+    Op { client: id, cluster: cluster.into(), key: key.into(), f, call, ret, via: ep.into(), err, answered_by }
 }
 
 /// Returns whether it failed.
 async fn put(shared: &Shared, cluster: &str, id: u32, ep: &str, mut c: Client, key: String, val: String) -> bool {
     let call = shared.now();
     let r = tokio::time::timeout(OP_TIMEOUT, c.put(key.as_str(), val.as_str(), None)).await;
-    let err = match r {
-        Ok(Ok(_)) => None,
-        Ok(Err(e)) => Some(e.to_string()),
-        Err(_) => Some("timeout".into()),
+    let (header, err) = match r {
+        Ok(Ok(resp)) => (resp.header().cloned(), None),
+        Ok(Err(e)) => (None, Some(e.to_string())),
+        Err(_) => (None, Some("timeout".into())),
     };
     let failed = err.is_some();
-    record(shared, op(shared, cluster, id, ep, &key, F::Write(val.clone()), call, err));
+    record(shared, op(shared, cluster, id, ep, &key, F::Write(val.clone()), call, err, header.as_ref()));
     if !failed {
         shared.acked.lock().unwrap().entry(cluster.into()).or_default().push((key, val));
     }
@@ -151,12 +162,16 @@ async fn put(shared: &Shared, cluster: &str, id: u32, ep: &str, mut c: Client, k
 async fn read(shared: &Shared, cluster: &str, id: u32, ep: &str, mut c: Client, key: String) -> Option<Option<String>> {
     let call = shared.now();
     let r = tokio::time::timeout(OP_TIMEOUT, c.get(key.as_str(), None)).await;
-    let (val, err) = match r {
-        Ok(Ok(resp)) => (Some(resp.kvs().first().map(|kv| String::from_utf8_lossy(kv.value()).to_string())), None),
-        Ok(Err(e)) => (None, Some(e.to_string())),
-        Err(_) => (None, Some("timeout".into())),
+    let (val, header, err) = match r {
+        Ok(Ok(resp)) => (
+            Some(resp.kvs().first().map(|kv| String::from_utf8_lossy(kv.value()).to_string())),
+            resp.header().cloned(),
+            None,
+        ),
+        Ok(Err(e)) => (None, None, Some(e.to_string())),
+        Err(_) => (None, None, Some("timeout".into())),
     };
-    record(shared, op(shared, cluster, id, ep, &key, F::Read(val.clone().flatten()), call, err));
+    record(shared, op(shared, cluster, id, ep, &key, F::Read(val.clone().flatten()), call, err, header.as_ref()));
     val
 }
 
@@ -170,13 +185,13 @@ async fn rmw(shared: &Shared, cluster: &str, id: u32, ep: &str, c: Client, key: 
     let txn = Txn::new().when([cmp]).and_then([TxnOp::put(key.as_str(), new.as_str(), None)]);
     let call = shared.now();
     let r = tokio::time::timeout(OP_TIMEOUT, c.txn(txn)).await;
-    let (ok, err) = match r {
-        Ok(Ok(resp)) => (Some(resp.succeeded()), None),
-        Ok(Err(e)) => (None, Some(e.to_string())),
-        Err(_) => (None, Some("timeout".into())),
+    let (ok, header, err) = match r {
+        Ok(Ok(resp)) => (Some(resp.succeeded()), resp.header().cloned(), None),
+        Ok(Err(e)) => (None, None, Some(e.to_string())),
+        Err(_) => (None, None, Some("timeout".into())),
     };
     let failed = err.is_some();
-    record(shared, op(shared, cluster, id, ep, &key, F::Cas { expect: cur, new, ok }, call, err));
+    record(shared, op(shared, cluster, id, ep, &key, F::Cas { expect: cur, new, ok }, call, err, header.as_ref()));
     failed
 }
 

@@ -66,6 +66,33 @@ pub fn refute(samples: &mut [Sample], ops: &[Op], start_unix_ms: u64) -> usize {
     n
 }
 
+/// Client operations of a cluster answered by an etcd cluster other than the one most of its
+/// operations reached (a pod IP handed to a member of another cluster while a client still
+/// had it): per cluster, (answering cluster ID, operations, endpoints). Such answers are not
+/// this cluster's history; a non-linearizable key whose odd operations all carry another ID
+/// is this, not a lost write.
+pub fn foreign_answers(ops: &[Op]) -> Vec<(String, u64, usize, Vec<String>)> {
+    use std::collections::BTreeMap;
+    let mut by: BTreeMap<&str, BTreeMap<u64, (usize, BTreeSet<&str>)>> = BTreeMap::new();
+    for o in ops {
+        if let Some((cid, _)) = o.answered_by {
+            let e = by.entry(o.cluster.as_str()).or_default().entry(cid).or_default();
+            e.0 += 1;
+            e.1.insert(o.via.as_str());
+        }
+    }
+    let mut out = vec![];
+    for (cluster, ids) in by {
+        let main = ids.iter().max_by_key(|(_, (n, _))| *n).map(|(id, _)| *id);
+        for (id, (n, via)) in ids {
+            if Some(id) != main {
+                out.push((cluster.to_string(), id, n, via.into_iter().map(str::to_string).collect()));
+            }
+        }
+    }
+    out
+}
+
 /// Spans without quorum of one cluster's samples (oldest first): (start, end, samples in it).
 /// A span of one sample (a second or two) may be a probe that timed out on a loaded machine.
 pub fn quorum_losses(samples: &[&Sample]) -> Vec<(u64, Option<u64>, usize)> {
@@ -299,6 +326,7 @@ mod tests {
             ret: Some(ret_ms * 1_000_000),
             via: String::new(),
             err: None,
+            answered_by: None,
         }
     }
 
@@ -324,6 +352,18 @@ mod tests {
         let refs: Vec<&Sample> = v.iter().collect();
         // The refuted sample splits nothing off: one loss of two samples remains.
         assert_eq!(quorum_losses(&refs), vec![(1_004_000, Some(1_008_000), 2)]);
+    }
+
+    #[test]
+    fn answers_from_another_etcd_cluster_are_found() {
+        let by = |cluster: &str, cid: u64, via: &str| Op {
+            answered_by: Some((cid, 1)),
+            via: via.into(),
+            ..acked(cluster, 1, 2)
+        };
+        let ops = vec![by("a", 7, "ip1"), by("a", 7, "ip2"), by("a", 9, "ip2"), by("b", 9, "ip3"), acked("a", 1, 2)];
+        assert_eq!(foreign_answers(&ops), vec![("a".to_string(), 9, 1, vec!["ip2".to_string()])]);
+        assert!(foreign_answers(&ops[..2]).is_empty());
     }
 
     #[test]

@@ -365,6 +365,7 @@ fn run(args: Args) -> Result<bool> {
     let _ = std::fs::write(out_dir.join("diagnostics.txt"), e2e::harness::diagnostics(&ns, None));
     let mut samples = std::mem::take(&mut *mon.samples.lock().unwrap());
     let refuted = invariants::refute(&mut samples, &history, shared.start_unix_ms);
+    let foreign = invariants::foreign_answers(&history);
     let _ = std::fs::write(out_dir.join("samples.txt"), samples.iter().map(|s| s.line() + "\n").collect::<String>());
     let mut losses = vec![];
     let mut id_changes = vec![];
@@ -409,6 +410,7 @@ fn run(args: Args) -> Result<bool> {
         verdict: &verdict,
         losses: &losses,
         refuted_samples: refuted,
+        foreign_answers: &foreign,
         id_changes: &id_changes,
         service_gaps: &service_gaps,
         final_converge_s,

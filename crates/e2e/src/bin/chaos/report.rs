@@ -22,6 +22,8 @@ pub struct Inputs<'a> {
     pub losses: &'a [Loss],
     /// Samples without a member answering while clients were served (`invariants::refute`).
     pub refuted_samples: usize,
+    /// `invariants::foreign_answers`.
+    pub foreign_answers: &'a [(String, u64, usize, Vec<String>)],
     pub id_changes: &'a [String],
     /// (cluster, start, end) with a quorum but no ready client Service endpoint.
     pub service_gaps: &'a [(String, u64, u64)],
@@ -129,6 +131,13 @@ pub fn build(i: &Inputs) -> (Value, String, bool) {
             "end": l.end_ms.map(crate::fmt_ms), "cause": format!("{:?}", l.cause),
             "fault": last_fault_before(i, l.start_ms),
             "timeline": timeline(i, Some(&l.cluster), l.start_ms.saturating_sub(i.window_ms), to),
+            "logs": i.logs,
+        }));
+    }
+    for (c, id, n, via) in i.foreign_answers {
+        violations.push(json!({
+            "type": "client operations answered by another etcd cluster",
+            "seed": i.seed, "cluster": c, "answered_by": format!("{id:x}"), "operations": n, "via": via,
             "logs": i.logs,
         }));
     }
@@ -247,6 +256,7 @@ pub fn build(i: &Inputs) -> (Value, String, bool) {
         ("  unattributed", unattributed.len().to_string()),
         ("  unattributed, one sample", blips.to_string()),
         ("samples refuted by acked ops", i.refuted_samples.to_string()),
+        ("ops answered by another cluster", i.foreign_answers.iter().map(|f| f.2).sum::<usize>().to_string()),
         ("cluster ID changes", i.id_changes.len().to_string()),
         ("Service empty, cluster working", i.service_gaps.len().to_string()),
         ("final convergence s", i.final_converge_s.map(|s| format!("{s:.1}")).unwrap_or("NEVER".into())),
