@@ -19,6 +19,9 @@ pub const DEGRADED: &str = "Degraded";
 pub const NO_SPACE: &str = "NoSpace";
 /// etcd's CORRUPT alarm is raised: names the member; never cleared by the operator.
 pub const CORRUPT: &str = "Corrupt";
+/// A member runs an etcd release with a known data-safety defect: which, what it risks, what to
+/// upgrade to. Warning only: the operator does not act on it (an upgrade is the user's call).
+pub const ETCD_ADVISORY: &str = "EtcdAdvisory";
 /// A running cluster turns TLS on or off (`planner::tls_transition::progress`): the phase as
 /// reason, the member being moved and what clients see in the message.
 pub const TLS_TRANSITION: &str = "TLSTransition";
@@ -218,6 +221,10 @@ pub(super) fn update(cs: &mut Vec<Condition>, o: &Observed, step: &Step, now: &s
     }
     // spec.TLS.auto: CertificatesReady.
     crate::tls::auto::status::update(cs, o, now);
+    match advisory(o) {
+        Some((reason, msg)) => condition::upsert(cs, cond(ETCD_ADVISORY, true, reason, msg), now),
+        None => condition::remove(cs, ETCD_ADVISORY),
+    }
     match wait {
         Some(w) if w.reason.needs_attention() && w.reason != WaitReason::InvalidSpec => {
             condition::upsert(cs, cond(DEGRADED, true, w.reason.as_str(), w.message.clone()), now)
@@ -225,6 +232,35 @@ pub(super) fn update(cs: &mut Vec<Condition>, o: &Observed, step: &Step, now: &s
         Some(w) if w.reason == WaitReason::Stable => condition::remove(cs, DEGRADED),
         _ => {}
     }
+}
+
+/// etcd 3.5.0–3.5.2 can come back from a kill (SIGKILL, OOM, node crash) under load without
+/// entries it had applied, and then answer from a state that differs from the other members'
+/// (etcd#13766, fixed in 3.5.3; etcd calls these releases unfit for production). Found by
+/// `hack/chaos.sh`: a 3.5.1 member SIGKILLed under writes served its own lineage of a key.
+/// Reported while a member pod runs such a release (pod versions: what runs, not the spec).
+fn advisory(o: &Observed) -> Option<(&'static str, String)> {
+    let mut affected: Vec<(&str, &str)> = o
+        .pods
+        .values()
+        .filter(|p| !p.deleting)
+        .filter_map(|p| {
+            let v = crate::version::Version::parse(&p.version).ok()?;
+            (v.minor_line() == (3, 5) && v.patch <= 2).then_some((p.name.as_str(), p.version.as_str()))
+        })
+        .collect();
+    if affected.is_empty() {
+        return None;
+    }
+    affected.sort();
+    let list: Vec<String> = affected.iter().map(|(n, v)| format!("{n} ({v})")).collect();
+    Some((
+        "DataInconsistencyRisk",
+        format!(
+            "{} run etcd 3.5.0-3.5.2: a member killed under load can come back without writes it had applied and serve stale or divergent data (etcd#13766, fixed in 3.5.3); set spec.version to 3.5.3 or later",
+            list.join(", ")
+        ),
+    ))
 }
 
 /// Whether a condition in this state is reported as a Warning Event (something is wrong, as
@@ -236,7 +272,7 @@ pub fn is_warning(c: &Condition) -> bool {
         SPEC_VALID => c.status == "False",
         UPGRADING => c.status == "False",
         RECOVERED_FROM_QUORUM_LOSS => true,
-        NO_SPACE | CORRUPT => c.status == "True",
+        NO_SPACE | CORRUPT | ETCD_ADVISORY => c.status == "True",
         crate::tls::auto::status::CERTIFICATES_READY => crate::tls::auto::status::is_warning(c),
         _ => crate::auth::is_warning(c),
     }

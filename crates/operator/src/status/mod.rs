@@ -13,8 +13,8 @@ use crate::observed::{EtcdState, Observed};
 use crate::planner::{Step, WaitReason};
 
 pub use conditions::{
-    AVAILABLE, CORRUPT, DEGRADED, NO_SPACE, RECOVERED_FROM_QUORUM_LOSS, RECOVERING, SCALING, SPEC_VALID, UPGRADING,
-    changed, is_warning,
+    AVAILABLE, CORRUPT, DEGRADED, ETCD_ADVISORY, NO_SPACE, RECOVERED_FROM_QUORUM_LOSS, RECOVERING, SCALING, SPEC_VALID,
+    UPGRADING, changed, is_warning,
 };
 
 pub const PHASE_CREATING: &str = "Creating";

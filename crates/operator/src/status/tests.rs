@@ -192,3 +192,24 @@ fn an_alarm_condition_does_not_change_with_the_order_etcd_lists_alarms_in() {
     assert_eq!(msg(&a), msg(&b));
     assert!(changed(&a.conditions, &b.conditions).is_empty());
 }
+
+#[test]
+fn members_on_etcd_3_5_0_to_3_5_2_get_a_warning_naming_them_and_the_fix() {
+    let mut o = obs(3, &[true, true, true]);
+    let s = compute(&o, &plan(&o), &Default::default(), None, "t");
+    let c = condition::find(&s.conditions, ETCD_ADVISORY).expect("3.5.1 is affected");
+    assert_eq!((c.status.as_str(), c.reason.as_str()), ("True", "DataInconsistencyRisk"));
+    assert!(c.message.starts_with("ex-m0 (3.5.1), ex-m1 (3.5.1), ex-m2 (3.5.1) run"), "{}", c.message);
+    assert!(c.message.contains("etcd#13766") && c.message.contains("3.5.3"), "{}", c.message);
+    assert!(is_warning(c));
+    // Half-way through an upgrade only the members still on 3.5.1 are named.
+    o.pods.get_mut("ex-m0").unwrap().version = "3.5.3".into();
+    o.pods.get_mut("ex-m1").unwrap().version = "3.6.6".into();
+    let s = compute(&o, &plan(&o), &s, None, "t");
+    let c = condition::find(&s.conditions, ETCD_ADVISORY).unwrap();
+    assert!(c.message.starts_with("ex-m2 (3.5.1) run"), "{}", c.message);
+    // Every member past it (3.4 and 3.5.3+ are not affected): the condition goes.
+    o.pods.get_mut("ex-m2").unwrap().version = "3.4.23".into();
+    let s = compute(&o, &plan(&o), &s, None, "t");
+    assert!(condition::find(&s.conditions, ETCD_ADVISORY).is_none());
+}

@@ -145,9 +145,10 @@ const REPORTS_ONLY: &[&str] = &[
     "MaintenanceDeferred",
     "MemberDraining",
     "AuthRefused",
-    // Reports beside an action that has its own Event.
+    // Reports beside an action that has its own Event, or of what members run.
     "QuorumHealthy",
     "Upgrading",
+    "DataInconsistencyRisk",
 ];
 
 /// Why cluster `cluster` (of size `size` when the loss began) lost its quorum at `start`.
