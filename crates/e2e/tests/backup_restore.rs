@@ -47,12 +47,7 @@ fn round_trip(
 
     delete_cluster(ns, "ex")?;
     ns.apply(&restore_manifest(&ns.name, "back", "ex", storage_type, storage))?;
-    let r = wait_until(RESTORE, "EtcdRestore to succeed", || {
-        let r = get(ns, "etcdrestore", "back")?;
-        ensure!(r["status"]["phase"] != "Failed", "restore failed: {}", r["status"]);
-        Ok((r["status"]["succeeded"] == true).then_some(r))
-    })?;
-    ensure!(r["status"]["sha256"] == st["sha256"], "restored {} backed up {}", r["status"]["sha256"], st["sha256"]);
+    wait_restored(ns, "back", &st["sha256"])?;
     let c = wait_healthy(ns, "ex", 3, CREATE)?;
     ensure!(c["status"]["currentVersion"] == version, "restored cluster runs {}", c["status"]["currentVersion"]);
     check_members_restored(ns, "ex", 3, restored)?;
@@ -63,6 +58,18 @@ fn round_trip(
         ensure!(evs.iter().any(|(r, _)| r == want), "no {want} Event: {evs:?}");
     }
     Ok(())
+}
+
+/// Waits for EtcdRestore `name` to succeed (failing at once on phase Failed) and checks it
+/// restored the backup of checksum `sha256`.
+fn wait_restored(ns: &TestNamespace, name: &str, sha256: &Value) -> Result<Value> {
+    let r = wait_until(RESTORE, "EtcdRestore to succeed", || {
+        let r = get(ns, "etcdrestore", name)?;
+        ensure!(r["status"]["phase"] != "Failed", "restore failed: {}", r["status"]);
+        Ok((r["status"]["succeeded"] == true).then_some(r))
+    })?;
+    ensure!(&r["status"]["sha256"] == sha256, "restored {} backed up {sha256}", r["status"]["sha256"]);
+    Ok(r)
 }
 
 fn object_server_round_trip(server: &dyn ObjectServer, prefix: &str, version: &str) -> Result<()> {
@@ -210,12 +217,7 @@ fn a_pvc_an_earlier_root_pod_wrote_is_marked_and_backed_up_as_root() -> Result<(
         // Restore from the marked claim: verified as root, its member restores as root.
         delete_cluster(ns, "ex")?;
         ns.apply(&restore_manifest(&ns.name, "back", "ex", "PVC", PVC_STORAGE))?;
-        let r = wait_until(RESTORE, "EtcdRestore to succeed", || {
-            let r = get(ns, "etcdrestore", "back")?;
-            ensure!(r["status"]["phase"] != "Failed", "restore failed: {}", r["status"]);
-            Ok((r["status"]["succeeded"] == true).then_some(r))
-        })?;
-        ensure!(r["status"]["sha256"] == st["sha256"], "restored {} backed up {}", r["status"]["sha256"], st["sha256"]);
+        let r = wait_restored(ns, "back", &st["sha256"])?;
         let cond = r["status"]["conditions"].as_array().into_iter().flatten().find(|c| c["type"] == "RunsAsRoot");
         ensure!(
             cond.is_some_and(|c| c["message"].as_str().unwrap_or_default().contains("is marked")),
