@@ -174,7 +174,7 @@ impl ClusterDesc {
 }
 
 /// The etcd versions an upgrade walks through, one step at a time.
-pub const VERSIONS: [&str; 5] = ["3.5.1", "3.5.34", "3.6.6", "3.6.15", "3.7.2"];
+pub const VERSIONS: [&str; 4] = ["3.5.34", "3.6.6", "3.6.15", "3.7.2"];
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Gap {
