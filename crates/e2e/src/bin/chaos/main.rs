@@ -415,6 +415,7 @@ fn run(args: Args) -> Result<bool> {
         service_gaps: &service_gaps,
         final_converge_s,
         operator_restarts: op_pods.values().map(|p| p.1).sum(),
+        operator_exits: &mon.operator_exits.lock().unwrap().clone(),
         operator_pods_seen: op_pods.len(),
         leader_changes: mon.lease_holders.lock().unwrap().len().saturating_sub(1),
         samples: &samples,

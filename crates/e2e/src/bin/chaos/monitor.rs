@@ -106,6 +106,8 @@ pub struct Monitor {
     pub latest: Mutex<BTreeMap<String, Sample>>,
     /// Operator pods by uid: (name, highest restart count seen).
     pub operator_pods: Mutex<BTreeMap<String, (String, i64)>>,
+    /// Why each operator container restart happened (see `exit_cause`), in the order seen.
+    pub operator_exits: Mutex<Vec<(u64, String, String)>>,
     /// Lease holders in the order seen, with the time.
     pub lease_holders: Mutex<Vec<(u64, String)>>,
 }
@@ -281,15 +283,46 @@ fn round(
         mon.latest.lock().unwrap().insert(c.clone(), s.clone());
         mon.samples.lock().unwrap().push(s);
     }
-    let mut op = mon.operator_pods.lock().unwrap();
-    for p in pods.iter().filter(|p| p["metadata"]["labels"]["app.kubernetes.io/name"] == "etcd-operator") {
-        let uid = p["metadata"]["uid"].as_str().unwrap_or("").to_string();
-        let restarts: i64 = p["status"]["containerStatuses"]
-            .as_array()
-            .map(|cs| cs.iter().map(|c| c["restartCount"].as_i64().unwrap_or(0)).sum())
-            .unwrap_or(0);
-        let e = op.entry(uid).or_insert((p["metadata"]["name"].as_str().unwrap_or("").to_string(), 0));
-        e.1 = e.1.max(restarts);
+    let mut restarted = Vec::new();
+    {
+        let mut op = mon.operator_pods.lock().unwrap();
+        for p in pods.iter().filter(|p| p["metadata"]["labels"]["app.kubernetes.io/name"] == "etcd-operator") {
+            let uid = p["metadata"]["uid"].as_str().unwrap_or("").to_string();
+            let cs = p["status"]["containerStatuses"].as_array();
+            let restarts: i64 =
+                cs.map(|cs| cs.iter().map(|c| c["restartCount"].as_i64().unwrap_or(0)).sum()).unwrap_or(0);
+            let name = p["metadata"]["name"].as_str().unwrap_or("").to_string();
+            let e = op.entry(uid).or_insert((name.clone(), 0));
+            if restarts > e.1 {
+                let last =
+                    cs.and_then(|cs| cs.first()).map(|c| c["lastState"]["terminated"].clone()).unwrap_or_default();
+                restarted.push((name, last));
+            }
+            e.1 = e.1.max(restarts);
+        }
+    }
+    // The previous container's last lines say why it ended (read now: the next restart replaces them).
+    for (name, last) in restarted {
+        let log = ns.run(&["logs", &name, "--previous", "--tail", "30"]).unwrap_or_default();
+        let why = exit_cause(&log, last["reason"].as_str(), last["exitCode"].as_i64());
+        mon.operator_exits.lock().unwrap().push((now_ms(), name, why));
+    }
+}
+
+/// Why an operator container ended, from its last log lines and its terminated state: the last
+/// ERROR line or panic message (timestamp and fields cut off), else the runtime's reason.
+pub fn exit_cause(log: &str, reason: Option<&str>, exit_code: Option<i64>) -> String {
+    let state = format!("{} (exit {})", reason.unwrap_or("unknown"), exit_code.map_or("?".into(), |c| c.to_string()));
+    let line = log.lines().rev().find(|l| l.contains(" ERROR ") || l.contains("panicked at"));
+    match line {
+        Some(l) if l.contains("panicked at") => format!("panic: {}", l.trim()),
+        Some(l) => {
+            let msg = l.split_once(" ERROR ").map_or(l, |(_, m)| m).trim();
+            // Structured fields (`key=value`) vary per occurrence; the message is what groups.
+            let msg = msg.split(" lease=").next().unwrap_or(msg);
+            format!("{msg} — {state}")
+        }
+        None => state,
     }
 }
 
@@ -342,5 +375,22 @@ mod tests {
         assert!(!super::upgrade_deferred(&st("UpgradeFailed")));
         assert!(!super::upgrade_deferred(&json!({"conditions": [{"type": "Available", "reason": "UpgradeDeferred"}]})));
         assert!(!super::upgrade_deferred(&json!({})));
+    }
+
+    #[test]
+    fn an_exit_is_named_by_its_last_error_line_or_its_panic() {
+        let lost = "2026-11-24T19:23:13.767873Z  WARN could not renew the lease error=Connect\n\
+                    2026-11-24T19:23:15.769589Z ERROR could not renew the lease in time lease=etcd-operator deadline=10s\n\
+                    2026-11-24T19:23:15.775201Z ERROR leadership lost; exiting so that only the new leader acts\n";
+        assert_eq!(
+            super::exit_cause(lost, Some("Error"), Some(1)),
+            "leadership lost; exiting so that only the new leader acts — Error (exit 1)"
+        );
+        let panic = "2026-11-24T19:23:15Z ERROR earlier\nthread 'main' panicked at src/x.rs:1:1:\n";
+        assert!(
+            super::exit_cause(panic, Some("Error"), Some(101)).starts_with("panic: thread 'main' panicked at src/x.rs")
+        );
+        assert_eq!(super::exit_cause("", Some("OOMKilled"), Some(137)), "OOMKilled (exit 137)");
+        assert_eq!(super::exit_cause("INFO fine\n", None, None), "unknown (exit ?)");
     }
 }

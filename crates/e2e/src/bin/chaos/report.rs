@@ -29,6 +29,8 @@ pub struct Inputs<'a> {
     pub service_gaps: &'a [(String, u64, u64)],
     pub final_converge_s: Option<f64>,
     pub operator_restarts: i64,
+    /// Why the operator's containers restarted: (time ms, pod, `monitor::exit_cause`).
+    pub operator_exits: &'a [(u64, String, String)],
     pub operator_pods_seen: usize,
     pub leader_changes: usize,
     pub samples: &'a [Sample],
@@ -37,6 +39,15 @@ pub struct Inputs<'a> {
     pub window_ms: u64,
     pub logs: String,
     pub final_reads_ok: bool,
+}
+
+/// Operator container exits grouped by cause, with their counts.
+pub fn exit_causes(exits: &[(u64, String, String)]) -> std::collections::BTreeMap<String, usize> {
+    let mut m = std::collections::BTreeMap::new();
+    for (_, _, why) in exits {
+        *m.entry(why.clone()).or_insert(0) += 1;
+    }
+    m
 }
 
 /// (median, p95, max) of seconds.
@@ -208,7 +219,7 @@ pub fn build(i: &Inputs) -> (Value, String, bool) {
         "service_without_endpoints": i.service_gaps.len(),
         "convergence_s": stats(all_conv).map(|(m, p, x)| json!({"median": m, "p95": p, "max": x})),
         "final_convergence_s": i.final_converge_s,
-        "operator": {"container_restarts": i.operator_restarts, "pods_seen": i.operator_pods_seen, "lease_holder_changes": i.leader_changes},
+        "operator": {"container_restarts": i.operator_restarts, "exits": exit_causes(i.operator_exits), "pods_seen": i.operator_pods_seen, "lease_holder_changes": i.leader_changes},
         "backups": i.backups,
         "faults": i.faults.iter().map(|f| json!({"index": f.index, "kind": f.kind.name(), "cluster": f.cluster, "detail": f.detail,
             "at": crate::fmt_ms(f.inject_ms), "healed": f.heal_ms.map(crate::fmt_ms), "error": f.error,
@@ -266,6 +277,9 @@ pub fn build(i: &Inputs) -> (Value, String, bool) {
     ];
     for (k, val) in rows {
         t.push_str(&format!("{k:<32} {val}\n"));
+    }
+    for (why, n) in exit_causes(i.operator_exits) {
+        t.push_str(&format!("  operator exit ×{n}: {why}\n"));
     }
     t.push_str(&format!("\nverdict: {}\n", if pass { "PASS" } else { "FAIL" }));
     for (n, viol) in violations.iter().enumerate() {
