@@ -114,8 +114,8 @@ mod tests {
     }
 
     fn recorder() -> Recorder {
-        // Two rustls providers are linked (ring via kube, aws-lc-rs via object_store): pick one,
-        // as main() does.
+        // ring is the one rustls provider linked (kube, etcd-client and object_store alike);
+        // install it as main() does.
         let _ = rustls::crypto::ring::default_provider().install_default();
         // Never contacted: only which series an Event goes to is tested.
         let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
