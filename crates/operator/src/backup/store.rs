@@ -32,6 +32,9 @@ pub use super::contract::{CREDENTIALS_MOUNT, PVC_MOUNT, S3Options};
 /// a transient failure, as every failure here: the Secret may be fixed before the next attempt.
 pub fn open(loc: &Location, creds_dir: &FsPath, s3: &S3Options) -> Result<(Arc<dyn ObjectStore>, Path), PodError> {
     let path = Path::parse(&loc.key).map_err(|e| format!("object key {:?}: {e}", loc.key))?;
+    // reqwest has no bundled provider here and panics at the first client without a process
+    // default: ring, the one linked (a no-op when the process installed it already).
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let store: Arc<dyn ObjectStore> = match loc.kind {
         Kind::S3 => {
             let creds = ini(&read(creds_dir, "credentials")?);
@@ -151,6 +154,28 @@ fn ini(text: &str) -> BTreeMap<String, BTreeMap<String, String>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The HTTPS client of a store is built on the one crypto provider linked (ring; reqwest
+    /// has no bundled one) and reaches the TLS handshake: a peer that hangs up is an error, not
+    /// a panic over a missing provider.
+    #[tokio::test]
+    async fn an_https_store_handshakes_with_the_linked_provider() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let accepted = std::thread::spawn(move || listener.accept().map(|(s, _)| drop(s)).is_ok());
+        let dir = std::env::temp_dir().join(format!("store-https-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("credentials"), "[default]\naws_access_key_id = a\naws_secret_access_key = b\n")
+            .unwrap();
+        let loc = Location { kind: Kind::S3, bucket: "b".into(), key: "k".into() };
+        let s3 = S3Options { endpoint: format!("https://127.0.0.1:{port}"), force_path_style: true };
+        let (store, path) = open(&loc, &dir, &s3).unwrap();
+        let err = object_store::ObjectStoreExt::head(&store, &path).await.unwrap_err();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(accepted.join().unwrap(), "the client connected");
+        let text = why(&err);
+        assert!(!text.contains("provider"), "{text}");
+    }
 
     #[test]
     fn errors_carry_their_causes() {
