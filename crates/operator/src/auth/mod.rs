@@ -1,8 +1,8 @@
-//! etcd authentication (`spec.auth`), as data: the policy a spec asks for, the root user's
-//! credentials and how a Secret holds them, what etcd's authentication looks like in one
-//! observation, and the condition that reports it. Pure; the I/O is in [`connect`] (logging in
-//! to etcd), [`calls`] (the auth RPCs) and [`secrets`] (the Secrets); the steps are planned in
-//! `planner::auth`.
+//! etcd authentication (`spec.auth`), as data: the policy a spec asks for and what etcd's
+//! authentication looks like in one observation (here), the root user's credentials and how a
+//! Secret holds them ([`credentials`]), and the condition that reports it ([`condition`]). Pure;
+//! the I/O is in [`connect`] (logging in to etcd), [`calls`] (the auth RPCs) and [`secrets`]
+//! (the Secrets); the steps are planned in `planner::auth`.
 //!
 //! Two Secrets per cluster:
 //! - the *root Secret* (`spec.auth.rootSecret`, default `<name>-etcd-root`): the user's. Key
@@ -19,13 +19,16 @@
 //! types holding them print `<redacted>`.
 
 pub mod calls;
+mod condition;
 pub mod connect;
+mod credentials;
 pub mod secrets;
 
-use std::collections::BTreeMap;
+pub use condition::{condition, is_warning, refusal, update_condition};
+pub use credentials::{Credentials, check_password, login, root_password};
 
 use etcd_operator_api::cluster::AuthPolicy;
-use etcd_operator_api::condition::{self, Condition};
+use etcd_operator_api::condition::Condition;
 
 use crate::version::Version;
 
@@ -124,156 +127,6 @@ fn is_dns1123_subdomain(s: &str) -> bool {
         && s.ends_with(|c: char| c.is_ascii_alphanumeric())
 }
 
-/// An etcd user and the passwords to try, in order: the root Secret's, then the one the
-/// operator recorded as applied, then one it was setting when it last stopped (each once).
-/// Printing it never shows a password.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Credentials {
-    pub user: String,
-    /// The password of the Secret (None: the Secret is missing or refused).
-    secret: Option<String>,
-    /// The recorded one.
-    recorded: Option<String>,
-    /// One being set in etcd when the record was written last (its outcome unknown).
-    pending: Option<String>,
-}
-
-impl std::fmt::Debug for Credentials {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Credentials")
-            .field("user", &self.user)
-            .field("passwords", &format_args!("<{} redacted>", self.passwords().count()))
-            .finish()
-    }
-}
-
-impl Credentials {
-    /// `user` with the Secret's `password`, then the recorded one `fallback` if it differs
-    /// (empty ones are dropped); None without any password.
-    pub fn new(user: &str, password: Option<&str>, fallback: Option<&str>) -> Option<Credentials> {
-        Credentials::with_pending(user, password, fallback, None)
-    }
-
-    /// As [`Credentials::new`], then `pending` (a password being set when the operator last
-    /// wrote its record) if it differs from both.
-    pub fn with_pending(
-        user: &str,
-        password: Option<&str>,
-        recorded: Option<&str>,
-        pending: Option<&str>,
-    ) -> Option<Credentials> {
-        let some = |p: Option<&str>| p.filter(|p| !p.is_empty()).map(str::to_string);
-        let c = Credentials {
-            user: user.to_string(),
-            secret: some(password),
-            recorded: some(recorded),
-            pending: some(pending),
-        };
-        (c.passwords().count() > 0).then_some(c)
-    }
-
-    /// The passwords to try, in order, each once.
-    pub fn passwords(&self) -> impl Iterator<Item = &String> {
-        let recorded = self.recorded.iter().filter(|r| Some(*r) != self.secret.as_ref());
-        let pending =
-            self.pending.iter().filter(|p| Some(*p) != self.secret.as_ref() && Some(*p) != self.recorded.as_ref());
-        self.secret.iter().chain(recorded).chain(pending)
-    }
-
-    /// The password the record holds as applied (kept beside a pending one while it is set).
-    pub fn recorded_password(&self) -> Option<&str> {
-        self.recorded.as_deref()
-    }
-
-    /// The password of the Secret: what the operator sets in etcd.
-    pub fn secret_password(&self) -> Option<&str> {
-        self.secret.as_deref()
-    }
-
-    /// Whether the `i`-th password tried is the fallback.
-    pub fn is_fallback(&self, i: usize) -> bool {
-        i > 0 || self.secret.is_none()
-    }
-
-    /// A short digest: cached connections made with other credentials are not reused. Kept in
-    /// memory only, never printed.
-    pub fn fingerprint(&self) -> String {
-        use sha2::Digest;
-        let mut h = sha2::Sha256::new();
-        h.update(self.user.as_bytes());
-        for p in [&self.secret, &self.recorded, &self.pending] {
-            let p = p.as_deref().unwrap_or_default();
-            h.update((p.len() as u64).to_be_bytes());
-            h.update(p.as_bytes());
-        }
-        hex::encode(&h.finalize()[..8])
-    }
-}
-
-/// A password as a Secret holds it: refused when etcd could not take it or it is most likely a
-/// mistake (a trailing newline from `echo`). `what` names the Secret and key in the reasons.
-pub fn check_password(what: &str, raw: &[u8]) -> Result<String, String> {
-    let p = std::str::from_utf8(raw).map_err(|_| format!("{what} is not UTF-8 text"))?;
-    if p.is_empty() {
-        return Err(format!("{what} is empty"));
-    }
-    if p.chars().any(char::is_control) {
-        return Err(format!(
-            "{what} holds a line break or another control character (a file written by `echo` ends with one: use `echo -n` or `kubectl create secret generic --from-literal`)"
-        ));
-    }
-    if p.len() > MAX_PASSWORD_BYTES {
-        return Err(format!(
-            "{what} is {} bytes long; etcd hashes passwords with bcrypt, which takes at most {MAX_PASSWORD_BYTES}",
-            p.len()
-        ));
-    }
-    Ok(p.to_string())
-}
-
-/// The root password in the root Secret `name` (`data`: its keys), or every reason it is
-/// refused, naming the Secret and the key.
-pub fn root_password(name: &str, data: &BTreeMap<String, Vec<u8>>) -> Result<String, Vec<String>> {
-    let mut errs = vec![];
-    if let Some(u) = data.get(USERNAME_KEY) {
-        let u = String::from_utf8_lossy(u);
-        if u != ROOT {
-            errs.push(format!(
-                "Secret {name} key {USERNAME_KEY} is {u:?}: the operator manages etcd's root user only; set it to root or remove the key"
-            ));
-        }
-    }
-    let password = match data.get(PASSWORD_KEY) {
-        None => {
-            errs.push(format!("Secret {name} lacks key {PASSWORD_KEY}"));
-            None
-        }
-        Some(raw) => check_password(&format!("Secret {name} key {PASSWORD_KEY}"), raw).map_err(|e| errs.push(e)).ok(),
-    };
-    match password {
-        Some(p) if errs.is_empty() => Ok(p),
-        _ => Err(errs),
-    }
-}
-
-/// The user and password of a backup's `authSecret` (`username` defaults to root).
-pub fn login(name: &str, data: &BTreeMap<String, Vec<u8>>) -> Result<Credentials, String> {
-    let user = match data.get(USERNAME_KEY) {
-        None => ROOT.to_string(),
-        Some(u) => {
-            let u =
-                std::str::from_utf8(u).map_err(|_| format!("Secret {name} key {USERNAME_KEY} is not UTF-8 text"))?;
-            if u.is_empty() || u.chars().any(char::is_control) {
-                return Err(format!("Secret {name} key {USERNAME_KEY} is empty or holds a control character"));
-            }
-            u.to_string()
-        }
-    };
-    let raw = data.get(PASSWORD_KEY).ok_or_else(|| format!("Secret {name} lacks key {PASSWORD_KEY}"))?;
-    let password = check_password(&format!("Secret {name} key {PASSWORD_KEY}"), raw)?;
-    Credentials::new(&user, Some(&password), None).ok_or_else(|| format!("Secret {name}: no password"))
-}
-
 /// The root Secret as observed.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub enum SecretState {
@@ -362,113 +215,6 @@ pub fn upkeep(o: &crate::observed::Observed) -> Option<Upkeep> {
             Some(Upkeep::RecordApplied)
         }
         _ => None,
-    }
-}
-
-/// Why etcd is out of the operator's sight when a login was refused (or one is required and the
-/// operator has no credentials): `error` is etcd's answer.
-pub fn refusal(policy: &Policy, error: &str) -> String {
-    match policy.root_secret() {
-        Some(s) => format!(
-            "etcd refuses the operator's login as root ({error}): the password of Secret {s} (and the one the operator last set) is not etcd's root password; a cluster restored from a backup keeps its snapshot's root password: put that one in Secret {s}; nothing is changed meanwhile"
-        ),
-        None => format!(
-            "etcd requires a login ({error}): authentication is on and spec.auth is not set; set spec.auth.rootSecret to a Secret with etcd's root password; nothing is changed meanwhile"
-        ),
-    }
-}
-
-/// The `Authentication` condition for this observation (None: remove it), from the policy, the
-/// Secrets and etcd's state. Pure.
-pub fn condition(policy: &Policy, o: &AuthObserved, etcd: Option<&EtcdAuth>) -> Option<Condition> {
-    let cond = |ok: bool, reason: &str, message: String| Condition {
-        type_: CONDITION.into(),
-        status: if ok { "True" } else { "False" }.into(),
-        reason: reason.into(),
-        message,
-        ..Default::default()
-    };
-    if let Some(why) = &o.refused {
-        return Some(cond(false, "LoginRefused", why.clone()));
-    }
-    let Policy::Managed { enabled, root_secret } = policy else {
-        return None;
-    };
-    if let (Some(e), SecretState::Missing) = (&o.record_unreadable, &o.secret) {
-        return Some(cond(
-            false,
-            "SecretUnreadable",
-            format!("{e}; the missing Secret {root_secret} is created only once it can be read"),
-        ));
-    }
-    match &o.secret {
-        SecretState::Invalid(errs) => {
-            return Some(cond(
-                false,
-                "SecretInvalid",
-                format!("{}; authentication is left as it is until the Secret is fixed", errs.join("; ")),
-            ));
-        }
-        SecretState::Unreadable(e) => {
-            return Some(cond(false, "SecretUnreadable", format!("Secret {root_secret} could not be read: {e}")));
-        }
-        _ => {}
-    }
-    let state = etcd.cloned().unwrap_or_default();
-    Some(match (enabled, state, &o.secret) {
-        (true, EtcdAuth::On { secret_password: true }, _) => cond(
-            true,
-            "Enabled",
-            format!(
-                "etcd authentication is on; the operator logs in as root with the password of Secret {root_secret}"
-            ),
-        ),
-        (true, EtcdAuth::On { secret_password: false }, _) => cond(
-            false,
-            "ChangingPassword",
-            format!("the root password of Secret {root_secret} changed; the operator sets it in etcd"),
-        ),
-        (true, _, SecretState::Missing) => cond(
-            false,
-            "CreatingSecret",
-            format!("the operator creates Secret {root_secret} with a random root password"),
-        ),
-        (true, _, _) => cond(
-            false,
-            "Enabling",
-            format!(
-                "turning etcd authentication on (root user, root role, auth enable) once every voting member is healthy; root password from Secret {root_secret}"
-            ),
-        ),
-        (false, EtcdAuth::On { .. }, _) => cond(false, "Disabling", "turning etcd authentication off".into()),
-        (false, _, _) => cond(false, "Disabled", "etcd authentication is off (spec.auth.enabled is false)".into()),
-    })
-}
-
-/// Whether a condition of this type is worth a Warning Event.
-pub fn is_warning(c: &Condition) -> bool {
-    c.type_ == CONDITION && matches!(c.reason.as_str(), "LoginRefused" | "SecretInvalid" | "SecretUnreadable")
-}
-
-/// Sets or removes the condition in `cs`. Without etcd's answer (and no refused login or
-/// Secret to report) the condition stays as it was: a member not answering for a moment says
-/// nothing about authentication.
-pub fn update_condition(
-    cs: &mut Vec<Condition>,
-    policy: &Policy,
-    o: &AuthObserved,
-    etcd: Option<&EtcdAuth>,
-    now: &str,
-) {
-    let to_report = o.refused.is_some()
-        || matches!(o.secret, SecretState::Invalid(_) | SecretState::Unreadable(_))
-        || o.record_unreadable.is_some();
-    if etcd.is_none() && !to_report && *policy != Policy::Unmanaged {
-        return;
-    }
-    match condition(policy, o, etcd) {
-        Some(c) => condition::upsert(cs, c, now),
-        None => condition::remove(cs, CONDITION),
     }
 }
 
