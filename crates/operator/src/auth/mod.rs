@@ -1,6 +1,6 @@
 //! etcd authentication (`spec.auth`), as data: the policy a spec asks for and what etcd's
 //! authentication looks like in one observation (here), the root user's credentials and how a
-//! Secret holds them ([`credentials`]), and the condition that reports it ([`condition`]). Pure;
+//! Secret holds them (`credentials`), and the condition that reports it (`condition`). Pure;
 //! the I/O is in [`connect`] (logging in to etcd), [`calls`] (the auth RPCs) and [`secrets`]
 //! (the Secrets); the steps are planned in `planner::auth`.
 //!

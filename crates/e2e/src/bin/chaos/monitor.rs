@@ -288,42 +288,76 @@ fn round(
         let mut op = mon.operator_pods.lock().unwrap();
         for p in pods.iter().filter(|p| p["metadata"]["labels"]["app.kubernetes.io/name"] == "etcd-operator") {
             let uid = p["metadata"]["uid"].as_str().unwrap_or("").to_string();
-            let cs = p["status"]["containerStatuses"].as_array();
-            let restarts: i64 =
-                cs.map(|cs| cs.iter().map(|c| c["restartCount"].as_i64().unwrap_or(0)).sum()).unwrap_or(0);
+            let cs: &[Value] = p["status"]["containerStatuses"].as_array().map_or(&[], |v| v.as_slice());
+            let count = |c: &Value| c["restartCount"].as_i64().unwrap_or(0);
+            let restarts: i64 = cs.iter().map(count).sum();
             let name = p["metadata"]["name"].as_str().unwrap_or("").to_string();
             let e = op.entry(uid).or_insert((name.clone(), 0));
             if restarts > e.1 {
-                let last =
-                    cs.and_then(|cs| cs.first()).map(|c| c["lastState"]["terminated"].clone()).unwrap_or_default();
-                restarted.push((name, last));
+                // The container that restarted last (one today; the Deployment may grow sidecars).
+                let c = cs.iter().max_by_key(|c| count(c)).cloned().unwrap_or_default();
+                restarted.push((name, c, restarts - e.1));
             }
             e.1 = e.1.max(restarts);
         }
     }
-    // The previous container's last lines say why it ended (read now: the next restart replaces them).
-    for (name, last) in restarted {
-        let log = ns.run(&["logs", &name, "--previous", "--tail", "30"]).unwrap_or_default();
+    // The previous container's last lines say why it ended (read now: the next restart replaces
+    // them). Restarts while the monitor could not look (the apiserver down) have no log left.
+    for (name, c, rose_by) in restarted {
+        let container = c["name"].as_str().unwrap_or_default();
+        let log = ns.run(&["logs", &name, "-c", container, "--previous", "--tail", "30"]).unwrap_or_default();
+        let last = &c["lastState"]["terminated"];
         let why = exit_cause(&log, last["reason"].as_str(), last["exitCode"].as_i64());
-        mon.operator_exits.lock().unwrap().push((now_ms(), name, why));
+        let mut exits = mon.operator_exits.lock().unwrap();
+        exits.push((now_ms(), name.clone(), why));
+        for _ in 1..rose_by {
+            exits.push((now_ms(), name.clone(), UNSEEN_EXIT.into()));
+        }
     }
 }
 
-/// Why an operator container ended, from its last log lines and its terminated state: the last
-/// ERROR line or panic message (timestamp and fields cut off), else the runtime's reason.
+/// The cause of a restart the monitor did not see (the count rose by more than one between two
+/// looks, and only the last container's log is kept).
+pub const UNSEEN_EXIT: &str = "not seen: restarted again before the monitor looked";
+
+/// Why an operator container ended, from its last log lines and its terminated state, in this
+/// order: killed by a signal (exit code 128+: the liveness probe, the OOM killer, a node restart;
+/// an old ERROR line says nothing then); the process's own last word (`error: ...`, what main
+/// prints on its way out); a panic (location and message); the last ERROR line (timestamp and
+/// `key=value` fields cut off, so that causes group); else the runtime's reason.
 pub fn exit_cause(log: &str, reason: Option<&str>, exit_code: Option<i64>) -> String {
     let state = format!("{} (exit {})", reason.unwrap_or("unknown"), exit_code.map_or("?".into(), |c| c.to_string()));
-    let line = log.lines().rev().find(|l| l.contains(" ERROR ") || l.contains("panicked at"));
-    match line {
-        Some(l) if l.contains("panicked at") => format!("panic: {}", l.trim()),
-        Some(l) => {
-            let msg = l.split_once(" ERROR ").map_or(l, |(_, m)| m).trim();
-            // Structured fields (`key=value`) vary per occurrence; the message is what groups.
-            let msg = msg.split(" lease=").next().unwrap_or(msg);
-            format!("{msg} — {state}")
-        }
+    if let Some(code) = exit_code.filter(|c| *c >= 128) {
+        return format!("killed by signal {} — {state}", code - 128);
+    }
+    let lines: Vec<&str> = log.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+    if let Some(last) = lines.last().filter(|l| l.starts_with("error: ")) {
+        return format!("{last} — {state}");
+    }
+    if let Some(i) = lines.iter().rposition(|l| l.contains("panicked at")) {
+        let message = lines.get(i + 1).filter(|l| !l.starts_with("note: ")).copied().unwrap_or("");
+        return format!("panic: {} {message} — {state}", lines[i]).replace("  ", " ");
+    }
+    match lines.iter().rev().find_map(|l| l.split_once(" ERROR ")) {
+        Some((_, msg)) => format!("{} — {state}", without_fields(msg.trim())),
         None => state,
     }
+}
+
+/// A tracing message without its `key=value` fields (they vary per occurrence).
+fn without_fields(msg: &str) -> &str {
+    let mut end = msg.len();
+    for (i, _) in msg.match_indices(' ') {
+        let word = msg[i + 1..].split(' ').next().unwrap_or("");
+        if let Some((key, _)) = word.split_once('=')
+            && !key.is_empty()
+            && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.')
+        {
+            end = i;
+            break;
+        }
+    }
+    &msg[..end]
 }
 
 /// Runs until `stop` is set: one round per second; the operator's logs every 10 s.
@@ -378,19 +412,35 @@ mod tests {
     }
 
     #[test]
-    fn an_exit_is_named_by_its_last_error_line_or_its_panic() {
+    fn an_exit_is_named_by_its_last_word_its_panic_its_last_error_or_its_signal() {
+        use super::exit_cause;
         let lost = "2026-11-24T19:23:13.767873Z  WARN could not renew the lease error=Connect\n\
                     2026-11-24T19:23:15.769589Z ERROR could not renew the lease in time lease=etcd-operator deadline=10s\n\
                     2026-11-24T19:23:15.775201Z ERROR leadership lost; exiting so that only the new leader acts\n";
         assert_eq!(
-            super::exit_cause(lost, Some("Error"), Some(1)),
+            exit_cause(lost, Some("Error"), Some(1)),
             "leadership lost; exiting so that only the new leader acts — Error (exit 1)"
         );
-        let panic = "2026-11-24T19:23:15Z ERROR earlier\nthread 'main' panicked at src/x.rs:1:1:\n";
-        assert!(
-            super::exit_cause(panic, Some("Error"), Some(101)).starts_with("panic: thread 'main' panicked at src/x.rs")
+        // Fields are cut wherever they start, so one cause groups.
+        let fields = "2026-11-24T19:23:15Z ERROR reconcile failed error=timeout cluster=ns/a\n";
+        assert_eq!(exit_cause(fields, Some("Error"), Some(1)), "reconcile failed — Error (exit 1)");
+        // main's own last word beats an older ERROR line.
+        let word = "2026-11-24T19:23:15Z ERROR an older problem\nerror: the apiserver did not answer within 60s\n";
+        assert_eq!(
+            exit_cause(word, Some("Error"), Some(1)),
+            "error: the apiserver did not answer within 60s — Error (exit 1)"
         );
-        assert_eq!(super::exit_cause("", Some("OOMKilled"), Some(137)), "OOMKilled (exit 137)");
-        assert_eq!(super::exit_cause("INFO fine\n", None, None), "unknown (exit ?)");
+        // A panic: the location and, on the next line, the message.
+        let panic = "2026-11-24T19:23:15Z ERROR earlier\nthread 'main' panicked at src/x.rs:1:1:\nindex out of bounds\n\
+                     note: run with `RUST_BACKTRACE=1`\n";
+        assert_eq!(
+            exit_cause(panic, Some("Error"), Some(101)),
+            "panic: thread 'main' panicked at src/x.rs:1:1: index out of bounds — Error (exit 101)"
+        );
+        // Killed (liveness probe, OOM): an ERROR line minutes old is not the cause.
+        assert_eq!(exit_cause(lost, Some("Error"), Some(137)), "killed by signal 9 — Error (exit 137)");
+        assert_eq!(exit_cause("", Some("OOMKilled"), Some(137)), "killed by signal 9 — OOMKilled (exit 137)");
+        assert_eq!(exit_cause("INFO fine\n", None, None), "unknown (exit ?)");
+        assert_eq!(exit_cause("INFO fine\n", Some("Completed"), Some(0)), "Completed (exit 0)");
     }
 }
