@@ -229,6 +229,31 @@ mod tests {
         assert!(azure_endpoint("acct", Some("Mars")).is_err());
     }
 
+    /// A GCS service-account key is parsed (and will sign its token requests) with ring, the
+    /// one provider linked: `build` reads the RSA key. The key was made for this test only
+    /// (`openssl genpkey -algorithm RSA`) and grants nothing anywhere.
+    #[test]
+    fn a_gcs_service_account_key_is_read_with_the_linked_provider() {
+        let pem = include_str!("testdata/gcs-test-only-rsa.pem");
+        let key = serde_json::json!({
+            "type": "service_account",
+            "private_key": pem,
+            "private_key_id": "test",
+            "client_email": "backup@example.iam.gserviceaccount.com",
+        });
+        let dir = std::env::temp_dir().join(format!("store-gcs-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("credentials-data"), key.to_string()).unwrap();
+        let loc = Location { kind: Kind::Gcs, bucket: "b".into(), key: "k".into() };
+        let opened = open(&loc, &dir, &S3Options::default()).map(|_| ());
+        // A key ring cannot read is refused: the test tells the two apart.
+        std::fs::write(dir.join("credentials-data"), key.to_string().replace("MII", "MIJ")).unwrap();
+        let broken = open(&loc, &dir, &S3Options::default()).map(|_| ());
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(opened, Ok(()));
+        assert!(broken.is_err());
+    }
+
     #[test]
     fn missing_secret_keys_are_named() {
         let dir = std::env::temp_dir().join(format!("eo-creds-{}", std::process::id()));
