@@ -796,7 +796,7 @@ cmd_up() {
 shim_pids() {
   local p
   for p in /proc/[0-9]*; do
-    tr '\0' ' ' <"$p/cmdline" 2>/dev/null | grep -F -- "-address $CONTAINERD_SOCK " >/dev/null && echo "${p#/proc/}"
+    tr '\0' ' ' 2>/dev/null <"$p/cmdline" | grep -F -- "-address $CONTAINERD_SOCK " >/dev/null && echo "${p#/proc/}"
   done
   return 0
 }
