@@ -244,9 +244,9 @@ fn pods_of_a_deleted_cluster_never_serve_behind_a_new_one_of_the_same_name() -> 
         let ep = client_endpoint(ns, "ex")?;
         // The re-created Service's address answers only once the node's proxy rules have it (a
         // CI run got a bare HTTP 404 right after the endpoints appeared): retry the call, not
-        // the check of what it returned.
+        // the check of what it returned (`wait_until` retries an error and reports the last one).
         let out = wait_until(Duration::from_secs(30), "an answer through the new client Service", || {
-            Ok(e2e::host_etcdctl(&ep, &["get", "--prefix", "old/"]).ok())
+            e2e::host_etcdctl(&ep, &["get", "--prefix", "old/"]).map(Some)
         })?;
         ensure!(out.trim().is_empty(), "the new cluster answered with the old one's keys: {out}");
         delete_pods(ns, &orphan, true)?;
