@@ -12,7 +12,14 @@
 #   hack/bench.sh --only idle              # the operator at rest (~15 min; not in the default set):
 #                                          # RSS, CPU, its apiserver requests with 10 running and
 #                                          # 1000 paused EtcdClusters; --idle-window-secs 60 for a quick run
+#   hack/bench.sh --only many -n 1         # the operator's scale (not in the default set; ~3 min): 100
+#                                          # EtcdClusters of 1 member at once, time until all Running,
+#                                          # the operator's CPU seconds and peak RSS (--many-clusters N)
 #   hack/bench.sh --help
+# heal includes a PVC member's heal (etcd 3.6.15, 64Mi) beside a StatefulSet's pod being recreated;
+# scale includes 5→3 under a writer through the client Service. Beside the totals, a phase table
+# per step (reconcile started, planned, API write, pod scheduled, init containers, etcd started,
+# listening, healthy, client Service endpoints) shows where the time goes.
 # The result table goes to stdout, per-sample timelines to stderr; both are also saved in
 # target/bench-logs/bench-<time>.txt next to the operators' logs. The bench creates and deletes
 # its own namespaces and never takes the cluster down. Not part of hack/test.sh.

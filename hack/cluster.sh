@@ -10,6 +10,9 @@
 #   cluster.sh kubeconfig   print the admin kubeconfig path (export KUBECONFIG=$(cluster.sh kubeconfig))
 #   cluster.sh logs [COMPONENT] [LINES]   tail the logs (all components' last lines without COMPONENT)
 #
+# NETPOL=1 at `up`: NetworkPolicy enforcement (kube-router's firewall, component `netpol`; 1.37
+# leg only; off by default); NETPOL=0 (the default) stops a running one and removes its rules.
+#
 # Layout: state (certs, etcd data, kubelet root, containerd root, logs) in $STATE_DIR, pids and
 # sockets in $RUN_DIR, cached builds (Kubernetes binaries, image tarballs, wheels) in $CACHE_DIR.
 set -euo pipefail
@@ -18,8 +21,20 @@ REPO_DIR=$(cd "$HACK_DIR/.." && pwd)
 source "$HACK_DIR/common.sh"
 source "$HACK_DIR/cluster-env.sh"
 
-# Start order; `down` stops them in reverse.
+# NetworkPolicy enforcement (kube-router's firewall controller, see start_netpol): NETPOL=1 at
+# `up` starts it, NETPOL=0 (the default) stops a running one. Off by default: kube-router
+# v2.1.0 writes the whole iptables filter table back on each sync and can restore a kube-proxy
+# REJECT ("has no endpoints") that kube-proxy had just removed for a Service that got its
+# endpoints, so the Service's ClusterIP refuses connections until kube-proxy's next full sync
+# (seen in the suite: backup pods refused for tens of seconds). hack/test.sh turns it on only
+# for the enforcement tests. The legacy leg has none: kube-router v2 watches
+# discovery.k8s.io/v1 EndpointSlices (1.21+).
+NETPOL=${NETPOL:-0}
+case $NETPOL in 0 | 1) ;; *) die "NETPOL=$NETPOL: 1 (enforce NetworkPolicies) or 0 (the default)" ;; esac
+
+# Start order; `down` stops them in reverse (and always stops netpol, whatever NETPOL says).
 COMPONENTS=(etcd containerd dnsmasq kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy dns-sync provisioner)
+if [ "$NETPOL" = 1 ]; then COMPONENTS+=(netpol); fi
 
 # ---------------------------------------------------------------------------------------------
 # processes
@@ -138,7 +153,7 @@ need_ports() {
 check_tools() {
   local t missing=()
   for t in "$RUNTIME_BIN"/{containerd,containerd-shim-runc-v2,runc,ctr} etcd etcdctl dnsmasq iptables ip6tables iptables-save \
-    iptables-restore conntrack ip ss openssl curl jq setsid nohup gcc unzip; do
+    iptables-restore conntrack ip ss openssl curl jq setsid nohup gcc unzip $([ "$NETPOL" = 0 ] || echo ipset); do
     command -v "$t" >/dev/null || missing+=("$t")
   done
   [ -x /usr/lib/cni/bridge ] && [ -x /usr/lib/cni/host-local ] && [ -x /usr/lib/cni/portmap ] || missing+=(containernetworking-plugins)
@@ -652,6 +667,108 @@ start_provisioner() {
   start provisioner "$DEVKIT" provision --kubeconfig "$KUBECONFIG_PATH" --root "$PV_DIR" --provisioner "$PV_PROVISIONER"
 }
 
+# NetworkPolicy enforcement: kube-router's firewall (network policy) controller alone, built
+# from its Go module (hack/build-kube-router.sh), as a host process beside kube-proxy: per-pod
+# iptables chains (KUBE-ROUTER-*, KUBE-POD-FW-*, KUBE-NWPLCY-*) in the filter table and ipsets
+# (KUBE-SRC-*, KUBE-DST-*) of the allowed peers; pods on the bridge pass FORWARD through
+# br_netfilter. Routing and service proxy stay off (the bridge and kube-proxy do those); no
+# health or metrics port. Its identity is a client certificate (system:kube-router, accepted
+# without restarting the apiserver) bound to the read-only ClusterRole below.
+NETPOL_KUBECONFIG=$STATE_DIR/kube-router.kubeconfig
+write_netpol_credentials() {
+  [ -f "$PKI_DIR/kube-router.crt" ] || sign kube-router system:kube-router "" "" clientAuth
+  chmod 0600 "$PKI_DIR/kube-router.key"
+  update_file "$NETPOL_KUBECONFIG" 0600 <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: $CLUSTER_NAME
+  cluster:
+    server: https://$NODE_IP:$APISERVER_PORT
+    certificate-authority-data: $(base64 -w0 "$PKI_DIR/ca.crt")
+users:
+- name: system:kube-router
+  user:
+    client-certificate: $PKI_DIR/kube-router.crt
+    client-key: $PKI_DIR/kube-router.key
+contexts:
+- name: $CLUSTER_NAME
+  context:
+    cluster: $CLUSTER_NAME
+    user: system:kube-router
+current-context: $CLUSTER_NAME
+EOF
+}
+
+# What kube-router's informers read: it starts them all, firewall-only or not, and waits for
+# each to sync.
+apply_netpol_rbac() {
+  kubectl_ apply -f - >/dev/null <<'EOF'
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: etcd-operator-dev:kube-router
+rules:
+- apiGroups: [""]
+  resources: [namespaces, pods, services, endpoints, nodes]
+  verbs: [get, list, watch]
+- apiGroups: [networking.k8s.io]
+  resources: [networkpolicies]
+  verbs: [get, list, watch]
+- apiGroups: [discovery.k8s.io]
+  resources: [endpointslices]
+  verbs: [get, list, watch]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: etcd-operator-dev:kube-router
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: etcd-operator-dev:kube-router}
+subjects:
+- {apiGroup: rbac.authorization.k8s.io, kind: User, name: system:kube-router}
+EOF
+}
+
+start_netpol() {
+  local bin
+  bin=$(bash "$HACK_DIR/build-kube-router.sh")
+  write_netpol_credentials
+  apply_netpol_rbac
+  # Supervised: kube-router exits (klog.Fatal) on a failed iptables call, e.g. when kube-proxy
+  # holds the xtables lock too long; started again, it syncs everything anew.
+  start_supervised netpol "$bin" --kubeconfig="$NETPOL_KUBECONFIG" --hostname-override="$NODE_NAME" \
+    --run-firewall=true --run-router=false --run-service-proxy=false --run-loadbalancer=false \
+    --service-cluster-ip-range="$SERVICE_CIDR" --health-port=0 --metrics-port=0 --v=1
+}
+
+# Its first full sync made the top-level chain FORWARD jumps to.
+netpol_synced() { iptables -w -t filter -S FORWARD 2>/dev/null | grep -F -- '-j KUBE-ROUTER-FORWARD' >/dev/null; }
+
+# Removes what kube-router added and nothing else (kube-proxy's KUBE-* chains stay): the jumps
+# from INPUT/FORWARD/OUTPUT, its chains, then its ipsets (unreferenced once the chains are gone).
+# For `down` (clean_iptables would leave the ipsets) and `NETPOL=0 up`.
+NETPOL_CHAINS='KUBE-(ROUTER|POD-FW|NWPLCY)-'
+NETPOL_IPSETS='^(inet6:)?(KUBE-(SRC|DST)-|TMP-)'
+clean_netpol() {
+  local fam rules set
+  for fam in iptables ip6tables; do
+    command -v "$fam-save" >/dev/null || continue
+    rules=$("$fam-save" -t filter 2>/dev/null) || continue
+    grep -E "$NETPOL_CHAINS" <<<"$rules" >/dev/null || continue
+    {
+      echo "*filter"
+      grep -E "^-A (INPUT|FORWARD|OUTPUT) .*-j $NETPOL_CHAINS" <<<"$rules" | sed 's/^-A /-D /' || true
+      grep -oE "^:$NETPOL_CHAINS[^ ]*" <<<"$rules" | sed 's/^:/-F /' || true
+      grep -oE "^:$NETPOL_CHAINS[^ ]*" <<<"$rules" | sed 's/^:/-X /' || true
+      echo COMMIT
+    } | "$fam-restore" -w --noflush 2>/dev/null || log "warning: could not remove kube-router's $fam rules"
+  done
+  command -v ipset >/dev/null || return 0
+  for set in $(ipset list -n 2>/dev/null | grep -E "$NETPOL_IPSETS" || true); do
+    ipset destroy "$set" 2>/dev/null || log "warning: could not destroy ipset $set"
+  done
+}
+
 # ---------------------------------------------------------------------------------------------
 # health
 
@@ -727,6 +844,14 @@ cmd_up() {
   NODE_NAME=$(node_name)
   [ -n "$NODE_IP" ] || die "cannot find the machine's primary IPv4 address (no default route?)"
   check_running_version
+  if [ "$NETPOL" = 1 ] && [ "$K8S_VERSION" != "$K8S_MODERN" ]; then
+    die "NETPOL=1 needs the modern leg: kube-router v2 watches discovery.k8s.io/v1 (Kubernetes 1.21+)"
+  fi
+  if [ "$NETPOL" = 0 ] && is_running netpol; then
+    stop netpol
+    clean_netpol
+    log "NETPOL=0: NetworkPolicy enforcement stopped"
+  fi
   if healthy 2>/dev/null; then
     log "cluster already up: Kubernetes $K8S_VERSION, node $NODE_NAME Ready; KUBECONFIG=$KUBECONFIG_PATH"
     return 0
@@ -740,6 +865,7 @@ cmd_up() {
   # Never two Kubernetes builds in the same source tree at once.
   flock -o "$CACHE_DIR/build-kubernetes.lock" bash "$HACK_DIR/build-kubernetes.sh"
   if [ "$K8S_VERSION" = "$K8S_MODERN" ]; then flock -o "$CACHE_DIR/build-kubernetes.lock" bash "$HACK_DIR/build-runtime.sh"; fi
+  if [ "$NETPOL" = 1 ]; then bash "$HACK_DIR/build-kube-router.sh" >/dev/null; fi
   check_tools
   mkdir -p "$STATE_DIR" "$RUN_DIR" "$LOG_DIR" "$PID_DIR"
   chmod 0755 "$STATE_DIR"
@@ -780,6 +906,10 @@ cmd_up() {
   start_dns_sync
   start_provisioner
   wait_for kubelet 60 "node $NODE_NAME Ready" node_ready
+  if [ "$NETPOL" = 1 ]; then
+    start_netpol
+    wait_for netpol 60 "its first NetworkPolicy sync" netpol_synced
+  fi
   wait_for dns-sync 30 "DNS answers kubernetes.default.svc.$CLUSTER_DOMAIN" dns_answers
   wait_for kube-controller-manager 60 "the default ServiceAccount" default_sa_ready
   is_running dnsmasq || fail_component dnsmasq "is not running"
@@ -912,6 +1042,7 @@ restore_host_state() {
 cmd_down() {
   need_root
   local c i
+  stop netpol   # whatever NETPOL says now: an earlier `up` may have started it
   # Reverse start order: DNS first (dns-sync removes its /etc/hosts block on SIGTERM), then the
   # node agents, so nothing restarts pods while they are being killed.
   for ((i = ${#COMPONENTS[@]} - 1; i >= 0; i--)); do
@@ -925,6 +1056,7 @@ cmd_down() {
   unmount_under "$STATE_DIR" "$RUN_DIR"
   remove_container_cgroups
   remove_network
+  clean_netpol
   clean_iptables
   conntrack -D -s "$POD_CIDR" >/dev/null 2>&1 || true
   conntrack -D -d "$SERVICE_CIDR" >/dev/null 2>&1 || true

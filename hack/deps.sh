@@ -10,7 +10,7 @@ DEB_PKGS=(
   golang-github-modern-go-reflect2-dev   # reflect2 1.0.2: the vendored one crashes with Go >= 1.18
   etcd-server etcd-client                # backing etcd for the apiserver; etcd 3.4.23 image
   containerd runc containernetworking-plugins
-  iptables conntrack dnsmasq-base iproute2 procps psmisc
+  iptables ipset conntrack dnsmasq-base iproute2 procps psmisc   # ipset: kube-router (NETPOL)
   protobuf-compiler libprotobuf-dev      # etcd-client crate build (protoc + well-known .proto files)
   openssl curl ca-certificates
   python3-venv unzip

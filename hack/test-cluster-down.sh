@@ -2,7 +2,8 @@
 # Asserts that `hack/cluster.sh down` left nothing of the local cluster behind: no processes,
 # no bridge/veths/network namespaces, no KUBE-*/CNI-* iptables chains or rules, no mounts, no
 # state directories, no /etc/hosts block, no host-path volumes (devkit provision's under
-# $PV_DIR, the in-tree provisioner's in /tmp/hostpath_pv), no devkit process.
+# $PV_DIR, the in-tree provisioner's in /tmp/hostpath_pv), no devkit process, no kube-router
+# (NetworkPolicy enforcement) process, chain or ipset.
 #
 #   test-cluster-down.sh          check only (after you ran `cluster.sh down`)
 #   test-cluster-down.sh --down   run `cluster.sh down` first, then check
@@ -29,10 +30,11 @@ for p in /proc/[0-9]*; do
   [ "$(cut -d' ' -f1 <<<"${stat##*) }")" = Z ] && continue
   args=$(tr '\0' ' ' <"$p/cmdline" 2>/dev/null) || continue
   case $comm in
-    kube-apiserver | kube-controller | kube-scheduler | kubelet | kube-proxy | containerd-shim* | dnsmasq | devkit | pause)
+    kube-apiserver | kube-controller | kube-scheduler | kubelet | kube-proxy | kube-router | containerd-shim* | dnsmasq | devkit | pause)
       leftover "process $pid ($comm): $args"; continue ;;
   esac
-  if [[ $args == *"$STATE_DIR"* || $args == *"$RUN_DIR"* || $args == *"$CACHE_DIR/kubernetes-"* || $args == *"$CACHE_DIR/containerd-"* ]]; then
+  if [[ $args == *"$STATE_DIR"* || $args == *"$RUN_DIR"* || $args == *"$CACHE_DIR/kubernetes-"* || $args == *"$CACHE_DIR/containerd-"* ||
+    $args == *"$CACHE_DIR/kube-router-"* ]]; then
     leftover "process $pid ($comm): $args"
   elif awk '$5 == "/"' "$p/mountinfo" 2>/dev/null | grep -F "$CONTAINERD_ROOT/" >/dev/null; then
     leftover "container process $pid ($comm): $args"
@@ -59,6 +61,14 @@ for save in iptables-save ip6tables-save; do
     leftover "$save: $line"
   done < <("$save" 2>/dev/null | grep -E '(KUBE|CNI)-' || true)
 done
+
+# kube-router's ipsets (its chains are KUBE-* ones, checked above): KUBE-SRC-*, KUBE-DST-*, and
+# the TMP-* it swaps through; "inet6:" in front for IPv6.
+if command -v ipset >/dev/null; then
+  while read -r set; do
+    leftover "ipset $set"
+  done < <(ipset list -n 2>/dev/null | grep -E '^(inet6:)?(KUBE-(SRC|DST)-|TMP-)' || true)
+fi
 
 # Cgroups runc made for containers.
 for d in /sys/fs/cgroup/*/k8s.io /sys/fs/cgroup/k8s.io; do

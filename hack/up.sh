@@ -4,7 +4,9 @@
 #  2. the operator is built, its image loaded (local cluster) and installed with
 #     `etcd-operator manifests` (CRDs, ServiceAccount, RBAC, Deployment) in namespace default,
 #  3. examples/example-etcd-cluster.yaml is applied and waited for,
-#  4. `kubectl get etcdclusters,pods -l app=etcd` is shown.
+#  4. `kubectl get etcdclusters,pods -l app=etcd` is shown;
+#  5. the `kubectl etcd` plugin (crates/kubectl-etcd) is installed beside the cluster's kubectl
+#     and linked into /usr/local/bin, where `kubectl plugin list` finds it.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 cd "$REPO_DIR"
@@ -14,8 +16,9 @@ use_cluster
 kubectl() { "$K8S_BIN/kubectl" "$@"; }
 command -v "$K8S_BIN/kubectl" >/dev/null || kubectl() { command kubectl "$@"; }
 
-log "building the operator"
-cargo build --release --locked -p etcd-operator
+log "building the operator and the kubectl etcd plugin"
+# One invocation: the plugin shares every dependency (and its features) with the operator.
+cargo build --release --locked -p etcd-operator -p kubectl-etcd
 if [ "$LOCAL_CLUSTER" = 1 ]; then
   bash hack/images.sh operator target/release/etcd-operator "$OPERATOR_IMAGE"
 fi
@@ -39,5 +42,14 @@ for _ in $(seq 1 180); do
 done
 [ "${ready:-0}" = 3 ] || log "the example cluster is not ready yet: see kubectl describe etcdcluster example-etcd-cluster"
 kubectl -n default get etcdclusters,pods -l app=etcd
+
+log "installing the kubectl etcd plugin"
+plugin_dir=$K8S_BIN
+[ -d "$plugin_dir" ] || plugin_dir=/usr/local/bin
+install -m 0755 target/release/kubectl-etcd "$plugin_dir/kubectl-etcd"
+[ "$plugin_dir" = /usr/local/bin ] || ln -sf "$plugin_dir/kubectl-etcd" /usr/local/bin/kubectl-etcd
+plugins=$(kubectl plugin list 2>/dev/null || true)
+grep kubectl-etcd <<<"$plugins" || log "kubectl plugin list does not show kubectl-etcd: is /usr/local/bin on PATH?"
+echo "try: kubectl etcd status example-etcd-cluster -n default"
 echo
 echo "KUBECONFIG=$KUBECONFIG"

@@ -76,7 +76,11 @@ The rules of crates/operator/src/rbac.rs, by scope (tests/helm_chart.rs compares
   verbs: [create, patch]
 - apiGroups: [coordination.k8s.io]
   resources: [leases]
-  verbs: [get, create, update]
+  verbs: [create]
+- apiGroups: [coordination.k8s.io]
+  resources: [leases]
+  verbs: [get, update]
+  resourceNames: [etcd-operator, etcd-operator-cluster-wide]
 {{- end }}
 
 {{/* Cluster-scoped: the CRDs, changed only by name (the operator's own three). */}}
@@ -91,6 +95,14 @@ The rules of crates/operator/src/rbac.rs, by scope (tests/helm_chart.rs compares
     - etcdbackups.etcd.database.coreos.com
     - etcdrestores.etcd.database.coreos.com
   verbs: [patch]
+{{- if eq (toString .Values.metrics.auth) "kubernetes" }}
+- apiGroups: [authentication.k8s.io]
+  resources: [tokenreviews]
+  verbs: [create]
+- apiGroups: [authorization.k8s.io]
+  resources: [subjectaccessreviews]
+  verbs: [create]
+{{- end }}
 {{- end }}
 
 {{- define "etcd-operator.subject" -}}

@@ -62,6 +62,27 @@ pub struct EtcdBackupSpec {
     /// Secret from a mounted file, never from its command line.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub auth_secret: String,
+    /// Additive: the continuous archive. Enabled (with periodic backups), an archiver pod
+    /// follows every change of the cluster after the newest snapshot and writes it, at least
+    /// every `flushIntervalInSecond`, as checksummed segments under `<path>.archive/` next to the
+    /// snapshots. Point-in-time restores from it are not available yet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub continuous: Option<ContinuousArchive>,
+}
+
+/// The continuous archive of an EtcdBackup.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ContinuousArchive {
+    /// Run the archiver. Needs `backupPolicy.backupIntervalInSecond` > 0: the archive
+    /// continues the newest periodic snapshot.
+    #[serde(default)]
+    pub enabled: bool,
+    /// Longest time, in seconds (1 to 3600), between a change and the segment holding it
+    /// being written: the recovery point objective. 0 means the default, 10.
+    #[schemars(range(min = 0, max = 3600))]
+    #[serde(default)]
+    pub flush_interval_in_second: i64,
 }
 
 /// Where a backup lives; one block per storage type, as in CoreOS.
@@ -143,7 +164,7 @@ pub struct AbsSource {
     pub abs_secret: String,
 }
 
-/// Google Cloud Storage (implemented, not tested here: see the README).
+/// Google Cloud Storage (implemented, not tested here: see `docs/src/backup-restore.md`).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct GcsSource {
@@ -210,6 +231,11 @@ pub struct EtcdBackupStatus {
     /// Additive: hex sha256 of the last backup (also in its `<key>.meta.json` sidecar).
     #[serde(default)]
     pub sha256: String,
+    /// Additive: the etcd cluster ID (hex, as the EtcdCluster's `status.clusterId`) the last
+    /// backup was taken from. Retention deletes only backups of this cluster: backups of an
+    /// earlier cluster of the same name (deleted and re-created, or restored) are kept.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub cluster_id: String,
     /// Additive: the backups that are kept (at most `maxBackups`), newest first.
     #[serde(default)]
     pub history: Vec<BackupRecord>,
@@ -229,6 +255,50 @@ pub struct EtcdBackupStatus {
     /// a result is counted once even when the operator restarts before it deletes the pod.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub recorded_pods: Vec<String>,
+    /// Additive: the continuous archive (`spec.continuous`), as its archiver pod last
+    /// reported it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub archive: Option<ArchiveStatus>,
+}
+
+/// Where the continuous archive stands.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ArchiveStatus {
+    /// The etcd cluster ID (hex) being archived.
+    #[serde(default)]
+    pub cluster_id: String,
+    /// Revision of the full snapshot the current chain of segments continues.
+    #[serde(default)]
+    pub base_revision: i64,
+    /// Every change up to this revision is in a segment written to the store.
+    #[serde(default)]
+    pub durable_revision: i64,
+    /// RFC 3339 time the last segment was written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub durable_time: Option<String>,
+    /// Changes received and not yet written.
+    #[serde(default)]
+    pub pending_events: i64,
+    /// Why the last write or watch failed, when it did (empty once one succeeds).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub last_error: String,
+    /// Revision ranges no segment holds because etcd compacted them before the archiver
+    /// received them (a full snapshot was taken right after each).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gaps: Vec<ArchiveGap>,
+}
+
+/// Revisions the archive does not hold.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ArchiveGap {
+    /// First revision missing.
+    pub from_revision: i64,
+    /// Last revision missing (the full snapshot taken after the gap is at the next one or later).
+    pub to_revision: i64,
+    /// RFC 3339 time the gap was found.
+    pub time: String,
 }
 
 /// One stored backup.
@@ -245,6 +315,10 @@ pub struct BackupRecord {
     pub etcd_revision: i64,
     /// RFC 3339 time the backup was taken.
     pub time: String,
+    /// The etcd cluster ID (hex) the backup was taken from; empty for backups written before
+    /// backups recorded it.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub cluster_id: String,
 }
 
 #[cfg(test)]

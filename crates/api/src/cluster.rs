@@ -4,17 +4,18 @@
 //! prints: say the unit, the default, the range, and the CoreOS field it mirrors (or
 //! "additive" for fields CoreOS did not have). `tests::every_property_is_described` guards it.
 
-use std::collections::BTreeMap;
-
-use k8s_openapi::api::core::v1::{
-    Affinity, EnvVar, PersistentVolumeClaimSpec, PodSecurityContext, ResourceRequirements, Toleration,
-};
 use k8s_openapi::api::networking::v1::NetworkPolicyPeer;
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::condition::Condition;
+
+mod pod;
+mod tls;
+
+pub use pod::PodPolicy;
+pub use tls::{AutoTls, MemberSecret, StaticTls, TlsPolicy};
 
 /// Image repository used when `spec.repository` is empty (as in CoreOS).
 pub const DEFAULT_REPOSITORY: &str = "quay.io/coreos/etcd";
@@ -59,7 +60,7 @@ pub struct EtcdClusterSpec {
     /// from 3.4.0 to 3.7.x. Default for a new cluster: 3.6.15; a running cluster left empty
     /// keeps the version it runs. A change is a rolling upgrade, one member at a time, the
     /// leader last; one minor version at a time, from the upstream stepping stones only (3.5 →
-    /// 3.6 from 3.5.26, 3.6 → 3.7 from 3.6.11). Mirrors CoreOS `spec.version` (whose default
+    /// 3.6 from 3.5.32, 3.6 → 3.7 from 3.6.11). Mirrors CoreOS `spec.version` (whose default
     /// 3.2.13 is refused).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub version: String,
@@ -234,164 +235,6 @@ pub struct RecoveryPolicy {
     /// restores (checked against its sha256). Required with `FromBackup`. Additive.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub backup: String,
-}
-
-/// How member pods are built. Field names and meanings are CoreOS' `PodPolicy` (including the
-/// capitalised `ClusterDomain` and `DNSTimeoutInSecond`).
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct PodPolicy {
-    /// Extra labels of member pods. `app` and `etcd_*` are reserved for the operator (refused);
-    /// its `etcd.database.coreos.com/*` labels override yours. Mirrors CoreOS `spec.pod.labels`.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub labels: BTreeMap<String, String>,
-    /// Node labels a member pod's node must have (the pod's `nodeSelector`). Mirrors CoreOS
-    /// `spec.pod.nodeSelector`.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub node_selector: BTreeMap<String, String>,
-    /// Scheduling constraints of member pods (the pod's `affinity`). Default: members prefer
-    /// distinct nodes (preferred pod anti-affinity on `kubernetes.io/hostname`) and zones (a
-    /// `ScheduleAnyway` topology spread). Mirrors CoreOS `spec.pod.affinity`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub affinity: Option<Affinity>,
-    /// When true and `affinity` is unset: at most one member of this cluster per node (a
-    /// required pod anti-affinity on `etcd_cluster`, `kubernetes.io/hostname`). Default false.
-    /// Mirrors CoreOS `spec.pod.antiAffinity` (deprecated there in favour of `affinity`).
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub anti_affinity: bool,
-    /// CPU and memory requests and limits of the etcd container. Default: none. Mirrors CoreOS
-    /// `spec.pod.resources`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub resources: Option<ResourceRequirements>,
-    /// Taints member pods tolerate (the pod's `tolerations`). Mirrors CoreOS
-    /// `spec.pod.tolerations`.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub tolerations: Vec<Toleration>,
-    /// Environment of the etcd container, at most 128 entries: `ETCD_*` variables configure
-    /// etcd (e.g. `ETCD_SNAPSHOT_COUNT`). Names the operator owns (`ETCD_NAME`,
-    /// `ETCD_DATA_DIR`, `ETCD_WAL_DIR`, `ETCD_INITIAL_*`, `ETCD_*_URLS`,
-    /// `ETCD_FORCE_NEW_CLUSTER`, `ETCD_STRICT_RECONFIG_CHECK`, `ETCD_DISCOVERY*`) are refused.
-    /// Mirrors CoreOS `spec.pod.etcdEnv`.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub etcd_env: Vec<EnvVar>,
-    /// When set, each member keeps its data on its own PersistentVolumeClaim `<member>-data`
-    /// made from this spec (e.g. `accessModes: [ReadWriteOnce]`, `resources.requests.storage:
-    /// 1Gi`) instead of an emptyDir: a member whose pod is lost restarts on its volume with its
-    /// data. Default: emptyDir (data lives as long as the pod). A larger storage request
-    /// raises existing claims (their StorageClass must allow expansion). Mirrors CoreOS
-    /// `spec.pod.persistentVolumeClaimSpec` (an alpha, non-stable storage there).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub persistent_volume_claim_spec: Option<PersistentVolumeClaimSpec>,
-    /// Extra annotations of member pods. `etcd.version` is reserved for the operator (refused).
-    /// Mirrors CoreOS `spec.pod.annotations`.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub annotations: BTreeMap<String, String>,
-    /// Accepted for compatibility and ignored: the DNS wait of a new member runs in the
-    /// operator's own image (`etcd-operator wait-dns`). Mirrors CoreOS `spec.pod.busyboxImage`
-    /// (default `busybox:1.28.0-glibc` there).
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub busybox_image: String,
-    /// Pod-level security context of member pods (user, group, `fsGroup`, seccomp), used as
-    /// given. Default: members pass the `restricted` Pod Security Standard (uid and gid 65532,
-    /// `fsGroup` 65532 with `OnRootMismatch`, seccomp `RuntimeDefault`, no privilege
-    /// escalation, no capabilities, read-only root filesystems); a member whose volume holds
-    /// data written as root that uid 65532 cannot use (storage that ignores `fsGroup`, e.g.
-    /// hostPath) runs as root instead, its PVC annotated
-    /// `etcd.database.coreos.com/data-owner: "0"`. Mirrors CoreOS `spec.pod.securityContext`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub security_context: Option<PodSecurityContext>,
-    /// How long a new member's init container waits for the member's own DNS name to
-    /// resolve before failing, in seconds, 0 to 3600; 0 (the default) waits forever. Mirrors
-    /// CoreOS `spec.pod.DNSTimeoutInSecond`.
-    #[serde(default, rename = "DNSTimeoutInSecond", skip_serializing_if = "is_zero")]
-    #[schemars(range(min = 0, max = 3600))]
-    pub dns_timeout_in_second: i64,
-    /// DNS domain of the Kubernetes cluster used in member URLs, e.g. `cluster.local` (a
-    /// leading dot as in CoreOS' `.cluster.local` is accepted). Empty: the operator's own
-    /// `--cluster-domain` (learned from its pod's resolv.conf), else names end at `.svc`.
-    /// Mirrors CoreOS `spec.pod.ClusterDomain`.
-    #[serde(default, rename = "ClusterDomain", skip_serializing_if = "String::is_empty")]
-    pub cluster_domain: String,
-}
-
-fn is_zero(v: &i64) -> bool {
-    *v == 0
-}
-
-/// TLS policy in the CoreOS shape.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct TlsPolicy {
-    /// Certificates made by the user and stored in Secrets, in CoreOS' layout: member peer and
-    /// server Secrets (peer and client URLs become https with client certificate checks) and
-    /// the operator's client Secret (also used by its backup pods). Mirrors CoreOS
-    /// `spec.TLS.static`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub r#static: Option<StaticTls>,
-    /// Additive: certificates made and rotated by the operator (`auto: {}` for the defaults),
-    /// instead of `static`; not both. The operator keeps a CA per cluster in Secret
-    /// `<name>-tls-ca` and issues into Secrets it owns, in the key layout of `static`: peers
-    /// (`<name>-tls-peer`), members serving clients (`<name>-tls-server`), its own client
-    /// certificate (`<name>-tls-operator`) and one for your applications (`<name>-tls-client`:
-    /// `etcd-client.crt`, `etcd-client.key`, `etcd-client-ca.crt`; usable as an EtcdBackup's
-    /// `clientTLSSecret`). Certificates are renewed before they expire without restarting
-    /// members (etcd reads its certificate files at every new connection); a new CA is
-    /// introduced beside the old one and every member restarts once to trust both, once more
-    /// to drop the old one. The annotation `etcd.database.coreos.com/rotate-ca` with a new
-    /// value starts a CA rotation now.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub auto: Option<AutoTls>,
-}
-
-/// Operator-managed certificates (additive). Durations are Go durations as Kubernetes writes
-/// them: `2160h`, `90m`, `1h30m`.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct AutoTls {
-    /// Lifetime of the peer, server and client certificates, 10m to 87600h (10 years);
-    /// default 2160h (90 days). Additive.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    #[schemars(length(max = 32))]
-    pub validity: String,
-    /// How long before a certificate expires its successor is issued, at least 5m and at
-    /// least 1m less than `validity`; default a third of `validity` (renewal at 2/3 of the
-    /// lifetime: 30 days before the end of 90). Additive.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    #[schemars(length(max = 32))]
-    pub renew_before: String,
-    /// Lifetime of the cluster's CA, 1h to 876000h (100 years) and at least `validity`;
-    /// default 43800h (5 years). A new CA is introduced at 2/3 of the lifetime. Additive.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    #[schemars(length(max = 32))]
-    pub ca_validity: String,
-}
-
-/// Certificates the user made and stored in Secrets.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct StaticTls {
-    /// Secrets every member pod mounts. Mirrors CoreOS `spec.TLS.static.member`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub member: Option<MemberSecret>,
-    /// Name of a Secret with the client certificate the operator uses to talk to members
-    /// (`etcd-client.crt`, `etcd-client.key`, `etcd-client-ca.crt`); set together with
-    /// `member.serverSecret`. Mirrors CoreOS `spec.TLS.static.operatorSecret`.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub operator_secret: String,
-}
-
-/// Secrets each member pod mounts.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct MemberSecret {
-    /// Name of a Secret with the peer certificate (`peer.crt`, `peer.key`, `peer-ca.crt`).
-    /// Mirrors CoreOS `spec.TLS.static.member.peerSecret`.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub peer_secret: String,
-    /// Name of a Secret with the client-facing server certificate (`server.crt`,
-    /// `server.key`, `server-ca.crt`). Mirrors CoreOS `spec.TLS.static.member.serverSecret`.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub server_secret: String,
 }
 
 /// Observed state, in the CoreOS shape plus additive fields. Every field is always serialized:

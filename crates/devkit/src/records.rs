@@ -117,8 +117,8 @@ pub fn compute(pods: &[PodView], services: &[ServiceView], domain: &str, policy:
         if let Some(ip) = &svc.cluster_ip {
             out.insert(Record { name, ip: ip.clone() });
         } else if svc.headless {
-            for pod in pods.iter().filter(|p| p.is_endpoint_of(svc)) {
-                out.insert(Record { name: name.clone(), ip: pod.ip.clone().unwrap() });
+            for ip in pods.iter().filter(|p| p.is_endpoint_of(svc)).filter_map(|p| p.ip.clone()) {
+                out.insert(Record { name: name.clone(), ip });
             }
         }
     }

@@ -73,10 +73,11 @@ pub async fn run(opts: Options) -> Result<()> {
                         Tick::Services { listed } => services_listed |= listed,
                     }
                     // Until both lists are complete a write would publish a partial view.
-                    if pods_listed && services_listed {
-                        if let Err(e) = sync_once(&opts, &pods, &services) {
-                            warn!("writing DNS records failed: {e:#}");
-                        }
+                    if pods_listed
+                        && services_listed
+                        && let Err(e) = sync_once(&opts, &pods, &services)
+                    {
+                        warn!("writing DNS records failed: {e:#}");
                     }
                 }
             }

@@ -45,3 +45,19 @@ fn no_pipe_into_grep_q() {
     }
     assert!(bad.is_empty(), "pipes into `grep -q` (use `grep ... >/dev/null`):\n{}", bad.join("\n"));
 }
+
+/// `cluster.sh down` destroys kube-router's ipsets by the pattern `NETPOL_IPSETS`;
+/// `test-cluster-down.sh` must look for leftovers with the same pattern, or a set `down` misses
+/// would go unnoticed.
+#[test]
+fn down_and_its_check_agree_on_kube_routers_ipsets() {
+    let hack = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../hack");
+    let cluster = std::fs::read_to_string(hack.join("cluster.sh")).expect("cluster.sh");
+    let check = std::fs::read_to_string(hack.join("test-cluster-down.sh")).expect("test-cluster-down.sh");
+    let pattern = cluster
+        .lines()
+        .find_map(|l| l.strip_prefix("NETPOL_IPSETS="))
+        .expect("cluster.sh sets NETPOL_IPSETS")
+        .trim_matches('\'');
+    assert!(check.contains(pattern), "test-cluster-down.sh does not look for ipsets matching {pattern}");
+}

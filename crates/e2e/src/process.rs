@@ -22,6 +22,7 @@ use anyhow::{Context, Result};
 pub fn spawn_tied(mut cmd: Command) -> io::Result<Child> {
     cmd.process_group(0);
     // SAFETY: prctl(2) is async-signal-safe, which is all a pre_exec hook may call.
+    #[allow(unsafe_code)]
     unsafe {
         cmd.pre_exec(|| {
             if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
@@ -92,18 +93,18 @@ impl Supervised {
     /// left of it, and the child reaped. Idempotent.
     pub fn stop_within(&mut self, grace: Duration) {
         let Some(mut child) = self.child.take() else { return };
-        let pgid = -(self.pid as libc::pid_t);
+        let pgid = self.pid;
         if !grace.is_zero() {
-            // SAFETY: kill(2) on the process group of our own child, which we have not reaped yet.
-            unsafe { libc::kill(pgid, libc::SIGTERM) };
+            // The group of our own child, which we have not reaped yet.
+            let _ = kill_group(pgid, libc::SIGTERM);
             let deadline = Instant::now() + grace;
             while matches!(child.try_wait(), Ok(None)) && Instant::now() < deadline {
                 std::thread::sleep(Duration::from_millis(50));
             }
         }
         // Whatever is left of the group: the leader after the grace period, or anything it started.
-        // SAFETY: as above; the leader is reaped only below.
-        unsafe { libc::kill(pgid, libc::SIGKILL) };
+        // As above; the leader is reaped only below.
+        let _ = kill_group(pgid, libc::SIGKILL);
         let _ = child.wait();
     }
 
@@ -121,9 +122,17 @@ impl Drop for Supervised {
 
 /// The process group `pgid` has no member left (its leader was reaped, nothing it started runs).
 pub fn process_group_gone(pgid: u32) -> bool {
-    // SAFETY: signal 0 only checks for existence.
-    let r = unsafe { libc::kill(-(pgid as libc::pid_t), 0) };
-    r == -1 && io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+    // Signal 0 only checks for existence.
+    kill_group(pgid, 0).is_err_and(|e| e.raw_os_error() == Some(libc::ESRCH))
+}
+
+/// kill(2) of the process group `pgid` with `signal` (0: only whether it exists).
+pub fn kill_group(pgid: u32, signal: libc::c_int) -> io::Result<()> {
+    // SAFETY: kill(2) takes no pointers and changes no memory of this process; a signal to a
+    // group is what the callers, which started that group, ask for.
+    #[allow(unsafe_code)]
+    let r = unsafe { libc::kill(-(pgid as libc::pid_t), signal) };
+    if r == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
 }
 
 #[cfg(test)]

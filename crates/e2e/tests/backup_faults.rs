@@ -131,19 +131,30 @@ fn a_one_shot_backup_taken_again_leaves_a_complete_backup_readable_at_every_mome
         let stop = Arc::new(AtomicBool::new(false));
         let reader = {
             let (moto, stop) = (moto.clone(), stop.clone());
-            std::thread::spawn(move || -> Result<(usize, usize, Vec<String>)> {
+            std::thread::spawn(move || -> Result<(usize, usize, Vec<String>, Vec<&'static str>)> {
                 let (mut looks, mut previous, mut bad) = (0, 0, Vec::new());
+                // What the looks found, each run of equal looks once: "key", "previous".
+                let mut runs: Vec<&'static str> = vec![];
                 let started = Instant::now();
                 while !stop.load(Ordering::Relaxed) {
-                    match look(moto.as_ref(), key)? {
-                        Seen::Key => {}
-                        Seen::Previous => previous += 1,
-                        Seen::Neither(why) => bad.push(format!("{:.1}s: {why}", started.elapsed().as_secs_f64())),
+                    let found = match look(moto.as_ref(), key)? {
+                        Seen::Key => "key",
+                        Seen::Previous => {
+                            previous += 1;
+                            "previous"
+                        }
+                        Seen::Neither(why) => {
+                            bad.push(format!("{:.1}s: {why}", started.elapsed().as_secs_f64()));
+                            "neither"
+                        }
+                    };
+                    if runs.last() != Some(&found) {
+                        runs.push(found);
                     }
                     looks += 1;
                     std::thread::sleep(Duration::from_millis(100));
                 }
-                Ok((looks, previous, bad))
+                Ok((looks, previous, bad, runs))
             })
         };
         // A changed spec takes the one-shot backup again.
@@ -162,14 +173,16 @@ fn a_one_shot_backup_taken_again_leaves_a_complete_backup_readable_at_every_mome
         })?;
         std::thread::sleep(Duration::from_secs(1));
         stop.store(true, Ordering::Relaxed);
-        let (looks, previous, bad) = reader.join().map_err(|_| anyhow::anyhow!("reader panicked"))??;
+        let (looks, previous, bad, runs) = reader.join().map_err(|_| anyhow::anyhow!("reader panicked"))??;
         eprintln!(
-            "{looks} looks, {previous} found the previous backup kept aside, {} found nothing complete",
+            "{looks} looks ({runs:?}), {previous} found the previous backup kept aside, {} found nothing complete",
             bad.len()
         );
         ensure!(bad.is_empty(), "no complete backup at some moments: {bad:?}");
         ensure!(previous > 0, "the reader never saw the replacement window ({looks} looks): the test proves nothing");
-        ensure!(looks > 50, "only {looks} looks");
+        // The reader looked before, during and after the replacement: the old backup at the key,
+        // then the one kept aside, then the new one at the key.
+        ensure!(runs == ["key", "previous", "key"], "the looks did not span the replacement: {runs:?}");
         // The end state: the new backup at the key, nothing kept aside any more.
         ensure!(look(moto.as_ref(), key)? == Seen::Key);
         ensure!(pair(moto.as_ref(), key)?.ok().as_deref() == second["status"]["sha256"].as_str());

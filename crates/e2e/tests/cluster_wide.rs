@@ -1,5 +1,5 @@
 //! `-cluster-wide` and the `etcd.database.coreos.com/scope` annotation, with the operator installed
-//! in-cluster from `etcd-operator manifests` (CoreOS semantics, `controller::Scope::manages`):
+//! in-cluster from `etcd-operator manifests` (CoreOS semantics, `controller::WatchScope::manages`):
 //! - a cluster-wide operator manages EtcdClusters annotated `scope: clusterwide` in every namespace
 //!   and nothing else;
 //! - a namespaced operator manages the EtcdClusters of its namespace that carry no `scope`

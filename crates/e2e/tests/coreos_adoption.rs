@@ -5,7 +5,9 @@
 //! `<name>` and the client Service `<name>-client`; members added one by one after a seed member,
 //! as CoreOS grew a cluster; the EtcdCluster carrying only the status CoreOS wrote) is adopted by
 //! this operator in place: the same pods (same UIDs, never restarted), the same etcd members, the
-//! data written before still there; then a resize and an etcd upgrade that work.
+//! data written before still there; then a resize and an etcd upgrade that work. A CoreOS cluster
+//! on PVCs (one claim per member, named after the member) loses two of its three pods and comes
+//! back on its own claims.
 
 mod common;
 
@@ -63,7 +65,7 @@ fn coreos_services(ns: &TestNamespace, uid: &str) -> Result<()> {
         if peer {
             spec["clusterIP"] = "None".into();
             spec["publishNotReadyAddresses"] = true.into();
-            spec["ports"].as_array_mut().unwrap().push(port("peer", 2380));
+            spec["ports"] = json!([port("client", 2379), port("peer", 2380)]);
         }
         create(
             ns,
@@ -76,10 +78,23 @@ fn coreos_services(ns: &TestNamespace, uid: &str) -> Result<()> {
     Ok(())
 }
 
-/// A member pod as CoreOS' `newEtcdPod` made it. Two stand-ins, because the etcd images here
+/// The claim CoreOS' `NewEtcdPodPVC` made for a member from `spec.pod.persistentVolumeClaimSpec`:
+/// named after the member (`PVCNameFromMember`), its two labels, the owner reference.
+fn coreos_claim(ns: &TestNamespace, uid: &str, member: &str) -> Result<()> {
+    create(
+        ns,
+        &json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": member, "labels": {"app": "etcd", "etcd_cluster": NAME}, "ownerReferences": owner(uid)},
+            "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "64Mi"}}}}),
+    )
+}
+
+/// A member pod as CoreOS' `newEtcdPod` made it, its `etcd-data` volume an emptyDir or (with a
+/// PVC spec, `AddEtcdVolumeToPod`) the member's claim. Two stand-ins, because the etcd images here
 /// have no shell: the `check-dns` init container runs the operator image's `wait-dns` instead
 /// of busybox's `nslookup` loop, and the readiness probe is `GET /health` instead of
 /// `sh -c "etcdctl endpoint status"` (CoreOS' exec liveness probe is left out for the same reason).
+#[allow(clippy::too_many_arguments)]
 fn coreos_pod(
     ns: &str,
     uid: &str,
@@ -88,6 +103,7 @@ fn coreos_pod(
     state: &str,
     token: &str,
     init_image: &str,
+    claim: bool,
 ) -> Value {
     let host = |m: &str| format!("{m}.{NAME}.{ns}.svc");
     let initial: Vec<String> = initial.iter().map(|m| format!("{m}=http://{}:2380", host(m))).collect();
@@ -121,7 +137,11 @@ fn coreos_pod(
                 "readinessProbe": {"httpGet": {"path": "/health", "port": 2379}, "initialDelaySeconds": 1,
                     "timeoutSeconds": 5, "periodSeconds": 5, "failureThreshold": 3},
             }],
-            "volumes": [{"name": "etcd-data", "emptyDir": {}}],
+            "volumes": [if claim {
+                json!({"name": "etcd-data", "persistentVolumeClaim": {"claimName": member}})
+            } else {
+                json!({"name": "etcd-data", "emptyDir": {}})
+            }],
             "restartPolicy": "Never",
             "hostname": member,
             "subdomain": NAME,
@@ -148,17 +168,25 @@ fn wait_member(ns: &TestNamespace, member: &str) -> Result<String> {
 }
 
 /// The cluster CoreOS would have left: a seed member, then each further member added to etcd
-/// first and started with `--initial-cluster-state=existing`; the status CoreOS wrote. Returns
-/// the member (pod) names.
-fn build_coreos_cluster(ns: &TestNamespace, init_image: &str) -> Result<Vec<String>> {
+/// first and started with `--initial-cluster-state=existing` (each on its own claim with
+/// `claims`); the status CoreOS wrote. Returns the member (pod) names.
+fn build_coreos_cluster(ns: &TestNamespace, init_image: &str, claims: bool) -> Result<Vec<String>> {
     // Only the spec: CoreOS' status is written below, once there is something to report.
-    ns.apply(&common::cluster_manifest(&ns.name, NAME, 3, VERSION, ""))?;
+    // The CoreOS operator had installed the CRD; on a fresh cluster no operator of ours has yet.
+    e2e::harness::ensure_crds(ns)?;
+    let pvc_spec = "  pod:\n    persistentVolumeClaimSpec:\n      accessModes: [ReadWriteOnce]\n      resources: {requests: {storage: 64Mi}}\n";
+    ns.apply(&common::cluster_manifest(&ns.name, NAME, 3, VERSION, if claims { pvc_spec } else { "" }))?;
     let uid = cluster(ns, NAME)?["metadata"]["uid"].as_str().context("no uid")?.to_string();
     coreos_services(ns, &uid)?;
     let mut seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_nanos() as u64 | 1;
     let members: Vec<String> = (0..3).map(|_| format!("{NAME}-{}", coreos_suffix(&mut seed))).collect();
     let token = format!("{:016x}-coreos", seed);
-    create(ns, &coreos_pod(&ns.name, &uid, &members[0], &members[..1], "new", &token, init_image))?;
+    if claims {
+        for m in &members {
+            coreos_claim(ns, &uid, m)?;
+        }
+    }
+    create(ns, &coreos_pod(&ns.name, &uid, &members[0], &members[..1], "new", &token, init_image, claims))?;
     let seed_ep = wait_member(ns, &members[0])?;
     for i in 1..members.len() {
         let peer = format!("--peer-urls=http://{}.{NAME}.{}.svc:2380", members[i], ns.name);
@@ -167,7 +195,8 @@ fn build_coreos_cluster(ns: &TestNamespace, init_image: &str) -> Result<Vec<Stri
         wait_until(Duration::from_secs(60), "etcd to accept a new member", || {
             Ok(host_etcdctl(&seed_ep, &["member", "add", &members[i], &peer]).map_err(|e| eprintln!("{e:#}")).ok())
         })?;
-        create(ns, &coreos_pod(&ns.name, &uid, &members[i], &members[..=i], "existing", &token, init_image))?;
+        let pod = coreos_pod(&ns.name, &uid, &members[i], &members[..=i], "existing", &token, init_image, claims);
+        create(ns, &pod)?;
         wait_member(ns, &members[i])?;
     }
     for m in &members {
@@ -200,7 +229,7 @@ fn etcd_members(ep: &str) -> Result<Vec<(String, String)>> {
 fn a_coreos_cluster_is_adopted_in_place_then_resized_and_upgraded() -> Result<()> {
     let ns = TestNamespace::create("e2e-coreos")?;
     let init_image = common::operator_image()?;
-    let members = build_coreos_cluster(&ns, &init_image)?;
+    let members = build_coreos_cluster(&ns, &init_image, false)?;
     let ep = client_endpoint(&ns, NAME)?;
     common::write_keys(&ep, "before-adoption", 20)?;
     let before = pod_versions(&ns, NAME)?;
@@ -263,6 +292,19 @@ fn adopted(
     let client = ns.json(&["get", "service", &format!("{NAME}-client")])?;
     ensure!(client["spec"]["selector"]["etcd.database.coreos.com/serving"] == "true", "{}", client["spec"]);
     common::check_keys(&ep, "before-adoption", 20)?;
+    // Its clients keep reaching it: the NetworkPolicy made on adoption leaves the client port
+    // open to every source (rule without `from`), as it was before, and says so in a mark.
+    ensure!(
+        c["metadata"]["annotations"]["etcd.database.coreos.com/network-policy-default"] == "any",
+        "{}",
+        c["metadata"]
+    );
+    let np = wait_until(Duration::from_secs(30), "the NetworkPolicy", || {
+        Ok(ns.json(&["get", "networkpolicy", NAME, "--ignore-not-found"]).ok().filter(|v| v.get("spec").is_some()))
+    })?;
+    let rules = np["spec"]["ingress"].as_array().cloned().unwrap_or_default();
+    let client = rules.iter().find(|r| r["ports"][0]["port"] == 2379).cloned().unwrap_or_default();
+    ensure!(client.get("from").is_none_or(Value::is_null), "client port narrowed on adoption: {client}");
 
     // A resize works, one learner at a time, beside the CoreOS members.
     patch_spec(ns, NAME, r#"{"size": 5}"#)?;
@@ -306,6 +348,7 @@ fn adopted(
 #[test]
 fn a_coreos_cluster_without_pods_is_reported_lost_not_bootstrapped_again() -> Result<()> {
     let ns = TestNamespace::create("e2e-coreos-lost")?;
+    e2e::harness::ensure_crds(&ns)?;
     ns.apply(&common::cluster_manifest(&ns.name, NAME, 3, VERSION, ""))?;
     write_coreos_status(&ns, &[format!("{NAME}-4kd9qnfq2b"), format!("{NAME}-l7mbzxk5w2")])?;
     let mut op = Operator::start(&ns)?;
@@ -321,4 +364,97 @@ fn a_coreos_cluster_without_pods_is_reported_lost_not_bootstrapped_again() -> Re
     ensure!(!events_v1(&ns, NAME)?.iter().any(|e| e.reason == "BootstrapStarted"));
     op.stop();
     Ok(())
+}
+
+/// A CoreOS cluster on PVCs: adopted, then two of its three pods deleted, a quorum lost. Each
+/// member comes back on the claim CoreOS made for it (named after the member), with its data:
+/// every key, the same etcd member IDs, no claim made or deleted, no recovery (although
+/// `FromSurvivor` with `afterSeconds: 0` would start one at once for members it counted lost).
+#[test]
+fn a_coreos_pvc_cluster_that_loses_two_pods_comes_back_on_its_claims() -> Result<()> {
+    let ns = TestNamespace::create("e2e-coreos-pvc")?;
+    let init_image = common::operator_image()?;
+    let members = build_coreos_cluster(&ns, &init_image, true)?;
+    let ep = client_endpoint(&ns, NAME)?;
+    common::write_keys(&ep, "before-loss", 50)?;
+    let ids_before = etcd_members(&ep)?;
+    let mut op = Operator::start(&ns)?;
+    let r = back_on_its_claims(&ns, &members, &ids_before);
+    if r.is_err() {
+        let log = op.log_text();
+        let tail: Vec<&str> = log.lines().rev().take(60).collect();
+        let events = ns.run(&["get", "events", "--sort-by=.lastTimestamp"]).unwrap_or_default();
+        return r.context(format!("operator log (newest first):\n{}\n--- events:\n{events}", tail.join("\n")));
+    }
+    op.stop();
+    Ok(())
+}
+
+fn claims_of(ns: &TestNamespace) -> Result<Vec<String>> {
+    let list = ns.json(&["get", "pvc", "-l", &format!("etcd_cluster={NAME}")])?;
+    let mut names: Vec<String> = list["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c["metadata"]["name"].as_str().map(String::from))
+        .collect();
+    names.sort();
+    Ok(names)
+}
+
+fn back_on_its_claims(ns: &TestNamespace, members: &[String], ids_before: &[(String, String)]) -> Result<()> {
+    wait_until(Duration::from_secs(120), "the cluster to be adopted", || {
+        let c = cluster(ns, NAME)?;
+        Ok(c["metadata"]["annotations"]["etcd.database.coreos.com/cluster-id"].is_string().then_some(()))
+    })?;
+    wait_healthy(ns, NAME, 3, Duration::from_secs(60))?;
+    let mut claims_before = members.to_vec();
+    claims_before.sort();
+    ensure!(claims_of(ns)? == claims_before, "claims before: {:?}", claims_of(ns)?);
+    patch_spec(ns, NAME, r#"{"recovery": {"quorumLoss": "FromSurvivor", "afterSeconds": 0}}"#)?;
+    let mark = common::event_marks(ns, NAME)?;
+    ns.run(&["delete", "pod", &members[1], &members[2], "--wait=false"])?;
+    // Nothing replaced or recovered, ever (checked as it goes: a wrong answer fails at once).
+    let answered_wrong = || -> Result<()> {
+        for e in common::events_since(ns, NAME, &mark)? {
+            let wrong = ["QuorumLossRecoveryStarted", "MemberRemoved", "MemberAdded", "BootstrapStarted"];
+            ensure!(!wrong.contains(&e.reason.as_str()), "the loss was answered by {e:?}");
+        }
+        Ok(())
+    };
+    // Back: three healthy voters, the same three members (names and etcd IDs).
+    let back = wait_until(Duration::from_secs(300), "the two members to be back", || {
+        if let Err(e) = answered_wrong() {
+            return Ok(Some(Err(e)));
+        }
+        let c = wait_healthy(ns, NAME, 3, Duration::from_secs(5)).ok();
+        let ready: Vec<String> = c
+            .map(|c| c["status"]["members"]["ready"].as_array().cloned().unwrap_or_default())
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|m| m.as_str().map(String::from))
+            .collect();
+        Ok((ready.len() == 3 && members.iter().all(|m| ready.contains(m))).then_some(Ok(())))
+    })?;
+    back?;
+    let ep = client_endpoint(ns, NAME)?;
+    ensure!(etcd_members(&ep)? == ids_before, "etcd membership changed: {:?}", etcd_members(&ep)?);
+    common::check_keys(&ep, "before-loss", 50)?;
+    // On the claims CoreOS made: mounted as the data volume, none made, none deleted.
+    for m in &members[1..] {
+        let pod = ns.pod(m)?;
+        let data =
+            pod["spec"]["volumes"].as_array().and_then(|vs| vs.iter().find(|v| v["name"] == "etcd-data")).cloned();
+        let claim = data.as_ref().and_then(|v| v["persistentVolumeClaim"]["claimName"].as_str());
+        ensure!(claim == Some(m.as_str()), "{m} restarted on {data:?}");
+    }
+    ensure!(claims_of(ns)? == claims_before, "claims after: {:?}", claims_of(ns)?);
+    // What happened, from the Events: each member restarted, nothing replaced or recovered.
+    let events = common::events_since(ns, NAME, &mark)?;
+    let created: Vec<&str> =
+        events.iter().filter(|e| e.reason == "MemberPodCreated").map(|e| e.related.as_str()).collect();
+    for m in &members[1..] {
+        ensure!(created.contains(&m.as_str()), "no MemberPodCreated for {m}: {events:?}");
+    }
+    answered_wrong()
 }

@@ -1,6 +1,6 @@
 //! The failure paths on the real local cluster, with the real operator and real etcd: members
 //! that still have their data come back (with or without a quorum), a volume that does not hold
-//! its member's data is refused, quorum loss is reported or (opted in) recovered, and pods of a
+//! its member's data is refused (and kept), quorum loss is reported or (opted in) recovered, and pods of a
 //! deleted cluster never serve behind a new one of the same name. Every test writes keys first
 //! and reads them all back.
 
@@ -67,7 +67,7 @@ fn a_three_member_pvc_cluster_comes_back_from_losing_two_then_all_pods() -> Resu
         let ids_before = member_list(&ep)?;
 
         // Two at once: no quorum until they are back on their volumes.
-        delete_pods(ns, &members[..2].to_vec(), false)?;
+        delete_pods(ns, &members[..2], false)?;
         let c = wait_healthy(ns, "ex", 3, Duration::from_secs(180))?;
         check_keys(&ep, "three", KEYS)?;
         ensure!(pod_names(&member_pods(ns, "ex")?) == members, "the same members came back");
@@ -133,11 +133,22 @@ fn a_member_on_a_replaced_empty_volume_is_replaced_not_restarted() -> Result<()>
                 .map(|(_, n)| n))
         })?;
         ensure!(why.contains("volume does not hold its data"), "{why}");
+        // Its volume was kept first (it may hold data someone wants), marked and said so.
+        let kept = has_event(ns, "ex", "VolumeRetired")?.context("a VolumeRetired Event")?;
+        ensure!(kept.contains(&claim) && kept.contains("never deletes the claim"), "{kept}");
         let c = wait_healthy(ns, "ex", 3, Duration::from_secs(180))?;
-        ensure!(!pod_names(&member_pods(ns, "ex")?).contains(&victim), "a new member replaced {victim}");
-        wait_until(Duration::from_secs(60), "its refused volume to go with it", || {
-            Ok((!pvc_members(ns, "ex")?.contains(&claim)).then_some(()))
-        })?;
+        let members = pod_names(&member_pods(ns, "ex")?);
+        ensure!(!members.contains(&victim), "a new member replaced {victim}");
+        // Still there, retired, mounted by no member.
+        let retired: Value = ns.json(&["get", "pvc", &claim])?;
+        ensure!(
+            retired["metadata"]["annotations"]["etcd.database.coreos.com/retired"]
+                .as_str()
+                .is_some_and(|w| !w.is_empty()),
+            "{}",
+            retired["metadata"]
+        );
+        ensure!(pvc_members(ns, "ex")?.len() == 4, "three members' claims and the retired one");
         check_keys(&ep, "empty", KEYS)?;
         ensure!(c["status"]["members"]["learners"].as_array().is_some_and(|l| l.is_empty()), "{}", c["status"]);
         Ok(())

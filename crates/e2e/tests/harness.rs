@@ -71,8 +71,8 @@ fn the_operator_dies_with_a_sigkilled_test_process() -> Result<()> {
     let _ = child.wait();
     if outcome.is_err() {
         // Do not leave the survivor running against the namespace.
-        // SAFETY: kill(2) on the process group the child test started; signal only.
-        unsafe { libc::kill(-(pid as libc::pid_t), libc::SIGKILL) };
+        // The process group the child test started.
+        let _ = e2e::process::kill_group(pid, libc::SIGKILL);
     }
     // The child's namespace: its Drop never ran.
     Kubectl::from_env()?.run(&["delete", "namespace", &ns, "--wait=false"])?;

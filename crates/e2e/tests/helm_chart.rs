@@ -66,8 +66,15 @@ fn rule_set(rules: &Value) -> BTreeSet<(String, String, String, String)> {
     };
     let mut set = BTreeSet::new();
     for r in rules.as_array().expect("rules") {
-        let fields: BTreeSet<&str> = r.as_object().unwrap().keys().map(String::as_str).collect();
-        assert!(fields.is_subset(&BTreeSet::from(["apiGroups", "resources", "verbs", "resourceNames"])), "{r}");
+        let fields: BTreeSet<&str> = r.as_object().expect("a rule is an object").keys().map(String::as_str).collect();
+        let known = BTreeSet::from(["apiGroups", "resources", "verbs", "resourceNames", "nonResourceURLs"]);
+        assert!(fields.is_subset(&known), "{r}");
+        // A non-resource URL (the metrics reader's `/metrics`) as the resource `url:<path>`.
+        for url in strs(&r["nonResourceURLs"]) {
+            for v in strs(&r["verbs"]) {
+                set.insert((String::new(), format!("url:{url}"), v, "*any*".to_string()));
+            }
+        }
         let names = if r["resourceNames"].is_null() { vec!["*any*".to_string()] } else { strs(&r["resourceNames"]) };
         for g in strs(&r["apiGroups"]) {
             for res in strs(&r["resources"]) {
@@ -100,7 +107,7 @@ fn assert_same(chart: &[Value], manifests: &[Value], setting: &str) {
         let mut want = want.clone();
         assert_labels_include(&have["metadata"]["labels"], &want["metadata"]["labels"], &what);
         for o in [&mut have, &mut want] {
-            o.as_object_mut().unwrap().remove("metadata");
+            o.as_object_mut().expect("a Kubernetes object is an object").remove("metadata");
         }
         if k.starts_with("Role ") || k.starts_with("ClusterRole ") {
             let (h, w) = (rule_set(&have["rules"]), rule_set(&want["rules"]));
@@ -122,8 +129,8 @@ fn assert_same(chart: &[Value], manifests: &[Value], setting: &str) {
         assert!(
             have == want,
             "{what} differs from `etcd-operator manifests`:\nchart:\n{}\nmanifests:\n{}",
-            serde_yaml::to_string(&have).unwrap(),
-            serde_yaml::to_string(&want).unwrap()
+            serde_yaml::to_string(&have).expect("JSON values print as YAML"),
+            serde_yaml::to_string(&want).expect("JSON values print as YAML")
         );
     }
 }
@@ -169,6 +176,16 @@ fn helm_chart_monitoring_objects_match_manifests() {
     assert!(!chart(&with_image(&[])).iter().any(|o| o["kind"] == "PodMonitor"), "monitoring is off by default");
 }
 
+/// `metrics.auth=none` is `manifests --metrics-auth none`: no flag, no review permissions, no
+/// metrics reader, a PodMonitor without a token.
+#[test]
+fn helm_chart_open_metrics_match_manifests() {
+    let objs = chart(&with_image(&["metrics.auth=none", "monitoring.enabled=true"]));
+    assert_same(&objs, &manifests(&["--image", IMAGE, "--metrics-auth", "none", "--monitoring"]), "metrics.auth=none");
+    assert!(container(&objs).get("args").is_none());
+    assert!(!objs.iter().any(|o| o["metadata"]["name"] == "etcd-operator-metrics-reader"));
+}
+
 /// The operator container of a rendering.
 fn container(objs: &[Value]) -> Value {
     find(objs, "Deployment", "etcd-operator")["spec"]["template"]["spec"]["containers"][0].clone()
@@ -177,7 +194,7 @@ fn container(objs: &[Value]) -> Value {
 /// The binary accepts `args` the way the Deployment passes them (clap stops at `--help` only after
 /// every argument before it parsed).
 fn assert_operator_accepts(args: &[Value]) {
-    let args: Vec<&str> = args.iter().map(|a| a.as_str().unwrap()).collect();
+    let args: Vec<&str> = args.iter().map(|a| a.as_str().expect("container args are strings")).collect();
     let mut c = Command::new(common::operator_bin());
     c.args(&args).arg("--help");
     ok(helm::output(&mut c));
@@ -198,7 +215,7 @@ fn helm_chart_values_beyond_manifests_land_in_the_deployment() {
     ]);
     let objs = chart(&set);
     let c = container(&objs);
-    assert_eq!(c["args"], json!(["--log-format=json", "--create-crd=false"]));
+    assert_eq!(c["args"], json!(["--log-format=json", "--metrics-auth=kubernetes", "--create-crd=false"]));
     assert_operator_accepts(c["args"].as_array().unwrap());
     assert_eq!(c["imagePullPolicy"], "Always");
     assert_eq!(
@@ -218,7 +235,7 @@ fn helm_chart_values_beyond_manifests_land_in_the_deployment() {
 
     // Cluster-wide's flag, in the Go spelling manifests uses, is accepted too.
     let wide = container(&chart(&with_image(&["clusterWide=true", "logFormat=text"])));
-    assert_eq!(wide["args"], json!(["-cluster-wide", "--log-format=text"]));
+    assert_eq!(wide["args"], json!(["-cluster-wide", "--log-format=text", "--metrics-auth=kubernetes"]));
     assert_operator_accepts(wide["args"].as_array().unwrap());
 }
 
@@ -233,12 +250,12 @@ fn helm_chart_watch_namespace_puts_the_role_there() {
     assert_eq!(binding["metadata"]["namespace"], "apps");
     assert_eq!(binding["subjects"], json!([{ "kind": "ServiceAccount", "name": "etcd-operator", "namespace": NS }]));
     let c = container(&objs);
-    assert_eq!(c["args"], json!(["--namespace=apps"]));
+    assert_eq!(c["args"], json!(["--namespace=apps", "--metrics-auth=kubernetes"]));
     assert_operator_accepts(c["args"].as_array().unwrap());
     let members = find(&objs, "PodMonitor", "etcd-operator-members");
     assert_eq!(members["spec"]["namespaceSelector"], json!({ "matchNames": ["apps"] }));
     // The release namespace itself is the default: no flag.
-    assert!(container(&chart(&with_image(&["watchNamespace=etcd"]))).get("args").is_none());
+    assert_eq!(container(&chart(&with_image(&["watchNamespace=etcd"])))["args"], json!(["--metrics-auth=kubernetes"]));
 }
 
 #[test]
@@ -246,6 +263,7 @@ fn helm_chart_refuses_contradicting_values() {
     for (set, says) in [
         ("clusterWide=true,watchNamespace=apps", "watchNamespace is for a namespaced operator"),
         ("logFormat=xml", "logFormat must be"),
+        ("metrics.auth=basic", "metrics.auth must be"),
     ] {
         let err = helm::template(NS, &[set]).expect_err(set);
         assert!(format!("{err:#}").contains(says), "{set}: {err:#}");
@@ -278,18 +296,19 @@ fn generated_files() -> Vec<(String, String)> {
         if line == "---" {
             docs.push(String::new());
         } else {
-            let d = docs.last_mut().unwrap();
+            let d = docs.last_mut().expect("docs starts with one document");
             d.push_str(line);
             d.push('\n');
         }
     }
     for doc in docs.iter().filter(|d| !d.trim().is_empty()) {
-        let v: Value = serde_yaml::from_str(doc).unwrap();
+        let v: Value = serde_yaml::from_str(doc).expect("the chart renders YAML");
         let name = v["metadata"]["name"].as_str().expect("a CRD name");
         files.push((format!("crds/{name}.yaml"), format!("# {GENERATED} From `etcd-operator crds`.\n---\n{doc}")));
     }
     let monitoring = manifests(&["--monitoring"]);
-    let rules = serde_yaml::to_string(&find(&monitoring, "PrometheusRule", "etcd-operator")["spec"]).unwrap();
+    let rules = serde_yaml::to_string(&find(&monitoring, "PrometheusRule", "etcd-operator")["spec"])
+        .expect("JSON values print as YAML");
     files.push((
         "files/prometheus-rules.yaml".into(),
         format!("# {GENERATED}\n# The PrometheusRule's spec of `etcd-operator manifests --monitoring`.\n{rules}"),

@@ -47,7 +47,7 @@ impl Release {
             args.extend(["--set", s.as_str()]);
         }
         // Before 1.25 the apiserver refuses the CRDs' validation rules: the operator installs its
-        // CRDs itself (README, "Install with Helm").
+        // CRDs itself (docs/src/install/helm.md).
         if verb == "install" && !self.kubectl.has_crd_validation_rules()? {
             args.push("--skip-crds");
         }
@@ -147,7 +147,21 @@ fn helm_install_upgrade_and_uninstall_leave_the_etcd_cluster_alone() -> Result<(
                 .any(|p| holder.ends_with(&format!("/{}", p["metadata"]["name"].as_str().unwrap_or(""))))
                 .then_some(holder))
         })?;
-        // The new leader has had time to observe and reconcile the cluster: no etcd pod changed.
+        // The new leader reconciled the cluster (its per-cluster gauges, set at the end of every
+        // reconcile, say 3 ready members), and went on for a while: no etcd pod changed.
+        let pod = leader.rsplit('/').next().unwrap_or_default();
+        let ip = ns.json(&["get", "pod", pod])?["status"]["podIP"].as_str().context("no pod IP")?.to_string();
+        let gauge = format!(r#"etcd_operator_cluster_ready_members{{namespace="{}",name="{EXAMPLE}"}}"#, ns.name);
+        // The chart serves /metrics to a token allowed to get it (`--metrics-auth=kubernetes`).
+        let (token, _reader) = metrics_reader(&ns)?;
+        let bearer = format!("Authorization: Bearer {token}");
+        wait_until(Duration::from_secs(60), "the new leader to have reconciled the cluster", || {
+            let url = format!("http://{ip}:8080/metrics");
+            let out = Command::new("curl").args(["-sf", "--max-time", "5", "-H", &bearer, &url]).output()?;
+            let text = String::from_utf8_lossy(&out.stdout).to_string();
+            let value = text.lines().find_map(|l| l.strip_prefix(&gauge)?.trim().parse::<f64>().ok());
+            Ok((value == Some(3.0)).then_some(()))
+        })?;
         std::thread::sleep(Duration::from_secs(20));
         wait_healthy(&ns, EXAMPLE, 3, Duration::from_secs(30))?;
         let after = member_identities(&ns)?;
@@ -193,4 +207,25 @@ fn helm_install_upgrade_and_uninstall_leave_the_etcd_cluster_alone() -> Result<(
         bail!("{e:#}\n--- operator logs:\n{logs}\n--- pods:\n{pods}\n--- events:\n{events}");
     }
     Ok(())
+}
+
+/// A ServiceAccount token allowed to get `/metrics` (a ClusterRole and binding removed when the
+/// guard drops), as a Prometheus is given one.
+fn metrics_reader(ns: &TestNamespace) -> Result<(String, MetricsReader)> {
+    ns.run(&["create", "serviceaccount", "scraper"])?;
+    let token = ns.kubectl.service_account_token(&ns.name, "scraper")?;
+    let name = format!("e2e-metrics-{}", ns.name);
+    let guard = MetricsReader(ns.kubectl.clone(), name.clone());
+    ns.kubectl.run(&["create", "clusterrole", &name, "--verb=get", "--non-resource-url=/metrics"])?;
+    let sa = format!("--serviceaccount={}:scraper", ns.name);
+    ns.kubectl.run(&["create", "clusterrolebinding", &name, &format!("--clusterrole={name}"), &sa])?;
+    Ok((token, guard))
+}
+
+struct MetricsReader(Kubectl, String);
+
+impl Drop for MetricsReader {
+    fn drop(&mut self) {
+        let _ = self.0.run(&["delete", "clusterrolebinding,clusterrole", &self.1, "--ignore-not-found"]);
+    }
 }

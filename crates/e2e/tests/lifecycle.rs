@@ -44,6 +44,7 @@ fn create_resize_3_5_3_and_delete() -> Result<()> {
         let promoted = evs.iter().filter(|(r, _)| r == "LearnerPromoted").count();
         ensure!(added == 2 && promoted == 2, "expected 2 learners added and promoted, events: {evs:?}");
 
+        let marks = event_marks(ns, "ex")?;
         ns.run(&["patch", "etcdcluster", "ex", "--type=merge", "-p", r#"{"spec":{"size":3}}"#])?;
         // Watch etcd itself while it shrinks: a member that leads at one look and is gone from
         // the membership at the next was removed as the leader (the planner must pick another).
@@ -65,6 +66,15 @@ fn create_resize_3_5_3_and_delete() -> Result<()> {
         ensure!(member_list(&ep)?.len() == 3, "etcd member list: {:?}", member_list(&ep)?);
         let removed: Vec<_> = events_for(ns, "ex")?.into_iter().filter(|(r, _)| r == "MemberRemoved").collect();
         ensure!(removed.len() == 2, "{removed:?}");
+        // Both leaving members were taken out of the client Service before the first left
+        // (draining is no membership change); the removals came one at a time.
+        let steps: Vec<(String, String)> = events_since(ns, "ex", &marks)?
+            .into_iter()
+            .filter(|e| ["MemberDrained", "MemberRemoved"].contains(&e.reason.as_str()))
+            .map(|e| (e.reason, e.related))
+            .collect();
+        let reasons: Vec<&str> = steps.iter().map(|(r, _)| r.as_str()).collect();
+        ensure!(reasons == ["MemberDrained", "MemberDrained", "MemberRemoved", "MemberRemoved"], "{steps:?}");
 
         ns.run(&["delete", "etcdcluster", "ex"])?;
         wait_until(Duration::from_secs(120), "owned objects to be garbage-collected", || {

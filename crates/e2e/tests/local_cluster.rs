@@ -136,7 +136,7 @@ spec:
     ))?;
     let pv = wait_until(Duration::from_secs(60), "the claim to bind", || {
         let pvc = ns.json(&["get", "pvc", "data"])?;
-        Ok((pvc["status"]["phase"] == "Bound").then(|| pvc))
+        Ok((pvc["status"]["phase"] == "Bound").then_some(pvc))
     })?;
     ensure!(pv["spec"]["storageClassName"] == "standard", "claim did not get the default class: {pv}");
     let pv_name = pv["spec"]["volumeName"].as_str().context("bound claim without volumeName")?.to_string();

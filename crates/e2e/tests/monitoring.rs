@@ -56,7 +56,7 @@ fn promtool() -> PathBuf {
 fn work_dir(test: &str) -> PathBuf {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("monitoring").join(test);
     let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::create_dir_all(&dir).expect("the test's output directory");
     dir
 }
 
@@ -68,13 +68,13 @@ fn monitoring_objects() -> Vec<Value> {
         .output()
         .unwrap_or_else(|e| panic!("cannot run {} (cargo build -p etcd-operator): {e}", bin.display()));
     assert!(out.status.success(), "etcd-operator manifests --monitoring: {}", String::from_utf8_lossy(&out.stderr));
-    let text = String::from_utf8(out.stdout).unwrap();
+    let text = String::from_utf8(out.stdout).expect("manifests print UTF-8");
     let mut docs = vec![String::new()];
     for line in text.lines() {
         if line == "---" {
             docs.push(String::new());
         } else {
-            let d = docs.last_mut().unwrap();
+            let d = docs.last_mut().expect("docs starts with one document");
             d.push_str(line);
             d.push('\n');
         }
@@ -92,7 +92,7 @@ fn rule_groups() -> Value {
 
 fn write_rules(dir: &Path) -> PathBuf {
     let path = dir.join("etcd-operator.rules.yaml");
-    std::fs::write(&path, serde_yaml::to_string(&rule_groups()).unwrap()).unwrap();
+    std::fs::write(&path, serde_yaml::to_string(&rule_groups()).expect("rules print as YAML")).expect("the rules file");
     path
 }
 
@@ -117,11 +117,11 @@ fn monitoring_rules_pass_promtool_check() {
 fn expand(groups: &Value, alert: &str, severity: &str, annotation: &str, labels: &BTreeMap<&str, &str>) -> String {
     let rule = groups["groups"][0]["rules"]
         .as_array()
-        .unwrap()
+        .expect("the PrometheusRule has rules")
         .iter()
         .find(|r| r["alert"] == alert && r["labels"]["severity"] == severity)
         .unwrap_or_else(|| panic!("no {severity} rule {alert}"));
-    let mut text = rule["annotations"][annotation].as_str().unwrap().to_string();
+    let mut text = rule["annotations"][annotation].as_str().expect("annotations are strings").to_string();
     for (k, v) in labels {
         text = text.replace(&format!("{{{{ $labels.{k} }}}}"), v);
     }

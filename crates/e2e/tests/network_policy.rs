@@ -2,8 +2,10 @@
 //! created with the cluster and owned by it, shaped as `network_policy.rs` says (peers only from
 //! members; the client port from members, operator, backups and `clients`), re-created when
 //! someone deletes it, changed with the spec, left alone by a refused spec, removed when turned
-//! off — while the cluster keeps serving. The local cluster's network plugin (`bridge`) does
-//! not enforce NetworkPolicies, so what is asserted is the objects, not packets (README).
+//! off — while the cluster keeps serving; a cluster that existed before the operator made
+//! policies keeps its client port open to every source across operator restarts, until
+//! `clients` narrows it. What is asserted here is the objects; `network_policy_enforced.rs`
+//! sends the packets (the local cluster enforces policies with kube-router's firewall).
 
 mod common;
 
@@ -16,6 +18,18 @@ use serde_json::{Value, json};
 
 const CREATE: Duration = Duration::from_secs(150);
 const CHANGE: Duration = Duration::from_secs(30);
+/// The durable mark that says who the client port admits while `clients` is unset.
+const DEFAULT_MARK: &str = "etcd.database.coreos.com/network-policy-default";
+
+/// The rule that opens `port`.
+fn rule_for(np: &Value, port: i64) -> Option<Value> {
+    let rules = np["spec"]["ingress"].as_array().cloned().unwrap_or_default();
+    rules.into_iter().find(|r| r["ports"][0]["port"] == port)
+}
+
+fn mark(ns: &e2e::TestNamespace) -> Result<Value> {
+    Ok(cluster(ns, "ex")?["metadata"]["annotations"][DEFAULT_MARK].clone())
+}
 
 /// The `from` list of the rule that opens `port`.
 fn from_for(np: &Value, port: i64) -> Vec<Value> {
@@ -43,6 +57,8 @@ fn a_cluster_gets_its_network_policy_and_loses_it_when_turned_off() -> Result<()
         ns.apply(&cluster_manifest(&ns.name, "ex", 1, "3.6.15", ""))?;
         let c = wait_healthy(ns, "ex", 1, CREATE)?;
         let np = wait_until(CHANGE, "the NetworkPolicy", || Ok(policy(ns)))?;
+        // Created with the policy: the namespace default, recorded once.
+        ensure!(mark(ns)? == "namespace", "{DEFAULT_MARK}: {}", mark(ns)?);
 
         // Owned by the EtcdCluster (deleted with it), selecting its members.
         let owner = &np["metadata"]["ownerReferences"][0];
@@ -50,12 +66,16 @@ fn a_cluster_gets_its_network_policy_and_loses_it_when_turned_off() -> Result<()
         let members = json!({"matchLabels": {"app": "etcd", "etcd_cluster": "ex"}});
         ensure!(np["spec"]["podSelector"] == members, "{}", np["spec"]);
         ensure!(np["spec"]["policyTypes"] == json!(["Ingress"]), "{}", np["spec"]);
-        // Peers only from members; the client port from members, the operator (when it is a
-        // pod), this cluster's backup pods and, by default, every pod of the namespace.
-        ensure!(from_for(&np, 2380) == vec![json!({"podSelector": members})], "{}", np["spec"]);
+        // Peers only from members and the operator (when it is a pod: it reads the peer
+        // certificates); the client port from members, the operator, this cluster's backup pods
+        // and, by default, every pod of the namespace.
+        let operator = json!({"podSelector": {"matchLabels": {"app.kubernetes.io/name": "etcd-operator"}}});
+        let mut peers = vec![json!({"podSelector": members})];
+        peers.extend(op.in_cluster().map(|_| operator.clone()));
+        ensure!(from_for(&np, 2380) == peers, "{}", np["spec"]);
         let mut want = vec![json!({"podSelector": members})];
         if op.in_cluster().is_some() {
-            want.push(json!({"podSelector": {"matchLabels": {"app.kubernetes.io/name": "etcd-operator"}}}));
+            want.push(operator);
         }
         want.push(json!({"podSelector": {"matchLabels": {"etcd_backup_of": "ex"}}}));
         want.push(json!({"podSelector": {}}));
@@ -103,12 +123,67 @@ fn a_cluster_gets_its_network_policy_and_loses_it_when_turned_off() -> Result<()
         // Turned off: the policy goes, the cluster keeps serving.
         set_network_policy(ns, json!({"enabled": false, "clients": null}), json!({"enabled": false}))?;
         wait_until(CHANGE, "the NetworkPolicy to be deleted", || Ok(policy(ns).is_none().then_some(())))?;
-        ensure!(
-            events_for(ns, "ex")?.iter().any(|(reason, _)| reason == "NetworkPolicyDeleted"),
-            "no NetworkPolicyDeleted Event"
-        );
+        // Published once the delete call has returned: a moment after the policy is gone.
+        wait_until(CHANGE, "a NetworkPolicyDeleted Event", || {
+            Ok(events_for(ns, "ex")?.iter().any(|(reason, _)| reason == "NetworkPolicyDeleted").then_some(()))
+        })?;
         wait_healthy(ns, "ex", 1, CHANGE)?;
         check_keys(&ep, "np", 10)?;
+        Ok(())
+    })
+}
+
+/// A cluster that existed before its operator made NetworkPolicies (here: formed, then its
+/// policy and policy mark removed with the operator stopped, which is what an earlier operator
+/// version leaves; `coreos_adoption` checks a CoreOS cluster the same way): the operator marks
+/// it `any` and leaves its client port open to every source (no `from`), as it was without a
+/// policy, while peers stay members-only. The mark survives operator restarts; `clients`
+/// narrows the port; setting the mark to `namespace` opts in to the namespace default.
+#[test]
+fn a_cluster_formed_before_the_policy_keeps_its_client_port_open() -> Result<()> {
+    with_operator("e2e-netpol-old", |ns, op| {
+        ns.apply(&cluster_manifest(&ns.name, "ex", 1, "3.6.15", ""))?;
+        wait_healthy(ns, "ex", 1, CREATE)?;
+        wait_until(CHANGE, "the NetworkPolicy", || Ok(policy(ns)))?;
+        op.stop();
+        ns.run(&["annotate", "etcdcluster", "ex", &format!("{DEFAULT_MARK}-")])?;
+        ns.run(&["delete", "networkpolicy", "ex"])?;
+        *op = Operator::start(ns)?;
+
+        let np = wait_until(CHANGE, "the NetworkPolicy of a cluster formed before", || Ok(policy(ns)))?;
+        ensure!(mark(ns)? == "any", "{DEFAULT_MARK}: {}", mark(ns)?);
+        let client = rule_for(&np, 2379).unwrap_or_default();
+        ensure!(client.get("from").is_none_or(Value::is_null), "client port not open to every source: {client}");
+        let members = json!({"matchLabels": {"app": "etcd", "etcd_cluster": "ex"}});
+        let operator = json!({"podSelector": {"matchLabels": {"app.kubernetes.io/name": "etcd-operator"}}});
+        let mut peers = vec![json!({"podSelector": members})];
+        peers.extend(op.in_cluster().map(|_| operator));
+        ensure!(from_for(&np, 2380) == peers, "{}", np["spec"]);
+        let ep = client_endpoint(ns, "ex")?;
+        write_keys(&ep, "old", 5)?;
+
+        // An operator restart keeps the mark and the policy as they are.
+        let version = np["metadata"]["resourceVersion"].clone();
+        op.stop();
+        *op = Operator::start(ns)?;
+        wait_healthy(ns, "ex", 1, CHANGE)?;
+        ensure!(mark(ns)? == "any", "after a restart {DEFAULT_MARK}: {}", mark(ns)?);
+        let again = policy(ns).unwrap_or_default();
+        ensure!(again["metadata"]["resourceVersion"] == version, "the policy was rewritten: {}", again["spec"]);
+
+        // The user narrows it.
+        let api = json!({"podSelector": {"matchLabels": {"app": "api"}}});
+        set_network_policy(ns, json!({"clients": [api]}), json!({"clients": [api]}))?;
+        wait_until(CHANGE, "the named clients in the policy", || {
+            Ok(policy(ns).filter(|p| from_for(p, 2379).last() == Some(&api)))
+        })?;
+        // Unset again, with the mark set to `namespace`: the namespace default.
+        set_network_policy(ns, json!({"clients": null}), json!({}))?;
+        ns.run(&["annotate", "etcdcluster", "ex", "--overwrite", &format!("{DEFAULT_MARK}=namespace")])?;
+        wait_until(CHANGE, "the namespace default", || {
+            Ok(policy(ns).filter(|p| from_for(p, 2379).last() == Some(&json!({"podSelector": {}}))))
+        })?;
+        check_keys(&ep, "old", 5)?;
         Ok(())
     })
 }

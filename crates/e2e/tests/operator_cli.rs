@@ -5,7 +5,7 @@ mod common;
 
 use std::io::Read;
 use std::process::{Child, Command};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
@@ -34,7 +34,7 @@ impl OutputLog {
                     if n == 0 {
                         break;
                     }
-                    buf.lock().unwrap().extend_from_slice(&chunk[..n]);
+                    buf.lock().unwrap_or_else(PoisonError::into_inner).extend_from_slice(&chunk[..n]);
                 }
             });
         }
@@ -42,7 +42,7 @@ impl OutputLog {
     }
 
     fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+        String::from_utf8_lossy(&self.0.lock().unwrap_or_else(PoisonError::into_inner)).into_owned()
     }
 }
 
@@ -66,7 +66,7 @@ fn kubectl_with_input(k: &Kubectl, args: &[&str], yaml: &str) -> Result<String> 
         .stderr(std::process::Stdio::piped())
         .spawn()?;
     use std::io::Write;
-    child.stdin.take().unwrap().write_all(yaml.as_bytes())?;
+    child.stdin.take().expect("stdin is piped").write_all(yaml.as_bytes())?;
     let out = child.wait_with_output()?;
     ensure!(out.status.success(), "apiserver refused: {}", String::from_utf8_lossy(&out.stderr));
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())

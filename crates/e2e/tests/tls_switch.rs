@@ -13,7 +13,7 @@ mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
@@ -135,7 +135,7 @@ impl Follower {
                                     prefer_https = https;
                                     *stats2
                                         .lock()
-                                        .unwrap()
+                                        .unwrap_or_else(PoisonError::into_inner)
                                         .by_scheme
                                         .entry(if https { "https" } else { "http" })
                                         .or_default() += 1;
@@ -143,7 +143,7 @@ impl Follower {
                                 }
                                 other => {
                                     clients[slot] = None;
-                                    let mut s = stats2.lock().unwrap();
+                                    let mut s = stats2.lock().unwrap_or_else(PoisonError::into_inner);
                                     if !first_failed {
                                         first_failed = true;
                                         s.retried += 1;
@@ -164,7 +164,7 @@ impl Follower {
                         tokio::time::sleep(Duration::from_millis(200)).await;
                     }
                     {
-                        let mut s = stats2.lock().unwrap();
+                        let mut s = stats2.lock().unwrap_or_else(PoisonError::into_inner);
                         if ok { s.acked.push(i) } else { s.failed.push(i) }
                     }
                     i += 1;
@@ -180,7 +180,7 @@ impl Follower {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
-        self.stats.lock().unwrap().clone()
+        self.stats.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
 }
 
@@ -208,11 +208,27 @@ fn peer_urls(access: &Access, https: bool) -> Result<Vec<String>> {
     })
 }
 
+/// The `TLSTransition` condition's values since `marks`, as "reason: message", from the Event
+/// each change publishes (reason: the phase, action: `TLSTransition`): every phase shown, however
+/// briefly.
+fn transitions(ns: &TestNamespace, name: &str, marks: &BTreeMap<String, String>) -> Result<BTreeSet<String>> {
+    Ok(events_since(ns, name, marks)?
+        .into_iter()
+        .filter(|e| e.action == "TLSTransition")
+        .map(|e| format!("{}: {}", e.reason, e.note))
+        .collect())
+}
+
 /// Waits until the transition is done: every member pod made as `https` says (peers and
 /// clients), the cluster healthy, no `TLSTransition` condition. Returns the condition reasons
-/// and members seen on the way.
-fn wait_switched(ns: &TestNamespace, name: &str, https: bool, hook: &mut Hook) -> Result<BTreeSet<String>> {
-    let mut seen = BTreeSet::new();
+/// and members shown since `marks`.
+fn wait_switched(
+    ns: &TestNamespace,
+    name: &str,
+    https: bool,
+    hook: &mut Hook,
+    marks: &BTreeMap<String, String>,
+) -> Result<BTreeSet<String>> {
     let (peer, client) = if https {
         ("--listen-peer-urls=https://", "--listen-client-urls=https://0.0.0.0:2379\"")
     } else {
@@ -220,16 +236,13 @@ fn wait_switched(ns: &TestNamespace, name: &str, https: bool, hook: &mut Hook) -
     };
     wait_until(SWITCH, &format!("every member moved to {}", if https { "TLS" } else { "plaintext" }), || {
         let c = cluster(ns, name)?;
-        if let Some(t) = condition(&c, "TLSTransition") {
-            seen.insert(format!("{}: {}", t["reason"].as_str().unwrap_or(""), t["message"].as_str().unwrap_or("")));
-            hook.at(t["reason"].as_str().unwrap_or(""))?;
-        }
+        hook.at(&transitions(ns, name, marks)?)?;
         let pods = member_pods(ns, name)?;
         let made = pods.len() == 3 && pods.iter().all(|p| command(p).contains(peer) && command(p).contains(client));
         let healthy = c["status"]["members"]["ready"].as_array().map(|a| a.len()) == Some(3);
         Ok((made && healthy && condition(&c, "TLSTransition").is_none()).then_some(()))
     })?;
-    Ok(seen)
+    transitions(ns, name, marks)
 }
 
 fn report(what: &str, s: &Stats, seen: &BTreeSet<String>) {
@@ -261,15 +274,7 @@ fn since(now: &Stats, before: &Stats) -> Stats {
     }
 }
 
-/// Records the `TLSTransition` condition into `seen`; its reason.
-fn note_condition(ns: &TestNamespace, name: &str, seen: &mut BTreeSet<String>) -> Result<String> {
-    let c = cluster(ns, name)?;
-    let Some(t) = condition(&c, "TLSTransition") else { return Ok(String::new()) };
-    seen.insert(format!("{}: {}", t["reason"].as_str().unwrap_or(""), t["message"].as_str().unwrap_or("")));
-    Ok(t["reason"].as_str().unwrap_or("").to_string())
-}
-
-/// Something done once, when the `TLSTransition` condition first shows a phase.
+/// Something done once, when the `TLSTransition` condition has shown a phase (its Event seen).
 struct Hook<'a> {
     phase: &'static str,
     action: Option<Box<dyn FnOnce() -> Result<()> + 'a>>,
@@ -280,8 +285,9 @@ impl Hook<'_> {
         Hook { phase: "", action: None }
     }
 
-    fn at(&mut self, reason: &str) -> Result<()> {
-        if reason == self.phase
+    /// `shown`: from [`transitions`].
+    fn at(&mut self, shown: &BTreeSet<String>) -> Result<()> {
+        if shown.iter().any(|t| t.starts_with(&format!("{}:", self.phase)))
             && let Some(f) = self.action.take()
         {
             f()?;
@@ -293,7 +299,8 @@ impl Hook<'_> {
 /// Changes `spec.TLS` to `patch`; with `hold`, under the `tls-serve-both` annotation: waits
 /// until every member serves both schemes with peers moved (`ServingBoth`), checks that
 /// plaintext and TLS clients are both served, then removes the annotation. Waits until the
-/// move is done; returns the conditions seen.
+/// move is done; returns the conditions shown since `marks` (Events of the cluster before the
+/// move began).
 fn switch(
     ns: &TestNamespace,
     access: &Access,
@@ -301,18 +308,19 @@ fn switch(
     https: bool,
     hold: bool,
     hook: &mut Hook,
+    marks: &BTreeMap<String, String>,
 ) -> Result<BTreeSet<String>> {
     let started = Instant::now();
-    let mut seen = BTreeSet::new();
     if hold {
         ns.run(&["annotate", "etcdcluster", "example", &format!("{SERVE_BOTH}=true")])?;
     }
     patch_spec(ns, "example", patch)?;
     if hold {
         wait_until(SWITCH, "peers moved, clients served both ways (ServingBoth)", || {
-            let reason = note_condition(ns, "example", &mut seen)?;
-            hook.at(&reason)?;
-            Ok((reason == "ServingBoth").then_some(()))
+            hook.at(&transitions(ns, "example", marks)?)?;
+            // A phase that holds until the annotation goes: its condition stays.
+            let c = cluster(ns, "example")?;
+            Ok((cond_str(&c, "TLSTransition", "reason") == "ServingBoth").then_some(()))
         })?;
         eprintln!("peers moved, clients served both ways after {:.0}s", started.elapsed().as_secs_f64());
         let urls = wait_until(Duration::from_secs(30), "the member list", || Ok(peer_urls(access, true).ok()))?;
@@ -327,7 +335,7 @@ fn switch(
         ensure!(access.put(true, false, "both/no-cert").is_err(), "TLS without a certificate was served");
         ns.run(&["annotate", "etcdcluster", "example", &format!("{SERVE_BOTH}-")])?;
     }
-    seen.extend(wait_switched(ns, "example", https, hook)?);
+    let seen = wait_switched(ns, "example", https, hook, marks)?;
     eprintln!("turning TLS {} took {:.0}s", if https { "on" } else { "off" }, started.elapsed().as_secs_f64());
     Ok(seen)
 }
@@ -352,6 +360,7 @@ fn scenario(
     // 100 keys, plaintext.
     let plain = format!("http://{ip}:2379");
     write_keys(&plain, "keys", KEYS)?;
+    let marks_on = event_marks(ns, "example")?;
     // The client's certificate: from the Secrets made here (static), or from the client Secret
     // the operator makes once `spec.TLS.auto` is set (which starts the move).
     let server_name = format!("example-client.{n}.svc");
@@ -371,15 +380,15 @@ fn scenario(
     std::thread::sleep(Duration::from_secs(3));
 
     // On.
-    let restarted = std::cell::Cell::new(false);
+    let restarted = std::cell::RefCell::new(None);
     let mut hook = if restart {
         Hook {
             phase: "MovingPeerURLsToHttps",
             action: Some(Box::new(|| {
                 op.stop();
                 std::thread::sleep(Duration::from_secs(5));
+                *restarted.borrow_mut() = Some(event_marks(ns, "example")?);
                 *op = Operator::start_process(ns)?;
-                restarted.set(true);
                 eprintln!("operator restarted while peer URLs move");
                 Ok(())
             })),
@@ -387,10 +396,20 @@ fn scenario(
     } else {
         Hook::none()
     };
-    let seen_on = switch(ns, &access, tls_on, true, hold_on, &mut hook)?;
+    let seen_on = switch(ns, &access, tls_on, true, hold_on, &mut hook, &marks_on)?;
     drop(hook);
-    ensure!(restarted.get() == restart, "the operator was not restarted half-way");
-    let on = follower.stats.lock().unwrap().clone();
+    ensure!(restarted.borrow().is_some() == restart, "the operator was not restarted half-way");
+    if let Some(marks) = restarted.borrow().as_ref() {
+        // Half-way: the restarted operator moved peer URLs itself.
+        let moved: Vec<String> = events_since(ns, "example", marks)?
+            .into_iter()
+            .filter(|e| e.reason == "PeerURLUpdated")
+            .map(|e| e.note)
+            .collect();
+        ensure!(!moved.is_empty(), "the operator was restarted only after every peer URL had moved");
+        eprintln!("after the restart: {moved:#?}");
+    }
+    let on = follower.stats.lock().unwrap_or_else(PoisonError::into_inner).clone();
     report("turning TLS on", &on, &seen_on);
     let mut phases = vec!["AddingCertificates", "MovingPeerURLsToHttps"];
     if hold_on {
@@ -409,7 +428,8 @@ fn scenario(
     check_keys_in(&got, "keys", KEYS)?;
 
     // And off again.
-    let seen_off = switch(ns, &access, TLS_OFF, false, hold_off, &mut Hook::none())?;
+    let marks_off = event_marks(ns, "example")?;
+    let seen_off = switch(ns, &access, TLS_OFF, false, hold_off, &mut Hook::none(), &marks_off)?;
     let stats = follower.finish();
     report("turning TLS off", &since(&stats, &on), &seen_off);
     let mut phases = vec!["MovingPeerURLsToHttp", "RemovingCertificates"];

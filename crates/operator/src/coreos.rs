@@ -1,5 +1,5 @@
-//! Clusters made by the CoreOS etcd-operator, which this operator adopts in place (README,
-//! "Migrating from the CoreOS etcd-operator"). Its pods, Services and etcd members already fit
+//! Clusters made by the CoreOS etcd-operator, which this operator adopts in place
+//! (`docs/src/migrating-from-coreos.md`). Its pods, Services and etcd members already fit
 //! this operator's model: the same labels (`app=etcd`, `etcd_cluster`), `etcd.version`
 //! annotation, owner reference, Service names and peer URLs `http://<pod>.<cluster>.<ns>.svc:2380`;
 //! the operator labels the pods and takes its Services over without restarting anything.

@@ -36,6 +36,9 @@ enum Command {
     WaitDns(WaitDnsArgs),
     /// Take a snapshot and store it with its checksum (what backup pods run).
     BackupSave(etcd_operator::backup::save::SaveArgs),
+    /// Follow a cluster's changes into segments next to its snapshots (the continuous archive of
+    /// point-in-time restores; not yet started by the operator itself).
+    ArchiveFollow(etcd_operator::backup::archiver::ArchiveArgs),
     /// Check a stored backup against its checksum (what restore verify pods run).
     BackupVerify(etcd_operator::backup::fetch::VerifyArgs),
     /// Fetch and check a backup into a restoring member's volume (its first init container).
@@ -45,7 +48,7 @@ enum Command {
     /// Stream a snapshot from a surviving member to seed a recovered cluster (init container).
     SeedFromMember(etcd_operator::backup::fetch::SeedArgs),
     /// Check that a PVC holds this member's data before it restarts on it (init container).
-    CheckData(etcd_operator::member_volume::CheckArgs),
+    CheckData(etcd_operator::pod::member_volume::CheckArgs),
 }
 
 /// Go's flag package accepts `-cluster-wide`; CoreOS manifests use that spelling. Turn
@@ -74,6 +77,7 @@ fn main() {
         Some(Command::BackupSave(a)) => pod_command(|| async {
             etcd_operator::backup::save::run(a).await.map(etcd_operator::backup::contract::report_json)
         }),
+        Some(Command::ArchiveFollow(a)) => pod_command(|| etcd_operator::backup::archiver::run(a)),
         Some(Command::BackupVerify(a)) => pod_command(|| async {
             etcd_operator::backup::fetch::verify(a).await.and_then(|m| {
                 serde_json::to_string(&m).map_err(|e| etcd_operator::backup::contract::PodError::from(e.to_string()))

@@ -1,6 +1,12 @@
 //! Names and URLs of the objects that make up one etcd cluster. Everything that must agree
 //! between the planner, the pod builder and the observer is derived here, from the names alone.
 
+use std::collections::BTreeMap;
+
+use etcd_operator_api::EtcdCluster;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::Resource;
+
 pub const CLIENT_PORT: i32 = 2379;
 pub const PEER_PORT: i32 = 2380;
 /// Label every etcd pod carries (CoreOS: `app=etcd`).
@@ -13,6 +19,9 @@ pub const VERSION_ANNOTATION: &str = "etcd.version";
 pub const VERSION_CHANGED_ANNOTATION: &str = "etcd.database.coreos.com/version-changed-at";
 /// Member pod annotation: when the operator last defragmented the member (RFC 3339).
 pub const DEFRAGMENTED_AT_ANNOTATION: &str = "etcd.database.coreos.com/defragmented-at";
+/// Member pod annotation: when the operator last started a defragmentation of the member (RFC
+/// 3339); one later than `defragmented-at` was not seen to end and may still run.
+pub const DEFRAG_STARTED_ANNOTATION: &str = "etcd.database.coreos.com/defrag-started-at";
 /// Pod annotation set on pods created by the initial bootstrap.
 pub const BOOTSTRAP_ANNOTATION: &str = "etcd.database.coreos.com/bootstrap";
 /// Label carrying the owning EtcdCluster's UID on every member pod and PVC; the Services select
@@ -21,6 +30,16 @@ pub const CLUSTER_UID_LABEL: &str = "etcd.database.coreos.com/cluster-uid";
 /// EtcdCluster annotation: the etcd cluster ID (hex) once the cluster formed. Durable proof that
 /// the cluster holds data, independent of status: it is never bootstrapped again.
 pub const CLUSTER_ID_ANNOTATION: &str = "etcd.database.coreos.com/cluster-id";
+/// EtcdCluster annotation: evidence that the cluster formed while its ID could not be recorded
+/// (the operator never reached etcd): `<pod> was Ready at <RFC 3339>` (a member is Ready only
+/// with a leader, i.e. a quorum formed). Like the cluster ID, it is never bootstrapped again.
+pub const FORMED_ANNOTATION: &str = "etcd.database.coreos.com/formed";
+/// EtcdCluster annotation: what the operator saw each member hold while the cluster had no
+/// quorum, over several looks (JSON `planner::survivors::Looks`); removed once a quorum is back.
+pub const SURVIVOR_LOOKS_ANNOTATION: &str = "etcd.database.coreos.com/survivor-looks";
+/// EtcdCluster annotation: per member, the raft index the operator saw it acknowledge (JSON
+/// `progress::Progress`). A member restarts on its volume only if the data there reaches it.
+pub const MEMBER_PROGRESS_ANNOTATION: &str = "etcd.database.coreos.com/member-progress";
 /// EtcdCluster annotation: the last spec that passed validation (JSON). An invalid edit is
 /// refused while the cluster keeps healing under this one.
 pub const LAST_VALID_SPEC_ANNOTATION: &str = "etcd.database.coreos.com/last-valid-spec";
@@ -40,11 +59,15 @@ pub const NOSPACE_RECOVERY_ANNOTATION: &str = "etcd.database.coreos.com/nospace-
 /// last of them reported it after a minor upgrade, `<major.minor> <index>` (index 0: the
 /// cluster started at that minor, or its history is unknown).
 pub const MINOR_SINCE_ANNOTATION: &str = "etcd.database.coreos.com/minor-since";
-/// EtcdCluster annotation: a quorum-loss recovery under way (JSON `planner::recovery::Record`).
+/// EtcdCluster annotation: a quorum-loss recovery under way (JSON `observed::RecoveryRecord`).
 pub const RECOVERY_ANNOTATION: &str = "etcd.database.coreos.com/recovery";
 /// EtcdCluster annotation: the last quorum-loss recovery that finished (JSON
-/// `planner::recovery::Record`), from which status reports `RecoveredFromQuorumLoss`.
+/// `observed::RecoveryRecord`), from which status reports `RecoveredFromQuorumLoss`.
 pub const LAST_RECOVERY_ANNOTATION: &str = "etcd.database.coreos.com/last-recovery";
+/// PVC annotation: the operator retired the claim (its member's data check refused it), and
+/// why. A retired claim is kept for a person to look at and delete; the operator never uses it
+/// again and never deletes it.
+pub const RETIRED_ANNOTATION: &str = "etcd.database.coreos.com/retired";
 /// PVC annotation: the member whose data the volume holds.
 pub const MEMBER_ANNOTATION: &str = "etcd.database.coreos.com/member";
 /// PVC annotation: that member's peer URL, to name it in `--initial-cluster` when no member
@@ -80,9 +103,12 @@ pub fn member_name(cluster: &str, suffix: &str) -> String {
     format!("{cluster}-{suffix}")
 }
 
-/// The member a PVC name stands for (`<member>-data`).
-pub fn member_of_pvc(pvc: &str) -> Option<&str> {
-    pvc.strip_suffix("-data")
+/// The member a claim of this cluster stands for, by its name: `<member>-data` (this
+/// operator's, [`pvc_name`]), else the name itself (the CoreOS operator named a member's claim
+/// after the member, `k8sutil.PVCNameFromMember`). Member names never end in `-data`: their
+/// random suffix has no `a`.
+pub fn member_of_pvc(pvc: &str) -> &str {
+    pvc.strip_suffix("-data").unwrap_or(pvc)
 }
 
 /// Name of a member's PersistentVolumeClaim.
@@ -125,6 +151,46 @@ pub fn member_of_peer_url(url: &str) -> Option<String> {
 /// Hex form of a member or cluster ID, as etcdctl prints it.
 pub fn hex(id: u64) -> String {
     format!("{id:x}")
+}
+
+/// Labels of every object of the operator's install, and the operator pods' selector.
+pub fn operator_labels() -> BTreeMap<String, String> {
+    BTreeMap::from([("app.kubernetes.io/name".to_string(), crate::OPERATOR_NAME.to_string())])
+}
+
+/// Labels every object of the cluster carries (CoreOS' pair).
+pub fn selector_labels(cluster: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (APP_LABEL.0.to_string(), APP_LABEL.1.to_string()),
+        (CLUSTER_LABEL.to_string(), cluster.to_string()),
+    ])
+}
+
+/// Labels of member pods and PVCs, and the Services' selector: CoreOS' pair plus the
+/// EtcdCluster's UID, so that pods of an earlier cluster of the same name (left behind by
+/// `kubectl delete --cascade=orphan`) never serve behind this one's Services.
+pub fn member_labels(c: &EtcdCluster) -> BTreeMap<String, String> {
+    let mut l = selector_labels(&cluster_name(c));
+    l.insert(CLUSTER_UID_LABEL.to_string(), c.meta().uid.clone().unwrap_or_default());
+    l
+}
+
+/// [`member_labels`] and the serving label: what member pods carry while they take client
+/// traffic, and what the client Service selects on.
+pub fn serving_labels(c: &EtcdCluster) -> BTreeMap<String, String> {
+    let mut l = member_labels(c);
+    l.insert(SERVING_LABEL.to_string(), "true".into());
+    l
+}
+
+/// Controller owner reference to the EtcdCluster: deleting it deletes everything it made.
+pub fn owner_ref(c: &EtcdCluster) -> OwnerReference {
+    c.controller_owner_ref(&()).expect("EtcdCluster from the API has a name and uid")
+}
+
+/// The EtcdCluster's name.
+pub fn cluster_name(c: &EtcdCluster) -> String {
+    c.meta().name.clone().unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -17,26 +17,48 @@ pub struct Observed {
     pub services_ready: bool,
     /// Member pods of this cluster, by pod name.
     pub pods: BTreeMap<String, PodState>,
-    /// This cluster's member PersistentVolumeClaims, by member name.
+    /// This cluster's member PersistentVolumeClaims, by member name (retired ones excepted).
     pub pvcs: BTreeMap<String, PvcState>,
+    /// Claims the operator retired (their data check refused them), by member name: kept for a
+    /// person to look at, never restarted on, never deleted by the operator.
+    pub retired_pvcs: BTreeMap<String, PvcState>,
     /// What etcd said; `None` when no member answered.
     pub etcd: Option<EtcdState>,
     /// Why etcd could not be reached, when it could not.
     pub etcd_error: Option<String>,
+    /// Member pods the operator's own call got no status from, for all it knows for a reason
+    /// of its side (a timeout of its client, a login or TLS handshake that failed), with the
+    /// error. A member whose host refused the connection (nothing listens on its client port:
+    /// etcd is down) is not one.
+    pub unreached: BTreeMap<String, String>,
     /// The cluster once formed and may hold data: an etcd cluster ID was recorded durably (the
     /// `cluster-id` annotation the operator writes on the EtcdCluster and its PVCs) or in status.
     /// A cluster that formed is never bootstrapped again.
     pub ever_bootstrapped: bool,
+    /// The cluster formed but its ID was never recorded (the operator never reached etcd): the
+    /// evidence, from the `formed` mark (a member pod was Ready, which takes a leader).
+    pub formed_unrecorded: Option<String>,
+    /// What the operator saw each member hold over several looks while the cluster had no
+    /// quorum (the `survivor-looks` mark): a recovery chooses from these, not from one look.
+    pub survivor_looks: Looks,
+    /// Per member (pod): the raft index the operator saw it acknowledge (the `member-progress`
+    /// mark). A member restarts on its volume only if its data reaches it.
+    pub acknowledged: BTreeMap<String, u64>,
     /// `spec` was refused but an earlier valid spec is known (`desired` holds that one): the
     /// cluster keeps healing under it, and nothing the refused edit asked for is done.
     pub spec_refused: Option<Vec<String>>,
+    /// `spec` was refused and no valid spec is on record (a formed cluster adopted from the
+    /// CoreOS operator, or the mark lost): `desired` is that spec as earlier rules read it,
+    /// without what today's rules refuse. The cluster heals under it; no running member is
+    /// changed (no rollout, upgrade, TLS or authentication step) until a valid spec is given.
+    pub no_valid_spec: bool,
     /// Seconds since the planner first saw this cluster without a quorum (from the annotation
     /// the operator writes), `None` while it has one.
     pub quorum_lost_secs: Option<i64>,
     /// A quorum-loss recovery the operator recorded on the EtcdCluster and has not finished.
-    pub recovery_record: Option<crate::planner::recovery::Record>,
+    pub recovery_record: Option<RecoveryRecord>,
     /// The last recovery that finished, as recorded on the EtcdCluster.
-    pub last_recovery: Option<crate::planner::recovery::Record>,
+    pub last_recovery: Option<RecoveryRecord>,
     /// With `quorumLoss: FromBackup`: the newest backup of the named EtcdBackup, or why there
     /// is none to use.
     pub recovery_backup: Option<Result<BackupPoint, String>>,
@@ -47,9 +69,9 @@ pub struct Observed {
     /// The last NOSPACE recovery attempt (EtcdCluster annotation): the revision it compacted to
     /// and how many seconds ago.
     pub nospace_recovery: Option<(i64, i64)>,
-    /// From the minor-since annotation: the minor every member runs and the raft index at which
-    /// the cluster reached it by an upgrade (0: started there, or unknown).
-    pub minor_since: Option<(String, u64)>,
+    /// From the minor-since annotation (`marks`): the minor every member ran when last seen
+    /// together, and what the raft log may still hold from earlier minors.
+    pub minor_since: Option<MinorSince>,
     /// A backup or verify pod of this cluster that is running now (its name): no
     /// defragmentation meanwhile.
     pub backup_running: Option<String>,
@@ -58,6 +80,14 @@ pub struct Observed {
     /// `spec.auth`: the root Secret and the operator's record as read, and whether etcd refused
     /// the login (etcd's own state is in [`EtcdState::auth`]).
     pub auth: crate::auth::AuthObserved,
+    /// What the checks of the TLS Secrets the cluster runs with found (`tls::material`): the
+    /// problems, when each certificate expires (the operator's client identity is taken out).
+    pub tls_material: crate::tls::material::Verdict,
+    /// The cluster's NetworkPolicy (named after it) as the watch cache holds it.
+    pub network_policy: Option<k8s_openapi::api::networking::v1::NetworkPolicy>,
+    /// Where the operator's own pods run (the NetworkPolicy admits them); `None`: the operator
+    /// is not a pod.
+    pub operator_namespace: Option<String>,
 }
 
 impl Default for Observed {
@@ -70,10 +100,16 @@ impl Default for Observed {
             services_ready: false,
             pods: BTreeMap::new(),
             pvcs: BTreeMap::new(),
+            retired_pvcs: BTreeMap::new(),
             etcd: None,
             etcd_error: None,
+            unreached: BTreeMap::new(),
             ever_bootstrapped: false,
+            formed_unrecorded: None,
+            survivor_looks: Default::default(),
+            acknowledged: BTreeMap::new(),
             spec_refused: None,
+            no_valid_spec: false,
             quorum_lost_secs: None,
             recovery_record: None,
             last_recovery: None,
@@ -85,8 +121,31 @@ impl Default for Observed {
             minor_since: None,
             certificates: None,
             auth: Default::default(),
+            tls_material: Default::default(),
+            network_policy: None,
+            operator_namespace: None,
         }
     }
+}
+
+/// The minor-since mark: the minor (`3.5`; `3.5+v2` while a member serves etcd's v2 API) every
+/// member ran when last seen together, and since when.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MinorSince {
+    pub minor: String,
+    pub since: Since,
+}
+
+/// What the raft log may hold from before the recorded minor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Since {
+    /// Nothing: the log began at this minor (this operator's bootstrap, restore or recovery).
+    LogStart,
+    /// Entries up to this raft index may have been written by members of an earlier minor.
+    Index(u64),
+    /// Not known (the `0` an earlier operator version wrote both for "started here" and for
+    /// "first seen here"): as if up to now.
+    Unknown,
 }
 
 /// Kubernetes' view of one member pod.
@@ -103,7 +162,8 @@ pub struct PodState {
     /// Version from the `etcd.version` annotation.
     pub version: String,
     /// Seconds since the operator last changed `version` (from the version-changed-at
-    /// annotation); `None` for pods it never upgraded.
+    /// annotation); `None` for pods it never upgraded, or whose member has been back at that
+    /// version since (`marks::upgrades_confirmed` removes the annotation).
     pub version_age_secs: Option<i64>,
     /// Image of the etcd container as specified.
     pub image: String,
@@ -114,6 +174,12 @@ pub struct PodState {
     pub problem: Option<(String, String)>,
     /// Seconds since the pod was created.
     pub age_secs: i64,
+    /// Container restarts: the highest `restartCount` of its containers, init containers
+    /// included.
+    pub restarts: i32,
+    /// Seconds since the pod stopped being Ready (since it was created, if it never was);
+    /// `None` while it is Ready.
+    pub unready_secs: Option<i64>,
     /// Created by the initial bootstrap (all members at once).
     pub bootstrap: bool,
     /// Data lives on a PVC (survives the pod).
@@ -136,8 +202,18 @@ pub struct PodState {
     pub deleting_secs: Option<i64>,
     /// Seconds since the operator last defragmented this member (pod annotation).
     pub defragmented_secs: Option<i64>,
+    /// Seconds since a defragmentation of this member was started that was not seen to end
+    /// (its start recorded on the pod after its end, or with no end): it may still run in etcd.
+    pub defrag_unfinished_secs: Option<i64>,
     /// How it speaks TLS, as its command line and volumes say (`tls::transition`).
     pub tls: crate::tls::transition::PodTls,
+    /// etcd's settings in the pod spec, by flag name (`snapshot-count`): its command-line flags,
+    /// then its `ETCD_*` variables; the value is `None` when it cannot be read from the spec (a
+    /// reference, or a flag whose value is the next argument).
+    pub etcd_flags: Vec<(String, Option<String>)>,
+    /// Its readiness probe reads a key through etcdctl (`pod_spec::member`): authentication
+    /// would make it fail.
+    pub readiness_reads_key: bool,
 }
 
 /// Kubernetes' view of one member's PersistentVolumeClaim.
@@ -157,6 +233,8 @@ pub struct PvcState {
     /// Marked as holding data only root can use (`naming::DATA_OWNER_ANNOTATION`): its member
     /// runs as root.
     pub root_data: bool,
+    /// Retired by the operator (`naming::RETIRED_ANNOTATION`): why. Kept, never used again.
+    pub retired: Option<String>,
 }
 
 /// A backup a recovery can start from.
@@ -164,31 +242,27 @@ pub struct PvcState {
 pub struct BackupPoint {
     pub restore: crate::validation::Restore,
     pub revision: i64,
-}
-
-/// `spec.recovery` as the planner reads it.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Recovery {
-    pub quorum_loss: QuorumLossPolicy,
-    /// How long a quorum must have been unrecoverable before acting.
-    pub after_secs: i64,
-}
-
-#[derive(Clone, Debug, Default, PartialEq)]
-pub enum QuorumLossPolicy {
-    /// Report and wait for a person (the default).
-    #[default]
-    Wait,
-    /// Start a new cluster from the surviving member with the most data.
-    FromSurvivor,
-    /// Start a new cluster from the newest verified backup of this EtcdBackup.
-    FromBackup { backup: String },
+    /// What the EtcdBackup backs up: its `spec.clusterName` (additive)...
+    pub cluster_name: String,
+    /// ... or its `spec.etcdEndpoints` (CoreOS).
+    pub endpoints: Vec<String>,
 }
 
 impl PodState {
     /// The pod is gone for good as far as etcd is concerned (its process cannot come back).
     pub fn is_dead(&self) -> bool {
         self.phase == "Failed" || self.phase == "Succeeded"
+    }
+
+    /// The value of etcd setting `flag` in the pod spec: `None` when not set, `Some(None)` when
+    /// set but unreadable there.
+    pub fn etcd_flag(&self, flag: &str) -> Option<Option<&str>> {
+        self.etcd_flags.iter().find(|(f, _)| f == flag).map(|(_, v)| v.as_deref())
+    }
+
+    /// Its experimental etcd settings (etcd 3.7 has none), by flag name.
+    pub fn experimental_flags(&self) -> Vec<&str> {
+        self.etcd_flags.iter().map(|(f, _)| f.as_str()).filter(|f| crate::etcd_flags::is_experimental(f)).collect()
     }
 }
 
@@ -302,4 +376,44 @@ impl EtcdState {
     pub fn quorum_of(voters: usize) -> usize {
         voters / 2 + 1
     }
+}
+
+/// A recovery under way, as the operator recorded it on the EtcdCluster before acting.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RecoveryRecord {
+    /// The new first member.
+    pub member: String,
+    /// `FromSurvivor` or `FromBackup`.
+    pub policy: String,
+    /// The survivor pod or the EtcdBackup (and object) the data comes from.
+    pub from: String,
+    pub revision: i64,
+    /// Voters lost for good, of how many.
+    pub lost: usize,
+    pub voters: usize,
+}
+
+/// What the operator saw each member hold while the cluster had no quorum.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Looks {
+    /// Looks taken: observations at least `planner::survivors::LOOK_SECS` apart in which a member answered.
+    pub looks: u32,
+    /// Unix seconds of the last look.
+    pub at: i64,
+    /// The most each member (by pod) was seen holding, over the looks.
+    pub members: BTreeMap<String, Seen>,
+}
+
+/// The most one member was seen holding.
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Seen {
+    /// etcd's member ID: a record of another member of the same name does not count.
+    pub id: u64,
+    /// Highest applied raft index reported.
+    pub applied: u64,
+    /// Highest store revision reported.
+    pub revision: i64,
 }

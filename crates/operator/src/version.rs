@@ -1,9 +1,12 @@
 //! etcd versions: parsing, the supported range, and which version changes are allowed.
 
+use std::cmp::Ordering;
 use std::fmt;
 
-/// A released etcd version `major.minor.patch` (a `-suffix` is kept for image tags only).
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+/// An etcd version `major.minor.patch[-pre-release]`, ordered by semver precedence: a
+/// pre-release comes before its release (`3.5.1-rc.0 < 3.5.1`), pre-release identifiers compare
+/// numerically when both are numbers, else as ASCII, numbers before words, fewer before more.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Version {
     pub major: u64,
     pub minor: u64,
@@ -17,19 +20,25 @@ pub const MIN_SUPPORTED: (u64, u64) = (3, 4);
 /// Newest supported minor line (inclusive).
 pub const MAX_SUPPORTED: (u64, u64) = (3, 7);
 
-/// The oldest patch of a minor line from which etcd supports moving to the next minor, from the
-/// upstream upgrade guides: 3.5 → 3.6 from 3.5.26 (before 3.5.20 a learner's promotion was
-/// persisted only in the v2 store, so promoted members turn back into learners under 3.6; 3.5.26
-/// is the release upstream names for the step), 3.6 → 3.7 from 3.6.11 ("earlier 3.6 patch
-/// releases may not be compatible with a rolling upgrade to 3.7").
-pub const STEPPING_STONES: &[((u64, u64), u64)] = &[((3, 5), 26), ((3, 6), 11)];
+/// The oldest release of a minor line from which etcd supports moving to the next minor, as the
+/// upstream upgrade guides say (etcd-io/website `content/en/docs/v3.6/upgrades/upgrade_3_6.md`
+/// and `v3.7/upgrades/upgrade_3_7.md`, read 2026-08):
+/// - 3.5 → 3.6 from **3.5.32**: "make sure that all of your 3.5 members are updated to 3.5.32 or
+///   later"; 3.5.20 stopped promotions living only in the v2 store (members turned back into
+///   learners under 3.6), 3.5.24–3.5.26 fixed zombie members in the v3 store (etcd#20995), 3.5.32
+///   added `--v2-deprecation=write-only-skip-check` and the WAL-aware `etcdutl check v2store`;
+/// - 3.6 → 3.7 from 3.6.11: "earlier 3.6 patch releases may not be compatible with a rolling
+///   upgrade to 3.7".
+pub const STEPPING_STONES: &[((u64, u64), u64)] = &[((3, 5), 32), ((3, 6), 11)];
 
-/// The stepping stone `from` must reach before moving to the next minor, if it has not yet.
+/// The stepping stone `from` must reach before moving to the next minor, if it has not yet (a
+/// pre-release of the stepping stone has not).
 pub fn stepping_stone(from: &Version) -> Option<Version> {
     STEPPING_STONES
         .iter()
-        .find(|(line, patch)| *line == from.minor_line() && from.patch < *patch)
+        .filter(|(line, _)| *line == from.minor_line())
         .map(|((major, minor), patch)| Version { major: *major, minor: *minor, patch: *patch, suffix: String::new() })
+        .find(|stone| from < stone)
 }
 
 /// Human-readable list for messages.
@@ -64,6 +73,69 @@ impl Version {
     /// Image tag in etcd's convention: `v3.5.1`.
     pub fn tag(&self) -> String {
         format!("v{self}")
+    }
+}
+
+impl Ord for Version {
+    fn cmp(&self, other: &Self) -> Ordering {
+        (self.major, self.minor, self.patch)
+            .cmp(&(other.major, other.minor, other.patch))
+            .then_with(|| pre_release_cmp(self.pre_release(), other.pre_release()))
+            // Build metadata does not count for precedence; compared last only so that the order
+            // agrees with equality.
+            .then_with(|| self.suffix.cmp(&other.suffix))
+    }
+}
+
+impl PartialOrd for Version {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Version {
+    /// The pre-release part of the suffix (build metadata after `+` removed); empty for releases.
+    fn pre_release(&self) -> &str {
+        self.suffix.split('+').next().unwrap_or_default()
+    }
+}
+
+/// A pre-release identifier made of digits only.
+fn numeric(s: &str) -> Option<&str> {
+    (!s.is_empty() && s.bytes().all(|c| c.is_ascii_digit())).then_some(s)
+}
+
+/// Semver §11: no pre-release ranks above any pre-release; identifiers left to right, numbers
+/// numerically and below words, words as ASCII; a prefix ranks below the longer list.
+fn pre_release_cmp(a: &str, b: &str) -> Ordering {
+    match (a.is_empty(), b.is_empty()) {
+        (true, true) => return Ordering::Equal,
+        (true, false) => return Ordering::Greater,
+        (false, true) => return Ordering::Less,
+        _ => {}
+    }
+    let (mut xs, mut ys) = (a.split('.'), b.split('.'));
+    loop {
+        match (xs.next(), ys.next()) {
+            (None, None) => return Ordering::Equal,
+            (None, Some(_)) => return Ordering::Less,
+            (Some(_), None) => return Ordering::Greater,
+            (Some(x), Some(y)) => {
+                let o = match (numeric(x), numeric(y)) {
+                    // Numbers of any length: the shorter (without leading zeros) is smaller.
+                    (Some(x), Some(y)) => {
+                        let (x, y) = (x.trim_start_matches('0'), y.trim_start_matches('0'));
+                        x.len().cmp(&y.len()).then_with(|| x.cmp(y))
+                    }
+                    (Some(_), None) => Ordering::Less,
+                    (None, Some(_)) => Ordering::Greater,
+                    (None, None) => x.cmp(y),
+                };
+                if o != Ordering::Equal {
+                    return o;
+                }
+            }
+        }
     }
 }
 
@@ -144,9 +216,52 @@ mod tests {
         assert!(check_change(&v("3.5.1"), &v("3.4.23")).unwrap_err().contains("downgrade"));
         assert!(check_change(&v("3.4.23"), &v("3.6.0")).unwrap_err().contains("skips a minor"));
         let e = check_change(&v("3.5.1"), &v("3.6.6")).unwrap_err();
-        assert!(e.contains("needs 3.5.26 or later first") && e.contains("upgrade to 3.5.26+ first"), "{e}");
-        assert!(check_change(&v("3.5.26"), &v("3.6.0")).is_ok());
+        assert!(e.contains("needs 3.5.32 or later first") && e.contains("upgrade to 3.5.32+ first"), "{e}");
+        assert!(check_change(&v("3.5.32"), &v("3.6.0")).is_ok());
         assert!(check_change(&v("3.6.10"), &v("3.7.0")).unwrap_err().contains("3.6.11"));
         assert!(check_change(&v("3.6.11"), &v("3.7.0")).is_ok());
+    }
+
+    /// Semver precedence (semver.org §11), as etcd tags its releases: `v3.5.1-rc.0` before
+    /// `v3.5.1`.
+    #[test]
+    fn a_pre_release_comes_before_its_release() {
+        assert!(v("3.5.1-rc.0") < v("3.5.1"));
+        assert!(v("3.5.0") < v("3.5.1-rc.0"));
+        assert_eq!([v("3.5.1"), v("3.5.1-rc.0")].iter().min(), Some(&v("3.5.1-rc.0")));
+        let ordered = [
+            "3.6.0-alpha",
+            "3.6.0-alpha.1",
+            "3.6.0-alpha.beta",
+            "3.6.0-beta",
+            "3.6.0-beta.2",
+            "3.6.0-beta.11",
+            "3.6.0-rc.1",
+            "3.6.0",
+            "3.6.1",
+        ];
+        for w in ordered.windows(2) {
+            assert!(v(w[0]) < v(w[1]), "{} < {}", w[0], w[1]);
+            assert!(v(w[1]) > v(w[0]), "{} > {}", w[1], w[0]);
+        }
+        assert_eq!(v("3.6.0-rc.1").cmp(&v("3.6.0-rc.1")), std::cmp::Ordering::Equal);
+    }
+
+    /// The stepping stone's own pre-release is below it: 3.5.32-rc.0 → 3.6 is refused.
+    #[test]
+    fn a_pre_release_of_a_stepping_stone_is_not_the_stepping_stone() {
+        assert_eq!(stepping_stone(&v("3.5.32-rc.0")), Some(v("3.5.32")));
+        assert_eq!(stepping_stone(&v("3.5.32")), None);
+        assert!(check_change(&v("3.5.32-rc.0"), &v("3.6.15")).unwrap_err().contains("3.5.32"));
+    }
+
+    /// Upstream's current floor for 3.5 → 3.6 (the 3.6 upgrade guide since the July 2026
+    /// releases) is 3.5.32: 3.5.26 is refused, naming it.
+    #[test]
+    fn three_five_to_three_six_needs_three_five_thirty_two() {
+        let e = check_change(&v("3.5.26"), &v("3.6.15")).unwrap_err();
+        assert!(e.contains("3.5.32"), "{e}");
+        assert!(check_change(&v("3.5.31"), &v("3.6.15")).is_err());
+        assert!(check_change(&v("3.5.34"), &v("3.6.15")).is_ok());
     }
 }

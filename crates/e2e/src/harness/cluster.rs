@@ -30,15 +30,17 @@ pub fn pod_names(pods: &[Value]) -> Vec<String> {
     pods.iter().map(|p| p["metadata"]["name"].as_str().unwrap_or("").to_string()).collect()
 }
 
-/// Wait until status says `size` ready voting members, no learners, and exactly `size` pods.
+/// Wait until status says `size` ready voting members, no learners, and exactly `size` pods,
+/// in a status written for the current spec (`observedGeneration`, when the status has it).
 pub fn wait_healthy(ns: &TestNamespace, name: &str, size: usize, timeout: Duration) -> Result<Value> {
     wait_until(timeout, &format!("{name} to have {size} healthy members"), || {
         let c = cluster(ns, name)?;
         let st = &c["status"];
         let ready = st["members"]["ready"].as_array().map(|a| a.len()).unwrap_or(0);
         let learners = st["members"]["learners"].as_array().map(|a| a.len()).unwrap_or(0);
+        let current = st["observedGeneration"].is_null() || st["observedGeneration"] == c["metadata"]["generation"];
         let pods = member_pods(ns, name)?.len();
-        Ok((ready == size && learners == 0 && pods == size && st["size"] == size).then_some(c))
+        Ok((ready == size && learners == 0 && pods == size && st["size"] == size && current).then_some(c))
     })
 }
 

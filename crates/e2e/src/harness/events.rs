@@ -27,6 +27,10 @@ pub struct EventRecord {
     pub type_: String,
     pub reason: String,
     pub note: String,
+    /// `action`: what the operator was doing (for a condition change, the condition's type).
+    pub action: String,
+    /// `reportingInstance`: the operator pod that published it (empty for a process).
+    pub reporter: String,
     /// `related.name`: the member pod the Event concerns, if any.
     pub related: String,
     /// When it was last observed: `series.lastObservedTime` for a folded series, else
@@ -50,6 +54,8 @@ pub fn events_v1(ns: &TestNamespace, name: &str) -> Result<Vec<EventRecord>> {
             type_: s(&e["type"]),
             reason: s(&e["reason"]),
             note: s(&e["note"]),
+            action: s(&e["action"]),
+            reporter: s(&e["reportingInstance"]),
             related: s(&e["related"]["name"]),
             last: e["series"]["lastObservedTime"].as_str().map(str::to_string).unwrap_or_else(|| s(&e["eventTime"])),
             count: e["series"]["count"].as_i64().unwrap_or(1),

@@ -12,21 +12,27 @@
 //! | `events` | Events about an object, new ones since a mark |
 //! | `etcdctl` | the host's etcdctl against the cluster: keys, member list, version |
 //! | `pods` | pod conditions, containers that will not start |
+//! | `eviction` | the Eviction API (`policy/v1`, `v1beta1` before 1.22), as a drain calls it |
+//! | `node` | this machine as the cluster's node: containers signalled with `ctr`, a member's data on the host, broken |
 //!
 //! Every process it starts goes through [`crate::process`] and dies with the test process.
 
 mod cluster;
 mod etcdctl;
 mod events;
+mod eviction;
 mod in_cluster;
 mod namespace;
+mod node;
 mod operator;
 mod pods;
 
 pub use cluster::*;
 pub use etcdctl::*;
 pub use events::*;
+pub use eviction::*;
 pub use in_cluster::*;
 pub use namespace::*;
+pub use node::*;
 pub use operator::*;
 pub use pods::*;

@@ -26,6 +26,33 @@ pub fn operator_bin() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/debug/etcd-operator"))
 }
 
+/// The CRDs, applied as a user installs them (`etcd-operator crds`), for a test that makes
+/// objects before any operator of this project ran (a cluster the CoreOS operator made: it
+/// had installed the CRD). Waits until the API server serves them.
+pub fn ensure_crds(ns: &TestNamespace) -> Result<()> {
+    let mut args = vec!["crds"];
+    if !ns.kubectl.has_crd_validation_rules()? {
+        args.push("--no-validation-rules");
+    }
+    let out = Command::new(operator_bin()).args(&args).output().context("running etcd-operator crds")?;
+    anyhow::ensure!(out.status.success(), "crds: {}", String::from_utf8_lossy(&out.stderr));
+    // Tests running at once may create them at the same moment: one gets AlreadyExists, and
+    // applies again over the other's.
+    let yaml = String::from_utf8(out.stdout)?;
+    crate::wait_until(Duration::from_secs(60), "the CRDs applied", || Ok(ns.apply(&yaml).ok()))?;
+    for crd in ["etcdclusters", "etcdbackups", "etcdrestores"] {
+        ns.run(&[
+            "wait",
+            "--for=condition=Established",
+            "--timeout=60s",
+            &format!("crd/{crd}.etcd.database.coreos.com"),
+        ])?;
+        // Established is not yet served: the API server (and kubectl's discovery) follow.
+        crate::wait_until(Duration::from_secs(60), &format!("{crd} served"), || Ok(ns.run(&["get", crd]).ok()))?;
+    }
+    Ok(())
+}
+
 /// Where operator logs of the tests are kept (created when missing).
 pub fn log_dir() -> Result<PathBuf> {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/e2e-logs");

@@ -4,7 +4,9 @@
 #![allow(dead_code, unused_imports)]
 
 pub mod backups;
+pub mod day2;
 pub mod tls;
+pub mod upgrade;
 pub mod writer;
 
 pub use e2e::harness::*;

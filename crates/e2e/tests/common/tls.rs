@@ -130,3 +130,141 @@ pub fn put_get(
 pub fn keys(n: usize) -> Vec<(String, String)> {
     (0..n).map(|i| (format!("keys/{i:03}"), format!("value-{i}"))).collect()
 }
+
+/// The Secrets of cluster `cluster` in the CoreOS layouts below: `<cluster>-peer-tls`,
+/// `<cluster>-server-tls`, `<cluster>-client-tls`, and its `spec.TLS` naming them.
+pub fn layout_secrets(cluster: &str) -> [String; 3] {
+    [format!("{cluster}-peer-tls"), format!("{cluster}-server-tls"), format!("{cluster}-client-tls")]
+}
+
+pub fn layout_tls_spec(cluster: &str) -> String {
+    let [peer, server, client] = layout_secrets(cluster);
+    format!(
+        "  TLS:\n    static:\n      member:\n        peerSecret: {peer}\n        serverSecret: {server}\n      operatorSecret: {client}\n"
+    )
+}
+
+/// What a client of a CoreOS layout needs: the CA bundle that checks the members (the operator
+/// Secret's `etcd-client-ca.crt`) and a client certificate the members accept.
+pub struct ClientMaterial {
+    pub trust: String,
+    pub client: (String, String),
+}
+
+/// A leaf as cfssl's profiles of CoreOS' `example/tls/certs/ca-config.json` make it: CA:FALSE,
+/// digital signature and key encipherment, the profile's extended key usages. (Keys are
+/// ECDSA P-256, rcgen's default, where cfssl made RSA 2048: nothing checked here depends on it.)
+fn cfssl_leaf(ca: &Ca, cn: &str, hosts: &[String], eku: &[Eku]) -> Result<(String, String)> {
+    let mut p = CertificateParams::new(hosts.to_vec())?;
+    p.distinguished_name.push(rcgen::DnType::CommonName, cn);
+    p.is_ca = IsCa::ExplicitNoCa;
+    p.key_usages = vec![rcgen::KeyUsagePurpose::DigitalSignature, rcgen::KeyUsagePurpose::KeyEncipherment];
+    p.extended_key_usages = eku.to_vec();
+    let key = KeyPair::generate()?;
+    let cert = p.signed_by(&key, &ca.issuer)?;
+    Ok((cert.pem(), key.serialize_pem()))
+}
+
+/// CoreOS' TLS guide (`example/tls/certs/gen-cert.sh` with its `*.json`) for `cluster`: one CA
+/// ("My own CA"); `peer.json` hosts `*.<cluster>.<ns>.svc` and `*.<cluster>.<ns>.svc.cluster.local`
+/// (profile peer: server and client auth); `server.json` hosts `*.<cluster>.<ns>.svc`,
+/// `<cluster>-client.<ns>.svc`, `localhost` (profile server: server and client auth), no
+/// cluster domain; `etcd-client.json` hosts `[""]` (profile client: client auth); the CA copied
+/// to `peer-ca.crt`, `server-ca.crt` and `etcd-client-ca.crt`.
+pub fn coreos_guide_secrets(ns: &TestNamespace, cluster: &str) -> Result<ClientMaterial> {
+    let n = &ns.name;
+    let ca = ca("My own CA")?;
+    let both = [Eku::ServerAuth, Eku::ClientAuth];
+    let peer_hosts = [format!("*.{cluster}.{n}.svc"), format!("*.{cluster}.{n}.svc.cluster.local")];
+    let peer = cfssl_leaf(&ca, "etcd peer", &peer_hosts, &both)?;
+    let server_hosts = [format!("*.{cluster}.{n}.svc"), format!("{cluster}-client.{n}.svc"), "localhost".into()];
+    let server = cfssl_leaf(&ca, "etcd server", &server_hosts, &both)?;
+    let client = cfssl_leaf(&ca, "etcd client", &[String::new()], &[Eku::ClientAuth])?;
+    apply_layout(ns, cluster, (&peer, &ca.pem), (&server, &ca.pem), (&client, &ca.pem))?;
+    Ok(ClientMaterial { trust: ca.pem, client })
+}
+
+/// As CoreOS' e2e `prepareKeyAndCert`: a self-signed CA certificate for `hosts` (key usages
+/// certificate signing and digital signature; server and client auth).
+fn coreos_e2e_cert(hosts: &[String]) -> Result<(String, String)> {
+    let mut p = CertificateParams::new(hosts.to_vec())?;
+    p.distinguished_name.push(rcgen::DnType::OrganizationName, "Etcd Operator Example");
+    p.is_ca = IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    p.key_usages = vec![rcgen::KeyUsagePurpose::KeyCertSign, rcgen::KeyUsagePurpose::DigitalSignature];
+    p.extended_key_usages = vec![Eku::ServerAuth, Eku::ClientAuth];
+    let key = KeyPair::generate()?;
+    let cert = p.self_signed(&key)?;
+    Ok((cert.pem(), key.serialize_pem()))
+}
+
+/// CoreOS' e2e TLS (`test/e2e/e2eutil/tls.go`, `PrepareTLS`) for `cluster`: the peer
+/// certificate (`*.<cluster>.<ns>.svc`, `*.<cluster>.<ns>.svc.cluster.local`) is its own
+/// `peer-ca.crt`; the members' server certificate (`*.<cluster>.<ns>.svc`,
+/// `<cluster>-client.<ns>.svc`, `localhost`) is the operator Secret's `etcd-client-ca.crt`; the
+/// operator's certificate (hosts `[""]`) is the member Secret's `server-ca.crt`: two CAs,
+/// crossing over.
+pub fn coreos_e2e_secrets(ns: &TestNamespace, cluster: &str) -> Result<ClientMaterial> {
+    let n = &ns.name;
+    let peer = coreos_e2e_cert(&[format!("*.{cluster}.{n}.svc"), format!("*.{cluster}.{n}.svc.cluster.local")])?;
+    let server =
+        coreos_e2e_cert(&[format!("*.{cluster}.{n}.svc"), format!("{cluster}-client.{n}.svc"), "localhost".into()])?;
+    let operator = coreos_e2e_cert(&[String::new()])?;
+    apply_layout(ns, cluster, (&peer, &peer.0), (&server, &operator.0), (&operator, &server.0))?;
+    Ok(ClientMaterial { trust: server.0.clone(), client: operator })
+}
+
+type Files<'a> = (&'a (String, String), &'a str);
+
+fn apply_layout(ns: &TestNamespace, cluster: &str, peer: Files, server: Files, client: Files) -> Result<()> {
+    let n = &ns.name;
+    let [peer_secret, server_secret, client_secret] = layout_secrets(cluster);
+    let ((pc, pk), pca) = peer;
+    ns.apply(&secret(n, &peer_secret, &[("peer.crt", pc), ("peer.key", pk), ("peer-ca.crt", pca)]))?;
+    let ((sc, sk), sca) = server;
+    ns.apply(&secret(n, &server_secret, &[("server.crt", sc), ("server.key", sk), ("server-ca.crt", sca)]))?;
+    let ((cc, ck), cca) = client;
+    ns.apply(&secret(
+        n,
+        &client_secret,
+        &[("etcd-client.crt", cc), ("etcd-client.key", ck), ("etcd-client-ca.crt", cca)],
+    ))?;
+    Ok(())
+}
+
+/// `etcdctl put` then `get` through the client Service with the host's etcdctl (Go's TLS, as
+/// CoreOS' users ran it), presenting `m`'s client certificate: the members accept it. The
+/// server's certificate is not checked here: the host reaches the Service by IP, which Go
+/// checks against IP names, and CoreOS' certificates have none (the operator checks the
+/// members' certificate at every call: the cluster reaching health is that check).
+pub fn etcdctl_put_get(ns: &TestNamespace, cluster: &str, m: &ClientMaterial, key: &str) -> Result<()> {
+    let dir = std::env::temp_dir().join(e2e::unique_name("e2e-tls"));
+    std::fs::create_dir_all(&dir)?;
+    let file = |name: &str, text: &str| -> Result<String> {
+        let p = dir.join(name);
+        std::fs::write(&p, text)?;
+        Ok(p.display().to_string())
+    };
+    let (ca, cert, key_file) =
+        (file("ca.crt", &m.trust)?, file("client.crt", &m.client.0)?, file("client.key", &m.client.1)?);
+    let endpoint = format!("https://{}:2379", client_ip(ns, cluster)?);
+    let tls = [
+        format!("--cacert={ca}"),
+        format!("--cert={cert}"),
+        format!("--key={key_file}"),
+        "--insecure-skip-tls-verify".to_string(),
+    ];
+    let args =
+        |extra: &[&str]| -> Vec<String> { tls.iter().cloned().chain(extra.iter().map(|s| s.to_string())).collect() };
+    let run = |a: Vec<String>| {
+        let a: Vec<&str> = a.iter().map(String::as_str).collect();
+        e2e::host_etcdctl(&endpoint, &a)
+    };
+    let result = (|| {
+        run(args(&["put", key, "v"]))?;
+        let got = run(args(&["get", key, "--print-value-only"]))?;
+        ensure!(got.trim() == "v", "read back {got:?}");
+        Ok(())
+    })();
+    let _ = std::fs::remove_dir_all(&dir);
+    result
+}

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -64,7 +64,7 @@ pub fn connect_options() -> ConnectOptions {
 
 fn options_with(tls: Option<&SharedTls>) -> ConnectOptions {
     match tls {
-        Some(t) => connect_options().with_tls(t.lock().unwrap().clone()),
+        Some(t) => connect_options().with_tls(t.lock().unwrap_or_else(PoisonError::into_inner).clone()),
         None => connect_options(),
     }
 }
@@ -109,6 +109,22 @@ impl Writer {
         let thread = std::thread::spawn(move || -> Result<()> {
             let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
             rt.block_on(async move {
+                // Through a Service: the test begins once the Service routes (a first put went
+                // through). The members were ready before, but kube-proxy programs a new Service
+                // or endpoint a moment later, longer under load; a refusal then is not a write
+                // lost to what the test does. Not routing within a minute: the writes count.
+                if reconnect {
+                    let deadline = Instant::now() + Duration::from_secs(60);
+                    while Instant::now() < deadline && !stop2.load(Ordering::Relaxed) {
+                        let ep = endpoints[0].as_str();
+                        if let Ok(mut c) = Client::connect([ep], Some(options_with(tls.as_ref()))).await
+                            && put(&mut c, &format!("{prefix2}/routed"), "yes").await.is_ok()
+                        {
+                            break;
+                        }
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                    }
+                }
                 // One client per member: etcd-client would otherwise balance over all of them and
                 // hide which endpoint failed.
                 let mut clients = vec![];
@@ -129,14 +145,19 @@ impl Writer {
                     while attempt < attempts {
                         let idx = (first + attempt) % n;
                         let ep = clients[idx].0.clone();
-                        *stats2.lock().unwrap().per_endpoint.entry(ep.clone()).or_default() += 1;
+                        *stats2
+                            .lock()
+                            .unwrap_or_else(PoisonError::into_inner)
+                            .per_endpoint
+                            .entry(ep.clone())
+                            .or_default() += 1;
                         match put(&mut clients[idx].1, &key, &value).await {
                             Ok(()) => {
                                 ok = true;
                                 break;
                             }
                             Err(e) if is_leaderless(&e) && started.elapsed() < LEADER_WAIT => {
-                                stats2.lock().unwrap().leader_waits += 1;
+                                stats2.lock().unwrap_or_else(PoisonError::into_inner).leader_waits += 1;
                                 tokio::time::sleep(Duration::from_millis(50)).await;
                                 continue;
                             }
@@ -147,7 +168,7 @@ impl Writer {
                                 {
                                     clients[idx].1 = fresh;
                                 }
-                                let mut s = stats2.lock().unwrap();
+                                let mut s = stats2.lock().unwrap_or_else(PoisonError::into_inner);
                                 if attempt == 0 {
                                     s.retried += 1;
                                 }
@@ -159,7 +180,7 @@ impl Writer {
                         attempt += 1;
                     }
                     {
-                        let mut s = stats2.lock().unwrap();
+                        let mut s = stats2.lock().unwrap_or_else(PoisonError::into_inner);
                         if ok { s.acked.push(i) } else { s.failed.push(i) }
                     }
                     i += 1;
@@ -173,7 +194,7 @@ impl Writer {
     }
 
     pub fn stats(&self) -> WriterStats {
-        self.stats.lock().unwrap().clone()
+        self.stats.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
 
     /// Stops the writer and returns what it did; fails if it could not run at all.

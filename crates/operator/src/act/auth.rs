@@ -4,8 +4,9 @@
 //! the root Secret's, read by `observe` into the endpoints' credentials; it never reaches a note,
 //! an Event or a log.
 
+use super::auth_secrets as secrets;
 use super::{Done, Error, Target, done};
-use crate::auth::{calls, secrets};
+use crate::etcd::auth_calls as calls;
 use crate::planner::auth::AuthStep;
 
 impl Target<'_> {
@@ -62,7 +63,7 @@ impl Target<'_> {
     }
 
     /// Records `password` as the one etcd has; a failure is said in the note and retried beside
-    /// later steps (`auth::upkeep`): etcd already has the password, which the root Secret holds.
+    /// later steps (`planner::auth::upkeep`): etcd already has the password, which the root Secret holds.
     async fn record(&self, password: &str, note: &str) -> String {
         match secrets::record_applied(self.client, self.cluster, password).await {
             Ok(()) => note.to_string(),

@@ -11,20 +11,35 @@ use crate::etcd;
 use crate::naming;
 use crate::planner::maintenance::bytes;
 
+/// How a defragmentation call went.
+pub(super) enum Defragmented {
+    /// File size before and after, and how long the call took.
+    Done((i64, i64, std::time::Duration)),
+    /// The member did not answer before: nothing was started.
+    NotStarted(Error),
+}
+
 impl Target<'_> {
+    async fn pod_annotation(&self, pod: &str, key: &str, value: String) -> Result<(), Error> {
+        let patch = serde_json::json!({"metadata": {"annotations": {key: value}}});
+        let api = Api::<Pod>::namespaced(self.client.clone(), &self.ns());
+        Ok(ignore_404(api.patch(pod, &PatchParams::default(), &Patch::Merge(&patch)).await)?)
+    }
+
     /// Defragment one member and mark its pod with the time; returns the database file size
-    /// before and after.
-    pub(super) async fn defragment(&self, pod: &str) -> Result<(i64, i64, std::time::Duration), Error> {
+    /// before and after. Its start is recorded on the pod first, once the member answered: a
+    /// call that fails or times out after that may leave the defragmentation running inside
+    /// etcd (`planner::maintenance` then defragments no other member for a while).
+    pub(super) async fn defragment(&self, pod: &str) -> Result<Defragmented, Error> {
         let ep = self.endpoints.get(pod).ok_or_else(|| Error::Refused(format!("member {pod} has no address")))?;
+        if let Err(e) = etcd::db_size(ep, self.endpoints.access()).await {
+            return Ok(Defragmented::NotStarted(e.into()));
+        }
+        let now = || k8s_openapi::jiff::Timestamp::now().to_string();
+        self.pod_annotation(pod, naming::DEFRAG_STARTED_ANNOTATION, now()).await?;
         let sizes = etcd::defragment(ep, self.endpoints.access()).await?;
-        let now = k8s_openapi::jiff::Timestamp::now().to_string();
-        let patch = serde_json::json!({"metadata": {"annotations": {naming::DEFRAGMENTED_AT_ANNOTATION: now}}});
-        ignore_404(
-            Api::<Pod>::namespaced(self.client.clone(), &self.ns())
-                .patch(pod, &PatchParams::default(), &Patch::Merge(&patch))
-                .await,
-        )?;
-        Ok(sizes)
+        self.pod_annotation(pod, naming::DEFRAGMENTED_AT_ANNOTATION, now()).await?;
+        Ok(Defragmented::Done(sizes))
     }
 
     /// NOSPACE: compact (keeping the revision-mode retention), defragment every member that
@@ -41,11 +56,18 @@ impl Target<'_> {
         let mut defragmented = vec![];
         for pod in &r.members {
             match self.defragment(pod).await {
-                Ok((before, after, took)) => {
+                Ok(Defragmented::Done((before, after, took))) => {
                     sizes.push(format!("{pod} {} → {} in {:.2}s", bytes(before), bytes(after), took.as_secs_f64()));
                     defragmented.push((pod.clone(), (before - after).max(0) as u64));
                 }
-                Err(e) => sizes.push(format!("{pod} not defragmented ({e})")),
+                Ok(Defragmented::NotStarted(e)) => sizes.push(format!("{pod} not defragmented ({e})")),
+                // It may still run inside etcd: no other member starts beside it.
+                Err(e) => {
+                    return Err(Error::Refused(format!(
+                        "NOSPACE: compacted to revision {compact_to}; defragmented {}; the defragmentation of {pod} did not finish ({e}) and may still run: no other member is defragmented until it ends",
+                        if sizes.is_empty() { "none".to_string() } else { sizes.join(", ") }
+                    )));
+                }
             }
         }
         let mut in_use = 0;

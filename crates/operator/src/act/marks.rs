@@ -7,15 +7,17 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 
 use super::{Error, ignore_404};
-use crate::pod_spec;
 
-/// Write the durable marks (`marks::cluster_annotations`) and label member pods that predate
-/// the cluster-UID label. Bookkeeping beside the planned step: it changes no pod or member.
+/// Write the durable marks (`marks::cluster_annotations`), label member pods that predate the
+/// cluster-UID label, and drop the version-changed-at mark of upgraded members that are back
+/// (`marks::upgrades_confirmed`). Bookkeeping beside the planned step: it changes no pod's spec
+/// or member.
 pub async fn record_marks(
     client: &Client,
     cluster: &EtcdCluster,
     annotations: &crate::marks::AnnotationChanges,
     unlabelled: &[String],
+    confirmed: &[String],
 ) -> Result<(), Error> {
     let ns = cluster.namespace().unwrap_or_default();
     if !annotations.is_empty() {
@@ -25,9 +27,13 @@ pub async fn record_marks(
             .await?;
     }
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
-    let labels = pod_spec::serving_labels(cluster);
+    let labels = crate::naming::serving_labels(cluster);
     for p in unlabelled {
         let patch = serde_json::json!({"metadata": {"labels": labels}});
+        ignore_404(pods.patch(p, &PatchParams::default(), &Patch::Merge(&patch)).await)?;
+    }
+    for p in confirmed {
+        let patch = serde_json::json!({"metadata": {"annotations": {crate::naming::VERSION_CHANGED_ANNOTATION: null}}});
         ignore_404(pods.patch(p, &PatchParams::default(), &Patch::Merge(&patch)).await)?;
     }
     Ok(())

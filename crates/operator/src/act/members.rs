@@ -14,7 +14,10 @@ use crate::pod_spec;
 impl Target<'_> {
     pub(super) async fn create_member(&self, m: &NewMember) -> Result<(), Error> {
         let ns = self.ns();
+        // A member restarting on a claim it has (whoever named it) mounts that one; a new
+        // member's claim is made with it.
         if m.pvc
+            && m.claim.is_none()
             && let Some(pvc) = pod_spec::member_pvc(self.cluster, self.desired(), m)
         {
             let api: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), &ns);
@@ -55,6 +58,11 @@ impl Target<'_> {
         let formed = fresh.annotations().get(naming::CLUSTER_ID_ANNOTATION).cloned().unwrap_or_default();
         let formed =
             if formed.is_empty() { fresh.status.clone().map(|s| s.cluster_id).unwrap_or_default() } else { formed };
+        // Formed while the operator never reached etcd: a member pod was seen Ready.
+        let formed = match fresh.annotations().get(naming::FORMED_ANNOTATION) {
+            Some(evidence) if formed.is_empty() => format!("unknown ({evidence})"),
+            _ => formed,
+        };
         // A CoreOS-made cluster records no ID; its status shows that it ran.
         let formed = match fresh.status.as_ref() {
             Some(s) if formed.is_empty() && crate::coreos::status_shows_it_ran(s) => {
@@ -78,17 +86,34 @@ impl Target<'_> {
             naming::DATA_OWNER_ANNOTATION: naming::ROOT_DATA_OWNER,
         }}});
         Api::<PersistentVolumeClaim>::namespaced(self.client.clone(), &self.ns())
-            .patch(&naming::pvc_name(pod), &PatchParams::default(), &Patch::Merge(&patch))
+            .patch(&self.claim_of(pod), &PatchParams::default(), &Patch::Merge(&patch))
             .await?;
         Ok(())
     }
 
+    /// The claim of a member: as observed (named by whoever made it: `<member>-data`, the CoreOS
+    /// operator's `<member>`), else the name this operator gives one (made a moment ago).
+    pub(super) fn claim_of(&self, pod: &str) -> String {
+        let o = self.observed;
+        o.pvcs.get(pod).or(o.retired_pvcs.get(pod)).map(|v| v.name.clone()).unwrap_or_else(|| naming::pvc_name(pod))
+    }
+
+    /// Deletes a member's pod and, `with_volume`, its claim, unless the API server shows that
+    /// claim retired (never deleted by the operator: a person decides).
     pub(super) async fn delete_pod(&self, pod: &str, with_volume: bool) -> Result<(), Error> {
         let ns = self.ns();
         ignore_404(Api::<Pod>::namespaced(self.client.clone(), &ns).delete(pod, &DeleteParams::default()).await)?;
         if with_volume {
             let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), &ns);
-            ignore_404(pvcs.delete(&naming::pvc_name(pod), &DeleteParams::default()).await)?;
+            let claim = self.claim_of(pod);
+            let retired = pvcs.get_metadata_opt(&claim).await?.is_some_and(|c| {
+                c.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(naming::RETIRED_ANNOTATION))
+            });
+            if retired {
+                tracing::info!(claim = %claim, "a retired claim is kept");
+            } else {
+                ignore_404(pvcs.delete(&claim, &DeleteParams::default()).await)?;
+            }
         }
         Ok(())
     }

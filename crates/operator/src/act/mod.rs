@@ -4,6 +4,7 @@
 //! marks in `marks`. I/O: Kubernetes API and etcd.
 
 mod auth;
+pub mod auth_secrets;
 mod maintenance;
 mod marks;
 mod members;
@@ -62,7 +63,8 @@ impl Done {
     pub fn is_warning(&self) -> bool {
         // A member running as root where the default is non-root: someone may want to make
         // its data the non-root user's.
-        matches!(self.reason, "NoSpaceNotRecovered" | "MemberRunsAsRoot")
+        // A retired volume waits for a person to look at it and delete it.
+        matches!(self.reason, "NoSpaceNotRecovered" | "MemberRunsAsRoot" | "VolumeRetired")
     }
 }
 
@@ -194,7 +196,7 @@ pub async fn execute(t: &Target<'_>, step: &Step) -> Result<Option<Done>, Error>
             let fresh = Api::<EtcdCluster>::namespaced(t.client.clone(), &ns).get(&t.cluster.name_any()).await?;
             if let Some(rec) = fresh.annotations().get(naming::RECOVERY_ANNOTATION) {
                 let member =
-                    serde_json::from_str::<crate::planner::recovery::Record>(rec).map(|r| r.member).unwrap_or_default();
+                    serde_json::from_str::<crate::observed::RecoveryRecord>(rec).map(|r| r.member).unwrap_or_default();
                 if Api::<Pod>::namespaced(t.client.clone(), &ns).get_opt(&member).await?.is_some() {
                     return Err(Error::Refused(format!(
                         "a recovery is already under way (member {member}); the watch cache was stale"
@@ -207,7 +209,7 @@ pub async fn execute(t: &Target<'_>, step: &Step) -> Result<Option<Done>, Error>
                 Some(crate::planner::Seed::Member { .. }) => "FromSurvivor",
                 _ => "FromBackup",
             };
-            let record = serde_json::to_string(&crate::planner::recovery::Record::of(r, policy)).unwrap_or_default();
+            let record = serde_json::to_string(&crate::observed::RecoveryRecord::of(r, policy)).unwrap_or_default();
             let patch = serde_json::json!({"metadata": {"annotations": {naming::RECOVERY_ANNOTATION: record}}});
             Api::<EtcdCluster>::namespaced(t.client.clone(), &ns)
                 .patch(&t.cluster.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
@@ -232,7 +234,7 @@ pub async fn execute(t: &Target<'_>, step: &Step) -> Result<Option<Done>, Error>
                 format!("learner {pod} (ID {}) caught up and is now a voting member", etcd::hex(*id)),
             )
         }
-        Step::RemoveMember { id, pod, why } => {
+        Step::RemoveMember { id, pod, why, .. } => {
             // Never through the member that leaves: it stops as soon as it applies its own
             // removal and answers "server stopped" although the removal went through.
             let others: Vec<String> =
@@ -270,7 +272,10 @@ pub async fn execute(t: &Target<'_>, step: &Step) -> Result<Option<Done>, Error>
             done("LeaderMoved", format!("leadership moved from {from_pod} to {to_pod} before {}", purpose.as_str()))
         }
         Step::Defragment { pod, free_bytes } => {
-            let (before, after, took) = t.defragment(pod).await?;
+            let (before, after, took) = match t.defragment(pod).await? {
+                maintenance::Defragmented::Done(sizes) => sizes,
+                maintenance::Defragmented::NotStarted(e) => return Err(e),
+            };
             let reclaimed = vec![(pod.clone(), (before - after).max(0) as u64)];
             let note = format!(
                 "defragmented member {pod} ({} of its database was unused): {} → {}, {} reclaimed in {:.2}s",
@@ -303,7 +308,7 @@ pub async fn execute(t: &Target<'_>, step: &Step) -> Result<Option<Done>, Error>
             // nobody can dial).
             let patch = serde_json::json!({"metadata": {"annotations": {naming::PEER_URL_ANNOTATION: urls.first()}}});
             Api::<k8s_openapi::api::core::v1::PersistentVolumeClaim>::namespaced(t.client.clone(), &ns)
-                .patch(&naming::pvc_name(pod), &PatchParams::default(), &Patch::Merge(&patch))
+                .patch(&t.claim_of(pod), &PatchParams::default(), &Patch::Merge(&patch))
                 .await?;
             etcd::update_peer_urls(&t.change_endpoints(), t.endpoints.access(), *id, urls).await?;
             done("PeerURLUpdated", format!("member {pod} (ID {}) now has peer URL {}", etcd::hex(*id), urls.join(",")))
@@ -311,13 +316,13 @@ pub async fn execute(t: &Target<'_>, step: &Step) -> Result<Option<Done>, Error>
         Step::RecordPeerUrl { pod, url } => {
             let patch = serde_json::json!({"metadata": {"annotations": {naming::PEER_URL_ANNOTATION: url}}});
             Api::<k8s_openapi::api::core::v1::PersistentVolumeClaim>::namespaced(t.client.clone(), &ns)
-                .patch(&naming::pvc_name(pod), &PatchParams::default(), &Patch::Merge(&patch))
+                .patch(&t.claim_of(pod), &PatchParams::default(), &Patch::Merge(&patch))
                 .await?;
             done(
                 "PeerURLRecorded",
                 format!(
                     "volume {} of member {pod} records peer URL {url} again, as the membership has it (a member update had not happened)",
-                    naming::pvc_name(pod)
+                    t.claim_of(pod)
                 ),
             )
         }
@@ -330,13 +335,26 @@ pub async fn execute(t: &Target<'_>, step: &Step) -> Result<Option<Done>, Error>
                 reason: "MemberRunsAsRoot",
                 note: format!(
                     "member {pod} restarts as root on its volume {} (marked {}={}): {why}",
-                    naming::pvc_name(pod),
+                    t.claim_of(pod),
                     naming::DATA_OWNER_ANNOTATION,
                     naming::ROOT_DATA_OWNER
                 ),
                 deleted: vec![pod.clone()],
                 ..Default::default()
             }
+        }
+        Step::RetireVolume { pod, claim, why } => {
+            let patch = serde_json::json!({"metadata": {"annotations": {naming::RETIRED_ANNOTATION: why}}});
+            Api::<k8s_openapi::api::core::v1::PersistentVolumeClaim>::namespaced(t.client.clone(), &ns)
+                .patch(claim, &PatchParams::default(), &Patch::Merge(&patch))
+                .await?;
+            done(
+                "VolumeRetired",
+                format!(
+                    "volume {claim} of member {pod} is kept but no longer used (annotated {}): its data check refused it: {why}. The member is replaced by a new one (or, without a quorum, counts as lost); the operator never deletes the claim: delete it once its data is no longer needed",
+                    naming::RETIRED_ANNOTATION
+                ),
+            )
         }
         Step::DeletePod { pod, why, keep_volume } => {
             t.delete_pod(pod, !keep_volume).await?;

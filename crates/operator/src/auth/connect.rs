@@ -8,7 +8,9 @@
 //! and then sends that token to the learner, which knows it once it has applied the login (a
 //! login is a raft entry).
 
-use etcd_client::{Client, ConnectOptions};
+use etcd_client::Client;
+
+use crate::tls::connector::Dialer;
 
 use super::Credentials;
 
@@ -61,22 +63,22 @@ pub fn is_auth_refusal(text: &str) -> bool {
 /// auth token"), so calls balanced across members right after a login fail at random.
 pub async fn connect(
     endpoints: &[String],
-    base: ConnectOptions,
+    base: &Dialer,
     creds: Option<&Credentials>,
 ) -> Result<(Client, Login), etcd_client::Error> {
     let Some(creds) = creds else {
-        return Box::pin(Client::connect(endpoints, Some(base))).await.map(|c| (c, Login::Anonymous));
+        return Box::pin(base.connect(endpoints)).await.map(|c| (c, Login::Anonymous));
     };
     let mut last = None;
     'members: for endpoint in endpoints {
         for (i, password) in creds.passwords().enumerate() {
             // A token lapses when its member restarts (or after 5 idle minutes): log in again then.
-            let opts = base.clone().with_user(creds.user.clone(), password.clone()).with_auto_token_refresh(true);
+            let login = base.map(|o| o.with_user(creds.user.clone(), password.clone()).with_auto_token_refresh(true));
             // Boxed: a client's connect future is large, and a debug build's stack is not.
-            match Box::pin(Client::connect(std::slice::from_ref(endpoint), Some(opts))).await {
+            match Box::pin(login.connect(std::slice::from_ref(endpoint))).await {
                 Ok(c) => return Ok((c, Login::Root { fallback: creds.is_fallback(i) })),
                 Err(e) if is_not_enabled(&e) => {
-                    return Box::pin(Client::connect(endpoints, Some(base))).await.map(|c| (c, Login::NotEnabled));
+                    return Box::pin(base.connect(endpoints)).await.map(|c| (c, Login::NotEnabled));
                 }
                 // The password is the cluster's: another member would refuse it just the same.
                 Err(e) if is_bad_password(&e) => last = Some(e),
@@ -98,16 +100,16 @@ pub async fn connect(
 pub async fn connect_member(
     url: &str,
     others: &[String],
-    base: ConnectOptions,
+    base: &Dialer,
     creds: Option<&Credentials>,
 ) -> Result<(Client, Login), etcd_client::Error> {
-    let first = Box::pin(connect(&[url.to_string()], base.clone(), creds)).await;
+    let first = Box::pin(connect(&[url.to_string()], base, creds)).await;
     let refused = match first {
         Err(e) if creds.is_some() && is_learner_refusal(&e) => e,
         r => return r,
     };
     for other in others.iter().filter(|o| o.as_str() != url) {
-        let Ok((c, login)) = Box::pin(connect(std::slice::from_ref(other), base.clone(), creds)).await else {
+        let Ok((c, login)) = Box::pin(connect(std::slice::from_ref(other), base, creds)).await else {
             continue;
         };
         c.add_endpoint(url).await?;

@@ -18,7 +18,6 @@
 //! Passwords never reach a log, an Event, a status, a command line or a `Debug` print: the
 //! types holding them print `<redacted>`.
 
-pub mod calls;
 mod condition;
 pub mod connect;
 mod credentials;
@@ -84,13 +83,18 @@ impl Policy {
                 "spec.auth.rootSecret {root_secret:?} is the operator's own record of the root password"
             ));
         }
-        if a.enabled && version.is_some_and(crate::pod_spec::health_exclude_is_broken) {
+        if a.enabled && version.is_some_and(|v| v.minor_line() == (3, 5) && v.patch < 2) {
             errs.push(format!(
                 "spec.auth.enabled is not supported on etcd {}: the readiness probe of 3.5.0 and 3.5.1 reads a key, which authentication refuses; use 3.5.2 or later",
                 version.map(|v| v.to_string()).unwrap_or_default()
             ));
         }
         if errs.is_empty() { Ok(Policy::Managed { enabled: a.enabled, root_secret }) } else { Err(errs) }
+    }
+
+    /// `spec.auth.enabled`.
+    pub fn enabled(&self) -> bool {
+        matches!(self, Policy::Managed { enabled: true, .. })
     }
 
     pub fn root_secret(&self) -> Option<&str> {
@@ -192,30 +196,6 @@ pub enum Upkeep {
     /// Record the root Secret's password as the one etcd has: etcd accepted it and the record
     /// is missing or differs (an operator restart between a password change and its record).
     RecordApplied,
-}
-
-/// The upkeep this observation calls for. Pure.
-pub fn upkeep(o: &crate::observed::Observed) -> Option<Upkeep> {
-    let Ok(d) = &o.desired else { return None };
-    let Policy::Managed { enabled, root_secret } = &d.auth else { return None };
-    if o.paused {
-        return None;
-    }
-    let etcd = o.etcd.as_ref().map(|e| &e.auth);
-    match &o.auth.secret {
-        // A record that could not be read may hold etcd's password: a root Secret made now
-        // would get a random one, which the next step would set in etcd.
-        SecretState::Missing if o.auth.record_unreadable.is_some() => None,
-        SecretState::Missing if *enabled || matches!(etcd, Some(EtcdAuth::On { .. })) => {
-            Some(Upkeep::CreateRootSecret { name: root_secret.clone(), use_recorded: o.auth.applied_matches.is_some() })
-        }
-        SecretState::Valid
-            if matches!(etcd, Some(EtcdAuth::On { secret_password: true })) && o.auth.applied_matches != Some(true) =>
-        {
-            Some(Upkeep::RecordApplied)
-        }
-        _ => None,
-    }
 }
 
 #[cfg(test)]

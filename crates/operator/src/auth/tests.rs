@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 
 use super::*;
 use crate::observed::{EtcdState, Observed};
+use crate::planner::auth::upkeep;
 
 fn data(pairs: &[(&str, &[u8])]) -> BTreeMap<String, Vec<u8>> {
     pairs.iter().map(|(k, v)| (k.to_string(), v.to_vec())).collect()
@@ -223,4 +224,47 @@ fn a_refused_login_is_explained_with_what_to_do() {
     assert!(m.contains("Secret s") && m.contains("restored from a backup"), "{m}");
     let m = refusal(&Policy::Unmanaged, "etcdserver: user name is empty");
     assert!(m.contains("spec.auth is not set") && m.contains("user name is empty"), "{m}");
+}
+
+/// The applied record, as read: an earlier cluster's (same name, another UID) holds another
+/// cluster's password and counts as none; ours gives the password etcd has and one being set.
+#[test]
+fn a_record_of_another_cluster_counts_as_none() {
+    use k8s_openapi::api::core::v1::Secret;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+    let record = |owner: &str| Secret {
+        metadata: kube::api::ObjectMeta {
+            owner_references: Some(vec![OwnerReference { uid: owner.into(), ..Default::default() }]),
+            ..Default::default()
+        },
+        data: Some(
+            [("password", "etcd-has"), ("pending-password", "being-set")]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), k8s_openapi::ByteString(v.as_bytes().to_vec())))
+                .collect(),
+        ),
+        ..Default::default()
+    };
+    assert!(secrets::record_of(record("uid-0"), "ex", "uid-1").is_none(), "an earlier cluster's record");
+    let ours = secrets::record_of(record("uid-1"), "ex", "uid-1").expect("ours");
+    assert_eq!((ours.password.as_deref(), ours.pending.as_deref()), (Some("etcd-has"), Some("being-set")));
+}
+
+/// What the two reads mean: a record the API server did not return is said (never taken for
+/// "none"), and the Secret's password is still tried.
+#[test]
+fn an_unreadable_record_is_reported_and_the_secrets_password_still_used() {
+    let secret = Ok(Some(data(&[("password", b"from-secret")])));
+    let (seen, creds) = secrets::observed("ex-root", secret, Err("timed out".into()), "ex");
+    assert_eq!(seen.secret, SecretState::Valid);
+    assert_eq!(seen.applied_matches, None, "nothing known of the record");
+    assert_eq!(
+        seen.record_unreadable.as_deref(),
+        Some(
+            "Secret ex-etcd-root-applied (the operator's record of the root password etcd has) could not be read: timed out"
+        )
+    );
+    assert!(creds.is_some(), "the Secret's password logs in");
+    let (seen, creds) = secrets::observed("ex-root", Err("forbidden".into()), Ok(None), "ex");
+    assert_eq!((seen.secret, creds.is_none()), (SecretState::Unreadable("forbidden".into()), true));
 }

@@ -16,6 +16,7 @@
 //!   root, and from then on runs as root there (`volume_owner`: the `RunsAsRoot` condition and
 //!   an Event say why, and that Pod Security `restricted` refuses such a pod).
 
+use super::{parse_time, rfc3339};
 use std::time::Duration;
 
 use etcd_operator_api::backup::{BackupRecord, EtcdBackupSpec, EtcdBackupStatus};
@@ -23,6 +24,7 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::runtime::events::EventType;
 
 use super::contract::SaveReport;
+use super::identity;
 use super::job_pods::{JobPodState, PodResult};
 use super::location::{Kind, Location};
 use super::volume_owner::{self, Use};
@@ -50,6 +52,8 @@ pub struct BackupTarget {
     pub interval: Option<Duration>,
     pub max_backups: i32,
     pub timeout_secs: i64,
+    /// The continuous archive's flush interval (`spec.continuous`), when enabled.
+    pub archive_flush_secs: Option<u64>,
 }
 
 /// An EtcdBackup as observed.
@@ -81,7 +85,7 @@ pub enum BackupStep {
     },
 }
 
-pub type Note = (EventType, &'static str, String);
+pub use super::identity::Note;
 
 #[derive(Clone, Debug)]
 pub struct BackupPlan {
@@ -132,16 +136,29 @@ pub fn check_spec(spec: &EtcdBackupSpec, namespace: &str) -> Result<BackupTarget
     // due delays it, never two at once (`delayed_note` says so in status).
     let interval =
         (policy.backup_interval_in_second > 0).then(|| Duration::from_secs(policy.backup_interval_in_second as u64));
-    Ok(BackupTarget { location, endpoints, interval, max_backups: policy.max_backups, timeout_secs })
-}
-
-/// RFC 3339 in UTC, whole seconds: how status writes times.
-pub fn rfc3339(t: Timestamp) -> String {
-    t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
-}
-
-pub fn parse_time(s: &Option<String>) -> Option<Timestamp> {
-    s.as_deref().and_then(|s| s.parse::<Timestamp>().ok())
+    let archive_flush_secs = match spec.continuous.as_ref().filter(|c| c.enabled) {
+        None => None,
+        Some(_) if interval.is_none() => {
+            return Err("continuous.enabled needs periodic backups (backupPolicy.backupIntervalInSecond > 0): the archive continues the newest periodic snapshot".into());
+        }
+        Some(c) if !(0..=super::archiver_plan::MAX_FLUSH_SECS).contains(&c.flush_interval_in_second) => {
+            return Err(format!(
+                "continuous.flushIntervalInSecond {} is out of range: it must be between 0 and {}",
+                c.flush_interval_in_second,
+                super::archiver_plan::MAX_FLUSH_SECS
+            ));
+        }
+        Some(c) if c.flush_interval_in_second == 0 => Some(super::archiver_plan::DEFAULT_FLUSH_SECS),
+        Some(c) => Some(c.flush_interval_in_second as u64),
+    };
+    Ok(BackupTarget {
+        location,
+        endpoints,
+        interval,
+        max_backups: policy.max_backups,
+        timeout_secs,
+        archive_flush_secs,
+    })
 }
 
 /// `t + d`, None past the representable range ("never", not a panic).
@@ -173,6 +190,8 @@ pub fn next_due(target: &BackupTarget, st: &EtcdBackupStatus, generation: i64, n
         (_, None) => Some(now),
         (_, Some(_)) if !same_spec => Some(now),
         // Checked: a time past the representable range is "never", not a panic.
+        // A failed attempt is tried again sooner (RPO): the growing delay, at most the interval.
+        (Some(i), Some(l)) if st.consecutive_failures > 0 => after(l, i.min(retry_delay(st.consecutive_failures))),
         (Some(i), Some(l)) => after(l, i),
         (None, Some(_)) if st.succeeded => None,
         (None, Some(l)) => after(l, retry_delay(st.consecutive_failures)),
@@ -192,6 +211,7 @@ pub fn record(st: &mut EtcdBackupStatus, result: Result<SaveReport, String>) -> 
             st.path = b.path.clone();
             st.size = b.size;
             st.sha256 = b.sha256.clone();
+            st.cluster_id = b.cluster_id.clone();
             st.consecutive_failures = 0;
             st.history = r
                 .kept
@@ -202,6 +222,7 @@ pub fn record(st: &mut EtcdBackupStatus, result: Result<SaveReport, String>) -> 
                     size: m.size,
                     etcd_revision: m.etcd_revision,
                     time: m.time.clone(),
+                    cluster_id: m.cluster_id.clone(),
                 })
                 .collect();
             let mut note = format!(
@@ -289,7 +310,13 @@ pub fn plan(o: &BackupObserved) -> BackupPlan {
             PodResult::Failed(why) => Err(why.clone()),
         };
         denied_now = result.as_ref().err().and_then(|why| volume_owner::denied_to_non_root(why));
+        // Another etcd cluster than the last backup's: said before `record` moves status on.
+        let changed = result.as_ref().ok().and_then(|r| identity::cluster_changed(&st, r));
+        if let Ok(r) = &result {
+            identity::set_condition(&mut st.conditions, r, &rfc3339(o.now));
+        }
         events.push(record(&mut st, result));
+        events.extend(changed);
         remember(&mut st, &p.name);
         delete_pods.push(p.name.clone());
     }
@@ -334,11 +361,7 @@ pub fn plan(o: &BackupObserved) -> BackupPlan {
                 events.push((
                     EventType::Normal,
                     "BackupStarted",
-                    format!(
-                        "pod {pod} is taking a snapshot of {} to {}{as_root}",
-                        target.endpoints.join(","),
-                        target.location.url()
-                    ),
+                    format!("pod {pod} is taking a snapshot of {} to {}{as_root}", source_of(o), target.location.url()),
                 ));
                 requeue = Duration::from_secs((target.timeout_secs + POD_START_SLACK_SECS) as u64);
                 step = BackupStep::StartBackup { pod, target: target.clone(), as_root: volume_root };
@@ -349,6 +372,18 @@ pub fn plan(o: &BackupObserved) -> BackupPlan {
         None => {}
     }
     BackupPlan { status: st, events, step, delete_pods, mark_root_volume, requeue: Some(requeue) }
+}
+
+/// What a backup is taken of, for Events (which more people may read than the spec): the
+/// EtcdCluster's name, or how many `etcdEndpoints`, never their URLs (credentials or internal
+/// addresses can be in them).
+fn source_of(o: &BackupObserved) -> String {
+    match o.spec.as_ref() {
+        Ok(s) if !s.cluster_name.is_empty() => format!("EtcdCluster {}", s.cluster_name),
+        Ok(s) if s.etcd_endpoints.len() == 1 => "the 1 etcdEndpoint".into(),
+        Ok(s) => format!("the {} etcdEndpoints", s.etcd_endpoints.len()),
+        Err(_) => "the cluster".into(),
+    }
 }
 
 /// The backup pod of `plan` could not be created (refused by admission: a quota, a policy): a

@@ -70,6 +70,55 @@ fn a_new_one_shot_backup_starts_at_once_and_says_so() {
     assert_eq!(reasons(&p), ["BackupStarted"]);
 }
 
+/// Events are read by more people than the spec: `BackupStarted` names the EtcdCluster (or how
+/// many endpoints), never the endpoint URLs (which may carry credentials or internal addresses).
+#[test]
+fn backup_started_does_not_echo_the_endpoints() {
+    let p = plan(&observed(0));
+    let note = &p.events[0].2;
+    assert!(note.contains("EtcdCluster ex") && note.contains("s3://b/k"), "{note}");
+    assert!(!note.contains("http"), "{note}");
+    let mut o = observed(0);
+    let mut s = spec(0, 0);
+    s.cluster_name.clear();
+    s.etcd_endpoints = vec!["https://user:secret@10.0.0.7:2379".into(), "https://10.0.0.8:2379".into()];
+    o.spec = Ok(s);
+    let p = plan(&o);
+    let note = &p.events[0].2;
+    assert_eq!(p.events[0].1, "BackupStarted");
+    assert!(note.contains("2 etcdEndpoints"), "{note}");
+    assert!(!note.contains("10.0.0.7") && !note.contains("secret"), "{note}");
+}
+
+/// The EtcdCluster was deleted and re-created (another etcd cluster ID): the first backup of
+/// the new cluster is recorded with its cluster, says in a Warning that the old cluster's
+/// backups are kept, and a condition says so while they are.
+#[test]
+fn the_first_backup_of_another_etcd_cluster_warns_and_records_the_cluster() {
+    let mut o = observed(60);
+    o.status.last_attempt_date = Some("2026-01-01T00:09:30Z".into());
+    o.status.observed_generation = 1;
+    o.status.cluster_id = "aa".into();
+    let mut pod = succeeded("b-1", "cc");
+    if let PodResult::Succeeded(r) = &mut pod.result {
+        r.backup.cluster_id = "bb".into();
+        r.kept[0].cluster_id = "bb".into();
+        r.other_clusters = std::collections::BTreeMap::from([("aa".to_string(), 2)]);
+    }
+    o.pods = vec![pod.clone()];
+    let p = plan(&o);
+    assert_eq!(reasons(&p), ["BackupSucceeded", "BackupClusterChanged"]);
+    assert_eq!(p.events[1].0, EventType::Warning);
+    assert_eq!(p.status.cluster_id, "bb");
+    assert_eq!(p.status.history[0].cluster_id, "bb");
+    let c = condition::find(&p.status.conditions, crate::backup::identity::OTHER_CLUSTERS).expect("condition");
+    assert!(c.message.contains("2 of etcd cluster aa"), "{}", c.message);
+    // The next backup of the new cluster: no Warning again.
+    o.status = p.status;
+    o.pods = vec![JobPodState { name: "b-2".into(), ..pod }];
+    assert_eq!(reasons(&plan(&o)), ["BackupSucceeded"]);
+}
+
 #[test]
 fn a_finished_pod_is_recorded_once_then_deleted() {
     let mut o = observed(0);
@@ -150,18 +199,32 @@ fn a_changed_spec_backs_up_again_even_after_success() {
     assert!(matches!(plan(&o).step, BackupStep::StartBackup { .. }));
 }
 
+/// A periodic backup is due an interval after the last attempt; one that failed is tried again
+/// after the one-shot's growing delay (10 s, doubling), never later than the interval: an hourly
+/// backup that failed once does not leave the cluster an hour without one.
 #[test]
-fn periodic_backups_are_due_an_interval_after_the_last_attempt_even_a_failed_one() {
-    let mut o = observed(120);
-    o.status = EtcdBackupStatus {
-        last_attempt_date: Some("2026-01-01T00:09:00Z".into()),
-        observed_generation: 1,
-        consecutive_failures: 4,
-        ..Default::default()
+fn a_failed_periodic_backup_is_retried_after_a_growing_delay_at_most_its_interval() {
+    let at = |interval: i64, failures: i32| {
+        let mut o = observed(interval);
+        o.status = EtcdBackupStatus {
+            last_attempt_date: Some("2026-01-01T00:09:00Z".into()),
+            observed_generation: 1,
+            consecutive_failures: failures,
+            ..Default::default()
+        };
+        o
     };
-    let p = plan(&o);
+    // Now is 00:10:00, a minute after the last attempt.
+    let p = plan(&at(3600, 0));
     assert_eq!(p.step, BackupStep::Nothing);
-    assert_eq!(p.requeue, Some(Duration::from_secs(60)), "due at 00:11:00");
+    assert_eq!(p.requeue, Some(Duration::from_secs(3540)), "succeeded: due at 01:09:00");
+    assert!(matches!(plan(&at(3600, 1)).step, BackupStep::StartBackup { .. }), "failed once: due at 00:09:10");
+    let p = plan(&at(3600, 4));
+    assert_eq!(p.step, BackupStep::Nothing);
+    assert_eq!(p.requeue, Some(Duration::from_secs(20)), "failed 4 times: due 80 s after, at 00:10:20");
+    let p = plan(&at(120, 5));
+    assert_eq!(p.requeue, Some(Duration::from_secs(60)), "160 s is past the interval: due at 00:11:00");
+    let mut o = at(120, 5);
     o.now = t("2026-01-01T00:11:00Z");
     assert!(matches!(plan(&o).step, BackupStep::StartBackup { .. }));
 }

@@ -273,6 +273,10 @@ pub struct SaveReport {
     /// The user the backup was written as, on a PVC (whose files it then owns).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub uid: Option<u32>,
+    /// This EtcdBackup's backups of other etcd clusters than the one just backed up (`""`: of
+    /// a cluster not recorded, sidecars from before), which retention keeps: cluster ID → count.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub other_clusters: std::collections::BTreeMap<String, usize>,
 }
 
 /// The report as JSON that fits in a termination message: history entries are dropped from
@@ -302,6 +306,12 @@ pub fn report_json(mut r: SaveReport) -> String {
                 entry.push_str("...");
             }
         }
+    }
+    // Other clusters' backups kept: the 3 with most backups, should a series hold many.
+    if len(&r) > BUDGET && r.other_clusters.len() > 3 {
+        let mut by_count: Vec<(String, usize)> = std::mem::take(&mut r.other_clusters).into_iter().collect();
+        by_count.sort_by_key(|(_, n)| std::cmp::Reverse(*n));
+        r.other_clusters = by_count.into_iter().take(3).collect();
     }
     serde_json::to_string(&r).unwrap_or_default()
 }
@@ -458,6 +468,7 @@ mod tests {
             warnings: vec!["w".repeat(5000)],
             kept: vec![meta; HISTORY_LIMIT],
             uid: Some(65532),
+            other_clusters: (0..200).map(|i| (format!("{i:016x}"), i)).collect(),
         };
         let j = report_json(r.clone());
         assert!(j.len() < TERMINATION_MESSAGE_LIMIT, "{} bytes", j.len());

@@ -139,7 +139,7 @@ fn check_readable(loc: &location::Location) -> Result<(), PodError> {
     if loc.kind != location::Kind::Pvc {
         return Ok(());
     }
-    let who = crate::member_volume::Credentials::of_this_process()?;
+    let who = crate::pod::member_volume::FsIdentity::of_this_process()?;
     super::volume_access::check_read(FsPath::new(store::PVC_MOUNT), &loc.key, &who)
 }
 
@@ -241,12 +241,12 @@ pub async fn seed_from_member(args: SeedArgs) -> Result<String, PodError> {
         return Ok(kept);
     }
     let url = args.member_url.as_str();
-    let mut opts = etcd_client::ConnectOptions::new().with_connect_timeout(std::time::Duration::from_secs(5));
-    if let Some(t) = pod_secrets::client_tls(&args.tls)? {
-        opts = opts.with_tls(t.options());
-    }
+    let connect_timeout = std::time::Duration::from_secs(5);
+    let opts = etcd_client::ConnectOptions::new().with_connect_timeout(connect_timeout);
+    let tls = pod_secrets::client_tls(&args.tls)?;
+    let dialer = crate::tls::connector::Dialer::new(opts, tls.as_ref(), connect_timeout, None);
     let creds = pod_secrets::login(&args.auth)?;
-    let (mut client, _) = crate::auth::connect::connect(&[url.to_string()], opts, creds.as_ref())
+    let (mut client, _) = crate::auth::connect::connect(&[url.to_string()], &dialer, creds.as_ref())
         .await
         .map_err(|e| format!("connect to {url}: {e}"))?;
     // The pod IP may have been given to another pod since: only the expected member of the

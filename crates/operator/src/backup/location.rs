@@ -140,34 +140,73 @@ pub fn parse_periodic(base: &str, key: &str) -> Option<(String, i64)> {
     ok.then(|| (time.to_string(), rev))
 }
 
+/// Whose a backup is, as its sidecar says: the EtcdBackup that wrote it and the etcd cluster it
+/// was taken from. Retention counts and deletes only backups of exactly its own origin.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Origin {
+    /// UID of the EtcdBackup (empty: a sidecar written before sidecars named owners).
+    pub owner: String,
+    /// The etcd cluster ID, hex (empty: a sidecar written before sidecars named clusters).
+    pub cluster_id: String,
+}
+
+impl Origin {
+    pub fn of(meta: &BackupMeta) -> Origin {
+        Origin { owner: meta.owner.clone(), cluster_id: meta.cluster_id.clone() }
+    }
+
+    /// Both parts known: only then may retention delete backups of this origin.
+    pub fn known(&self) -> bool {
+        !self.owner.is_empty() && !self.cluster_id.is_empty()
+    }
+}
+
 /// Retention: of the periodic backups of `base` among `keys` (sidecars and other objects are
-/// ignored), the keys to delete so that the `max` newest of `owner`'s remain. `owners` maps a key
-/// to the owner its sidecar names: a backup of another EtcdBackup writing to the same path, or
-/// one whose owner is unknown (no sidecar, or one written before sidecars named owners), is
-/// neither deleted nor counted. `max <= 0` keeps everything. Only called after a backup
-/// succeeded. `just_written` is never deleted and counts as the newest, whatever the time in its
-/// name says (a pod on a node whose clock is behind would otherwise name its new backup "older"
-/// than the last one and delete it at once).
+/// ignored), the keys to delete so that the `max` newest of `mine` remain. `origins` maps a key
+/// to the origin its sidecar names. A backup of another origin is neither deleted nor counted:
+/// of another EtcdBackup writing to the same path, of another etcd cluster (the EtcdCluster was
+/// deleted and re-created under its name, or restored: that cluster's last good backups), or one
+/// whose origin is not fully known (no sidecar, or one written before sidecars named owners and
+/// clusters). `max <= 0` keeps everything. Only called after a backup succeeded.
+/// `just_written` is never deleted and counts as the newest, whatever the time in its name says
+/// (a pod on a node whose clock is behind would otherwise name its new backup "older" than the
+/// last one and delete it at once).
 pub fn to_delete(
     base: &str,
     keys: &[String],
     max: i32,
     just_written: &str,
-    owner: &str,
-    owners: &std::collections::BTreeMap<String, String>,
+    mine: &Origin,
+    origins: &std::collections::BTreeMap<String, Origin>,
 ) -> Vec<String> {
-    if max <= 0 {
+    if max <= 0 || !mine.known() {
         return Vec::new();
     }
     let mut series: Vec<((String, i64), &String)> = keys
         .iter()
         .filter(|k| k.as_str() != just_written)
-        .filter(|k| !owner.is_empty() && owners.get(k.as_str()).is_some_and(|o| o == owner))
+        .filter(|k| origins.get(k.as_str()) == Some(mine))
         .filter_map(|k| parse_periodic(base, k).map(|t| (t, k)))
         .collect();
     series.sort_by(|a, b| b.0.cmp(&a.0));
     // One place of the `max` is the backup just written.
     series.into_iter().skip(max as usize - 1).map(|(_, k)| k.clone()).collect()
+}
+
+/// The backups of `base` this EtcdBackup (`mine.owner`) wrote of other etcd clusters than
+/// `mine`, or of a cluster not recorded (`""`): retention keeps them all. Cluster ID → count.
+pub fn kept_of_other_clusters(
+    base: &str,
+    origins: &std::collections::BTreeMap<String, Origin>,
+    mine: &Origin,
+) -> std::collections::BTreeMap<String, usize> {
+    let mut out = std::collections::BTreeMap::new();
+    for (k, o) in origins {
+        if parse_periodic(base, k).is_some() && o.owner == mine.owner && o.cluster_id != mine.cluster_id {
+            *out.entry(o.cluster_id.clone()).or_insert(0) += 1;
+        }
+    }
+    out
 }
 
 /// What the sidecar holds, and what a backup pod reports in its termination message.
@@ -188,6 +227,11 @@ pub struct BackupMeta {
     /// (two EtcdBackups may write to the same path). Empty in sidecars written before.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub owner: String,
+    /// The etcd cluster the snapshot came from: its cluster ID in hex (as the EtcdCluster's
+    /// `status.clusterId`). Retention deletes only backups of the cluster it backs up now. Empty
+    /// in sidecars written before.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub cluster_id: String,
     /// The store's ETag of the object when its sidecar was written: a cheap check that the
     /// object at the key is still the one this sidecar describes (`one_shot`).
     #[serde(default, skip_serializing_if = "String::is_empty")]
@@ -259,19 +303,24 @@ mod tests {
         .map(|s| s.to_string())
         .collect();
         let newest = "e_v40_2026-01-04-000000";
-        let mine = owned(&keys, "me");
+        let me = origin("me", "c1");
+        let mine = owned(&keys, &me);
         assert_eq!(
-            to_delete("e", &keys, 2, newest, "me", &mine),
+            to_delete("e", &keys, 2, newest, &me, &mine),
             ["e_v20_2026-01-02-000000", "e_v10_2026-01-01-000000"]
         );
-        assert_eq!(to_delete("e", &keys, 4, newest, "me", &mine), Vec::<String>::new());
-        assert_eq!(to_delete("e", &keys, 0, newest, "me", &mine), Vec::<String>::new(), "0 keeps all");
-        assert_eq!(to_delete("e", &keys, 1, newest, "me", &mine).len(), 3);
-        assert!(!to_delete("e", &keys, 1, newest, "me", &mine).contains(&newest.to_string()));
+        assert_eq!(to_delete("e", &keys, 4, newest, &me, &mine), Vec::<String>::new());
+        assert_eq!(to_delete("e", &keys, 0, newest, &me, &mine), Vec::<String>::new(), "0 keeps all");
+        assert_eq!(to_delete("e", &keys, 1, newest, &me, &mine).len(), 3);
+        assert!(!to_delete("e", &keys, 1, newest, &me, &mine).contains(&newest.to_string()));
     }
 
-    fn owned(keys: &[String], owner: &str) -> std::collections::BTreeMap<String, String> {
-        keys.iter().map(|k| (k.clone(), owner.to_string())).collect()
+    fn origin(owner: &str, cluster_id: &str) -> Origin {
+        Origin { owner: owner.into(), cluster_id: cluster_id.into() }
+    }
+
+    fn owned(keys: &[String], o: &Origin) -> std::collections::BTreeMap<String, Origin> {
+        keys.iter().map(|k| (k.clone(), o.clone())).collect()
     }
 
     /// Two EtcdBackups writing periodic backups to the same path: each one's retention keeps its
@@ -282,14 +331,42 @@ mod tests {
         let mut owners = std::collections::BTreeMap::new();
         for (i, k) in keys.iter().enumerate() {
             // 1, 3, 5 are a's; 2, 4 are b's; 6 has no owner (a sidecar from before owners).
-            if i < 5 {
-                owners.insert(k.clone(), if i % 2 == 0 { "a" } else { "b" }.to_string());
-            }
+            let owner = match i {
+                5 => "",
+                _ if i % 2 == 0 => "a",
+                _ => "b",
+            };
+            owners.insert(k.clone(), origin(owner, "c1"));
         }
         let a_new = "e_v7_2026-01-07-000000";
-        assert_eq!(to_delete("e", &keys, 2, a_new, "a", &owners), ["e_v3_2026-01-03-000000", "e_v1_2026-01-01-000000"]);
-        assert_eq!(to_delete("e", &keys, 2, a_new, "b", &owners), ["e_v2_2026-01-02-000000"]);
-        assert_eq!(to_delete("e", &keys, 1, a_new, "", &owners), Vec::<String>::new(), "no owner: delete nothing");
+        let (a, b) = (origin("a", "c1"), origin("b", "c1"));
+        assert_eq!(to_delete("e", &keys, 2, a_new, &a, &owners), ["e_v3_2026-01-03-000000", "e_v1_2026-01-01-000000"]);
+        assert_eq!(to_delete("e", &keys, 2, a_new, &b, &owners), ["e_v2_2026-01-02-000000"]);
+        let nobody = origin("", "c1");
+        assert_eq!(to_delete("e", &keys, 1, a_new, &nobody, &owners), Vec::<String>::new(), "no owner: delete nothing");
+    }
+
+    /// The EtcdCluster was deleted and re-created under its name (or restored): its EtcdBackup
+    /// now backs up another etcd cluster. Retention prunes the new cluster's backups only; every
+    /// backup of the cluster before, and of a cluster not recorded (sidecars from before), stays,
+    /// and is reported as kept.
+    #[test]
+    fn retention_never_deletes_backups_of_another_etcd_cluster() {
+        let keys: Vec<String> = (1..=6).map(|i| format!("e_v{i}_2026-01-0{i}-000000")).collect();
+        // 1, 2, 3: the cluster before (c-old); 4: no cluster recorded; 5, 6: the new cluster.
+        let ids = ["c-old", "c-old", "c-old", "", "c-new", "c-new"];
+        let origins: std::collections::BTreeMap<String, Origin> =
+            keys.iter().zip(ids).map(|(k, id)| (k.clone(), origin("me", id))).collect();
+        let new = origin("me", "c-new");
+        let written = "e_v7_2026-01-07-000000";
+        assert_eq!(to_delete("e", &keys, 2, written, &new, &origins), ["e_v5_2026-01-05-000000"]);
+        assert_eq!(to_delete("e", &keys, 1, written, &new, &origins).len(), 2, "only c-new's, at any limit");
+        assert_eq!(
+            kept_of_other_clusters("e", &origins, &new),
+            std::collections::BTreeMap::from([("".to_string(), 1), ("c-old".to_string(), 3)])
+        );
+        let unknown = origin("me", "");
+        assert_eq!(to_delete("e", &keys, 1, written, &unknown, &origins), Vec::<String>::new(), "own cluster unknown");
     }
 
     #[test]
@@ -299,10 +376,11 @@ mod tests {
             .iter()
             .map(|s| s.to_string())
             .collect();
-        let mine = owned(&keys, "me");
-        let d = to_delete("e", &keys, 1, "e_v50_2026-01-01-000000", "me", &mine);
+        let me = origin("me", "c1");
+        let mine = owned(&keys, &me);
+        let d = to_delete("e", &keys, 1, "e_v50_2026-01-01-000000", &me, &mine);
         assert_eq!(d, ["e_v40_2026-01-02-000000", "e_v30_2026-01-01-120000"]);
-        let d = to_delete("e", &keys, 2, "e_v50_2026-01-01-000000", "me", &mine);
+        let d = to_delete("e", &keys, 2, "e_v50_2026-01-01-000000", &me, &mine);
         assert_eq!(d, ["e_v30_2026-01-01-120000"]);
     }
 }

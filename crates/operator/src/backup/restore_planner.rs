@@ -4,7 +4,8 @@
 //! executes. Rules:
 //!
 //! - never destructive: an EtcdCluster of that name that this restore did not create is never
-//!   replaced; the restore waits, saying so, until it is gone;
+//!   replaced; the restore waits, saying so, until it is gone, for at most half an hour
+//!   (`restore_wait`: a cluster deleted later never comes back from an old backup on its own);
 //! - nothing is created from a backup whose checksum does not match its sidecar, or that has no
 //!   sidecar: a verify pod checks it first; a verify that failed for another reason (the store
 //!   unreachable, the pod out of time) is retried (`verify_policy`);
@@ -22,12 +23,13 @@ use std::time::Duration;
 
 use etcd_operator_api::backup::RestoreFrom;
 use etcd_operator_api::restore::{EtcdRestoreSpec, EtcdRestoreStatus};
-use etcd_operator_api::{EtcdCluster, EtcdClusterSpec, SCOPE_ANNOTATION};
+use etcd_operator_api::{EtcdCluster, EtcdClusterSpec, SCOPE_ANNOTATION, condition};
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::events::EventType;
 
 use super::job_pods::{JobPodState, PodResult};
 use super::location::{BackupMeta, Kind, Location};
+use super::restore_wait;
 use super::verify_policy::{self, AfterFailure};
 use super::volume_owner::{self, Use};
 use crate::version::Version;
@@ -226,6 +228,8 @@ pub fn plan(o: &RestoreObserved) -> RestorePlan {
         // A new spec: start over (a verification of the old spec does not count).
         st = EtcdRestoreStatus { conditions: prev.conditions.clone(), ..Default::default() };
         st.observed_generation = o.generation;
+        // Nor does the wait for a cluster of an earlier spec.
+        condition::remove(&mut st.conditions, restore_wait::WAITING_CONDITION);
     }
     let checked =
         super::pods::check_job_owner_name(&o.name).and(o.spec.clone()).and_then(|s| check_spec(&s).map(|t| (s, t)));
@@ -272,10 +276,10 @@ pub fn plan(o: &RestoreObserved) -> RestorePlan {
             delete_pods.extend(o.pods.iter().map(|p| p.name.clone()));
         }
         Some(_) => {
-            let why = format!(
-                "EtcdCluster {} already exists and was not created by this restore: a restore never replaces a running cluster; delete it first (the restore proceeds once it is gone)",
-                target.cluster
-            );
+            let why = match restore_wait::found(&mut st.conditions, &target.cluster, o.now) {
+                Ok(why) => why,
+                Err(why) => return fail(o, st, "ClusterWaitExpired", why, vec![]),
+            };
             st.phase = PHASE_WAITING.into();
             if st.reason != why {
                 events.push((EventType::Warning, "ClusterExists", why.clone()));
@@ -293,6 +297,9 @@ pub fn plan(o: &RestoreObserved) -> RestorePlan {
             );
         }
         None => {
+            if let Err(why) = restore_wait::gone(&mut st.conditions, &target.cluster, o.now) {
+                return fail(o, st, "ClusterWaitExpired", why, vec![]);
+            }
             // Verify first; create only from a verified backup. Only this spec's verify pods
             // count (one per attempt); one of an earlier generation checked another source.
             let attempt_of = |p: &JobPodState<BackupMeta>| verify_policy::attempt_of(&p.name, &o.name, o.generation);
@@ -430,12 +437,7 @@ pub fn plan(o: &RestoreObserved) -> RestorePlan {
             }
         }
     }
-    volume_owner::set_condition(
-        &mut st.conditions,
-        root_note,
-        mark_root_volume.is_some(),
-        &super::backup_planner::rfc3339(o.now),
-    );
+    volume_owner::set_condition(&mut st.conditions, root_note, mark_root_volume.is_some(), &super::rfc3339(o.now));
     let requeue = (!st.succeeded && st.phase != PHASE_FAILED).then_some(requeue);
     RestorePlan { status: st, events, step, delete_pods, mark_root_volume, requeue }
 }

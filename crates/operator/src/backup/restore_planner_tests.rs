@@ -148,6 +148,53 @@ fn a_cluster_this_restore_did_not_create_is_never_replaced() {
     assert_eq!(plan(&o).status.phase, PHASE_WAITING);
 }
 
+/// A restore that found the cluster in place waits for it to go only so long: deleted within
+/// the wait, the restore proceeds; still there after it, or deleted only later (the operator may
+/// have been down meanwhile), the restore is called off and never fires on its own: a cluster
+/// deleted weeks later must not come back from an old backup.
+#[test]
+fn a_restore_waits_for_the_cluster_to_go_only_so_long() {
+    use etcd_operator_api::condition;
+    let mut o = observed();
+    o.cluster = Some(ClusterSeen { restored_by: None, size: 3, ready_members: 3, restore_sha256: None });
+    o.now = t("2026-01-01T00:00:00Z");
+    let p = plan(&o);
+    assert_eq!(p.status.phase, PHASE_WAITING);
+    let waiting =
+        condition::find(&p.status.conditions, "WaitingForCluster").cloned().expect("a condition says since when");
+    assert_eq!((waiting.status.as_str(), waiting.last_transition_time.as_str()), ("True", "2026-01-01T00:00:00Z"));
+    o.status = p.status;
+
+    // Gone within the wait: verified and created as usual.
+    let mut gone = o.clone();
+    gone.cluster = None;
+    gone.now = t("2026-01-01T00:20:00Z");
+    assert!(matches!(plan(&gone).step, RestoreStep::StartVerify { .. }), "{:?}", plan(&gone).step);
+
+    // Gone only hours later: called off, nothing verified or created, said once.
+    gone.now = t("2026-01-01T03:00:00Z");
+    let p = plan(&gone);
+    assert_eq!(p.step, RestoreStep::Nothing);
+    assert_eq!(p.status.phase, PHASE_FAILED);
+    assert!(p.status.reason.contains("called off"), "{}", p.status.reason);
+    assert_eq!(reasons(&p), ["ClusterWaitExpired"]);
+    gone.status = p.status;
+    let again = plan(&gone);
+    assert!(again.events.is_empty() && again.step == RestoreStep::Nothing, "final until the spec changes");
+
+    // Still there after the wait: called off too.
+    let mut still = o.clone();
+    still.now = t("2026-01-01T00:31:00Z");
+    let p = plan(&still);
+    assert_eq!(p.status.phase, PHASE_FAILED);
+    assert_eq!(reasons(&p), ["ClusterWaitExpired"]);
+
+    // A new spec starts afresh: the earlier wait does not count.
+    let mut edited = gone.clone();
+    edited.generation = 2;
+    assert!(matches!(plan(&edited).step, RestoreStep::StartVerify { .. }), "{:?}", plan(&edited).step);
+}
+
 #[test]
 fn the_restore_is_done_when_every_member_of_its_cluster_is_ready() {
     let mut o = observed();

@@ -18,6 +18,7 @@ use super::pod_secrets;
 use super::store;
 use crate::auth::Credentials;
 use crate::auth::connect::connect;
+use crate::tls::connector::Dialer;
 use crate::tls::material::ClientTls;
 
 #[derive(clap::Args, Debug, Clone)]
@@ -65,6 +66,16 @@ pub async fn run(args: SaveArgs) -> Result<SaveReport, PodError> {
     }
 }
 
+/// The member a snapshot is taken from.
+struct Picked {
+    name: String,
+    url: String,
+    revision: i64,
+    version: String,
+    /// The etcd cluster ID its status answered with, hex: the backup's identity.
+    cluster_id: String,
+}
+
 /// The voting member with the highest revision (a follower when tied with the leader: the
 /// snapshot's disk and network load then stays off the leader). With credentials every client
 /// logs in (`auth::connect`: none while etcd's authentication is off).
@@ -72,29 +83,25 @@ async fn pick_member(
     endpoints: &[String],
     tls: Option<&ClientTls>,
     creds: Option<&Credentials>,
-) -> Result<(String, String, i64, String), PodError> {
-    let opts = || {
-        let o = ConnectOptions::new().with_connect_timeout(CONNECT_TIMEOUT).with_timeout(CONNECT_TIMEOUT);
-        match tls {
-            Some(t) => o.with_tls(t.options()),
-            None => o,
-        }
-    };
-    let (mut c, _) = connect(endpoints, opts(), creds).await.map_err(|e| format!("connect to {endpoints:?}: {e}"))?;
+) -> Result<Picked, PodError> {
+    let o = ConnectOptions::new().with_connect_timeout(CONNECT_TIMEOUT).with_timeout(CONNECT_TIMEOUT);
+    let dialer = Dialer::new(o, tls, CONNECT_TIMEOUT, Some(CONNECT_TIMEOUT));
+    let (mut c, _) = connect(endpoints, &dialer, creds).await.map_err(|e| format!("connect to {endpoints:?}: {e}"))?;
     let members = c.member_list().await.map_err(|e| format!("member list: {e}"))?;
-    let mut best: Option<(i64, bool, String, String, String)> = None;
+    let mut best: Option<(i64, bool, String, String, String, u64)> = None;
     let mut errors = Vec::new();
     for m in members.members().iter().filter(|m| !m.is_learner()) {
         let Some(url) = m.client_urls().first() else { continue };
         let status = async {
-            let (mut one, _) = connect(std::slice::from_ref(url), opts(), creds).await?;
+            let (mut one, _) = connect(std::slice::from_ref(url), &dialer, creds).await?;
             one.status().await
         };
         match status.await {
             Ok(s) => {
                 let rev = s.header().map(|h| h.revision()).unwrap_or_default();
+                let cluster_id = s.header().map(|h| h.cluster_id()).unwrap_or_default();
                 let follower = s.leader() != m.id();
-                let cand = (rev, follower, m.name().to_string(), url.clone(), s.version().to_string());
+                let cand = (rev, follower, m.name().to_string(), url.clone(), s.version().to_string(), cluster_id);
                 if best.as_ref().is_none_or(|b| (cand.0, cand.1) > (b.0, b.1)) {
                     best = Some(cand);
                 }
@@ -102,9 +109,10 @@ async fn pick_member(
             Err(e) => errors.push(format!("{}: {e}", m.name())),
         }
     }
-    let (rev, _, name, url, version) =
+    let (revision, _, name, url, version, id) =
         best.ok_or_else(|| format!("no voting member answered its status: {}", errors.join("; ")))?;
-    Ok((name, url, rev, version))
+    let cluster_id = if id == 0 { String::new() } else { crate::naming::hex(id) };
+    Ok(Picked { name, url, revision, version, cluster_id })
 }
 
 async fn save(args: &SaveArgs) -> Result<SaveReport, PodError> {
@@ -112,7 +120,7 @@ async fn save(args: &SaveArgs) -> Result<SaveReport, PodError> {
     // On a volume: may this user write there at all? Said before anything is written.
     let uid = match base.kind {
         location::Kind::Pvc => {
-            let who = crate::member_volume::Credentials::of_this_process()?;
+            let who = crate::pod::member_volume::FsIdentity::of_this_process()?;
             super::volume_access::check_write(std::path::Path::new(store::PVC_MOUNT), &base.key, !args.periodic, &who)?;
             Some(who.uid)
         }
@@ -131,23 +139,25 @@ async fn save(args: &SaveArgs) -> Result<SaveReport, PodError> {
     }
     let tls = pod_secrets::client_tls(&args.tls)?;
     let creds = pod_secrets::login(&args.auth)?;
-    let (member, url, revision, version) = pick_member(&args.endpoints, tls.as_ref(), creds.as_ref()).await?;
+    let Picked { name: member, url, revision, version, cluster_id } =
+        pick_member(&args.endpoints, tls.as_ref(), creds.as_ref()).await?;
     let now = k8s_openapi::jiff::Timestamp::now();
     let key = if args.periodic { location::periodic_key(&base.key, revision, now) } else { base.key.clone() };
     let loc = base.with_key(key.clone());
     let path = object_store::path::Path::parse(&key).map_err(|e| format!("object key {key:?}: {e}"))?;
-    eprintln!("snapshot of member {member} ({url}, revision {revision}, etcd {version}) to {}", loc.url());
+    eprintln!(
+        "snapshot of member {member} ({url}, cluster {cluster_id}, revision {revision}, etcd {version}) to {}",
+        loc.url()
+    );
 
     // The complete backup at the key is copied aside while the snapshot streams.
     let keeping = (before == one_shot::Before::Complete).then(|| {
         let (store, key) = (store.clone(), key.clone());
         tokio::spawn(async move { one_shot::keep_previous(&*store, &key).await })
     });
-    let mut opts = ConnectOptions::new().with_connect_timeout(CONNECT_TIMEOUT);
-    if let Some(t) = &tls {
-        opts = opts.with_tls(t.options());
-    }
-    let (mut client, _) = connect(std::slice::from_ref(&url), opts, creds.as_ref())
+    let opts = ConnectOptions::new().with_connect_timeout(CONNECT_TIMEOUT);
+    let dialer = Dialer::new(opts, tls.as_ref(), CONNECT_TIMEOUT, None);
+    let (mut client, _) = connect(std::slice::from_ref(&url), &dialer, creds.as_ref())
         .await
         .map_err(|e| format!("connect to {member}: {e}"))?;
     let mut stream = client.snapshot().await.map_err(|e| format!("snapshot from {member}: {e}"))?;
@@ -192,8 +202,9 @@ async fn save(args: &SaveArgs) -> Result<SaveReport, PodError> {
         etcd_version: version,
         etcd_revision: revision,
         member,
-        time: super::backup_planner::rfc3339(now),
+        time: super::rfc3339(now),
         owner: args.owner_uid.clone(),
+        cluster_id,
         object_etag: one_shot::etag(&*store, &key).await.ok().flatten().unwrap_or_default(),
     };
     // Without its sidecar no restore accepts the object. It is left in place (a person can still
@@ -207,10 +218,11 @@ async fn save(args: &SaveArgs) -> Result<SaveReport, PodError> {
         format!("{e}; the backup object {key} is left in place but no restore will accept it without its sidecar{kept}")
     })?;
     one_shot::pause_if_armed().await;
-    if !args.periodic && before != one_shot::Before::Nothing {
-        if let Err(e) = one_shot::drop_previous(&*store, &key).await {
-            warnings.push(format!("the previous backup kept aside could not be deleted: {e}"));
-        }
+    if !args.periodic
+        && before != one_shot::Before::Nothing
+        && let Err(e) = one_shot::drop_previous(&*store, &key).await
+    {
+        warnings.push(format!("the previous backup kept aside could not be deleted: {e}"));
     }
 
     let mut report = SaveReport { backup: meta.clone(), transfer_seconds, warnings, uid, ..Default::default() };
@@ -223,7 +235,9 @@ async fn save(args: &SaveArgs) -> Result<SaveReport, PodError> {
 }
 
 /// Retention and the history of kept backups, after a complete periodic backup and its sidecar
-/// exist. Only backups whose sidecar names this EtcdBackup count. Listing or deleting may fail
+/// exist. Only backups whose sidecar names this EtcdBackup and the etcd cluster just backed up
+/// count (`location::to_delete`); this EtcdBackup's backups of other clusters are reported as
+/// kept. Listing or deleting may fail
 /// (a write-only credential, a transient error): the backup itself succeeded, so that is a
 /// warning in the report, never a failed backup.
 async fn retention(
@@ -248,8 +262,13 @@ async fn retention(
             sidecars.insert(k.clone(), m);
         }
     }
-    let owners = sidecars.iter().map(|(k, m)| (k.clone(), m.owner.clone())).collect();
-    let deleted = location::to_delete(base, &series, args.max_backups, key, &args.owner_uid, &owners);
+    let origins = sidecars.iter().map(|(k, m)| (k.clone(), location::Origin::of(m))).collect();
+    let mine = location::Origin::of(meta);
+    if !mine.known() && args.max_backups > 0 {
+        report.warnings.push("retention skipped: the etcd cluster ID of this backup is not known".into());
+    }
+    let deleted = location::to_delete(base, &series, args.max_backups, key, &mine, &origins);
+    report.other_clusters = location::kept_of_other_clusters(base, &origins, &mine);
     for old in &deleted {
         let mut ok = true;
         for k in [old.clone(), location::sidecar_key(old)] {
@@ -264,17 +283,74 @@ async fn retention(
             report.deleted.push(loc.with_key(old.clone()).url());
         }
     }
-    // The history: this owner's kept backups, the one just written first whatever its name's
-    // time says.
+    // Segments of the continuous archive that no kept snapshot continues go with them.
+    if args.max_backups > 0 && mine.known() {
+        let oldest = series
+            .iter()
+            .filter(|k| !deleted.contains(k))
+            .filter(|k| k.as_str() == key || sidecars.get(k.as_str()).is_some_and(|m| m.cluster_id == meta.cluster_id))
+            .filter_map(|k| location::parse_periodic(base, k).map(|(_, rev)| rev))
+            .min();
+        if let Some(oldest) = oldest {
+            prune_archive(store, loc, &meta.cluster_id, oldest, report).await;
+        }
+    }
+    // The history: this owner's kept backups of this cluster, the one just written first
+    // whatever its name's time says.
     let mut kept: Vec<&String> = series
         .iter()
         .filter(|k| k.as_str() != key && !deleted.contains(k))
-        .filter(|k| sidecars.get(k.as_str()).is_some_and(|m| !args.owner_uid.is_empty() && m.owner == args.owner_uid))
+        .filter(|k| sidecars.get(k.as_str()).is_some_and(|m| mine.known() && location::Origin::of(m) == mine))
         .collect();
     kept.sort_by_key(|k| std::cmp::Reverse(location::parse_periodic(base, k)));
     report.kept.push(meta.clone());
     for k in kept.into_iter().take(HISTORY_LIMIT - 1) {
         report.kept.push(sidecars[k.as_str()].clone());
+    }
+}
+
+/// Deletes the archive segments of `cluster_id` that end at or before `oldest` (the oldest kept
+/// snapshot's revision): no restore can use them any more. Failures are warnings.
+async fn prune_archive(
+    store: &dyn object_store::ObjectStore,
+    loc: &location::Location,
+    cluster_id: &str,
+    oldest: i64,
+    report: &mut SaveReport,
+) {
+    use super::archive::{layout, retention};
+    let prefix = layout::prefix(&loc.key, cluster_id);
+    let mut listed = Vec::new();
+    let mut list = store.list(Some(&object_store::path::Path::from(prefix.trim_end_matches('/'))));
+    while let Some(item) = list.next().await {
+        match item {
+            Ok(m) => {
+                let k = m.location.to_string();
+                if let Some((_, to)) = layout::parse_segment_key(&prefix, &k) {
+                    listed.push((k, to));
+                }
+            }
+            Err(e) => {
+                report.warnings.push(format!("archive retention skipped: list {prefix}: {}", store::why(&e)));
+                return;
+            }
+        }
+    }
+    let gone = retention::before_oldest_snapshot(oldest, &listed);
+    let mut deleted = 0;
+    for k in &gone {
+        match object_store::path::Path::parse(k) {
+            Ok(p) => match store.delete(&p).await {
+                Ok(()) => deleted += 1,
+                Err(e) => report.warnings.push(format!("archive retention could not delete {k}: {}", store::why(&e))),
+            },
+            Err(e) => report.warnings.push(format!("archive retention: {k}: {e}")),
+        }
+    }
+    if deleted > 0 {
+        report
+            .deleted
+            .push(format!("{} ({deleted} archive segments up to revision {oldest})", loc.with_key(prefix).url()));
     }
 }
 

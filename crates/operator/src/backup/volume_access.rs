@@ -1,6 +1,6 @@
 //! (pod side) May this pod's user use what it must on a PVC backup location? Checked before
 //! anything is read or written, from owners and modes as the kernel decides them
-//! (`member_volume::Credentials`), so that a pod whose user cannot fails at once with
+//! (`member_volume::FsIdentity`), so that a pod whose user cannot fails at once with
 //! [`PodError::AccessDenied`] (which the operator tells apart from other failures) instead of
 //! half-way through with an I/O error.
 //!
@@ -27,11 +27,11 @@ use std::path::{Path, PathBuf};
 
 use super::contract::PodError;
 use super::location;
-use crate::member_volume::Credentials;
+use crate::pod::member_volume::FsIdentity;
 
 /// Check that `who` may write a backup at `key` under the mount `root`; `one_shot`: it replaces
 /// the backup at the key, keeping it aside as a hard link first.
-pub fn check_write(root: &Path, key: &str, one_shot: bool, who: &Credentials) -> Result<(), PodError> {
+pub fn check_write(root: &Path, key: &str, one_shot: bool, who: &FsIdentity) -> Result<(), PodError> {
     let (deepest, meta) = match walk(root, key, who)? {
         Walk::Reached(dir, meta) | Walk::Stopped(dir, meta) => (dir, meta),
         Walk::NotADirectory => return Ok(()),
@@ -54,7 +54,7 @@ pub fn check_write(root: &Path, key: &str, one_shot: bool, who: &Credentials) ->
 /// Check that `who` may read the backup at `key` under the mount `root`, its sidecar and the
 /// pair kept aside while a one-shot backup replaces it (those that exist: a missing backup is
 /// the verification's to report).
-pub fn check_read(root: &Path, key: &str, who: &Credentials) -> Result<(), PodError> {
+pub fn check_read(root: &Path, key: &str, who: &FsIdentity) -> Result<(), PodError> {
     match walk(root, key, who)? {
         Walk::Reached(..) => {}
         Walk::Stopped(..) | Walk::NotADirectory => return Ok(()),
@@ -81,7 +81,7 @@ enum Walk {
     NotADirectory,
 }
 
-fn walk(root: &Path, key: &str, who: &Credentials) -> Result<Walk, PodError> {
+fn walk(root: &Path, key: &str, who: &FsIdentity) -> Result<Walk, PodError> {
     let parts: Vec<&str> = key.split('/').collect();
     let dirs = &parts[..parts.len().saturating_sub(1)];
     let mut path = root.to_path_buf();
@@ -112,7 +112,7 @@ fn walk(root: &Path, key: &str, who: &Credentials) -> Result<Walk, PodError> {
 
 /// The metadata of `path` (symbolic links followed, as the store follows them); None when it
 /// does not exist. A path the kernel refuses to look at is denied access.
-fn look(path: &Path, who: &Credentials) -> Result<Option<std::fs::Metadata>, PodError> {
+fn look(path: &Path, who: &FsIdentity) -> Result<Option<std::fs::Metadata>, PodError> {
     match std::fs::metadata(path) {
         Ok(m) => Ok(Some(m)),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
@@ -124,12 +124,12 @@ fn look(path: &Path, who: &Credentials) -> Result<Option<std::fs::Metadata>, Pod
     }
 }
 
-fn permits(who: &Credentials, m: &std::fs::Metadata, need: u32) -> bool {
+fn permits(who: &FsIdentity, m: &std::fs::Metadata, need: u32) -> bool {
     use std::os::unix::fs::MetadataExt;
     who.permits(m.uid(), m.gid(), m.mode(), need)
 }
 
-fn denied(who: &Credentials, verb: &str, path: &Path, m: &std::fs::Metadata) -> PodError {
+fn denied(who: &FsIdentity, verb: &str, path: &Path, m: &std::fs::Metadata) -> PodError {
     use std::os::unix::fs::MetadataExt;
     PodError::AccessDenied {
         uid: who.uid,
@@ -153,9 +153,9 @@ mod tests {
     /// for the pod's non-root user, this one for root without capabilities (the owner).
     struct Volume {
         root: PathBuf,
-        owner: Credentials,
-        other: Credentials,
-        in_group: Credentials,
+        owner: FsIdentity,
+        other: FsIdentity,
+        in_group: FsIdentity,
     }
 
     impl Volume {
@@ -165,7 +165,7 @@ mod tests {
             std::fs::create_dir_all(&root).unwrap();
             let m = std::fs::metadata(&root).unwrap();
             let (uid, gid) = (m.uid(), m.gid());
-            let who = |uid, gid, groups: Vec<u32>| Credentials { uid, gid, groups, dac_override: false };
+            let who = |uid, gid, groups: Vec<u32>| FsIdentity { uid, gid, groups, dac_override: false };
             Volume {
                 owner: who(uid, gid, vec![]),
                 other: who(uid.wrapping_add(1), gid.wrapping_add(1), vec![]),

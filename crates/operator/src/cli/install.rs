@@ -1,7 +1,7 @@
 //! `crds`, `manifests`, `bundle`: what installs the operator, printed or written.
 
 use clap::Args;
-use etcd_operator::{crds, default_image, manifests};
+use etcd_operator::{default_image, install::crds, install::manifests};
 
 #[derive(Args, Debug)]
 pub struct BundleArgs {
@@ -46,6 +46,11 @@ pub struct ManifestArgs {
     /// dashboard in a ConfigMap labelled grafana_dashboard=1.
     #[arg(long)]
     monitoring: bool,
+    /// Who may read the operator's /metrics: `kubernetes` (a bearer token the API server
+    /// authenticates and allows `get` on /metrics; the operator gets the review permissions) or
+    /// `none` (anyone who reaches the port, as before).
+    #[arg(long, value_enum, default_value = "kubernetes")]
+    metrics_auth: etcd_operator::runtime::metrics_auth::Mode,
 }
 
 pub fn crds(c: &CrdArgs) -> anyhow::Result<()> {
@@ -61,13 +66,17 @@ pub fn manifests(m: ManifestArgs) -> anyhow::Result<()> {
         with_crds: !m.no_crds,
         validation_rules: !m.no_validation_rules,
         monitoring: m.monitoring,
+        metrics_auth: m.metrics_auth == etcd_operator::runtime::metrics_auth::Mode::Kubernetes,
     })
     .and_then(print_out)
 }
 
 pub fn bundle(b: BundleArgs) -> anyhow::Result<()> {
-    etcd_operator::olm_bundle::write(&b.output_dir, &etcd_operator::olm_bundle::Options { image: b.image })
-        .map(|files| files.iter().for_each(|f| println!("{}", f.display())))
+    etcd_operator::install::olm_bundle::write(
+        &b.output_dir,
+        &etcd_operator::install::olm_bundle::Options { image: b.image },
+    )
+    .map(|files| files.iter().for_each(|f| println!("{}", f.display())))
 }
 
 /// Print to stdout; a closed pipe (`| head`) is not an error.

@@ -66,8 +66,8 @@ where
 
 /// `check-data`: its verdict's exit code (a refusal, data the pod's user cannot use) and the
 /// message the kubelet shows as the init container's termination message.
-pub fn check_data(a: &etcd_operator::member_volume::CheckArgs) -> anyhow::Result<()> {
-    match etcd_operator::member_volume::check(a) {
+pub fn check_data(a: &etcd_operator::pod::member_volume::CheckArgs) -> anyhow::Result<()> {
+    match etcd_operator::pod::member_volume::check(a) {
         Ok(msg) => {
             println!("{msg}");
             Ok(())

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use clap::Args;
-use etcd_operator::{controller, crd_install, default_image, leader_election, telemetry};
+use etcd_operator::{controller, default_image, install::crd_install, runtime::leader_election, runtime::telemetry};
 
 #[derive(Args, Debug, Clone)]
 pub struct RunArgs {
@@ -33,9 +33,14 @@ pub struct RunArgs {
     /// URLs end in `.svc` and the wait-dns init container runs, as in the CoreOS operator).
     #[arg(long, env = "ETCD_OPERATOR_CLUSTER_DOMAIN")]
     pub cluster_domain: Option<String>,
-    /// Address of /healthz and /readyz.
+    /// Address of /healthz, /readyz and /metrics.
     #[arg(long, default_value = "0.0.0.0:8080")]
     pub listen_address: std::net::SocketAddr,
+    /// Who may read /metrics: `none` (anyone who reaches the port) or `kubernetes` (a bearer
+    /// token the API server authenticates and allows `get` on the non-resource URL /metrics;
+    /// what the shipped manifests and Helm chart set). /healthz and /readyz stay open.
+    #[arg(long, value_enum, default_value_t)]
+    pub metrics_auth: etcd_operator::runtime::metrics_auth::Mode,
     /// Elect one active replica through a Lease (in the operator's namespace; cluster-wide
     /// operators share one Lease in `--cluster-wide-lease-namespace`).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
@@ -50,13 +55,13 @@ pub struct RunArgs {
     /// Under OLM: the `olm.targetNamespaces` of the install (the bundle's Deployment sets it).
     /// One namespace is watched instead of `--namespace`; empty means every namespace, as with
     /// `--cluster-wide`.
-    #[arg(long, env = etcd_operator::olm_bundle::TARGET_NAMESPACES_ENV)]
+    #[arg(long, env = etcd_operator::install::olm_bundle::TARGET_NAMESPACES_ENV)]
     pub olm_target_namespaces: Option<String>,
 }
 
 pub fn run(mut args: RunArgs) -> anyhow::Result<()> {
     telemetry::init(args.log_format);
-    let olm_watch = match args.olm_target_namespaces.as_deref().map(etcd_operator::olm_bundle::watch_scope) {
+    let olm_watch = match args.olm_target_namespaces.as_deref().map(etcd_operator::install::olm_bundle::watch_scope) {
         Some(Err(e)) => anyhow::bail!(e),
         Some(Ok(None)) => {
             args.cluster_wide = true;
@@ -98,11 +103,14 @@ pub fn run(mut args: RunArgs) -> anyhow::Result<()> {
             let _ = rx.wait_for(|s| *s).await;
         };
         let ready = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let metrics = std::sync::Arc::new(etcd_operator::metrics::Metrics::default());
-        let mut http = tokio::spawn(etcd_operator::http::serve(
+        let metrics = std::sync::Arc::new(etcd_operator::runtime::metrics::Metrics::default());
+        let metrics_auth = (args.metrics_auth == etcd_operator::runtime::metrics_auth::Mode::Kubernetes)
+            .then(|| std::sync::Arc::new(etcd_operator::runtime::metrics_auth::Reviewer::new(client.clone())));
+        let mut http = tokio::spawn(etcd_operator::runtime::http::serve(
             args.listen_address,
             ready.clone(),
             metrics.clone(),
+            metrics_auth,
             stopped(stop_rx.clone()),
         ));
 
@@ -121,10 +129,15 @@ pub fn run(mut args: RunArgs) -> anyhow::Result<()> {
         }
         let lease_ns = own_ns.clone();
         loop {
-            let missing =
-                etcd_operator::permissions::missing(&client, namespace.as_deref(), &lease_ns, args.create_crd)
-                    .await
-                    .map_err(|e| anyhow::anyhow!("cannot check permissions (SelfSubjectAccessReview): {e}"))?;
+            let missing = etcd_operator::install::permissions::missing(
+                &client,
+                namespace.as_deref(),
+                &lease_ns,
+                args.create_crd,
+                args.metrics_auth == etcd_operator::runtime::metrics_auth::Mode::Kubernetes,
+            )
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot check permissions (SelfSubjectAccessReview): {e}"))?;
             if missing.is_empty() {
                 break;
             }
@@ -148,46 +161,45 @@ pub fn run(mut args: RunArgs) -> anyhow::Result<()> {
         } else {
             vec![]
         };
-        let mut held_since = Vec::new();
-        for cfg in &leases {
-            tokio::select! {
-                r = leader_election::acquire(client.clone(), cfg) => held_since.push(r.map_err(|e| {
-                    anyhow::anyhow!("leader election on Lease {}/{}: {e}", cfg.namespace, cfg.name)
-                })?),
-                _ = stopped(stop_rx.clone()) => return Ok(()),
-                r = &mut http => { r??; }
+        // One after the other, each renewed from the moment it is won (`take_all`).
+        let apis = leases
+            .into_iter()
+            .map(|cfg| {
+                (
+                    kube::Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(client.clone(), &cfg.namespace),
+                    cfg,
+                )
+            })
+            .collect();
+        let mut held = tokio::select! {
+            r = leader_election::take_all(apis) => r?,
+            _ = stopped(stop_rx.clone()) => return Ok(()),
+            r = &mut http => {
+                r??;
+                anyhow::bail!("the HTTP server stopped");
             }
-        }
-        let job_opts = || etcd_operator::backup::jobs::Options {
+        };
+        let job_opts = || etcd_operator::backup_controllers::jobs::Options {
             client: client.clone(),
-            scope: controller::Scope { namespace: namespace.clone() },
+            scope: controller::WatchScope { namespace: namespace.clone() },
             init_image: args.init_image.clone(),
             reporter_instance: args.pod_name.clone(),
             metrics: metrics.clone(),
         };
-        let backups = etcd_operator::backup::backup_controller::run(job_opts(), stopped(stop_rx.clone()));
-        let restores = etcd_operator::backup::restore_controller::run(job_opts(), stopped(stop_rx.clone()));
+        let backups = etcd_operator::backup_controllers::backup_controller::run(job_opts(), stopped(stop_rx.clone()));
+        let restores = etcd_operator::backup_controllers::restore_controller::run(job_opts(), stopped(stop_rx.clone()));
         let opts = controller::Options {
             ready,
             metrics,
-            scope: controller::Scope { namespace },
+            scope: controller::WatchScope { namespace },
             init_image: args.init_image.clone(),
             cluster_domain: args.cluster_domain.clone().unwrap_or_else(detect_cluster_domain),
             reporter_instance: args.pod_name.clone(),
             // A pod (the Deployment sets both): its namespace, which `--namespace` may not be.
             operator_namespace: std::env::var("MY_POD_NAMESPACE").ok().filter(|_| args.pod_name.is_some()),
         };
-        let holding = async {
-            if leases.is_empty() {
-                return std::future::pending().await;
-            }
-            // Losing any one of the leases ends leadership.
-            let holds = leases
-                .iter()
-                .zip(&held_since)
-                .map(|(cfg, since)| Box::pin(leader_election::hold(client.clone(), cfg, *since)));
-            futures::future::select_all(holds).await;
-        };
+        // Losing any one of the leases ends leadership.
+        let holding = leader_election::keep_all(&mut held);
         tokio::select! {
             _ = async {
                 tokio::join!(controller::run(client.clone(), opts, stopped(stop_rx.clone())), backups, restores)
@@ -202,8 +214,8 @@ pub fn run(mut args: RunArgs) -> anyhow::Result<()> {
                 r??;
             }
         }
-        for cfg in leases.iter().rev() {
-            leader_election::release(client.clone(), cfg).await;
+        for h in held.iter().rev() {
+            h.release().await;
         }
         tracing::info!("etcd-operator stopped");
         Ok(())

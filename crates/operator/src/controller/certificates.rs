@@ -1,9 +1,10 @@
-//! The certificates of `spec.TLS.auto`, kept before the step: what `tls::auto::rotation::plan`
-//! decides is issued (`tls::auto::issuer`) and written (`tls::auto::secrets`), with an Event
-//! per write. Several writes may follow each other in one reconcile (a new cluster's CA, then
-//! its certificates); each one is planned from the Secrets as read back after the previous
-//! one. Secrets are created or replaced at the version read (a concurrent change makes the
-//! write fail and the next reconcile plans again). I/O: Kubernetes API.
+//! The certificates of `spec.TLS.auto`, written first: what the plan's certificate decision
+//! (`decide`, from `planner::certificates::plan`) says is issued (`tls::auto::issuer`) and
+//! written (`tls::auto::secrets`), with an Event per write. Several writes may follow each
+//! other in one reconcile (a new cluster's CA, then its certificates); each one is decided
+//! again from the Secrets as read back after the previous one. Secrets are created or replaced
+//! at the version read (a concurrent change makes the write fail and the next reconcile plans
+//! again). I/O: Kubernetes API.
 
 use etcd_operator_api::EtcdCluster;
 use k8s_openapi::api::core::v1::{ObjectReference, Secret};
@@ -12,28 +13,31 @@ use kube::api::{Api, PostParams};
 use kube::runtime::events::EventType;
 
 use super::{Context, key_of, publish};
+use crate::decide::Plan;
 use crate::observed::Observed;
-use crate::tls::auto::read;
-use crate::tls::auto::rotation::{Decision, plan};
+use crate::tls::auto::decision::Decision;
 use crate::tls::auto::secrets::for_decision;
 use crate::tls::auto::state::Observation;
 
 /// At most this many writes per reconcile (a CA and the four certificates, with room).
 const MAX_WRITES: usize = 4;
 
-/// Keeps the certificates as planned; `true` when a Secret was written (the caller observes
-/// again: the material and the pod-spec hash depend on them).
+/// Writes the certificates `plan` says; after each write the Secrets are read back into `o`
+/// and `plan` is decided again (`redecide`) for the next one. `true` when a Secret was written
+/// (the caller observes again: the material and the pod-spec hash depend on them).
 pub(super) async fn keep_certificates(
     ctx: &Context,
     cluster: &EtcdCluster,
     o: &mut Observed,
+    plan: &mut Plan,
+    redecide: impl Fn(&Observed) -> Plan,
     reference: &ObjectReference,
 ) -> bool {
     let mut wrote = false;
     for _ in 0..MAX_WRITES {
-        let decision = plan(o);
+        let decision = &plan.certificates;
         let Some(c) = o.certificates.as_ref().filter(|_| decision.writes()) else { break };
-        match execute(ctx, cluster, c, &decision).await {
+        match execute(ctx, cluster, c, decision).await {
             Ok((reason, note)) => {
                 wrote = true;
                 tracing::info!(cluster = %key_of(cluster), reason, "{note}");
@@ -52,9 +56,10 @@ pub(super) async fn keep_certificates(
             }
         }
         let (in_use, domain, served) = (c.in_use(), c.cluster_domain.clone(), c.served.clone());
-        let mut fresh = read::observe(&ctx.client, cluster, in_use, &domain).await;
+        let mut fresh = crate::observe::tls_auto::read(&ctx.client, cluster, in_use, &domain).await;
         fresh.served = served;
         o.certificates = Some(fresh);
+        *plan = redecide(o);
     }
     wrote
 }
@@ -106,7 +111,7 @@ async fn execute(
 /// Right before a new CA is made: the API server's own list of the cluster's pods (the watch
 /// cache may lag) shows none that mounts a certificate Secret; such a member trusts another CA.
 async fn no_member_trusts_a_ca(ctx: &Context, cluster: &EtcdCluster, namespace: &str) -> Result<(), Failure> {
-    use crate::tls::auto::rotation::nothing_trusts_a_ca;
+    use crate::planner::certificates::nothing_trusts_a_ca;
     use k8s_openapi::api::core::v1::Pod;
     let name = cluster.name_any();
     let lp = kube::api::ListParams::default().labels(&format!("{}={name}", crate::naming::CLUSTER_LABEL));

@@ -3,7 +3,7 @@
 //! In memory, no I/O.
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
@@ -16,15 +16,18 @@ const EXPECTATION_TIMEOUT: Duration = Duration::from_secs(30);
 /// for them: a plan made from a cache that lags our own writes would repeat them.
 #[derive(Default)]
 pub struct Expectations {
-    pending: Mutex<HashMap<String, (BTreeSet<String>, BTreeSet<String>, Instant)>>,
+    pending: Mutex<HashMap<String, Pending>>,
 }
+
+/// Pods created and deleted for one cluster, and since when.
+type Pending = (BTreeSet<String>, BTreeSet<String>, Instant);
 
 impl Expectations {
     pub(super) fn expect(&self, key: &str, created: &[String], deleted: &[String]) {
         if created.is_empty() && deleted.is_empty() {
             return;
         }
-        self.pending.lock().unwrap().insert(
+        self.pending.lock().unwrap_or_else(PoisonError::into_inner).insert(
             key.to_string(),
             (created.iter().cloned().collect(), deleted.iter().cloned().collect(), Instant::now()),
         );
@@ -32,7 +35,7 @@ impl Expectations {
 
     /// True when the cache shows every expected create and delete (or they timed out).
     pub(super) fn satisfied(&self, key: &str, pods: &[Arc<Pod>]) -> bool {
-        let mut pending = self.pending.lock().unwrap();
+        let mut pending = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
         let Some((created, deleted, since)) = pending.get(key) else { return true };
         let present = |n: &String| pods.iter().any(|p| p.name_any() == *n && p.metadata.deletion_timestamp.is_none());
         let done = created.iter().all(present) && !deleted.iter().any(present);

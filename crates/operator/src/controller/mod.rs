@@ -10,7 +10,6 @@ mod scope;
 mod upkeep;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use etcd_operator_api::EtcdCluster;
 use futures::StreamExt;
@@ -24,26 +23,19 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, CustomResourceExt, Resource, ResourceExt};
 
 pub use expectations::Expectations;
-pub use scope::Scope;
+pub use scope::WatchScope;
 
 use crate::act;
-use crate::events::Recorder;
 use crate::observe::Caches;
+use crate::runtime::events::Recorder;
 use reconcile::{error_policy, reconcile};
 
-/// How often a settled cluster's etcd health is checked. Pod failures reach the operator as
-/// watch events at once (readiness flips within 15 s); this period catches what only etcd
-/// knows (leader changes, alarms, db size) for about four gRPC calls per cluster.
-pub const HEALTH_CHECK_PERIOD: Duration = Duration::from_secs(15);
-/// Requeue while a step is in progress (learner catching up, member starting or upgrading, a
-/// change etcd refused for now). Pod events wake the controller too; this catches what only
-/// etcd shows.
-const PROGRESS_PERIOD: Duration = Duration::from_millis(500);
+pub use crate::decide::{HEALTH_CHECK_PERIOD, PROGRESS_PERIOD};
 
 /// Shared state of reconciles.
 pub struct Context {
     pub client: Client,
-    pub scope: Scope,
+    pub scope: WatchScope,
     pub caches: Caches,
     /// Per-member etcd clients kept between reconciles.
     pub etcd_clients: crate::etcd::MemberClients,
@@ -52,13 +44,11 @@ pub struct Context {
     /// Cluster DNS domain for members of clusters that set none (may be empty).
     pub cluster_domain: String,
     pub expectations: Expectations,
-    pub metrics: Arc<crate::metrics::Metrics>,
+    pub metrics: Arc<crate::runtime::metrics::Metrics>,
     /// Set once every watch cache holds its first full list.
     pub caches_synced: Arc<std::sync::atomic::AtomicBool>,
     /// Volume growths the API server refused (reported once).
     pub refused_volume_sizes: crate::volume_size::Refused,
-    /// The clusters' NetworkPolicies (`network_policy`).
-    pub network_policies: reflector::Store<NetworkPolicy>,
     /// Namespace of the operator's own pods; `None` when it runs as a process outside a pod.
     pub operator_namespace: Option<String>,
 }
@@ -104,8 +94,8 @@ async fn publish(
 
 /// Options of the controller that come from flags.
 pub struct Options {
-    pub scope: Scope,
-    pub metrics: Arc<crate::metrics::Metrics>,
+    pub scope: WatchScope,
+    pub metrics: Arc<crate::runtime::metrics::Metrics>,
     /// Set once the watch caches are synced (read by `/readyz`).
     pub ready: Arc<std::sync::atomic::AtomicBool>,
     pub init_image: String,
@@ -183,6 +173,7 @@ pub async fn run(client: Client, opts: Options, shutdown: impl std::future::Futu
             services: services.clone(),
             pvcs: pvcs.clone(),
             budgets: budgets.as_ref().map(|(ar, store, _)| (ar.clone(), store.clone())),
+            network_policies: policies.clone(),
         },
         etcd_clients: Default::default(),
         init_image: opts.init_image,
@@ -191,7 +182,6 @@ pub async fn run(client: Client, opts: Options, shutdown: impl std::future::Futu
         caches_synced: opts.ready.clone(),
         metrics: opts.metrics.clone(),
         refused_volume_sizes: Default::default(),
-        network_policies: policies.clone(),
         operator_namespace: opts.operator_namespace,
     });
     tracing::info!(crd = EtcdCluster::crd_name(), "watching EtcdClusters");
@@ -201,7 +191,10 @@ pub async fn run(client: Client, opts: Options, shutdown: impl std::future::Futu
         store
             .state()
             .iter()
-            .map(|c| crate::metrics::ClusterLabels { namespace: c.namespace().unwrap_or_default(), name: c.name_any() })
+            .map(|c| crate::runtime::metrics::ClusterLabels {
+                namespace: c.namespace().unwrap_or_default(),
+                name: c.name_any(),
+            })
             .collect()
     }));
     let controller = controller

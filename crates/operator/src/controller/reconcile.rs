@@ -1,6 +1,6 @@
-//! One reconcile of an EtcdCluster: observe → plan → act → status, Events for what was done
-//! and for condition changes, and the requeue policy. An object that cannot be parsed is
-//! reported on itself. I/O: Kubernetes API and etcd (through `observe` and `act`).
+//! One reconcile of an EtcdCluster: observe → decide (`decide::decide`, one `Plan`) → execute
+//! the plan in a fixed order (below), Events for what was done and for condition changes. An
+//! object that cannot be parsed is reported on itself. I/O: Kubernetes API and etcd (through `observe` and `act`).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -13,10 +13,11 @@ use kube::{Resource, ResourceExt};
 
 use super::certificates::keep_certificates;
 use super::upkeep::{ensure_auth_secrets, ensure_disruption_budget, ensure_network_policy, grow_volumes};
-use super::{Context, Error, HEALTH_CHECK_PERIOD, PROGRESS_PERIOD, key_of, publish};
+use super::{Context, Error, PROGRESS_PERIOD, key_of, publish};
 use crate::act::{self, Target};
+use crate::decide::decide;
 use crate::observe;
-use crate::planner::{self, Step, WaitReason};
+use crate::planner::Step;
 use crate::status;
 
 async fn patch_status(ctx: &Context, obj: &DynamicObject, status: &EtcdClusterStatus) -> Result<(), Error> {
@@ -60,7 +61,7 @@ async fn report_unreadable(obj: &DynamicObject, err: &serde_json::Error, ctx: &C
 pub(super) async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, Error> {
     let ar = ApiResource::erase::<EtcdCluster>(&());
     let fut = reconcile_one(obj.clone(), ctx.clone());
-    crate::panic_guard::guard("etcdcluster", &ar, &obj, &ctx.recorder, &ctx.metrics, fut).await
+    crate::runtime::panic_guard::guard("etcdcluster", &ar, &obj, &ctx.recorder, &ctx.metrics, fut).await
 }
 
 async fn reconcile_one(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, Error> {
@@ -82,33 +83,61 @@ async fn reconcile_one(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
         return Ok(Action::requeue(Duration::from_millis(500)));
     }
     let started = Instant::now();
-    let (mut observed, mut endpoints) =
-        observe::observe(&ctx.client, &cluster, &ctx.caches, &ctx.etcd_clients, &ctx.cluster_domain).await;
+    let (mut observed, mut endpoints) = observe::observe(
+        &ctx.client,
+        &cluster,
+        &ctx.caches,
+        &ctx.etcd_clients,
+        &ctx.cluster_domain,
+        ctx.operator_namespace.as_deref(),
+    )
+    .await;
     let reference = cluster.object_ref(&());
-    // spec.TLS.auto: certificates are issued and rotated before the step (a new cluster's
-    // members need them); after a write everything that depends on them is observed again.
-    let certificates_written = keep_certificates(&ctx, &cluster, &mut observed, &reference).await;
+    // Decide: everything this reconcile does, from the observation alone (`decide`).
+    let spec_json = serde_json::to_string(&cluster.spec)?;
+    let now = now_rfc3339();
+    let redecide = |o: &crate::observed::Observed| decide(o, &cluster, &spec_json, &now);
+    let mut plan = redecide(&observed);
+    // 0. spec.TLS.auto: certificates are written before everything else (a new cluster's
+    // members need them), each write decided from the Secrets read back after the previous one;
+    // after a write, everything that depends on them is observed and decided again.
+    let certificates_written = keep_certificates(&ctx, &cluster, &mut observed, &mut plan, &redecide, &reference).await;
     if certificates_written {
-        (observed, endpoints) =
-            observe::observe(&ctx.client, &cluster, &ctx.caches, &ctx.etcd_clients, &ctx.cluster_domain).await;
+        (observed, endpoints) = observe::observe(
+            &ctx.client,
+            &cluster,
+            &ctx.caches,
+            &ctx.etcd_clients,
+            &ctx.cluster_domain,
+            ctx.operator_namespace.as_deref(),
+        )
+        .await;
+        plan = decide(&observed, &cluster, &spec_json, &now_rfc3339());
     }
-    let step = planner::plan(&observed);
+    let step = &plan.step;
     tracing::debug!(cluster = %key, ?step, "planned");
 
-    // Durable marks first (cluster formed, last valid spec, quorum-loss clock, recovery done;
-    // pod labels the Services select on), so that the step below acts on what is recorded.
-    let spec_json = serde_json::to_string(&cluster.spec)?;
-    let marks = crate::marks::cluster_annotations(&observed, cluster.annotations(), &spec_json, &now_rfc3339());
-    let unlabelled = crate::marks::pods_to_label(&observed);
-    if let Err(e) = act::record_marks(&ctx.client, &cluster, &marks, &unlabelled).await {
-        // Nothing is acted on without them: a stale mark must not drive the step.
+    // Execute, in this order (0., the certificates, above):
+    // 1. durable marks (cluster formed, last valid spec, quorum-loss clock, recovery done; pod
+    //    labels the Services select on; upgraded members that are back), so that the step acts
+    //    on what is recorded; nothing is acted on without them (a stale mark must not drive it);
+    // 2. the PodDisruptionBudget, which counts the pods the step creates before they exist (a
+    //    drain meanwhile must not take a quorum): a step it could not be raised for waits;
+    // 3. beside the step, never holding it up: NetworkPolicy, volume sizes, auth Secrets;
+    // 4. the step; its Events and metrics;
+    // 5. status (condition changes become Events), metrics, the status patch;
+    // 6. the requeue: soon after a failed step or a certificate write, else the plan's.
+    if let Err(e) = act::record_marks(&ctx.client, &cluster, &plan.marks, &plan.unlabelled, &plan.confirmed).await {
         tracing::warn!(cluster = %key, error = %e, "could not record marks; retrying");
         return Ok(Action::requeue(PROGRESS_PERIOD));
     }
-    ensure_disruption_budget(&ctx, &cluster, &observed, &reference).await;
-    ensure_network_policy(&ctx, &cluster, &observed, &reference).await;
-    grow_volumes(&ctx, &cluster, &observed, &reference).await;
-    ensure_auth_secrets(&ctx, &cluster, &observed, &endpoints, &reference).await;
+    let budget_in_place = ensure_disruption_budget(&ctx, &cluster, &observed, plan.min_available, &reference).await;
+    ensure_network_policy(&ctx, &cluster, &plan.network_policy, &reference).await;
+    grow_volumes(&ctx, &cluster, &plan.volumes, &reference).await;
+    ensure_auth_secrets(&ctx, &cluster, plan.auth.as_ref(), &endpoints, &reference).await;
+    if !budget_in_place {
+        return Ok(Action::requeue(PROGRESS_PERIOD));
+    }
     let target = Target {
         client: &ctx.client,
         cluster: &cluster,
@@ -116,7 +145,7 @@ async fn reconcile_one(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
         endpoints: &endpoints,
         init_image: &ctx.init_image,
     };
-    let outcome = act::execute(&target, &step).await;
+    let outcome = act::execute(&target, step).await;
     match &outcome {
         Ok(Some(done)) => {
             tracing::info!(cluster = %key, reason = done.reason, "{}", done.note);
@@ -149,22 +178,22 @@ async fn reconcile_one(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
     }
 
     let prev = cluster.status.clone().unwrap_or_default();
-    let new = status::compute(&observed, &step, &prev, cluster.metadata.generation, &now_rfc3339());
+    let new = &plan.status;
     for c in status::changed(&prev.conditions, &new.conditions) {
         let type_ = if status::is_warning(c) { EventType::Warning } else { EventType::Normal };
         let note = if c.message.is_empty() { format!("{} is {}", c.type_, c.status) } else { c.message.clone() };
         publish(&ctx, &reference, None, type_, &c.reason, note, &c.type_).await;
     }
-    ctx.metrics.observe_cluster(&observed, &new);
+    ctx.metrics.observe_cluster(&observed, new);
     if let Some(e) = &observed.etcd {
         use crate::observed::AlarmKind;
         let (ns, name) = (cluster.namespace().unwrap_or_default(), cluster.name_any());
         ctx.metrics.set_alarms(&ns, &name, e.has_alarm(AlarmKind::NoSpace), e.has_alarm(AlarmKind::Corrupt));
     }
-    ctx.metrics.observe_step(&observed, &step);
+    ctx.metrics.observe_step(&observed, step);
     ctx.metrics.reconciled("etcdcluster", started.elapsed(), outcome.is_err());
-    if new != prev {
-        patch_status(&ctx, &obj, &new).await?;
+    if *new != prev {
+        patch_status(&ctx, &obj, new).await?;
     }
     tracing::debug!(cluster = %key, elapsed_ms = started.elapsed().as_millis() as u64, "reconciled");
     if outcome.is_err() {
@@ -175,24 +204,7 @@ async fn reconcile_one(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
         // The next certificate step (or its check) soon, whatever the cluster's step was.
         return Ok(Action::requeue(Duration::from_secs(1)));
     }
-    Ok(match &step {
-        Step::Wait(w) => match w.reason {
-            WaitReason::Stable => Action::requeue(HEALTH_CHECK_PERIOD),
-            WaitReason::InvalidSpec | WaitReason::Paused | WaitReason::DataLost => {
-                Action::requeue(Duration::from_secs(60))
-            }
-            WaitReason::NoQuorum
-            | WaitReason::MemberFailing
-            | WaitReason::WouldLoseQuorum
-            | WaitReason::UpgradeFailed
-            | WaitReason::UpgradeRefused => Action::requeue(Duration::from_secs(5)),
-            // Writes are refused: look again every second for the delete that frees space.
-            WaitReason::NoSpace => Action::requeue(Duration::from_secs(1)),
-            WaitReason::Corrupt => Action::requeue(Duration::from_secs(30)),
-            _ => Action::requeue(PROGRESS_PERIOD),
-        },
-        _ => Action::requeue(Duration::from_millis(500)),
-    })
+    Ok(Action::requeue(plan.requeue))
 }
 
 pub(super) fn error_policy(obj: Arc<DynamicObject>, err: &Error, _ctx: Arc<Context>) -> Action {

@@ -7,12 +7,12 @@ use kube::{Client, Resource, ResourceExt};
 
 /// Which EtcdClusters this operator instance manages.
 #[derive(Clone, Debug)]
-pub struct Scope {
+pub struct WatchScope {
     /// `Some(ns)`: only that namespace. `None`: every namespace (`-cluster-wide`).
     pub namespace: Option<String>,
 }
 
-impl Scope {
+impl WatchScope {
     /// CoreOS semantics (`Controller.managed`): a cluster-wide operator manages only objects
     /// annotated `etcd.database.coreos.com/scope: clusterwide`; a namespaced one only objects
     /// without that annotation, whatever its value. An object annotated with another value is
@@ -56,14 +56,14 @@ mod tests {
 
     #[test]
     fn namespaced_operator_skips_clusterwide_objects() {
-        let s = Scope { namespace: Some("ns".into()) };
+        let s = WatchScope { namespace: Some("ns".into()) };
         assert!(s.manages(&cluster(false)));
         assert!(!s.manages(&cluster(true)));
     }
 
     #[test]
     fn clusterwide_operator_takes_only_annotated_objects() {
-        let s = Scope { namespace: None };
+        let s = WatchScope { namespace: None };
         assert!(!s.manages(&cluster(false)));
         assert!(s.manages(&cluster(true)));
     }
@@ -74,8 +74,8 @@ mod tests {
     fn a_scope_annotation_with_another_value_is_managed_by_neither() {
         for v in ["", "namespaced", "ClusterWide"] {
             let c = cluster_with_scope(Some(v));
-            assert!(!Scope { namespace: Some("ns".into()) }.manages(&c), "{v:?}");
-            assert!(!Scope { namespace: None }.manages(&c), "{v:?}");
+            assert!(!WatchScope { namespace: Some("ns".into()) }.manages(&c), "{v:?}");
+            assert!(!WatchScope { namespace: None }.manages(&c), "{v:?}");
         }
     }
 }

@@ -12,50 +12,61 @@ use kube::runtime::reflector;
 
 use super::{Context, key_of, publish};
 
-/// Keep the cluster's PodDisruptionBudget as `disruption_budget` says, beside the planned step:
-/// a failure is reported and never holds up the step (healing must not wait for it).
+/// Keep the cluster's PodDisruptionBudget at the plan's `minAvailable` (`want`, from
+/// `disruption_budget` for the observation and the planned step), before the step. Returns
+/// whether the step may go on: `false` only when the step adds a pod that the budget must count
+/// first and applying it failed (reported). Any other failure is reported and holds nothing up
+/// (healing must not wait for it).
 pub(super) async fn ensure_disruption_budget(
     ctx: &Context,
     cluster: &EtcdCluster,
     o: &crate::observed::Observed,
+    want: Option<i32>,
     reference: &ObjectReference,
-) {
-    let Some((ar, store)) = &ctx.caches.budgets else { return };
-    let Some(want) = crate::disruption_budget::min_available(o) else { return };
+) -> bool {
+    use crate::disruption_budget::min_available;
+    let Some((ar, store)) = &ctx.caches.budgets else { return true };
+    let Some(want) = want else { return true };
     let key = reflector::ObjectRef::<DynamicObject>::new_with(&cluster.name_any(), ar.clone())
         .within(&cluster.namespace().unwrap_or_default());
     let have = store.get(&key).and_then(|b| crate::disruption_budget::min_available_of(&b));
-    if have == Some(want) {
-        return;
-    }
+    let Some(want) = crate::disruption_budget::to_apply(want, have, o.etcd.is_some()) else { return true };
     match crate::disruption_budget::apply(&ctx.client, cluster, ar, want).await {
-        Ok(()) => tracing::info!(cluster = %key_of(cluster), min_available = want, "PodDisruptionBudget applied"),
+        Ok(()) => {
+            tracing::info!(cluster = %key_of(cluster), min_available = want, "PodDisruptionBudget applied");
+            true
+        }
         Err(e) => {
-            let note =
-                format!("PodDisruptionBudget {} ({}) could not be applied: {e}", cluster.name_any(), ar.api_version);
+            let idle = crate::planner::wait(crate::planner::WaitReason::Stable, "");
+            let raised_for_step = min_available(o, &idle).is_some_and(|without| want > without);
+            let held = if raised_for_step { "; the step that adds a member pod waits for it" } else { "" };
+            let note = format!(
+                "PodDisruptionBudget {} ({}) could not be applied: {e}{held}",
+                cluster.name_any(),
+                ar.api_version
+            );
             tracing::warn!(cluster = %key_of(cluster), "{note}");
             publish(ctx, reference, None, EventType::Warning, "DisruptionBudgetFailed", note, "DisruptionBudget").await;
+            !raised_for_step
         }
     }
 }
 
-/// Keep the cluster's NetworkPolicy as `network_policy::decide` says, beside the planned step:
-/// a failure is reported and never holds up the step.
+/// Carry out the plan's NetworkPolicy decision (`network_policy::decide`, in `decide`), beside
+/// the planned step: a failure is reported and never holds up the step.
 pub(super) async fn ensure_network_policy(
     ctx: &Context,
     cluster: &EtcdCluster,
-    o: &crate::observed::Observed,
+    action: &crate::network_policy::Action,
     reference: &ObjectReference,
 ) {
-    use crate::network_policy::{Action, decide};
+    use crate::network_policy::Action;
     let (name, ns) = (cluster.name_any(), cluster.namespace().unwrap_or_default());
-    let have = ctx.network_policies.get(&reflector::ObjectRef::new(&name).within(&ns));
-    let action = decide(cluster, o.desired.as_ref().ok(), have.as_deref(), ctx.operator_namespace.as_deref());
     let api: Api<NetworkPolicy> = Api::namespaced(ctx.client.clone(), &ns);
     let (result, done, verb) = match action {
         Action::Nothing => return,
         Action::Apply(np) => {
-            let r = api.patch(&name, &PatchParams::apply(crate::OPERATOR_NAME).force(), &Patch::Apply(&*np)).await;
+            let r = api.patch(&name, &PatchParams::apply(crate::OPERATOR_NAME).force(), &Patch::Apply(&**np)).await;
             (r.map(|_| ()), "NetworkPolicyApplied", "applied")
         }
         Action::Delete => (api.delete(&name, &Default::default()).await.map(|_| ()), "NetworkPolicyDeleted", "deleted"),
@@ -76,17 +87,17 @@ pub(super) async fn ensure_network_policy(
     }
 }
 
-/// Raise member PVCs' storage requests to the spec's (`volume_size`), beside the planned step; a
-/// refusal is reported once per PVC and size and never holds anything up.
+/// Raise member PVCs' storage requests to the sizes the plan asks (`volume_size`), beside the
+/// planned step; a refusal is reported once per PVC and size and never holds anything up.
 pub(super) async fn grow_volumes(
     ctx: &Context,
     cluster: &EtcdCluster,
-    o: &crate::observed::Observed,
+    volumes: &[(String, String)],
     reference: &ObjectReference,
 ) {
     let ns = cluster.namespace().unwrap_or_default();
     let api: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
-    for (pvc, size) in crate::volume_size::to_grow(o) {
+    for (pvc, size) in volumes.iter().cloned() {
         let key = (format!("{ns}/{pvc}"), size.clone());
         if ctx.refused_volume_sizes.contains(&key) {
             continue;
@@ -122,24 +133,28 @@ pub(super) async fn grow_volumes(
     }
 }
 
-/// `spec.auth`'s Secrets, as `auth::upkeep` says: a missing root Secret is created, the password
-/// etcd accepted is recorded. Beside the planned step; a failure is reported and retried.
+/// `spec.auth`'s Secrets, as the plan says (`planner::auth::upkeep`): a missing root Secret is
+/// created, the password etcd accepted is recorded. Beside the planned step; a failure is
+/// reported and retried.
 pub(super) async fn ensure_auth_secrets(
     ctx: &Context,
     cluster: &EtcdCluster,
-    o: &crate::observed::Observed,
+    todo: Option<&crate::auth::Upkeep>,
     endpoints: &crate::etcd::Endpoints,
     reference: &ObjectReference,
 ) {
-    use crate::auth::{Upkeep, secrets};
-    let Some(todo) = crate::auth::upkeep(o) else { return };
+    use crate::act::auth_secrets::{create_root_secret, record_applied};
+    use crate::auth::Upkeep;
+    use crate::auth::secrets::generate_password;
+    use crate::observe::auth_secrets::recorded_password;
+    let Some(todo) = todo else { return };
     let name = cluster.name_any();
     let (result, reason, note) = match &todo {
         Upkeep::CreateRootSecret { name: secret, use_recorded } => {
             // With a record, only its password: a record that cannot be read now (or is gone
             // since it was read) makes no Secret with a random one, which etcd would then get.
             let recorded = match *use_recorded {
-                true => secrets::recorded_password(&ctx.client, cluster)
+                true => recorded_password(&ctx.client, cluster)
                     .await
                     .map_err(|e| e.to_string())
                     .and_then(|p| p.map(Some).ok_or_else(|| "the record is gone since it was read".to_string())),
@@ -157,12 +172,12 @@ pub(super) async fn ensure_auth_secrets(
                     return;
                 }
                 Ok(Some(p)) => (
-                    secrets::create_root_secret(&ctx.client, cluster, secret, &p).await,
+                    create_root_secret(&ctx.client, cluster, secret, &p).await,
                     "RootSecretCreated",
                     note("the root password etcd has"),
                 ),
                 Ok(None) => (
-                    secrets::create_root_secret(&ctx.client, cluster, secret, &secrets::generate_password()).await,
+                    create_root_secret(&ctx.client, cluster, secret, &generate_password()).await,
                     "RootSecretCreated",
                     note("a random root password"),
                 ),
@@ -170,7 +185,7 @@ pub(super) async fn ensure_auth_secrets(
         }
         Upkeep::RecordApplied => {
             let Some(password) = endpoints.root.as_ref().and_then(|r| r.secret_password()) else { return };
-            let r = secrets::record_applied(&ctx.client, cluster, password).await;
+            let r = record_applied(&ctx.client, cluster, password).await;
             (
                 r,
                 "RootPasswordRecorded",

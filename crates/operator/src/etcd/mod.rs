@@ -18,8 +18,12 @@ use etcd_client::{Client, ConnectOptions};
 
 use crate::auth::Credentials;
 use crate::auth::connect::Login;
+use crate::tls::connector::Dialer;
 use crate::tls::material::ClientTls;
 
+pub mod auth_calls;
+#[cfg(test)]
+mod fake_member;
 pub mod maintenance;
 pub mod membership;
 pub mod status;
@@ -86,18 +90,42 @@ impl Error {
     pub fn is_auth_refusal(&self) -> bool {
         matches!(self, Error::Call { .. }) && crate::auth::connect::is_auth_refusal(&self.to_string())
     }
-}
 
-fn options(access: Access<'_>, timeout: Duration) -> ConnectOptions {
-    let opts = ConnectOptions::new().with_connect_timeout(CONNECT_TIMEOUT).with_timeout(timeout);
-    match access.tls {
-        Some(t) => opts.with_tls(t.options()),
-        None => opts,
+    /// The member's host refused the connection: nothing listens on its client port (etcd is
+    /// down or restarting). The member's state, unlike a timeout or a failed handshake, which
+    /// may be the operator's own trouble.
+    pub fn is_connection_refused(&self) -> bool {
+        let Error::Call { source, .. } = self else { return false };
+        let mut e: Option<&(dyn std::error::Error + 'static)> = Some(source);
+        while let Some(x) = e {
+            let io = x.downcast_ref::<std::io::Error>();
+            if io.is_some_and(|io| io.kind() == std::io::ErrorKind::ConnectionRefused)
+                || x.to_string().contains("Connection refused")
+            {
+                return true;
+            }
+            e = x.source();
+        }
+        false
     }
 }
 
-/// Time to connect and log in (a login is a raft entry and a bcrypt hash per password tried).
-const LOGIN_TIMEOUT: Duration = Duration::from_secs(5);
+/// A client's options for calls of up to `timeout`. The client's own per-request limit is
+/// also the one of the requests etcd-client makes by itself: the login at connect and again when
+/// a token lapsed. A login never gets less than [`LOGIN_TIMEOUT`]; each call of the operator's
+/// keeps its own, shorter deadline ([`with_deadline`]).
+fn options(access: Access<'_>, timeout: Duration) -> Dialer {
+    let per_request = if access.root.is_some() { timeout.max(LOGIN_TIMEOUT) } else { timeout };
+    let opts = ConnectOptions::new().with_connect_timeout(CONNECT_TIMEOUT).with_timeout(per_request);
+    Dialer::new(opts, access.tls, CONNECT_TIMEOUT, Some(per_request))
+}
+
+/// Time for etcd to log a client in: it hashes the password with bcrypt (each password tried),
+/// then commits the login through raft. A read's 3 s is far too short on a busy node: on the
+/// 2-core test machine etcd 3.6 took 3 to 11 s to answer a login (its own `request stats`),
+/// and the operator, cutting every login at 3 s, saw no member answer for minutes after `auth
+/// enable` (each abandoned login still cost its member the hash, so the load only grew).
+const LOGIN_TIMEOUT: Duration = Duration::from_secs(15);
 
 async fn connected(
     label: String,
@@ -111,7 +139,8 @@ async fn connected(
 }
 
 pub async fn connect(endpoints: &[String], access: Access<'_>, timeout: Duration) -> Result<Client, Error> {
-    let f = crate::auth::connect::connect(endpoints, options(access, timeout), access.root);
+    let dialer = options(access, timeout);
+    let f = crate::auth::connect::connect(endpoints, &dialer, access.root);
     connected(endpoints.join(","), f).await.map(|(c, _)| c)
 }
 
@@ -161,7 +190,8 @@ impl MemberClients {
                 return Ok((c.clone(), *login));
             }
         }
-        let f = crate::auth::connect::connect_member(url, others, options(access, READ_TIMEOUT), access.root);
+        let dialer = options(access, READ_TIMEOUT);
+        let f = crate::auth::connect::connect_member(url, others, &dialer, access.root);
         let (c, login) = connected(url.to_string(), f).await?;
         self.clients.lock().unwrap_or_else(|e| e.into_inner()).insert(key, (c.clone(), now, login));
         Ok((c, login))

@@ -73,10 +73,14 @@ pub(super) async fn alarms(client: &mut Client) -> Result<Vec<Alarm>, Error> {
 /// `cluster_id` is the cluster's ID as status last recorded it (None before the first answer):
 /// an answer from another cluster (a pod IP now held by a member of another cluster) is
 /// ignored, and without a recorded ID the ID most members report is taken.
+///
+/// `unreached`: the pods whose member gave no answer for what may be the operator's own
+/// trouble (every error but a refused connection), with the error; filled in either way.
 pub async fn observe(
     clients: &MemberClients,
     endpoints: &Endpoints,
     cluster_id: Option<u64>,
+    unreached: &mut BTreeMap<String, String>,
 ) -> Result<EtcdState, Error> {
     if endpoints.is_empty() {
         return Err(Error::NoEndpoint);
@@ -91,7 +95,13 @@ pub async fn observe(
     for (url, a) in answers {
         match a {
             Ok(v) => ok.push((url, v)),
-            Err(e) => last_err = Some(e),
+            Err(e) => {
+                if !e.is_connection_refused() {
+                    let pods = endpoints.iter().filter(|(_, u)| *u == url);
+                    unreached.extend(pods.map(|(pod, _)| (pod.clone(), e.to_string())));
+                }
+                last_err = Some(e);
+            }
         }
     }
     let want = cluster_id.or_else(|| majority(ok.iter().map(|(_, (_, cid, _, _, _, _))| *cid)));
@@ -119,27 +129,34 @@ pub async fn observe(
     // The leader's own view of membership is the most current one available.
     answered.sort_by_key(|(id, leader, _, _)| (id != leader, *id));
     let leader = answered.iter().find(|(id, leader, _, _)| id == leader).map(|(id, _, _, _)| *id);
+    // Members that answered their status seeing a leader: a call after that failing is the
+    // operator's trouble (a member without a leader said what is wrong), and their state is out
+    // of its sight.
+    let answered_pods: Vec<String> = answered
+        .iter()
+        .filter(|(_, leader, _, _)| *leader != 0)
+        .flat_map(|(_, _, url, _)| endpoints.iter().filter(move |(_, u)| u == url).map(|(pod, _)| pod.clone()))
+        .collect();
     let (_, _, url, client) = &mut answered[0];
+    let mut failed = |e: Error| {
+        clients.forget(url, access);
+        unreached.extend(answered_pods.iter().map(|pod| (pod.clone(), e.to_string())));
+        e
+    };
     let list = match with_deadline("member list", READ_TIMEOUT, client.member_list()).await {
         Ok(l) => l,
-        Err(e) => {
-            clients.forget(url, access);
-            return Err(e);
-        }
+        Err(e) => return Err(failed(e)),
     };
     let alarms = if alarmed {
         match alarms(client).await {
             Ok(a) => a,
-            Err(e) => {
-                clients.forget(url, access);
-                return Err(e);
-            }
+            Err(e) => return Err(failed(e)),
         }
     } else {
         vec![]
     };
     let auth = match auth_of(&logins) {
-        EtcdAuth::Off { .. } => match crate::auth::calls::root_user(client).await {
+        EtcdAuth::Off { .. } => match crate::etcd::auth_calls::root_user(client).await {
             Ok(root) => EtcdAuth::Off { root },
             // Turned on since these clients connected: they are stale.
             Err(e) if e.is_auth_refusal() => {
@@ -209,5 +226,57 @@ mod tests {
         assert!(is_alarm_error("memberID:10276657743932975437 alarm:NOSPACE "));
         assert!(is_alarm_error("memberID:1 alarm:CORRUPT "));
         assert!(!is_alarm_error("etcdserver: no leader"));
+    }
+
+    /// A login is a bcrypt hash and a raft entry: on a busy node (the first observation after
+    /// `auth enable`, every member logging in at once) it takes longer than a read may. A
+    /// member that logs the operator in after more than a read's time is observed all the same,
+    /// not reported down (then `NoQuorum` on a healthy cluster).
+    #[tokio::test]
+    async fn a_member_slower_to_log_in_than_a_read_is_still_observed() {
+        use super::super::fake_member::{CLUSTER_ID, FakeMember};
+        use std::sync::Arc;
+        let slow = READ_TIMEOUT + std::time::Duration::from_secs(1);
+        let fake = FakeMember::start(7, slow).await;
+        let endpoints = Endpoints {
+            urls: BTreeMap::from([("ex-a".to_string(), fake.url.clone())]),
+            tls: None,
+            root: crate::auth::Credentials::new("root", Some("pw"), None).map(Arc::new),
+        };
+        let clients = MemberClients::default();
+        let started = std::time::Instant::now();
+        let st = observe(&clients, &endpoints, None, &mut BTreeMap::new()).await.expect("the member observed");
+        assert!(started.elapsed() >= slow, "the fake member did make the login wait");
+        assert_eq!(st.cluster_id, CLUSTER_ID);
+        assert!(st.members.iter().all(|m| m.is_healthy()), "{:?}", st.members);
+        assert_eq!(st.auth, EtcdAuth::On { secret_password: true });
+        // The logged-in client is kept: the next observation does not log in again.
+        observe(&clients, &endpoints, None, &mut BTreeMap::new()).await.expect("observed again");
+        assert_eq!(fake.logins.load(std::sync::atomic::Ordering::SeqCst), 1);
+    }
+
+    /// A member whose host refuses the connection is down: that is its own answer. One that
+    /// takes the connection and hangs up gave no answer for all the operator knows (its own
+    /// trouble, maybe): only that one is `unreached`, for the planner to weigh against its pod.
+    #[tokio::test]
+    async fn only_failures_that_may_be_the_operators_own_leave_a_member_unreached() {
+        let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let closed_url = format!("http://{}", closed.local_addr().unwrap());
+        drop(closed);
+        let rude = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let rude_url = format!("http://{}", rude.local_addr().unwrap());
+        tokio::spawn(async move {
+            while let Ok((socket, _)) = rude.accept().await {
+                drop(socket);
+            }
+        });
+        let endpoints = Endpoints {
+            urls: BTreeMap::from([("ex-a".to_string(), closed_url), ("ex-b".to_string(), rude_url)]),
+            ..Default::default()
+        };
+        let mut unreached = BTreeMap::new();
+        let r = observe(&MemberClients::default(), &endpoints, None, &mut unreached).await;
+        assert!(r.is_err(), "{r:?}");
+        assert_eq!(unreached.keys().collect::<Vec<_>>(), ["ex-b"], "{unreached:?}");
     }
 }

@@ -6,7 +6,8 @@ use kube::ResourceExt;
 
 use crate::observed::BackupPoint;
 
-/// The newest backup of an EtcdBackup, as a restore source.
+/// The newest backup of an EtcdBackup, as a restore source, with what it backs up (the planner
+/// checks that it is this cluster).
 pub(super) async fn newest_backup(client: &kube::Client, namespace: &str, name: &str) -> Result<BackupPoint, String> {
     let api: kube::Api<etcd_operator_api::EtcdBackup> = kube::Api::namespaced(client.clone(), namespace);
     let b = api.get(name).await.map_err(|e| format!("cannot be read: {e}"))?;
@@ -26,6 +27,8 @@ pub(super) async fn newest_backup(client: &kube::Client, namespace: &str, name: 
     Ok(BackupPoint {
         restore: crate::validation::Restore { location, source: b.spec.source.clone(), sha256, root_volume },
         revision,
+        cluster_name: b.spec.cluster_name.clone(),
+        endpoints: b.spec.etcd_endpoints.clone(),
     })
 }
 

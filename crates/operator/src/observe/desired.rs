@@ -2,7 +2,7 @@
 //! stays on keeps its Secrets; authentication on is not dropped), and the TLS stage member pods
 //! are made at now.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use etcd_operator_api::EtcdCluster;
 use kube::ResourceExt;
@@ -12,39 +12,78 @@ use crate::observed::PvcState;
 use crate::tls::transition::PodTls;
 use crate::validation::{Desired, validate};
 
+/// The spec to plan from, as [`desired_of`] chose it.
+pub(super) struct Planned {
+    pub desired: Result<Desired, Vec<String>>,
+    /// Why this spec was refused, when `desired` is another one (`Observed::spec_refused`).
+    pub refused: Option<Vec<String>>,
+    /// The spec planned from left `version` empty (the default applies).
+    pub version_defaulted: bool,
+    /// No valid spec is on record: `desired` is the refused spec as earlier rules read it,
+    /// without what today's rules refuse (`Observed::no_valid_spec`).
+    pub no_valid_spec: bool,
+}
+
 /// The spec to plan from: this one if valid; else the last valid one the operator recorded
 /// (the cluster keeps healing under it), with the reasons this one was refused. A cluster that
-/// formed under an operator version that recorded no last valid spec keeps its spec if that
-/// version's rules accepted it. The last value says whether the spec planned from left
-/// `version` empty (the default applies). `pods`: how the member pods speak TLS.
-pub(super) fn desired_of(
-    cluster: &EtcdCluster,
-    name: &str,
-    formed: bool,
-    pods: &[&PodTls],
-) -> (Result<Desired, Vec<String>>, Option<Vec<String>>, bool) {
+/// formed with no valid spec on record (adopted from the CoreOS operator, or the mark lost) is
+/// judged by today's rules too; what they refuse is reported and never applied: it heals under
+/// the spec as earlier rules read it without the refused `etcdEnv` entries
+/// (`validation::validate_legacy`), and no running member is changed. `pods`: how the member
+/// pods speak TLS.
+pub(super) fn desired_of(cluster: &EtcdCluster, name: &str, formed: bool, pods: &[&PodTls]) -> Planned {
+    let planned = |desired, refused, version_defaulted, no_valid_spec| Planned {
+        desired,
+        refused,
+        version_defaulted,
+        no_valid_spec,
+    };
     match validate(name, &cluster.spec)
         .and_then(|d| tls_change_allowed(cluster, name, formed, pods, d))
         .and_then(|d| auth_kept(cluster, name, d))
     {
-        Ok(d) => (Ok(d), None, cluster.spec.version.is_empty()),
-        Err(errs) => {
-            let recorded = cluster.annotations().get(LAST_VALID_SPEC_ANNOTATION);
-            let last = match recorded {
-                Some(j) => serde_json::from_str::<etcd_operator_api::EtcdClusterSpec>(j)
-                    .ok()
-                    .and_then(|spec| validate(name, &spec).ok().map(|d| (d, spec.version.is_empty()))),
-                None if formed => crate::validation::validate_legacy(name, &cluster.spec)
-                    .ok()
-                    .map(|d| (d, cluster.spec.version.is_empty())),
-                None => None,
-            };
-            match last {
-                Some((d, empty)) => (Ok(d), Some(errs), empty),
-                None => (Err(errs), None, false),
-            }
-        }
+        Ok(d) => planned(Ok(d), None, cluster.spec.version.is_empty(), false),
+        Err(errs) => match cluster.annotations().get(LAST_VALID_SPEC_ANNOTATION) {
+            Some(_) => match last_valid(cluster, name) {
+                Some((d, empty)) => planned(Ok(d), Some(errs), empty, false),
+                None => planned(Err(errs), None, false, false),
+            },
+            // The same TLS and auth rules as any change: a swapped Secret is refused here too.
+            None if formed => match crate::validation::validate_legacy(name, &cluster.spec)
+                .and_then(|d| tls_change_allowed(cluster, name, formed, pods, d))
+                .and_then(|d| auth_kept(cluster, name, d))
+            {
+                Ok(d) => planned(Ok(d), Some(errs), cluster.spec.version.is_empty(), true),
+                Err(_) => planned(Err(errs), None, false, false),
+            },
+            None => planned(Err(errs), None, false, false),
+        },
     }
+}
+
+/// The last valid spec the operator recorded, checked, and whether it left `version` empty.
+pub(super) fn last_valid(cluster: &EtcdCluster, name: &str) -> Option<(Desired, bool)> {
+    let recorded = cluster.annotations().get(LAST_VALID_SPEC_ANNOTATION)?;
+    let spec = serde_json::from_str::<etcd_operator_api::EtcdClusterSpec>(recorded).ok()?;
+    validate(name, &spec).ok().map(|d| (d, spec.version.is_empty()))
+}
+
+/// The TLS Secrets the cluster runs with now: mounted by a member pod, named by the last valid
+/// spec, or being left (the `tls-leaving` mark). Material refused in these does not stop the
+/// cluster from healing with what its pods mount; refused material in any other Secret is a
+/// refused change.
+pub(super) fn secrets_in_use(cluster: &EtcdCluster, name: &str, pods: &[&PodTls]) -> BTreeSet<String> {
+    use crate::tls::transition::Leaving;
+    let mut sources: Vec<Leaving> = pods.iter().map(|p| Leaving::of_pods(std::iter::once(*p))).collect();
+    if let Some(p) = last_valid_tls(cluster, name) {
+        sources.push(Leaving::of_policy(&p));
+    }
+    if let Some(l) =
+        cluster.annotations().get(naming::TLS_LEAVING_ANNOTATION).and_then(|j| serde_json::from_str::<Leaving>(j).ok())
+    {
+        sources.push(l);
+    }
+    sources.into_iter().flat_map(|l| [l.peer_secret, l.server_secret, l.operator_secret]).flatten().collect()
 }
 
 /// The policy of the last valid spec the operator recorded, if any.
@@ -130,18 +169,41 @@ mod tests {
     #[test]
     fn the_version_default_follows_the_spec_planned_from() {
         use etcd_operator_api::EtcdClusterSpec;
-        let (d, refused, empty) =
-            desired_of(&cluster(EtcdClusterSpec { size: 3, ..Default::default() }, None), "ex", true, &[]);
-        assert!(d.is_ok() && refused.is_none() && empty);
+        let p = desired_of(&cluster(EtcdClusterSpec { size: 3, ..Default::default() }, None), "ex", true, &[]);
+        assert!(p.desired.is_ok() && p.refused.is_none() && p.version_defaulted);
         let pinned = EtcdClusterSpec { size: 3, version: "3.5.1".into(), ..Default::default() };
-        assert!(!desired_of(&cluster(pinned, None), "ex", true, &[]).2);
+        assert!(!desired_of(&cluster(pinned, None), "ex", true, &[]).version_defaulted);
         // An invalid edit (size 0) of a cluster last valid with an empty version.
         let edit = EtcdClusterSpec { size: 0, version: "3.5.1".into(), ..Default::default() };
-        let (d, refused, empty) = desired_of(&cluster(edit.clone(), Some(r#"{"size":3}"#)), "ex", true, &[]);
-        assert!(d.is_ok() && refused.is_some());
-        assert!(empty, "the last valid spec left the version empty");
-        let (_, _, empty) = desired_of(&cluster(edit, Some(r#"{"size":3,"version":"3.5.1"}"#)), "ex", true, &[]);
-        assert!(!empty);
+        let p = desired_of(&cluster(edit.clone(), Some(r#"{"size":3}"#)), "ex", true, &[]);
+        assert!(p.desired.is_ok() && p.refused.is_some());
+        assert!(p.version_defaulted, "the last valid spec left the version empty");
+        let p = desired_of(&cluster(edit, Some(r#"{"size":3,"version":"3.5.1"}"#)), "ex", true, &[]);
+        assert!(!p.version_defaulted);
+    }
+
+    /// The Secrets a cluster runs with: those its member pods mount, its last valid spec's, the
+    /// ones being left; never the operator Secret of an edit not yet valid.
+    #[test]
+    fn the_secrets_in_use_are_the_pods_the_last_valid_spec_s_and_the_ones_being_left() {
+        use crate::tls::transition::PodTls;
+        let spec = |peer: &str, op: &str| -> etcd_operator_api::EtcdClusterSpec {
+            serde_json::from_str(&format!(
+                r#"{{"size":3,"TLS":{{"static":{{"member":{{"peerSecret":"{peer}","serverSecret":"s"}},"operatorSecret":"{op}"}}}}}}"#
+            ))
+            .unwrap()
+        };
+        let last = serde_json::to_string(&spec("p", "o")).unwrap();
+        let mut c = cluster(spec("p", "o2"), Some(&last));
+        let pod = PodTls { peer_secret: Some("mounted".into()), ..Default::default() };
+        let in_use = secrets_in_use(&c, "ex", &[&pod]);
+        assert_eq!(in_use, ["mounted", "o", "p", "s"].map(String::from).into(), "not o2: the edit's");
+        c.metadata.annotations.get_or_insert_default().insert(
+            naming::TLS_LEAVING_ANNOTATION.into(),
+            r#"{"serverSecret":"old-s","operatorSecret":"old-o"}"#.into(),
+        );
+        let in_use = secrets_in_use(&c, "ex", &[]);
+        assert!(in_use.contains("old-s") && in_use.contains("old-o"), "{in_use:?}");
     }
 
     /// A formed cluster may turn TLS on (its members move one at a time), not swap the Secret of
@@ -154,16 +216,64 @@ mod tests {
             ))
             .unwrap()
         };
-        let (d, refused, _) = desired_of(&cluster(with_tls("p"), Some(r#"{"size":3}"#)), "ex", true, &[]);
-        assert!(d.unwrap().tls.peer_secret.is_some() && refused.is_none(), "turning TLS on is accepted");
+        let p = desired_of(&cluster(with_tls("p"), Some(r#"{"size":3}"#)), "ex", true, &[]);
+        assert!(p.desired.unwrap().tls.peer_secret.is_some() && p.refused.is_none(), "turning TLS on is accepted");
         let last = serde_json::to_string(&with_tls("p")).unwrap();
-        let (d, refused, _) = desired_of(&cluster(with_tls("q"), Some(&last)), "ex", true, &[]);
-        assert_eq!(d.unwrap().tls.peer_secret.as_deref(), Some("p"), "planned under the last valid spec");
-        assert!(refused.unwrap()[0].contains("cannot switch to Secret q"));
-        let (d, refused, _) = desired_of(&cluster(with_tls("q"), Some(&last)), "ex", false, &[]);
+        let p = desired_of(&cluster(with_tls("q"), Some(&last)), "ex", true, &[]);
+        assert_eq!(p.desired.unwrap().tls.peer_secret.as_deref(), Some("p"), "planned under the last valid spec");
+        assert!(p.refused.unwrap()[0].contains("cannot switch to Secret q"));
+        let p = desired_of(&cluster(with_tls("q"), Some(&last)), "ex", false, &[]);
         assert!(
-            d.unwrap().tls.peer_secret.as_deref() == Some("q") && refused.is_none(),
+            p.desired.unwrap().tls.peer_secret.as_deref() == Some("q") && p.refused.is_none(),
             "not formed yet: no history to keep"
         );
+    }
+
+    /// A formed cluster with no valid spec on record (adopted, or the mark lost) whose spec asks
+    /// for what today's rules refuse: refused and reported, planned from the spec without the
+    /// refused entries, with running members left as they are (`no_valid_spec`). Before it
+    /// formed, such a spec is simply invalid.
+    #[test]
+    fn a_formed_cluster_without_a_valid_spec_on_record_is_judged_by_todays_rules() {
+        let spec: etcd_operator_api::EtcdClusterSpec = serde_json::from_str(
+            r#"{"size":3,"pod":{"resources":{"requests":{"cpu":"20m"}},"etcdEnv":[
+                {"name":"ETCD_FORCE_NEW_CLUSTER","value":"true"},
+                {"name":"ETCD_WAL_DIR","value":"/var/etcd/wal"},
+                {"name":"ETCD_AUTH_TOKEN","valueFrom":{"secretKeyRef":{"name":"s","key":"k"}}},
+                {"name":"ETCD_SNAPSHOT_COUNT","value":"5000"}]}}"#,
+        )
+        .unwrap();
+        let p = desired_of(&cluster(spec.clone(), None), "ex", true, &[]);
+        let refused = p.refused.expect("refused");
+        for name in ["ETCD_FORCE_NEW_CLUSTER", "ETCD_WAL_DIR", "ETCD_AUTH_TOKEN"] {
+            assert!(refused.iter().any(|e| e.contains(name)), "{name} not named: {refused:?}");
+        }
+        assert!(p.no_valid_spec);
+        let d = p.desired.expect("keeps healing");
+        let env: Vec<&str> = d.pod.etcd_env.iter().map(|e| e.name.as_str()).collect();
+        // The WAL directory is where each member's log is: a member remade without it would
+        // start with an empty log on a volume that holds its data. Reported, and kept.
+        assert_eq!(env, ["ETCD_WAL_DIR", "ETCD_SNAPSHOT_COUNT"], "no pod is made with another refused setting");
+        // A TLS side that stays on swapped to another Secret with no mark: refused as with one
+        // (members remade with `q` could not talk to the ones on `p`); nothing is planned.
+        let swapped: etcd_operator_api::EtcdClusterSpec = serde_json::from_str(
+            r#"{"size":3,"pod":{"etcdEnv":[{"name":"ETCD_FORCE_NEW_CLUSTER","value":"true"}]},
+                "TLS":{"static":{"member":{"peerSecret":"q","serverSecret":"s"},"operatorSecret":"o"}}}"#,
+        )
+        .unwrap();
+        let pod = crate::tls::transition::PodTls {
+            peer_secret: Some("p".into()),
+            server_secret: Some("s".into()),
+            peer_https: true,
+            ..Default::default()
+        };
+        let p = desired_of(&cluster(swapped, None), "ex", true, &[&pod]);
+        assert!(p.desired.is_err(), "planned with the swapped Secret");
+        // Not formed: invalid, nothing is done.
+        let p = desired_of(&cluster(spec.clone(), None), "ex", false, &[]);
+        assert!(p.desired.is_err() && !p.no_valid_spec);
+        // With a valid spec on record: planned from that one, as for any refused edit.
+        let p = desired_of(&cluster(spec, Some(r#"{"size":3}"#)), "ex", true, &[]);
+        assert!(p.desired.unwrap().pod.etcd_env.is_empty() && p.refused.is_some() && !p.no_valid_spec);
     }
 }

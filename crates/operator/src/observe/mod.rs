@@ -3,8 +3,8 @@
 //!
 //! Here: `observe`, which puts it together. [`pods`]: a member pod in planner terms;
 //! [`volumes`]: a member PVC; [`desired`]: the spec to plan from (this one, or the last valid one)
-//! and the TLS stage; [`backups`]: an EtcdBackup's newest backup, a running backup pod; etcd's own
-//! view comes from `etcd::observe`.
+//! and the TLS stage; [`backups`]: an EtcdBackup's newest backup, a running backup pod;
+//! [`tls_auto`]: the Secrets of `spec.TLS.auto`; etcd's own view comes from `etcd::observe`.
 
 use std::collections::BTreeMap;
 
@@ -18,12 +18,17 @@ use crate::etcd;
 use crate::naming::{
     self, CLIENT_PORT, CLUSTER_ID_ANNOTATION, CLUSTER_LABEL, QUORUM_LOST_AT_ANNOTATION, RECOVERY_ANNOTATION,
 };
-use crate::observed::{EtcdState, Observed, PodState, PvcState, QuorumLossPolicy};
+use crate::observed::{EtcdState, Observed, PodState, PvcState};
 use crate::tls::transition::PodTls;
+use crate::validation::QuorumLossPolicy;
 
+pub mod auth_secrets;
 mod backups;
 mod desired;
 mod pods;
+mod tls;
+pub mod tls_auto;
+pub mod tls_probe;
 mod volumes;
 
 pub use pods::{UNSCHEDULABLE_SECS, pod_state};
@@ -37,6 +42,8 @@ pub struct Caches {
     pub pvcs: Store<PersistentVolumeClaim>,
     /// PodDisruptionBudgets, in the policy version the server serves (none: no budgets).
     pub budgets: Option<(kube::api::ApiResource, Store<kube::api::DynamicObject>)>,
+    /// The clusters' NetworkPolicies (`network_policy`).
+    pub network_policies: Store<k8s_openapi::api::networking::v1::NetworkPolicy>,
 }
 
 fn owned_by<K: kube::Resource>(obj: &K, cluster: &EtcdCluster) -> bool {
@@ -60,6 +67,7 @@ pub async fn observe(
     caches: &Caches,
     clients: &etcd::MemberClients,
     cluster_domain: &str,
+    operator_namespace: Option<&str>,
 ) -> (Observed, etcd::Endpoints) {
     let name = cluster.name_any();
     let namespace = cluster.namespace().unwrap_or_default();
@@ -87,68 +95,72 @@ pub async fn observe(
         })
         .map(|s| s.name_any())
         .collect();
-    let pvcs: BTreeMap<String, PvcState> = caches
+    // Retired claims (their data check refused them) are kept apart: never restarted on.
+    let (pvcs, retired_pvcs): (BTreeMap<String, PvcState>, BTreeMap<String, PvcState>) = caches
         .pvcs
         .state()
         .iter()
         .filter(|s| owned_by(s.as_ref(), cluster))
         .filter_map(|v| pvc_state(v))
         .map(|v| (v.member.clone(), v))
-        .collect();
+        .partition(|(_, v)| v.retired.is_none());
     let status = cluster.status.clone().unwrap_or_default();
     let annotations = cluster.annotations();
     let record =
-        |k: &str| annotations.get(k).and_then(|j| serde_json::from_str::<crate::planner::recovery::Record>(j).ok());
+        |k: &str| annotations.get(k).and_then(|j| serde_json::from_str::<crate::observed::RecoveryRecord>(j).ok());
     let recovery_record = record(RECOVERY_ANNOTATION);
     let last_recovery = record(naming::LAST_RECOVERY_ANNOTATION);
     // During a recovery the new first member is the cluster: only it is asked, whatever cluster
     // ID it has. Otherwise answers from another cluster (a reused pod IP) are ignored.
     let seeded = recovery_record.as_ref().filter(|r| pods.contains_key(&r.member)).map(|r| r.member.clone());
     // A status that shows the cluster ran (CoreOS' included: it recorded no cluster ID) counts.
-    let formed = annotations.contains_key(CLUSTER_ID_ANNOTATION)
-        || !status.cluster_id.is_empty()
-        || crate::coreos::status_shows_it_ran(&status);
+    // So does a member pod seen Ready while the operator could not reach etcd (`marks`).
+    let id_recorded = annotations.contains_key(CLUSTER_ID_ANNOTATION) || !status.cluster_id.is_empty();
+    let formed_unrecorded = annotations.get(naming::FORMED_ANNOTATION).filter(|_| !id_recorded).cloned();
+    let formed = id_recorded || formed_unrecorded.is_some() || crate::coreos::status_shows_it_ran(&status);
     let pod_tls: Vec<&PodTls> = pods.values().map(|p| &p.tls).collect();
-    let (desired, spec_refused, version_defaulted) = desired::desired_of(cluster, &name, formed, &pod_tls);
-    let desired = desired.and_then(|mut d| {
+    let planned = desired::desired_of(cluster, &name, formed, &pod_tls);
+    let (desired, spec_refused, version_defaulted, no_valid_spec) =
+        (planned.desired, planned.refused, planned.version_defaulted, planned.no_valid_spec);
+    let prepare = |mut d: crate::validation::Desired| {
         if d.pod.cluster_domain.is_empty() {
             d.pod.cluster_domain = cluster_domain.to_string();
         }
         d.tls_stage = desired::tls_stage(cluster, &name, &d, &pod_tls, &pvcs)?;
         Ok(d)
-    });
+    };
+    let desired = desired.and_then(prepare);
     // spec.TLS.auto: the operator's Secrets, read before the material check below (which checks
-    // them as it checks static ones); their CA bundle is part of the pod-spec hash (`tls::auto`).
+    // them as it checks static ones; a new cluster's are made from this observation); their CA
+    // bundle is part of the pod-spec hash (`tls::auto`).
     // Also after auto was turned off while pods are still made with them: they are renewed.
-    let auto =
-        |d: &crate::validation::Desired| Some((crate::tls::auto::in_use(d, &name)?, d.pod.cluster_domain.clone()));
+    let auto = |d: &crate::validation::Desired| {
+        Some((crate::validation::tls_auto_in_use(d, &name)?, d.pod.cluster_domain.clone()))
+    };
     let mut certificates = match desired.as_ref().ok().and_then(auto) {
-        Some((in_use, domain)) => Some(crate::tls::auto::read::observe(client, cluster, in_use, &domain).await),
+        Some((in_use, domain)) => Some(tls_auto::read(client, cluster, in_use, &domain).await),
         None => None,
     };
+    // TLS material is checked before anything uses it (`tls`): the Secrets checked are the ones
+    // pods are made with now (a side being turned off keeps its Secrets until no member uses
+    // them). Refused material of a change is a refused change; refused material the cluster
+    // runs with is reported and holds up only what needs new material (`planner::tls_material`).
+    // Boxed: futures this large overflow a debug build's worker stack.
+    let planned = (desired, spec_refused, version_defaulted);
+    let tls::Checked { desired, spec_refused, version_defaulted, verdict: mut tls_material } =
+        Box::pin(tls::checked(client, cluster, &name, &namespace, planned, prepare, &pod_tls)).await;
+    let client_tls = tls_material.client.take().map(std::sync::Arc::new);
     let desired = desired.map(|mut d| {
-        d.tls_trust = certificates.as_ref().filter(|c| !c.leaving).and_then(|c| c.trust_fingerprint());
+        if crate::validation::tls_auto_in_use(&d, &name).is_some() {
+            d.tls_trust = certificates.as_ref().filter(|c| !c.leaving).and_then(|c| c.trust_fingerprint());
+        }
         d
     });
-    // TLS material is checked before anything uses it: refused material is an invalid spec. The
-    // Secrets checked are the ones pods are made with now (a side being turned off keeps its
-    // Secrets until no member uses them).
-    let (desired, client_tls) = match desired {
-        Ok(d) => {
-            match crate::tls::material::load(client, &namespace, &name, &d.pod.cluster_domain, &d.tls_stage.secrets)
-                .await
-            {
-                Ok(t) => (Ok(d), t),
-                Err(reasons) => (Err(reasons), None),
-            }
-        }
-        Err(e) => (Err(e), None),
-    };
     // The root Secret and the operator's record of the password etcd has (`spec.auth`).
     let (mut auth, root) = match &desired {
         Ok(d) => {
             let uid = cluster.metadata.uid.clone().unwrap_or_default();
-            Box::pin(crate::auth::secrets::load(client, &namespace, &name, &uid, &d.auth)).await
+            Box::pin(auth_secrets::load(client, &namespace, &name, &uid, &d.auth)).await
         }
         Err(_) => Default::default(),
     };
@@ -180,11 +192,12 @@ pub async fn observe(
         root,
     };
     let recorded_cluster_id = annotations.get(CLUSTER_ID_ANNOTATION).cloned().unwrap_or(status.cluster_id.clone());
+    let mut unreached = BTreeMap::new();
     let (etcd, etcd_error) = if desired.is_err() || endpoints.is_empty() {
         (None, None)
     } else {
         let recorded_id = u64::from_str_radix(&recorded_cluster_id, 16).ok().filter(|id| *id != 0 && seeded.is_none());
-        match etcd::observe(clients, &endpoints, recorded_id).await {
+        match etcd::observe(clients, &endpoints, recorded_id, &mut unreached).await {
             Ok(s) => (Some(s), None),
             Err(e) => {
                 if e.is_auth_refusal() {
@@ -196,7 +209,7 @@ pub async fn observe(
         }
     };
     if let Some(c) = certificates.as_mut().filter(|c| c.read_error.is_none() && !c.leaving) {
-        c.served = crate::tls::auto::probe::served(&pods, c).await;
+        c.served = crate::observe::tls_probe::served(&pods, c).await;
     }
     let quorum_missing = etcd
         .as_ref()
@@ -220,11 +233,21 @@ pub async fn observe(
         pods,
         etcd,
         etcd_error,
+        unreached,
         // PVCs that no bootstrap of this operator made (an earlier version's, CoreOS') may hold
         // data: such a cluster is treated as formed, as is one whose status shows it ran.
-        ever_bootstrapped: formed || pvcs.values().any(|v| !v.bootstrap),
+        ever_bootstrapped: formed || pvcs.values().any(|v| !v.bootstrap) || !retired_pvcs.is_empty(),
+        formed_unrecorded,
+        survivor_looks: annotations
+            .get(naming::SURVIVOR_LOOKS_ANNOTATION)
+            .and_then(|j| serde_json::from_str(j).ok())
+            .unwrap_or_default(),
+        acknowledged: crate::progress::Progress::parse(annotations.get(naming::MEMBER_PROGRESS_ANNOTATION))
+            .acknowledged(),
         pvcs,
+        retired_pvcs,
         spec_refused,
+        no_valid_spec,
         quorum_lost_secs,
         recovery_record,
         last_recovery,
@@ -233,16 +256,22 @@ pub async fn observe(
         new_member_suffix: random_suffix(),
         backup_running: None,
         auth,
-        minor_since: annotations.get(naming::MINOR_SINCE_ANNOTATION).and_then(|v| {
-            let (minor, index) = v.split_once(' ')?;
-            Some((minor.to_string(), index.parse().ok()?))
-        }),
+        minor_since: annotations.get(naming::MINOR_SINCE_ANNOTATION).and_then(|v| crate::marks::parse_minor_since(v)),
         certificates,
+        tls_material,
         nospace_recovery: annotations.get(naming::NOSPACE_RECOVERY_ANNOTATION).and_then(|v| {
             let (rev, at) = v.split_once(' ')?;
             let at = at.parse::<k8s_openapi::jiff::Timestamp>().ok()?;
             Some((rev.parse().ok()?, (now.as_second() - at.as_second()).max(0)))
         }),
+        network_policy: caches
+            .network_policies
+            .get(
+                &kube::runtime::reflector::ObjectRef::new(&cluster.name_any())
+                    .within(&cluster.namespace().unwrap_or_default()),
+            )
+            .map(|np| np.as_ref().clone()),
+        operator_namespace: operator_namespace.map(str::to_string),
     };
     // Only when a member is due for defragmentation: is a backup of this cluster running?
     if crate::planner::may_defragment(&o) {
@@ -251,5 +280,7 @@ pub async fn observe(
     if version_defaulted {
         crate::planner::upgrade::keep_running_version(&mut o);
     }
+    // Members about to restart into another CA bundle: do they all serve certificates it trusts?
+    Box::pin(tls::guard_trust(&mut o)).await;
     (o, endpoints)
 }

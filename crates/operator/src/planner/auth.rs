@@ -9,7 +9,7 @@
 //! enable`.
 
 use super::{Step, WaitReason, wait};
-use crate::auth::{EtcdAuth, Policy, RootUser, SecretState};
+use crate::auth::{EtcdAuth, Policy, RootUser, SecretState, Upkeep};
 use crate::observed::{EtcdState, Observed};
 use crate::validation::Desired;
 
@@ -61,16 +61,40 @@ pub(super) fn next(o: &Observed, d: &Desired, etcd: &EtcdState) -> Option<Step> 
     Some(Step::Auth(step))
 }
 
-/// A member runs etcd 3.5.0 or 3.5.1 (spec.version left empty): its readiness probe reads a
-/// key, which authentication would refuse (validation refuses the version when it is named).
+/// A member pod's readiness probe reads a key (made at etcd 3.5.0 or 3.5.1, or before 3.4.16
+/// without authentication: `pod_spec::health_exclude_is_broken`), which authentication would
+/// refuse (validation refuses 3.5.0 and 3.5.1 when named).
 fn broken_probe(o: &Observed) -> bool {
-    o.pods.values().any(|p| {
-        crate::version::Version::parse(&p.version).is_ok_and(|v| crate::pod_spec::health_exclude_is_broken(&v))
-    })
+    o.pods.values().any(|p| p.readiness_reads_key)
 }
 
 /// No member answered because etcd refused the login: that is the reason to report (not a
 /// lost quorum), and nothing is changed.
 pub(super) fn refused(o: &Observed) -> Option<Step> {
     o.auth.refused.as_ref().map(|why| wait(WaitReason::AuthRefused, why.clone()))
+}
+
+/// The upkeep of `spec.auth`'s Secrets this observation calls for (`controller/upkeep.rs`
+/// executes it beside the step). Pure.
+pub fn upkeep(o: &Observed) -> Option<Upkeep> {
+    let Ok(d) = &o.desired else { return None };
+    let Policy::Managed { enabled, root_secret } = &d.auth else { return None };
+    if o.paused {
+        return None;
+    }
+    let etcd = o.etcd.as_ref().map(|e| &e.auth);
+    match &o.auth.secret {
+        // A record that could not be read may hold etcd's password: a root Secret made now
+        // would get a random one, which the next step would set in etcd.
+        SecretState::Missing if o.auth.record_unreadable.is_some() => None,
+        SecretState::Missing if *enabled || matches!(etcd, Some(EtcdAuth::On { .. })) => {
+            Some(Upkeep::CreateRootSecret { name: root_secret.clone(), use_recorded: o.auth.applied_matches.is_some() })
+        }
+        SecretState::Valid
+            if matches!(etcd, Some(EtcdAuth::On { secret_password: true })) && o.auth.applied_matches != Some(true) =>
+        {
+            Some(Upkeep::RecordApplied)
+        }
+        _ => None,
+    }
 }

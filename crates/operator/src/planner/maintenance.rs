@@ -8,6 +8,10 @@
 //!   the user frees space.
 //! - The defragmentation policy defragments one member at a time when enough of its database
 //!   file is unused, only when nothing else runs, leadership handed away from the leader first.
+//! - A defragmentation whose call failed or timed out may still run inside etcd: until its
+//!   member is seen defragmented again or [`DEFRAG_GUARD_SECS`] passed, only that member may be
+//!   defragmented (a second call waits for the first inside etcd); a NOSPACE recovery starts
+//!   with it, and waits while it does not answer.
 
 use super::{Purpose, SpaceRecovery, Step, WaitReason, wait};
 use crate::observed::{AlarmKind, EtcdState, MemberState, Observed};
@@ -18,6 +22,9 @@ pub const DEFRAG_COOLDOWN_SECS: i64 = 600;
 /// A NOSPACE recovery that could not disarm is tried again when the revision moved (a delete),
 /// or after this long.
 pub const NOSPACE_BACKSTOP_SECS: i64 = 300;
+/// How long a defragmentation that was not seen to end (its call failed or timed out) keeps
+/// every other member from being defragmented: twice the operator's time limit of one call.
+pub const DEFRAG_GUARD_SECS: i64 = 600;
 /// The alarm is disarmed only when every member uses less than this share of the quota after
 /// compaction and defragmentation (else the next writes would raise it again at once).
 pub const DISARM_BELOW_PERCENT: i64 = 90;
@@ -28,6 +35,20 @@ fn pod_of(etcd: &EtcdState, member_id: u64) -> String {
         .find(|m| m.id == member_id)
         .map(|m| m.pod.clone())
         .unwrap_or_else(|| format!("ID {}", crate::naming::hex(member_id)))
+}
+
+/// A member whose last defragmentation may still run (`DEFRAG_GUARD_SECS`), and since when.
+fn unfinished(o: &Observed) -> Option<(&str, i64)> {
+    o.pods
+        .values()
+        .filter_map(|p| p.defrag_unfinished_secs.filter(|s| *s < DEFRAG_GUARD_SECS).map(|s| (p.name.as_str(), s)))
+        .min_by_key(|(_, s)| *s)
+}
+
+fn still_running_note(pod: &str, secs: i64) -> String {
+    format!(
+        "the defragmentation of member {pod} started {secs}s ago was not seen to end (its call failed or timed out) and may still run inside etcd: no other member is defragmented until {pod} is seen defragmented or {DEFRAG_GUARD_SECS}s passed"
+    )
 }
 
 /// Members in the order they are defragmented: followers by name, the leader last.
@@ -69,8 +90,19 @@ pub(super) fn alarms(o: &Observed, d: &Desired, etcd: &EtcdState) -> Option<Step
             ),
         ));
     }
+    let mut members: Vec<String> =
+        followers_first(etcd, answering.into_iter()).into_iter().map(|m| m.pod.clone()).collect();
+    if let Some((pod, secs)) = unfinished(o) {
+        // Its own second call waits for the first inside etcd: it goes first, and nobody
+        // goes while it does not answer.
+        let Some(i) = members.iter().position(|m| m == pod) else {
+            return Some(wait(WaitReason::NoSpace, format!("NOSPACE alarm: {}", still_running_note(pod, secs))));
+        };
+        let first = members.remove(i);
+        members.insert(0, first);
+    }
     Some(Step::RecoverSpace(SpaceRecovery {
-        members: followers_first(etcd, answering.into_iter()).into_iter().map(|m| m.pod.clone()).collect(),
+        members,
         keep_revisions: d.maintenance.keep_revisions,
         alarms: etcd.alarms.iter().filter(|a| a.kind == AlarmKind::NoSpace).cloned().collect(),
         disarm_below_bytes,
@@ -90,7 +122,13 @@ pub(super) fn defragment(o: &Observed, d: &Desired, etcd: &EtcdState) -> Option<
         .filter(|m| m.status.as_ref().is_some_and(|s| rule.is_due(s.db_size, s.db_size_in_use.min(in_use))))
         .filter(cooled)
         .collect();
-    let first = *followers_first(etcd, due.iter().copied()).first()?;
+    let mut first = *followers_first(etcd, due.iter().copied()).first()?;
+    if let Some((pod, secs)) = unfinished(o) {
+        match due.iter().find(|m| m.pod == pod) {
+            Some(m) => first = m,
+            None => return Some(wait(WaitReason::MaintenanceDeferred, still_running_note(pod, secs))),
+        }
+    }
     if let Some(pod) = &o.backup_running {
         return Some(wait(
             WaitReason::MaintenanceDeferred,

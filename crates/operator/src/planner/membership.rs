@@ -1,6 +1,6 @@
 //! Membership decisions: bootstrap, heal, learners, scale up and down.
 
-use super::{NewMember, Step, WaitReason, initial_cluster_of, peer_of, version_for_new_member, wait};
+use super::{NewMember, Removal, Step, WaitReason, initial_cluster_of, peer_of, version_for_new_member, wait};
 use crate::naming;
 use crate::observed::{EtcdState, MemberState, Observed, PodState};
 use crate::validation::Desired;
@@ -46,6 +46,10 @@ pub(super) fn without_etcd(o: &Observed, d: &Desired) -> Step {
     if let Some(step) = stuck_terminating(o) {
         return step;
     }
+    // Ready members the operator's own calls did not get through to: its sight is lost.
+    if let Some(step) = super::unreachable::without_etcd(o) {
+        return step;
+    }
     let err = o.etcd_error.as_deref().unwrap_or("no member pod has an address");
     wait(
         WaitReason::NoQuorum,
@@ -67,12 +71,15 @@ fn forming(o: &Observed, d: &Desired) -> Step {
         return Step::CreatePod(bootstrap_member(name.clone(), peers.clone(), d));
     }
     // Dead bootstrap pods, and bootstrap pods that cannot run under a spec that has changed
-    // since (a corrected image, resources, ...): cleared, so a fresh bootstrap can run.
+    // since (a corrected image, etcdEnv, resources, ...: the image or the pod-spec hash):
+    // cleared, so a fresh bootstrap can run.
     let image_now = d.image();
     let retry = |p: &&PodState| {
         p.bootstrap
             && !p.deleting
-            && (p.is_dead() || (p.image != image_now && (p.problem.is_some() || p.age_secs >= BOOTSTRAP_RETRY_SECS)))
+            && (p.is_dead()
+                || (made_under_another_spec(o, p, &image_now, d)
+                    && (p.problem.is_some() || p.age_secs >= BOOTSTRAP_RETRY_SECS)))
     };
     if let Some(p) = o.pods.values().find(retry) {
         let why = if p.is_dead() {
@@ -121,6 +128,8 @@ fn bootstrap_member(name: String, initial_cluster: Vec<(String, String)>, d: &De
         restart: false,
         seed: None,
         root_data: false,
+        claim: None,
+        acknowledged_index: 0,
     }
 }
 
@@ -144,7 +153,7 @@ fn stuck_terminating(o: &Observed) -> Option<Step> {
 /// The pod was made from another spec than the current one: another image, or other pod
 /// settings (resources, env, ...; the pod-spec hash it carries). Pods made before the hash
 /// existed are judged by their image alone.
-fn made_under_another_spec(o: &Observed, p: &PodState, image_now: &str, d: &Desired) -> bool {
+pub(super) fn made_under_another_spec(o: &Observed, p: &PodState, image_now: &str, d: &Desired) -> bool {
     let hash_now = d.pod_hash_for(super::root_data(o, &p.name));
     p.image != image_now || p.spec_hash.as_ref().is_some_and(|h| *h != hash_now)
 }
@@ -153,9 +162,23 @@ fn first_problem<'a>(pods: impl Iterator<Item = &'a PodState>) -> Option<(&'a st
     pods.filter(|p| !p.deleting).find_map(|p| p.problem.as_ref().map(|pr| (p.name.as_str(), pr)))
 }
 
-/// A voter counts as healthy when etcd says so and its pod is not on its way out.
-fn healthy(o: &Observed, m: &MemberState) -> bool {
-    m.is_healthy() && o.pods.get(&m.pod).is_some_and(|p| !p.deleting && !p.is_dead())
+/// A voter counts as healthy when etcd says so and its pod is not on its way out and can run
+/// (a pod whose container cannot run is not one etcd's answer can be trusted for).
+pub(super) fn healthy(o: &Observed, m: &MemberState) -> bool {
+    m.is_healthy() && o.pods.get(&m.pod).is_some_and(|p| !p.deleting && !p.is_dead() && p.problem.is_none())
+}
+
+/// A new member joins as a learner (scaling up, or replacing one that left).
+pub(super) fn new_learner(o: &Observed, d: &Desired, etcd: &EtcdState) -> Step {
+    let name = naming::member_name(&o.name, &o.new_member_suffix);
+    let mut initial = initial_cluster_of(etcd);
+    initial.push(peer_of(o, d, &name));
+    Step::AddLearner(NewMember::joining(
+        name,
+        initial,
+        version_for_new_member(o, d),
+        d.pod.persistent_volume_claim_spec.is_some(),
+    ))
 }
 
 /// etcd answered: heal, then reconcile size, one step at a time.
@@ -164,6 +187,10 @@ pub(super) fn with_etcd(o: &Observed, d: &Desired, etcd: &EtcdState) -> Step {
     let healthy_voters = etcd.voters().filter(|m| healthy(o, m)).count();
     let quorum = EtcdState::quorum_of(voters);
     if healthy_voters < quorum {
+        // Members the operator cannot ask whose pods are Ready: its sight is lost, not the quorum.
+        if let Some(step) = super::unreachable::with_etcd(o, etcd, healthy_voters) {
+            return step;
+        }
         return super::recovery::no_quorum(o, d, etcd, healthy_voters);
     }
     // A learner is finished first under NOSPACE (started, promoted or dropped: membership
@@ -195,40 +222,15 @@ pub(super) fn with_etcd(o: &Observed, d: &Desired, etcd: &EtcdState) -> Step {
                 id: m.id,
                 pod: m.pod.clone(),
                 why: format!("its volume does not hold its data ({why}); a new member replaces it"),
+                cause: Removal::VolumeLost,
             };
         }
     }
 
-    // A pod that cannot run is surfaced; no other member is touched meanwhile. A learner is the
-    // exception: it holds no unique data, so one that cannot start is removed to let a fixed spec
-    // try again.
-    // Only members' pods: a failing pod of no member is the orphan logic's to clear, never a
-    // reason to stop (the old pods after a recovery, a restarted volume of a removed member).
-    let member_pods = o.pods.values().filter(|p| etcd.member_for_pod(&p.name).is_some());
-    if let Some((pod, (reason, msg))) = first_problem(member_pods) {
-        if let Some(m) = etcd.member_for_pod(pod).filter(|m| m.is_learner) {
-            let image_now = crate::validation::image_for(&d.repository, &version_for_new_member(o, d));
-            if o.pods.get(pod).is_some_and(|p| made_under_another_spec(o, p, &image_now, d)) {
-                return Step::RemoveMember {
-                    id: m.id,
-                    pod: pod.to_string(),
-                    why: format!("learner cannot start ({reason}) and the spec changed since it was added"),
-                };
-            }
-            if !m.started() && o.pods.get(pod).is_some_and(|p| stale_initial_cluster(p, etcd)) {
-                return Step::RemoveMember {
-                    id: m.id,
-                    pod: pod.to_string(),
-                    why: format!(
-                        "learner cannot start ({reason}): its --initial-cluster no longer matches the membership; it is added again"
-                    ),
-                };
-            }
-        }
-        if let Some(step) = super::upgrade::failing_member(o, d, pod, reason, msg) {
-            return step;
-        }
-        return wait(WaitReason::MemberFailing, format!("member pod {pod} cannot run: {reason}: {msg}"));
+    // Members whose pod cannot run: dropped, rolled back, replaced or made again where that is
+    // safe (`failing`); otherwise they hold up only what needs them, not healing.
+    if let Some(step) = super::failing::act_on(o, d, etcd, healthy_voters) {
+        return step;
     }
 
     if let Some(step) = heal(o, etcd) {
@@ -258,6 +260,7 @@ fn heal(o: &Observed, etcd: &EtcdState) -> Option<Step> {
                 id: m.id,
                 pod: m.pod.clone(),
                 why: format!("its pod {} is being deleted and its data with it", p.name),
+                cause: Removal::PodDeleting,
             });
         }
     }
@@ -277,6 +280,7 @@ fn heal(o: &Observed, etcd: &EtcdState) -> Option<Step> {
                     id: m.id,
                     pod: m.pod.clone(),
                     why: "its pod is gone and its data with it".into(),
+                    cause: Removal::PodGone,
                 });
             }
             Some(p) if p.is_dead() && pvc => continue,
@@ -285,25 +289,13 @@ fn heal(o: &Observed, etcd: &EtcdState) -> Option<Step> {
                     id: m.id,
                     pod: m.pod.clone(),
                     why: format!("its pod ended ({}) and its data with it", p.phase),
+                    cause: Removal::PodGone,
                 });
             }
             Some(_) => {}
         }
     }
     None
-}
-
-/// A learner's pod was made with an `--initial-cluster` that is not the membership any more
-/// (a member was replaced in between): etcd refuses to start it.
-fn stale_initial_cluster(p: &PodState, etcd: &EtcdState) -> bool {
-    if p.initial_cluster.is_empty() {
-        return false;
-    }
-    let mut now: Vec<&str> = etcd.members.iter().map(|m| m.pod.as_str()).collect();
-    let mut then: Vec<&str> = p.initial_cluster.iter().map(String::as_str).collect();
-    now.sort_unstable();
-    then.sort_unstable();
-    now != then
 }
 
 /// The (at most one) learner: start it, promote it, or drop it.
@@ -314,6 +306,7 @@ fn learner_step(o: &Observed, d: &Desired, etcd: &EtcdState, healthy_voters: usi
             id: l.id,
             pod: l.pod.clone(),
             why: format!("scaling down to {} members: the learner goes first", d.size),
+            cause: Removal::ScaleDown,
         });
     }
     let Some(pod) = o.pods.get(&l.pod) else {
@@ -322,6 +315,7 @@ fn learner_step(o: &Observed, d: &Desired, etcd: &EtcdState, healthy_voters: usi
                 id: l.id,
                 pod: l.pod.clone(),
                 why: "learner lost its pod after it started".into(),
+                cause: Removal::LearnerLost,
             });
         }
         return Some(Step::CreatePod(NewMember::joining(
@@ -336,7 +330,11 @@ fn learner_step(o: &Observed, d: &Desired, etcd: &EtcdState, healthy_voters: usi
             id: l.id,
             pod: l.pod.clone(),
             why: format!("learner pod ended ({})", pod.phase),
+            cause: Removal::PodGone,
         });
+    }
+    if let Some((reason, msg)) = pod.problem.as_ref().filter(|_| !pod.deleting) {
+        return Some(wait(WaitReason::MemberFailing, format!("member pod {} cannot run: {reason}: {msg}", l.pod)));
     }
     let leader_index = etcd.leader_member().and_then(|m| m.status.as_ref()).map(|s| s.raft_index);
     let learner_index = l.status.as_ref().filter(|s| s.leader != 0).map(|s| s.raft_index);
@@ -380,38 +378,48 @@ fn resize(o: &Observed, d: &Desired, etcd: &EtcdState, healthy_voters: usize, vo
     if let Some(step) = super::upgrade::in_flight(o, d, etcd) {
         return step;
     }
-    // Every voter must be healthy before the next membership change.
-    if let Some(m) = etcd.voters().find(|m| !healthy(o, m)) {
+    // Every voter must be healthy before the next membership change; one whose pod cannot run
+    // holds up only what needs it (`failing::beside`).
+    if let Some(m) = etcd.voters().find(|m| !healthy(o, m) && !super::failing::is_failing(o, m)) {
         let what = if m.started() { "is not healthy yet" } else { "has not started yet" };
         return wait(WaitReason::MemberStarting, format!("member {} {what}; the next change waits for it", m.pod));
+    }
+    let failing: Vec<&MemberState> = etcd.voters().filter(|m| super::failing::is_failing(o, m)).collect();
+    if !failing.is_empty() {
+        return super::failing::beside(o, d, etcd, &failing, healthy_voters);
     }
     // A member whose peer URL just moved listens on the other scheme: made again before
     // anything else restarts, adds or removes a member.
     if let Some(step) = super::tls_transition::made_again(o, d, etcd) {
         return step;
     }
-    // Authentication before the size: a new cluster is secured before it grows.
-    if let Some(step) = super::auth::next(o, d, etcd) {
+    // Authentication before the size: a new cluster is secured before it grows. (Not under a
+    // spec no valid one stands behind: `no_valid_spec` below.)
+    if !o.no_valid_spec
+        && let Some(step) = super::auth::next(o, d, etcd)
+    {
         return step;
     }
     if members < d.size {
-        let name = naming::member_name(&o.name, &o.new_member_suffix);
-        let mut initial = initial_cluster_of(etcd);
-        initial.push(peer_of(o, d, &name));
-        return Step::AddLearner(NewMember::joining(
-            name,
-            initial,
-            version_for_new_member(o, d),
-            d.pod.persistent_volume_claim_spec.is_some(),
-        ));
+        return new_learner(o, d, etcd);
     }
     if members > d.size {
         if let Some(step) = super::rollout::surplus(o, d, etcd) {
             return step;
         }
-        return scale_down(o, etcd, healthy_voters, voters);
+        return scale_down(o, etcd, healthy_voters, voters, d.size);
     }
-    if let Some(step) = super::upgrade::next(o, d, etcd) {
+    // A refused spec with no valid one on record: members are replaced and the size kept, but
+    // no running member is changed (no upgrade, TLS step, rollout or defragmentation).
+    if o.no_valid_spec {
+        return wait(
+            WaitReason::InvalidSpec,
+            format!(
+                "{members} members; the spec is refused and no valid spec is on record: no running member is changed until the spec is valid"
+            ),
+        );
+    }
+    if let Some(step) = super::upgrade::next_or_rollout(o, d, etcd) {
         return step;
     }
     if let Some(step) = super::tls_transition::next(o, d, etcd) {
@@ -427,10 +435,14 @@ fn resize(o: &Observed, d: &Desired, etcd: &EtcdState, healthy_voters: usize, vo
 }
 
 /// Remove one voter: never the leader while another can go; the newest-named first, so that
-/// the order is predictable.
-fn scale_down(o: &Observed, etcd: &EtcdState, healthy_voters: usize, voters: usize) -> Step {
-    let victim = etcd.voters().filter(|m| Some(m.id) != etcd.leader).max_by(|a, b| a.pod.cmp(&b.pod));
-    let Some(v) = victim else {
+/// the order is predictable. Every voter that leaves is drained from the client Service first,
+/// all of them at once: draining changes no membership (each stays a voter until its own
+/// removal, one at a time), and the members that stay serve the clients meanwhile.
+fn scale_down(o: &Observed, etcd: &EtcdState, healthy_voters: usize, voters: usize, size: usize) -> Step {
+    let mut leaving: Vec<&MemberState> = etcd.voters().filter(|m| Some(m.id) != etcd.leader).collect();
+    leaving.sort_by(|a, b| b.pod.cmp(&a.pod));
+    leaving.truncate(voters.saturating_sub(size).max(1));
+    let Some(&v) = leaving.first() else {
         return wait(WaitReason::WouldLoseQuorum, "the only member left to remove is the leader");
     };
     let after = healthy_voters - usize::from(v.is_healthy());
@@ -440,8 +452,16 @@ fn scale_down(o: &Observed, etcd: &EtcdState, healthy_voters: usize, voters: usi
             format!("removing {} would leave {after} healthy of {} voters", v.pod, voters - 1),
         );
     }
+    if let Some(m) = leaving.iter().find(|m| matches!(super::drained_first(o, &m.pod), Some(Step::Drain { .. }))) {
+        return Step::Drain { pod: m.pod.clone() };
+    }
     if let Some(step) = super::drained_first(o, &v.pod) {
         return step;
     }
-    Step::RemoveMember { id: v.id, pod: v.pod.clone(), why: format!("scaling down to {} members", voters - 1) }
+    Step::RemoveMember {
+        id: v.id,
+        pod: v.pod.clone(),
+        why: format!("scaling down to {} members", voters - 1),
+        cause: Removal::ScaleDown,
+    }
 }

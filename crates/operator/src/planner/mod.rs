@@ -10,11 +10,17 @@
 //! - never remove the last copy of data, never bootstrap twice: a cluster that formed is never
 //!   bootstrapped again; a volume must prove it holds its member's data before the member
 //!   restarts on it;
-//! - a failing member (image pull, crash loop) is surfaced and nothing else is touched.
+//! - a failing member (image pull, crash loop) is surfaced; it holds up only what needs it, is
+//!   made again once the spec changes, and is replaced when it keeps crashing and holds nothing
+//!   the others lack (`failing`).
 //!
 //! Steps that need a quorum check compute it against the membership *after* the step.
 
 pub mod auth;
+pub mod certificates;
+#[cfg(test)]
+mod certificates_world;
+pub mod failing;
 pub mod maintenance;
 mod membership;
 #[cfg(test)]
@@ -22,22 +28,34 @@ mod proptests;
 #[cfg(test)]
 mod proptests_safety;
 pub mod recovery;
+pub mod replay;
 mod rollout;
 mod step;
+pub mod survivors;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
 mod tests_auth;
 #[cfg(test)]
+mod tests_certificates;
+#[cfg(test)]
 mod tests_day2;
 #[cfg(test)]
+mod tests_defrag_overlap;
+#[cfg(test)]
 mod tests_failures;
+#[cfg(test)]
+mod tests_healing;
 #[cfg(test)]
 mod tests_membership;
 #[cfg(test)]
 mod tests_pod_security;
 #[cfg(test)]
+mod tests_recovery;
+#[cfg(test)]
 mod tests_restore;
+#[cfg(test)]
+mod tests_tls_material;
 #[cfg(test)]
 mod tests_tls_transition;
 #[cfg(test)]
@@ -45,8 +63,18 @@ mod tests_tls_transition_generated;
 #[cfg(test)]
 mod tests_tls_transition_played;
 #[cfg(test)]
+mod tests_unreachable;
+#[cfg(test)]
 mod tests_upgrade;
+#[cfg(test)]
+mod tests_upgrade_flags;
+#[cfg(test)]
+mod tests_upgrade_replay;
+#[cfg(test)]
+mod tests_volumes;
+mod tls_material;
 pub mod tls_transition;
+mod unreachable;
 pub mod upgrade;
 mod volumes;
 
@@ -58,14 +86,22 @@ pub use step::*;
 
 /// Decide the next step for one cluster.
 pub fn plan(o: &Observed) -> Step {
-    with_data_owners(o, next_step(o))
+    with_volumes(o, tls_material::gate(o, next_step(o)))
 }
 
-/// A member made or restarted on a volume marked as holding root's data runs as root
-/// (`pod_security`), as does one that restores from a backup volume marked as root's (set by
-/// the step); every other member, whatever the step, runs as the spec says.
-fn with_data_owners(o: &Observed, mut step: Step) -> Step {
-    let mark = |m: &mut NewMember| m.root_data |= root_data(o, &m.name);
+/// What a member made or restarted takes from its volume, whatever the step: the claim it
+/// mounts (named by whoever made it); for a restart, the raft index its data must reach; and
+/// root, when the volume is marked as holding root's data (`pod_security`), as for one that
+/// restores from a backup volume marked as root's (set by the step). Every other member runs as
+/// the spec says.
+fn with_volumes(o: &Observed, mut step: Step) -> Step {
+    let mark = |m: &mut NewMember| {
+        m.root_data |= root_data(o, &m.name);
+        m.claim = o.pvcs.get(&m.name).filter(|v| !v.deleting).map(|v| v.name.clone());
+        if m.restart {
+            m.acknowledged_index = o.acknowledged.get(&m.name).copied().unwrap_or(0);
+        }
+    };
     match &mut step {
         Step::CreatePod(m) | Step::AddLearner(m) => mark(m),
         Step::Bootstrap(ms) => ms.iter_mut().for_each(mark),
@@ -97,6 +133,9 @@ fn next_step(o: &Observed) -> Step {
         return step;
     }
     if let Some(step) = volumes::restart(o, d) {
+        return step;
+    }
+    if let Some(step) = failing::remake_on_volume(o, d) {
         return step;
     }
     match &o.etcd {

@@ -1,6 +1,6 @@
 //! Property tests: `plan` over generated observations — voters and a learner in every state
 //! (healthy, not answering, pod gone, pod dead, pod terminating, volume refused, data its
-//! non-root user cannot use), PVC (some marked as root's data) and
+//! non-root user cannot use, crash-looping briefly or for long), PVC (some marked as root's data) and
 //! emptyDir members with and without their volumes, an orphan pod, upgrades in progress, paused
 //! and invalid specs, unreachable etcd, clusters that did or did not form, each recovery policy;
 //! day 2: pods made from an older pod spec (rollouts), fragmented databases, NOSPACE and CORRUPT
@@ -20,7 +20,8 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 
 use super::*;
-use crate::observed::{AlarmKind, MemberState, MemberStatus, PodState, PvcState, QuorumLossPolicy};
+use crate::observed::{AlarmKind, MemberState, MemberStatus, PodState, PvcState};
+use crate::validation::QuorumLossPolicy;
 use crate::validation::validate;
 use etcd_operator_api::EtcdClusterSpec;
 
@@ -32,6 +33,8 @@ enum Pod {
     Dead,
     Terminating,
     VolumeRefused,
+    /// Its container cannot run: for long (many restarts, not ready for ten minutes) on the
+    /// voters of even index, briefly (one restart, half a minute) on the others and learners.
     CrashLooping,
     /// Its data check found data its (non-root) user cannot use.
     DataInaccessible,
@@ -64,6 +67,21 @@ struct Gen {
     backup_running: bool,
     /// Per voter: its volume is marked as holding root's data.
     root_data: Vec<bool>,
+}
+
+impl Gen {
+    /// Looks taken while the quorum is lost (`survivors`), per voter the applied index (and
+    /// revision) it was seen holding in them if it was, and the revision of the newest backup
+    /// `FromBackup` names: derived from `lost_for` (not drawn: the other draws, and so the steps
+    /// the cases reach, stay as they were).
+    fn looks(&self) -> (u32, Vec<Option<u64>>, i64) {
+        let l = self.lost_for.unwrap_or(0) as u64;
+        let looks = if l.is_multiple_of(5) { 2 } else { 3 };
+        let seen = (0..self.pods.len() as u64)
+            .map(|i| (!(l + i).is_multiple_of(4)).then_some(950 + (l + 31 * i) % 100))
+            .collect();
+        (looks, seen, 950 + (l as i64 * 7) % 100)
+    }
 }
 
 fn pod_state() -> impl Strategy<Value = Pod> {
@@ -178,6 +196,7 @@ fn observed(g: &Gen) -> Observed {
             let version = if old { "3.5.0" } else { "3.5.1" };
             let (outdated, drained) = if learner { (false, 0) } else { (g.outdated[i], g.drained[i]) };
             let root_data = !learner && g.pvc && g.root_data[i];
+            let long_crash = !learner && i.is_multiple_of(2);
             if !matches!(state, Pod::Gone) {
                 o.pods.insert(
                     n.clone(),
@@ -191,6 +210,16 @@ fn observed(g: &Gen) -> Observed {
                         image: format!("quay.io/coreos/etcd:v{version}"),
                         problem: matches!(state, Pod::CrashLooping | Pod::VolumeRefused | Pod::DataInaccessible)
                             .then(|| ("CrashLoopBackOff".to_string(), "back-off".to_string())),
+                        restarts: match state {
+                            Pod::CrashLooping if long_crash => 10,
+                            Pod::CrashLooping | Pod::VolumeRefused | Pod::DataInaccessible => 1,
+                            _ => 0,
+                        },
+                        unready_secs: match state {
+                            Pod::Healthy => None,
+                            Pod::CrashLooping if long_crash => Some(600),
+                            _ => Some(30),
+                        },
                         age_secs: 600,
                         uses_pvc: g.pvc,
                         volume_refused: (state == Pod::VolumeRefused).then(|| "emptied".to_string()),
@@ -220,6 +249,8 @@ fn observed(g: &Gen) -> Observed {
                 status: answers.then(|| MemberStatus {
                     version: version.into(),
                     raft_index: index,
+                    raft_applied_index: index,
+                    revision: index as i64,
                     leader: leader_id.unwrap_or(0),
                     db_size: if g.fragmented { 400 << 20 } else { 100 << 20 },
                     db_size_in_use: 100 << 20,
@@ -227,7 +258,33 @@ fn observed(g: &Gen) -> Observed {
                 }),
             });
         };
+    let (looks, seen, backup_revision) = g.looks();
+    o.survivor_looks.looks = looks;
+    if let Ok(d) = &o.desired
+        && let QuorumLossPolicy::FromBackup { .. } = d.recovery.quorum_loss
+    {
+        let point = crate::observed::BackupPoint {
+            restore: crate::validation::Restore {
+                location: crate::backup::location::Location {
+                    kind: crate::backup::location::Kind::S3,
+                    bucket: "b".into(),
+                    key: "k".into(),
+                },
+                source: Default::default(),
+                sha256: "ab".repeat(32),
+                root_volume: false,
+            },
+            revision: backup_revision,
+            cluster_name: "ex".into(),
+            endpoints: vec![],
+        };
+        o.recovery_backup = Some(Ok(point));
+    }
     for (i, &state) in g.pods.iter().enumerate() {
+        if let Some(applied) = seen[i] {
+            let seen = super::survivors::Seen { id: i as u64 + 1, applied, revision: applied as i64 };
+            o.survivor_looks.members.insert(name(i), seen);
+        }
         add(&mut o, i, i as u64 + 1, state, false, true, 1000, g.old_version[i]);
         let (present, deleting) = g.volumes[i];
         if g.pvc && present {

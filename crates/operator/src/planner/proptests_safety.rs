@@ -5,7 +5,8 @@
 use proptest::prelude::*;
 
 use super::*;
-use crate::observed::{AlarmKind, MemberState, QuorumLossPolicy};
+use crate::observed::{AlarmKind, MemberState};
+use crate::validation::QuorumLossPolicy;
 
 /// Voters etcd counts as healthy: answering with a leader, on a pod that stays.
 fn healthy_voters(o: &Observed) -> Vec<u64> {
@@ -36,6 +37,32 @@ fn member_of_pod<'a>(o: &'a Observed, pod: &str) -> Option<&'a MemberState> {
     o.etcd.as_ref()?.members.iter().find(|m| m.pod == pod)
 }
 
+/// Members whose data is still there (a pod that did not end and whose volume was not refused,
+/// or a volume), with the most (applied index, revision) seen of them now or in a look.
+fn surviving_data(o: &Observed) -> Vec<(String, Option<(u64, i64)>)> {
+    let Some(e) = &o.etcd else { return vec![] };
+    e.members
+        .iter()
+        .filter(|m| !m.name.is_empty())
+        .filter(|m| {
+            let pod = o.pods.get(&m.pod);
+            let refused = pod.is_some_and(|p| p.volume_refused.is_some());
+            let alive = pod.is_some_and(|p| p.phase != "Failed" && p.phase != "Succeeded");
+            let volume = o.pvcs.get(&m.pod).is_some_and(|v| !v.deleting);
+            !refused && (alive || volume)
+        })
+        .map(|m| {
+            let now = m.status.as_ref().map(|s| (s.raft_applied_index, s.revision));
+            let looked = o.survivor_looks.members.get(&m.pod).filter(|s| s.id == m.id).map(|s| (s.applied, s.revision));
+            let best = match (now, looked) {
+                (Some(a), Some(b)) => Some((a.0.max(b.0), a.1.max(b.1))),
+                (a, b) => a.or(b),
+            };
+            (m.pod.clone(), best)
+        })
+        .collect()
+}
+
 pub(super) fn check(o: &Observed, step: &Step) -> Result<(), TestCaseError> {
     let healthy = healthy_voters(o);
     let voters = voters(o);
@@ -46,10 +73,10 @@ pub(super) fn check(o: &Observed, step: &Step) -> Result<(), TestCaseError> {
     let corrupt = o.etcd.as_ref().is_some_and(|e| e.has_alarm(AlarmKind::Corrupt));
     if corrupt && had_quorum {
         // Only restarting a member that is down on its own volume (no change to anything; as
-        // root when its data is root's) may still happen; nothing else is touched while a
-        // person must look.
+        // root when its data is root's), or keeping a refused volume (a mark), may still
+        // happen; nothing else is touched while a person must look.
         prop_assert!(
-            matches!(step, Step::Wait(_) | Step::RestartAsRoot { .. })
+            matches!(step, Step::Wait(_) | Step::RestartAsRoot { .. } | Step::RetireVolume { .. })
                 || matches!(step, Step::CreatePod(m) if m.restart)
                 || matches!(step, Step::DeletePod { pod, keep_volume: true, .. } if o.pods.get(pod).is_some_and(|p| p.is_dead())),
             "acted under a CORRUPT alarm: {step:?}"
@@ -61,7 +88,10 @@ pub(super) fn check(o: &Observed, step: &Step) -> Result<(), TestCaseError> {
     match step {
         Step::Bootstrap(_) => {
             prop_assert!(!o.ever_bootstrapped, "bootstrapped a cluster that formed");
-            prop_assert!(o.pods.is_empty() && o.pvcs.is_empty(), "bootstrapped over existing pods or volumes");
+            prop_assert!(
+                o.pods.is_empty() && o.pvcs.is_empty() && o.retired_pvcs.is_empty(),
+                "bootstrapped over existing pods or volumes"
+            );
         }
         Step::AddLearner(_) | Step::Promote { .. } | Step::MoveLeader { .. } => {
             prop_assert!(had_quorum, "membership change without a quorum: {step:?}");
@@ -82,6 +112,32 @@ pub(super) fn check(o: &Observed, step: &Step) -> Result<(), TestCaseError> {
             let leader = o.etcd.as_ref().and_then(|e| e.leader);
             if Some(*id) == leader {
                 prop_assert!(voters.len() == 1, "removed the leader while another voter could go");
+            }
+            // A voter whose pod is there and running leaves only when the spec asks for fewer
+            // members, or when the pod cannot run and holds nothing to keep: crash-looping past
+            // the bound or made from an earlier spec (emptyDir), or its volume refused or being
+            // deleted by the user. A volume that may hold data is never removed for a failure.
+            let members = o.etcd.as_ref().map_or(0, |e| e.members.len());
+            let size = o.desired.as_ref().map_or(0, |d| d.size);
+            let pod = member_of_pod_id(o, *id).and_then(|m| o.pods.get(&m.pod));
+            let running = |p: &&crate::observed::PodState| {
+                is_voter && !p.deleting && !p.is_dead() && p.volume_refused.is_none() && members <= size
+            };
+            if let Some(p) = pod.filter(running) {
+                // A claim the pod mounts counts unless the cache shows it being deleted.
+                let live_volume = p.uses_pvc && o.pvcs.get(&p.name).is_none_or(|v| !v.deleting);
+                let current = o.desired.as_ref().is_ok_and(|d| {
+                    p.spec_hash.as_ref() == Some(&d.pod_hash_for(o.pvcs.get(&p.name).is_some_and(|v| v.root_data)))
+                });
+                let long = p.restarts >= super::failing::CRASH_LOOP_RESTARTS
+                    && p.unready_secs.is_some_and(|s| s >= super::failing::CRASH_LOOP_SECS);
+                prop_assert!(p.problem.is_some(), "removed {} whose pod runs", p.name);
+                prop_assert!(!live_volume, "removed {} with the volume that may hold its data", p.name);
+                prop_assert!(
+                    long || !current || p.uses_pvc,
+                    "replaced {}, which crashed only briefly under the current spec",
+                    p.name
+                );
             }
             // A healthy voter leaves on purpose only after it left the client Service.
             if healthy.contains(id) {
@@ -115,7 +171,7 @@ pub(super) fn check(o: &Observed, step: &Step) -> Result<(), TestCaseError> {
         Step::UpgradeMember { pod, .. } => {
             // Restarting a healthy voter must leave a quorum among the others. Clusters of one or
             // two voters cannot have that (a majority of 2 is 2): their upgrade is a short outage
-            // by etcd's arithmetic, which README states.
+            // by etcd's arithmetic, which docs/src/migrating-from-coreos.md states.
             if let Some(m) = member_of_pod(o, pod).filter(|m| healthy.contains(&m.id) && voters.len() > 2) {
                 let others = healthy.iter().filter(|h| **h != m.id).count();
                 prop_assert!(others >= majority(voters.len()), "upgrade restart of {pod} drops the quorum");
@@ -149,6 +205,11 @@ pub(super) fn check(o: &Observed, step: &Step) -> Result<(), TestCaseError> {
                 m.name
             );
         }
+        Step::RetireVolume { pod, claim, .. } => {
+            let p = o.pods.get(pod);
+            prop_assert!(p.is_some_and(|p| p.volume_refused.is_some()), "retired {pod}'s volume, not refused");
+            prop_assert!(o.pvcs.get(pod).is_some_and(|v| v.name == *claim), "retired a claim not {pod}'s");
+        }
         Step::RestartAsRoot { pod, .. } => {
             let p = o.pods.get(pod);
             prop_assert!(
@@ -175,11 +236,34 @@ pub(super) fn check(o: &Observed, step: &Step) -> Result<(), TestCaseError> {
             let m = member_of_pod(o, pod).expect("a member");
             prop_assert_eq!(m.peer_urls.first(), Some(url), "the record is not the membership's");
         }
-        Step::Recover(_) => {
+        Step::Recover(r) => {
             prop_assert!(!had_quorum, "disaster recovery with a healthy quorum");
             let d = o.desired.as_ref().expect("valid");
             prop_assert!(d.recovery.quorum_loss != QuorumLossPolicy::Wait, "recovered without the user opting in");
             prop_assert!(o.quorum_lost_secs.unwrap_or(0) >= d.recovery.after_secs, "recovered before afterSeconds");
+            // Never the data of one look, never less than a survivor holds.
+            let survivors = surviving_data(o);
+            if !survivors.is_empty() {
+                prop_assert!(o.survivor_looks.looks >= super::survivors::SURVIVOR_LOOKS, "recovered from one look");
+                prop_assert!(survivors.iter().all(|s| s.1.is_some()), "recovered beside a survivor never seen");
+            }
+            match &r.member.seed {
+                Some(Seed::Member { pod, .. }) => {
+                    let seed = survivors.iter().find(|s| s.0 == *pod).and_then(|s| s.1).unwrap_or_default();
+                    for (other, seen) in &survivors {
+                        let applied = seen.map(|s| s.0).unwrap_or_default();
+                        prop_assert!(applied <= seed.0, "started from {pod} ({}), {other} holds {applied}", seed.0);
+                    }
+                }
+                Some(Seed::Backup(_)) => {
+                    let backup = o.recovery_backup.as_ref().and_then(|b| b.as_ref().ok()).map(|b| b.revision);
+                    for (other, seen) in &survivors {
+                        let revision = seen.map(|s| s.1).unwrap_or_default();
+                        prop_assert!(Some(revision) <= backup, "started from a backup older than {other}'s data");
+                    }
+                }
+                None => prop_assert!(false, "a recovery without data to start from"),
+            }
         }
         _ => {}
     }
@@ -209,7 +293,7 @@ pub(super) fn check(o: &Observed, step: &Step) -> Result<(), TestCaseError> {
     }
     // A refused volume never restarts its member.
     if let Step::CreatePod(m) = step {
-        prop_assert!(o.pods.get(&m.name).is_none(), "created a pod that exists: {}", m.name);
+        prop_assert!(!o.pods.contains_key(&m.name), "created a pod that exists: {}", m.name);
     }
     Ok(())
 }

@@ -4,37 +4,25 @@
 //! - `FromSurvivor`: a new one-member cluster starts from a snapshot of the surviving member with
 //!   the most data (etcd's own disaster-recovery path: the survivor's data, a new membership);
 //!   the other members are then replaced by learners as usual.
-//! - `FromBackup`: the same, from the newest backup of a named EtcdBackup.
+//! - `FromBackup`: the same, from the newest backup of a named EtcdBackup of this cluster, and
+//!   only when no surviving member holds newer data.
 //!
 //! A quorum that can still come back (members restarting on their volumes, pods starting) is
 //! waited for: recovery acts only when fewer than a quorum of voters can *ever* return, and only
-//! after that has lasted `afterSeconds`.
+//! after that has lasted `afterSeconds`. What the survivors hold is judged over several looks
+//! (`survivors`), never from one.
 
+use super::survivors::{self, Survivor};
 use super::{NewMember, Recovery, Seed, Step, WaitReason, peer_of, upgrade::running_version, wait};
 use crate::naming;
-use crate::observed::{EtcdState, MemberState, Observed, QuorumLossPolicy};
+use crate::observed::{BackupPoint, EtcdState, MemberState, Observed, RecoveryRecord};
 use crate::validation::Desired;
+use crate::validation::QuorumLossPolicy;
 use crate::version::Version;
 
-/// A recovery under way, as the operator recorded it on the EtcdCluster before acting.
-#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Record {
-    /// The new first member.
-    pub member: String,
-    /// `FromSurvivor` or `FromBackup`.
-    pub policy: String,
-    /// The survivor pod or the EtcdBackup (and object) the data comes from.
-    pub from: String,
-    pub revision: i64,
-    /// Voters lost for good, of how many.
-    pub lost: usize,
-    pub voters: usize,
-}
-
-impl Record {
-    pub fn of(r: &Recovery, policy: &str) -> Record {
-        Record {
+impl RecoveryRecord {
+    pub fn of(r: &Recovery, policy: &str) -> RecoveryRecord {
+        RecoveryRecord {
             member: r.member.name.clone(),
             policy: policy.into(),
             from: r.from.clone(),
@@ -45,14 +33,14 @@ impl Record {
     }
 }
 
-/// Voters that can never come back, each with why: no pod and no volume, a pod that ended
-/// without a volume, or a volume its data check refused. (A pod still being deleted is not
-/// counted: it may still run.)
+/// Voters that can never come back, each with why: no pod and no volume (a retired one is none),
+/// a pod that ended without a volume, or a volume its data check refused. (A pod still being
+/// deleted is not counted: it may still run.)
 pub fn cannot_return(o: &Observed, etcd: &EtcdState) -> Vec<String> {
     etcd.voters().filter_map(|m| lost_why(o, m).map(|why| format!("{}: {why}", m.pod))).collect()
 }
 
-fn lost_why(o: &Observed, m: &MemberState) -> Option<String> {
+pub(super) fn lost_why(o: &Observed, m: &MemberState) -> Option<String> {
     let volume = o.pvcs.get(&m.pod).filter(|v| !v.deleting);
     match o.pods.get(&m.pod) {
         Some(p) if p.volume_refused.is_some() => {
@@ -63,6 +51,7 @@ fn lost_why(o: &Observed, m: &MemberState) -> Option<String> {
         // reported as such.
         Some(p) if !p.is_dead() => None,
         _ if volume.is_some() => None,
+        _ if o.retired_pvcs.contains_key(&m.pod) => Some("its volume was retired (its data check refused it)".into()),
         Some(p) => Some(format!("its pod ended ({}) and it had no volume", p.phase)),
         None => Some("its pod is gone and it had no volume".into()),
     }
@@ -100,11 +89,30 @@ fn policy_name(p: &QuorumLossPolicy) -> &'static str {
 
 const HOW_TO_RECOVER: &str = "to recover, set spec.recovery.quorumLoss to FromSurvivor (a new cluster from the surviving member with the most data; writes it lacks are lost) or FromBackup with spec.recovery.backup naming an EtcdBackup";
 
+/// Every voter that is not healthy is a bootstrap member whose pod is young, not being deleted
+/// and has no problem: the members of a cluster that just formed, still starting (etcd answers
+/// with a leader as soon as a quorum of them is up, before the others are).
+fn still_forming(o: &Observed, etcd: &EtcdState) -> bool {
+    etcd.voters().filter(|m| !super::membership::healthy(o, m)).all(|m| {
+        o.pods.get(&m.pod).is_some_and(|p| {
+            p.bootstrap && !p.deleting && p.problem.is_none() && p.age_secs < super::membership::BOOTSTRAP_RETRY_SECS
+        })
+    })
+}
+
 /// etcd answered but fewer than a quorum of voters are healthy.
 pub(super) fn no_quorum(o: &Observed, d: &Desired, etcd: &EtcdState, healthy: usize) -> Step {
     let voters = etcd.voters().count();
     let quorum = EtcdState::quorum_of(voters);
     let lost = cannot_return(o, etcd);
+    if lost.is_empty() && still_forming(o, etcd) {
+        return wait(
+            WaitReason::Bootstrapping,
+            format!(
+                "the new cluster is forming: {healthy} of {voters} members healthy so far, the others are starting"
+            ),
+        );
+    }
     if voters - lost.len() >= quorum {
         return wait(
             WaitReason::NoQuorum,
@@ -134,34 +142,46 @@ pub(super) fn no_quorum(o: &Observed, d: &Desired, etcd: &EtcdState, healthy: us
             ),
         );
     }
+    let survivors = survivors::of(o, etcd);
     let step = match policy {
-        QuorumLossPolicy::FromSurvivor => from_survivor(o, d, etcd, lost, voters),
-        QuorumLossPolicy::FromBackup { backup } => from_backup(o, d, backup, lost, voters),
+        QuorumLossPolicy::FromSurvivor => from_survivor(o, d, etcd, &survivors, lost, voters),
+        QuorumLossPolicy::FromBackup { backup } => from_backup(o, d, backup, &survivors, lost, voters),
         QuorumLossPolicy::Wait => unreachable!("handled above"),
     };
-    step.unwrap_or_else(|why| wait(WaitReason::NoQuorum, format!("{lost_text}; recovery is not possible: {why}")))
+    step.unwrap_or_else(|why| {
+        wait(WaitReason::NoQuorum, format!("{lost_text}; recovery {} waits: {why}", policy_name(policy)))
+    })
 }
 
-/// Nothing is left of a cluster that formed: no pod, no volume.
+/// Nothing is left of a cluster that formed: no pod, no volume (but retired ones, named).
 pub(super) fn all_lost(o: &Observed, d: &Desired) -> Step {
-    const LOST: &str = "every member pod is gone and no volume holds this cluster's data; the operator does not start an empty cluster in its place";
+    let mut lost = "every member pod is gone and no volume holds this cluster's data".to_string();
+    if let Some(evidence) = &o.formed_unrecorded {
+        lost += &format!(" (the cluster formed although the operator never reached etcd to record its ID: {evidence})");
+    }
+    if !o.retired_pvcs.is_empty() {
+        let names: Vec<&str> = o.retired_pvcs.values().map(|v| v.name.as_str()).collect();
+        lost += &format!("; retired volumes (refused by their data check) are kept, not used: {}", names.join(", "));
+    }
+    lost += "; the operator does not start an empty cluster in its place";
+    let lost = lost.as_str();
     match &d.recovery.quorum_loss {
         QuorumLossPolicy::FromBackup { backup } if o.quorum_lost_secs.unwrap_or(0) >= d.recovery.after_secs => {
-            from_backup(o, d, backup, vec!["every member: pod and data gone".into()], 0).unwrap_or_else(|why| {
-                wait(WaitReason::DataLost, format!("{LOST}; recovery from a backup is not possible: {why}"))
+            from_backup(o, d, backup, &[], vec!["every member: pod and data gone".into()], 0).unwrap_or_else(|why| {
+                wait(WaitReason::DataLost, format!("{lost}; recovery from a backup is not possible: {why}"))
             })
         }
         QuorumLossPolicy::FromBackup { .. } => wait(
             WaitReason::DataLost,
             format!(
-                "{LOST}; recovery FromBackup starts in {}s",
+                "{lost}; recovery FromBackup starts in {}s",
                 d.recovery.after_secs - o.quorum_lost_secs.unwrap_or(0)
             ),
         ),
         _ => wait(
             WaitReason::DataLost,
             format!(
-                "{LOST}. Set spec.recovery.quorumLoss: FromBackup with spec.recovery.backup naming an EtcdBackup to start from its newest backup, or restore one with an EtcdRestore"
+                "{lost}. Set spec.recovery.quorumLoss: FromBackup with spec.recovery.backup naming an EtcdBackup to start from its newest backup, or restore one with an EtcdRestore"
             ),
         ),
     }
@@ -181,56 +201,82 @@ fn seed_member(o: &Observed, d: &Desired, version: Version, seed: Seed) -> NewMe
         restart: false,
         seed: Some(seed),
         root_data,
+        claim: None,
+        acknowledged_index: 0,
     }
 }
 
-/// The surviving member with the most data (highest applied raft index: the last log index can
-/// include entries never committed; then the highest revision; a voter before a learner) whose
-/// pod has an address.
-fn survivor<'a>(o: &Observed, etcd: &'a EtcdState) -> Option<(&'a MemberState, String)> {
-    let scheme = o.desired.as_ref().map(|d| d.tls_stage.operator_scheme()).unwrap_or("http");
-    etcd.members
-        .iter()
-        .filter_map(|m| {
-            let pod = o.pods.get(&m.pod).filter(|p| !p.deleting && !p.is_dead())?;
-            m.status.as_ref()?;
-            Some((m, format!("{scheme}://{}:{}", pod.ip.as_ref()?, naming::CLIENT_PORT)))
-        })
-        .max_by_key(|(m, _)| {
-            let s = m.status.as_ref().expect("filtered");
-            (s.raft_applied_index, s.revision, !m.is_learner)
-        })
-}
-
+/// From the survivor seen with the most data over the looks, once it answers (its snapshot is
+/// streamed from it).
 fn from_survivor(
     o: &Observed,
     d: &Desired,
     etcd: &EtcdState,
+    survivors: &[Survivor],
     lost: Vec<String>,
     voters: usize,
 ) -> Result<Step, String> {
-    let (m, client_url) = survivor(o, etcd).ok_or("no surviving member answers with its status")?;
-    let s = m.status.as_ref().expect("a survivor answered");
+    survivors::judged(o, survivors)?;
+    let best = survivors::most_data(survivors).ok_or("no surviving member holds data")?;
+    let (m, seen) = (best.member, best.best.unwrap_or_default());
+    let looks = o.survivor_looks.looks;
+    let (Some(s), Some(ip), true) = (&m.status, o.pods.get(&m.pod).and_then(|p| p.ip.as_ref()), best.answers) else {
+        return Err(format!(
+            "member {} was seen holding the most data (applied raft index {} over {looks} looks) but does not answer now; waiting for it",
+            m.pod, seen.applied
+        ));
+    };
+    let scheme = d.tls_stage.operator_scheme();
+    let client_url = format!("{scheme}://{ip}:{}", naming::CLIENT_PORT);
     let version = Version::parse(&s.version).ok().or_else(|| running_version(o)).unwrap_or_else(|| d.version.clone());
     let seed = Seed::Member { pod: m.pod.clone(), client_url, cluster_id: etcd.cluster_id, member_id: m.id };
     let member = seed_member(o, d, version, seed);
     Ok(Step::Recover(Box::new(Recovery {
         member,
-        from: format!("surviving member {} (applied raft index {})", m.pod, s.raft_applied_index),
+        from: format!(
+            "surviving member {} (applied raft index {}, the most of {} surviving members over {looks} looks)",
+            m.pod,
+            s.raft_applied_index.max(seen.applied),
+            survivors.len()
+        ),
         revision: s.revision,
         lost,
         voters,
     })))
 }
 
-fn from_backup(o: &Observed, d: &Desired, backup: &str, lost: Vec<String>, voters: usize) -> Result<Step, String> {
+/// From the newest backup of the named EtcdBackup: one of this cluster, and only when no
+/// survivor was seen holding a newer revision (its data would be thrown away).
+fn from_backup(
+    o: &Observed,
+    d: &Desired,
+    backup: &str,
+    survivors: &[Survivor],
+    lost: Vec<String>,
+    voters: usize,
+) -> Result<Step, String> {
     let b = match &o.recovery_backup {
         Some(Ok(b)) => b,
         Some(Err(e)) => return Err(format!("EtcdBackup {backup}: {e}")),
         None => return Err(format!("EtcdBackup {backup} was not read")),
     };
+    of_this_cluster(o, backup, b)?;
+    if !survivors.is_empty() {
+        survivors::judged(o, survivors)?;
+        let newer = survivors
+            .iter()
+            .filter_map(|s| Some((s.member.pod.as_str(), s.best?.revision)))
+            .filter(|(_, r)| *r > b.revision)
+            .max_by_key(|(_, r)| *r);
+        if let Some((pod, revision)) = newer {
+            return Err(format!(
+                "surviving member {pod} was seen holding revision {revision}, newer than the backup's {}: starting from the backup would lose the writes in between. Set spec.recovery.quorumLoss: FromSurvivor to start from the member with the most data, or, to give its data up, delete its pod and its claim",
+                b.revision
+            ));
+        }
+    }
     let version = running_version(o).unwrap_or_else(|| d.version.clone());
-    let member = seed_member(o, d, version, Seed::Backup(b.restore.clone()));
+    let member = seed_member(o, d, version, Seed::Backup(Box::new(b.restore.clone())));
     Ok(Step::Recover(Box::new(Recovery {
         member,
         from: format!("EtcdBackup {backup} ({})", b.restore.location.url()),
@@ -238,6 +284,35 @@ fn from_backup(o: &Observed, d: &Desired, backup: &str, lost: Vec<String>, voter
         lost,
         voters,
     })))
+}
+
+/// The EtcdBackup backs up this cluster: its `clusterName` is this one, or every one of its
+/// `etcdEndpoints` is this cluster's client Service (`<name>-client[.<namespace>...]`) or a
+/// member (`<member>.<name>.<namespace>...`). Anything else (another cluster, addresses) is
+/// refused: restoring another cluster's data in place of this one's cannot be undone.
+fn of_this_cluster(o: &Observed, backup: &str, b: &BackupPoint) -> Result<(), String> {
+    let client = naming::client_service(&o.name);
+    let ours = |url: &str| {
+        let host = url.split_once("://").map_or(url, |(_, rest)| rest).split([':', '/']).next().unwrap_or("");
+        match host.split('.').collect::<Vec<_>>().as_slice() {
+            [service] => *service == client,
+            [service, ns, ..] if *service == client => *ns == o.namespace,
+            [_, cluster, ns, ..] => *cluster == o.name && *ns == o.namespace,
+            _ => false,
+        }
+    };
+    let (ok, what) = if !b.cluster_name.is_empty() {
+        (b.cluster_name == o.name, format!("EtcdCluster {}", b.cluster_name))
+    } else {
+        (!b.endpoints.is_empty() && b.endpoints.iter().all(|e| ours(e)), format!("{:?}", b.endpoints))
+    };
+    if ok {
+        return Ok(());
+    }
+    Err(format!(
+        "EtcdBackup {backup} is not of this cluster: it backs up {what}; its spec.clusterName must be {} (or its etcdEndpoints this cluster's client Service {client} or its members)",
+        o.name
+    ))
 }
 
 /// A recovery recorded on the EtcdCluster whose first member is not serving yet: wait for it,

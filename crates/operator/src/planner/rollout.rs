@@ -13,14 +13,19 @@
 //! them like a `spec.pod` change, except members whose volume is marked as root's (they run as
 //! before) and specs with a securityContext of the user's.
 
-use super::{NewMember, Purpose, Step, initial_cluster_of, peer_of, version_for_new_member};
+use super::{NewMember, Purpose, Removal, Step, initial_cluster_of, peer_of, version_for_new_member};
 use crate::naming;
 use crate::observed::{EtcdState, MemberState, Observed};
 use crate::validation::Desired;
 
 /// Voters whose pod was made from another spec than the current one (or at another TLS stage,
-/// `tls_transition::outdated`), followers first (by name), the leader last.
+/// `tls_transition::outdated`), followers first (by name), the leader last. None while the spec
+/// is refused with no valid one on record.
 pub(super) fn outdated<'a>(o: &Observed, d: &Desired, etcd: &'a EtcdState) -> Vec<&'a MemberState> {
+    // A refused spec with no valid one on record is never rolled out (`Observed::no_valid_spec`).
+    if o.no_valid_spec {
+        return vec![];
+    }
     let (hash, root_hash) = (d.pod_hash_for(false), d.pod_hash_for(true));
     let now = |pod: &str| if super::root_data(o, pod) { &root_hash } else { &hash };
     let mut out: Vec<&MemberState> = etcd
@@ -29,7 +34,8 @@ pub(super) fn outdated<'a>(o: &Observed, d: &Desired, etcd: &'a EtcdState) -> Ve
             o.pods.get(&m.pod).is_some_and(|p| {
                 !p.deleting
                     && (p.spec_hash.as_ref().is_some_and(|h| h != now(&m.pod))
-                        || super::tls_transition::outdated(d, m, p))
+                        || super::tls_transition::outdated(d, m, p)
+                        || super::upgrade::remade_for_three_seven(d, p))
             })
         })
         .collect();
@@ -74,17 +80,26 @@ pub(super) fn surplus(o: &Observed, d: &Desired, etcd: &EtcdState) -> Option<Ste
         id: first.id,
         pod: first.pod.clone(),
         why: format!("{}: its replacement with the new spec is a voting member now", what(d, first, o)),
+        cause: Removal::Rollout,
     })
 }
 
 /// What a rollout of `m`'s pod carries out, for Events.
-fn what(d: &Desired, m: &MemberState, o: &Observed) -> &'static str {
+fn what(d: &Desired, m: &MemberState, o: &Observed) -> String {
     let pod = o.pods.get(&m.pod);
     let hash = d.pod_hash_for(super::root_data(o, &m.pod));
     if pod.is_some_and(|p| p.spec_hash.as_ref().is_some_and(|h| *h != hash)) {
-        "rolling out a spec.pod change"
+        "rolling out a spec.pod change".into()
+    } else if let Some(p) = pod.filter(|p| super::upgrade::remade_for_three_seven(d, p)) {
+        let (_, notes) = crate::etcd_flags::member_env(&d.pod.etcd_env, &d.version);
+        let notes = if notes.is_empty() { "none in spec.pod.etcdEnv".to_string() } else { notes.join(", ") };
+        format!(
+            "made again before etcd {} (no --experimental-* flags there), without its experimental settings ({}); etcdEnv as members of 3.6+ get it: {notes}",
+            d.version,
+            p.experimental_flags().join(", ")
+        )
     } else {
-        "moving to the TLS spec.TLS asks for"
+        "moving to the TLS spec.TLS asks for".into()
     }
 }
 

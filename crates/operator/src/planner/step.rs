@@ -25,7 +25,7 @@ pub enum Step {
     /// Make a caught-up learner a voting member.
     Promote { id: u64, pod: String },
     /// Remove a member from etcd, then delete its pod and volume.
-    RemoveMember { id: u64, pod: String, why: String },
+    RemoveMember { id: u64, pod: String, why: String, cause: Removal },
     /// Change the etcd image of one member's pod in place (the data volume stays).
     UpgradeMember { pod: String, from: Version, to: Version },
     /// Hand raft leadership to another voter (before the leader is restarted, replaced or
@@ -58,6 +58,10 @@ pub enum Step {
     RestartAsRoot { pod: String, why: String },
     /// Turn etcd's authentication on or off, or change the root password (`spec.auth`).
     Auth(auth::AuthStep),
+    /// A member's data check refused its volume: the claim is marked retired (the
+    /// `naming::RETIRED_ANNOTATION`, with why) and kept. It is never used again nor deleted by
+    /// the operator; its member is replaced (or counted lost) as one without a volume.
+    RetireVolume { pod: String, claim: String, why: String },
 }
 
 impl Step {
@@ -81,6 +85,7 @@ impl Step {
             Step::UpdatePeerUrls { .. } => "UpdatePeerUrls",
             Step::RecordPeerUrl { .. } => "RecordPeerUrl",
             Step::RestartAsRoot { .. } => "RestartAsRoot",
+            Step::RetireVolume { .. } => "RetireVolume",
             Step::Auth(a) => a.name(),
         }
     }
@@ -95,6 +100,7 @@ impl Step {
             | Step::UpgradeMember { pod, .. }
             | Step::DeletePod { pod, .. }
             | Step::RestartAsRoot { pod, .. }
+            | Step::RetireVolume { pod, .. }
             | Step::Defragment { pod, .. }
             | Step::Drain { pod }
             | Step::UpdatePeerUrls { pod, .. }
@@ -161,6 +167,14 @@ pub struct NewMember {
     /// and for a member restored from a backup volume marked as root's (`backup::volume_owner`):
     /// its own volume is then created marked.
     pub root_data: bool,
+    /// The claim the member restarts on, as observed (set by [`plan`]): `<member>-data` for
+    /// this operator's, `<member>` for the CoreOS operator's. `None`: a new member, whose claim
+    /// (`naming::pvc_name`) is created with it.
+    pub claim: Option<String>,
+    /// A member restarting on its volume: the raft index the operator saw it acknowledge (the
+    /// `member-progress` mark, set by [`plan`]); its data check refuses data that ends before
+    /// it (a volume rolled back to an older snapshot). 0: none recorded.
+    pub acknowledged_index: u64,
 }
 
 impl NewMember {
@@ -176,7 +190,36 @@ impl NewMember {
             restart: false,
             seed: None,
             root_data: false,
+            claim: None,
+            acknowledged_index: 0,
         }
+    }
+}
+
+/// Why a member is removed. `why` says it to people; status reads this (a member replaced
+/// because its data is lost is `Recovering`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Removal {
+    /// Scaling down (a learner, a member that cannot run, or the member chosen first).
+    ScaleDown,
+    /// Replaced by a member made from the current spec (a rollout).
+    Rollout,
+    /// Its pod is gone or ended without a volume, and its data with it (a learner's too).
+    PodGone,
+    /// Its volume does not hold its data, or the user is deleting it.
+    VolumeLost,
+    /// Its emptyDir pod is being deleted, and its data with it.
+    PodDeleting,
+    /// A learner that lost its pod after it started.
+    LearnerLost,
+    /// It cannot run: crash-looping, made from an earlier spec, or a learner that cannot start.
+    CannotRun,
+}
+
+impl Removal {
+    /// A replacement after its data was lost: what status reports as `Recovering`.
+    pub fn replaces_a_loss(self) -> bool {
+        matches!(self, Removal::PodGone | Removal::VolumeLost)
     }
 }
 
@@ -186,8 +229,8 @@ pub enum Seed {
     /// A snapshot streamed from a surviving member of the old cluster; the seeding checks that
     /// the member answering at that URL is this member of this cluster.
     Member { pod: String, client_url: String, cluster_id: u64, member_id: u64 },
-    /// A verified backup.
-    Backup(crate::validation::Restore),
+    /// A verified backup (boxed: the variants' sizes differ tenfold).
+    Backup(Box<crate::validation::Restore>),
 }
 
 /// A quorum-loss recovery: what is started, from what, and what was lost.
@@ -257,6 +300,12 @@ pub enum WaitReason {
     /// etcd refuses the operator's login (or requires one the operator has no credentials
     /// for): it cannot see or change the cluster.
     AuthRefused,
+    /// TLS material the cluster runs with is refused (expired, deleted, another issuer):
+    /// what needs it waits (`planner::tls_material`).
+    TlsMaterialRefused,
+    /// The operator's calls get no answer from members whose pods are Ready (etcd's own health
+    /// check passes): it cannot see the cluster, which most likely serves (`planner::unreachable`).
+    MembersUnreachable,
 }
 
 impl WaitReason {
@@ -285,6 +334,8 @@ impl WaitReason {
             WaitReason::MaintenanceDeferred => "MaintenanceDeferred",
             WaitReason::MemberDraining => "MemberDraining",
             WaitReason::AuthRefused => "AuthRefused",
+            WaitReason::TlsMaterialRefused => "TLSMaterialRefused",
+            WaitReason::MembersUnreachable => "MembersUnreachable",
         }
     }
 
@@ -303,6 +354,7 @@ impl WaitReason {
                 | WaitReason::NoSpace
                 | WaitReason::Corrupt
                 | WaitReason::AuthRefused
+                | WaitReason::TlsMaterialRefused
         )
     }
 }

@@ -225,3 +225,37 @@ fn a_voter_on_a_terminating_pod_does_not_count_as_healthy() {
     o.pods.get_mut("ex-m3").unwrap().deleting = true;
     assert_eq!(wait_reason(&plan(&o)), WaitReason::NoQuorum);
 }
+
+/// Right after a bootstrap, the first members to answer may see the others still starting:
+/// that is a cluster forming, not a lost quorum (no Warning, no Degraded for a new user).
+#[test]
+fn a_new_cluster_whose_bootstrap_members_are_still_starting_is_bootstrapping_not_without_quorum() {
+    let mut o = running(3, 3);
+    for n in ["ex-m1", "ex-m2", "ex-m3"] {
+        let p = o.pods.get_mut(n).unwrap();
+        p.bootstrap = true;
+        p.age_secs = 8;
+    }
+    unhealthy(&mut o, 2);
+    unhealthy(&mut o, 3);
+    for n in ["ex-m2", "ex-m3"] {
+        o.pods.get_mut(n).unwrap().ready = false;
+    }
+    let step = plan(&o);
+    assert_eq!(wait_reason(&step), WaitReason::Bootstrapping, "{step:?}");
+    assert!(wait_message(&step).contains("1 of 3"), "{step:?}");
+
+    // The same members long after the bootstrap, or one with a problem: a lost quorum.
+    let mut late = o.clone();
+    for n in ["ex-m1", "ex-m2", "ex-m3"] {
+        late.pods.get_mut(n).unwrap().age_secs = membership::BOOTSTRAP_RETRY_SECS;
+    }
+    assert_eq!(wait_reason(&plan(&late)), WaitReason::NoQuorum);
+    let mut failing = o.clone();
+    failing.pods.get_mut("ex-m3").unwrap().problem = Some(("CrashLoopBackOff".into(), "back-off".into()));
+    assert_ne!(wait_reason(&plan(&failing)), WaitReason::Bootstrapping);
+    // A bootstrap pod that was deleted (or whose member is gone) is not starting.
+    let mut deleting = o.clone();
+    deleting.pods.get_mut("ex-m3").unwrap().deleting = true;
+    assert_ne!(wait_reason(&plan(&deleting)), WaitReason::Bootstrapping);
+}

@@ -149,12 +149,12 @@ fn without_spec_auth_authentication_is_left_as_it_is() {
     assert_eq!(wait_reason(&plan(&o)), WaitReason::Stable);
 }
 
-/// Members whose pods run 3.5.0 or 3.5.1 (`spec.version` left empty) keep authentication off:
-/// their readiness probe would fail.
+/// Members whose pods probe readiness by reading a key (made at 3.5.0 or 3.5.1, or before
+/// 3.4.16, with `spec.version` left empty) keep authentication off: their probe would fail.
 #[test]
 fn not_on_members_whose_readiness_probe_reads_a_key() {
     let mut o = cluster(3, 3, true, off(RootUser::WithRootRole));
-    o.pods.get_mut("ex-m2").unwrap().version = "3.5.1".into();
+    o.pods.get_mut("ex-m2").unwrap().readiness_reads_key = true;
     assert!(!matches!(plan(&o), Step::Auth(_)), "{:?}", plan(&o));
 }
 

@@ -355,50 +355,6 @@ fn a_scale_down_during_a_replacement_still_drops_the_learner() {
     assert!(matches!(plan(&o), Step::RemoveMember { pod, .. } if pod == "ex-new"));
 }
 
-// ---- 3.6 → 3.7 after 3.5 ------------------------------------------------------------------
-
-fn at_version(o: &mut Observed, v: &str, raft_index: u64) {
-    for p in o.pods.values_mut() {
-        p.version = v.into();
-        p.image = format!("quay.io/coreos/etcd:v{v}");
-    }
-    for mem in &mut etcd(o).members {
-        let st = mem.status.as_mut().unwrap();
-        st.version = v.into();
-        st.raft_index = raft_index;
-        st.raft_applied_index = raft_index;
-    }
-}
-
-#[test]
-fn three_seven_waits_for_a_snapshot_past_the_upgrade_from_three_five() {
-    let mut o = running(3, 3);
-    at_version(&mut o, "3.6.15", 12_000);
-    o.desired = validate("ex", &EtcdClusterSpec { size: 3, version: "3.7.2".into(), ..Default::default() });
-    // The last member reached 3.6 at index 5000: a snapshot past it is certain from 15001 on.
-    o.minor_since = Some(("3.6".into(), 5_000));
-    let s = plan(&o);
-    assert_eq!(wait_reason(&s), WaitReason::UpgradeDeferred);
-    assert!(wait_message(&s).contains("15001"), "{}", wait_message(&s));
-    at_version(&mut o, "3.6.15", 15_001);
-    assert!(matches!(plan(&o), Step::UpgradeMember { .. }));
-    // The mark still says 3.5: every member reached 3.6 in this very observation.
-    o.minor_since = Some(("3.5".into(), 0));
-    assert_eq!(wait_reason(&plan(&o)), WaitReason::UpgradeDeferred);
-    // A cluster that started at 3.6 (or whose history is unknown) upgrades at once.
-    at_version(&mut o, "3.6.15", 12_000);
-    o.minor_since = Some(("3.6".into(), 0));
-    assert!(matches!(plan(&o), Step::UpgradeMember { .. }));
-    o.minor_since = None;
-    assert!(matches!(plan(&o), Step::UpgradeMember { .. }));
-    // A patch upgrade within 3.6 is not held.
-    o.minor_since = Some(("3.6".into(), 5_000));
-    o.desired = validate("ex", &EtcdClusterSpec { size: 3, version: "3.6.16".into(), ..Default::default() });
-    if o.desired.is_ok() {
-        assert!(matches!(plan(&o), Step::UpgradeMember { .. }));
-    }
-}
-
 #[test]
 fn a_pvc_member_whose_claim_is_not_seen_is_not_rolled() {
     // Found by the property test: the pod mounts a PVC the cache does not show (or one being

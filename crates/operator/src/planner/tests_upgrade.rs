@@ -158,13 +158,18 @@ fn downgrades_and_minor_skips_are_refused_without_change() {
     assert!(w.message.contains("skips a minor"), "{}", w.message);
 }
 
-/// Upstream's stepping stones: 3.5 → 3.6 only from 3.5.26, 3.6 → 3.7 only from 3.6.11; the
-/// refusal names the patch to reach first, and a patch upgrade to it is allowed.
+/// Upstream's stepping stones: 3.5 → 3.6 only from 3.5.32 (the 3.6 upgrade guide since the July
+/// 2026 releases; 3.5.26 was the floor before), 3.6 → 3.7 only from 3.6.11; the refusal names the
+/// patch to reach first, and a patch upgrade to it is allowed.
 #[test]
 fn a_minor_upgrade_from_below_its_stepping_stone_is_refused_naming_it() {
-    for (from, to, stone) in
-        [("3.5.1", "3.6.6", "3.5.26"), ("3.5.25", "3.6.15", "3.5.26"), ("3.6.6", "3.7.2", "3.6.11")]
-    {
+    for (from, to, stone) in [
+        ("3.5.1", "3.6.6", "3.5.32"),
+        ("3.5.25", "3.6.15", "3.5.32"),
+        ("3.5.26", "3.6.15", "3.5.32"),
+        ("3.5.31", "3.6.15", "3.5.32"),
+        ("3.6.6", "3.7.2", "3.6.11"),
+    ] {
         let mut o = running(3, 3);
         at(&mut o, from);
         want(&mut o, 3, to);
@@ -172,15 +177,18 @@ fn a_minor_upgrade_from_below_its_stepping_stone_is_refused_naming_it() {
         assert_eq!(w.reason, WaitReason::UpgradeRefused, "{from} → {to}");
         assert!(w.message.contains(&format!("upgrade to {stone}+ first")), "{from} → {to}: {}", w.message);
         // The stepping stone itself is a patch upgrade, allowed.
-        want(&mut o, 3, &stone.to_string());
+        want(&mut o, 3, stone);
         assert!(matches!(plan(&o), Step::UpgradeMember { .. }), "{from} → {stone}");
     }
     for (from, to) in
-        [("3.5.26", "3.6.6"), ("3.5.34", "3.6.15"), ("3.6.11", "3.7.2"), ("3.6.15", "3.7.2"), ("3.4.1", "3.5.0")]
+        [("3.5.32", "3.6.6"), ("3.5.34", "3.6.15"), ("3.6.11", "3.7.2"), ("3.6.15", "3.7.2"), ("3.4.1", "3.5.0")]
     {
         let mut o = running(3, 3);
         at(&mut o, from);
         want(&mut o, 3, to);
+        // A log that began at `from`'s minor: no snapshot to wait for (`tests_upgrade_replay`).
+        let minor = from.rsplit_once('.').unwrap().0.to_string();
+        o.minor_since = Some(crate::observed::MinorSince { minor, since: crate::observed::Since::LogStart });
         assert!(matches!(plan(&o), Step::UpgradeMember { .. }), "{from} → {to} should upgrade");
     }
 }
@@ -235,4 +243,47 @@ fn pausing_mid_upgrade_stops_before_the_next_member() {
     upgraded(&mut o, 2, "3.5.1", 30, "3.5.1");
     o.paused = true;
     assert_eq!(wait_reason(&plan(&o)), WaitReason::Paused);
+}
+
+/// The false `UpgradeFailed`: long after an upgrade finished, a member that restarts
+/// (or lags behind for a while) is an ordinary member to wait for, not a failed upgrade. The
+/// upgrade is played through with the marks the reconcile writes beside each step (a member
+/// back at its new version loses its version-changed-at mark: `marks::upgrades_confirmed`).
+#[test]
+fn a_member_that_restarts_long_after_a_finished_upgrade_is_no_failed_upgrade() {
+    let mut o = running(3, 3);
+    at(&mut o, "3.5.0");
+    want(&mut o, 3, "3.5.1");
+    let mut steps = vec![];
+    loop {
+        for pod in crate::marks::upgrades_confirmed(&o) {
+            o.pods.get_mut(&pod).unwrap().version_age_secs = None;
+        }
+        let step = plan(&o);
+        steps.push(step.clone());
+        assert!(steps.len() < 20, "{steps:?}");
+        match step {
+            // The member comes back at once at its new version.
+            Step::UpgradeMember { pod, to, .. } => {
+                let id = pod.trim_start_matches("ex-m").parse().unwrap();
+                upgraded(&mut o, id, &to.to_string(), 0, &to.to_string());
+            }
+            Step::MoveLeader { to, .. } => {
+                etcd(&mut o).leader = Some(to);
+                for mem in &mut etcd(&mut o).members {
+                    mem.status.as_mut().unwrap().leader = to;
+                }
+            }
+            Step::Wait(w) if w.reason == WaitReason::Stable => break,
+            other => panic!("unexpected {other:?} after {steps:?}"),
+        }
+    }
+    assert_eq!(steps.iter().filter(|s| matches!(s, Step::UpgradeMember { .. })).count(), 3, "{steps:?}");
+    // Ten minutes later member 2 restarts: it is waited for as any member.
+    for p in o.pods.values_mut() {
+        p.version_age_secs = p.version_age_secs.map(|a| a + 600);
+    }
+    unhealthy(&mut o, 2);
+    let s = plan(&o);
+    assert_eq!(wait_reason(&s), WaitReason::MemberStarting, "{s:?}");
 }

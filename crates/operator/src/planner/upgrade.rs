@@ -4,7 +4,7 @@
 //! the version back rolls that member back.
 
 use super::{Step, WaitReason, wait};
-use crate::observed::{EtcdState, Observed};
+use crate::observed::{EtcdState, Observed, PodState};
 use crate::validation::Desired;
 use crate::version::{Version, check_change};
 
@@ -54,7 +54,12 @@ pub(super) fn failing_member(o: &Observed, d: &Desired, pod: &str, reason: &str,
     let running = running_version(o)?;
     let pod_version = Version::parse(&p.version).ok()?;
     if pod_version != d.version {
-        if check_change(&running, &d.version).is_ok() && o.etcd.as_ref().is_none_or(|e| e.member_for_pod(pod).is_some())
+        // Into 3.6 or 3.7 only with a snapshot of the member's known to be past what it cannot
+        // replay (`replay`): a member that cannot run shows none, so it stays as it is.
+        let into_new_minor = pod_version.minor_line() < d.version.minor_line() && d.version.minor_line() >= (3, 6);
+        if check_change(&running, &d.version).is_ok()
+            && !into_new_minor
+            && o.etcd.as_ref().is_none_or(|e| e.member_for_pod(pod).is_some())
         {
             return Some(Step::UpgradeMember { pod: pod.to_string(), from: pod_version, to: d.version.clone() });
         }
@@ -69,6 +74,22 @@ pub(super) fn failing_member(o: &Observed, d: &Desired, pod: &str, reason: &str,
             ),
         )
     })
+}
+
+/// [`next`]; but an upgrade that waits for raft snapshots (`replay`) before its first member
+/// lets a rollout through: a lower snapshot count in etcdEnv, which the members get this way, is
+/// how a user hurries it (the pods are made again at the version they run).
+pub(super) fn next_or_rollout(o: &Observed, d: &Desired, etcd: &EtcdState) -> Option<Step> {
+    let step = next(o, d, etcd)?;
+    let deferred = matches!(&step, Step::Wait(w) if w.reason == WaitReason::UpgradeDeferred);
+    let not_started = o.pods.values().all(|p| Version::parse(&p.version).ok().as_ref() != Some(&d.version));
+    if deferred
+        && not_started
+        && let Some(roll) = super::rollout::next(o, d, etcd)
+    {
+        return Some(roll);
+    }
+    Some(step)
 }
 
 fn behind<'a>(o: &Observed, etcd: &'a EtcdState, target: &Version) -> Vec<&'a str> {
@@ -91,7 +112,7 @@ pub(super) fn in_flight(o: &Observed, d: &Desired, etcd: &EtcdState) -> Option<S
     for m in etcd.voters().filter(|m| !behind.contains(&m.pod.as_str())) {
         let Some(p) = o.pods.get(&m.pod) else { continue };
         if p.version_age_secs.is_none() {
-            continue; // created at this version, not upgraded: scaling handles it
+            continue; // created at this version, or back at it since: healing and scaling handle it
         }
         let reports = m.status.as_ref().and_then(|s| Version::parse(&s.version).ok());
         let leader_index = etcd.leader_member().and_then(|l| l.status.as_ref()).map(|s| s.raft_index);
@@ -116,50 +137,45 @@ pub(super) fn in_flight(o: &Observed, d: &Desired, etcd: &EtcdState) -> Option<S
     None
 }
 
-/// etcd 3.6's default `--snapshot-count`.
-pub const SNAPSHOT_COUNT_3_6: u64 = 10_000;
-
-/// 3.6 → 3.7 after a 3.5 → 3.6 upgrade: etcd 3.7 cannot apply the entries 3.5 members wrote
-/// (it panics replaying them at start), so the upgrade waits until every member has taken a raft
-/// snapshot past the index at which the last member reached 3.6. etcd snapshots once its
-/// applied index is more than `--snapshot-count` past its last snapshot; the leader's index
-/// passing `since + count` proves that happened on every member that keeps up.
-fn snapshot_since_last_minor(
-    o: &Observed,
-    d: &Desired,
-    etcd: &EtcdState,
-    running: &Version,
-    target: &Version,
-) -> Option<Step> {
-    if running.minor_line() != (3, 6) || target.minor_line() != (3, 7) {
+/// Members of 3.7 get no experimental setting (etcd 3.7 removed every `--experimental-*` flag,
+/// etcd#19959): before the first one starts, settings without a 3.7 equivalent refuse the
+/// upgrade, and pods that still carry experimental settings (made or upgraded in place before
+/// 3.6, an adopted pod's command line) are made again, with `etcd_flags::member_env`'s
+/// translation, one at a time (`rollout`).
+fn before_three_seven(o: &Observed, d: &Desired, etcd: &EtcdState, running: &Version) -> Option<Step> {
+    if d.version.minor_line() < (3, 7) {
         return None;
     }
-    let now = etcd.leader_member().and_then(|m| m.status.as_ref()).map(|s| s.raft_index)?;
-    // The mark still names 3.5: the cluster reached 3.6 in this very observation (the mark is
-    // written beside this plan), so the boundary is now.
-    let since = match o.minor_since.as_ref()? {
-        (minor, since) if minor == "3.6" => *since,
-        _ => now,
-    };
-    if since == 0 {
-        return None;
+    let refused = crate::etcd_flags::untranslatable(&d.pod.etcd_env);
+    if !refused.is_empty() && running.minor_line() < (3, 7) {
+        return Some(wait(
+            WaitReason::UpgradeRefused,
+            format!(
+                "spec.version refused, nothing was changed: etcd {} has no --experimental-* flags (etcd#19959) and these settings of spec.pod.etcdEnv have no equivalent the operator can write: {}; remove them or write them under their 3.6 names (upgrade guide 3.6 → 3.7) before upgrading from {running}",
+                d.version,
+                refused.join("; ")
+            ),
+        ));
     }
-    let count = d
-        .pod
-        .etcd_env
-        .iter()
-        .find(|e| e.name == "ETCD_SNAPSHOT_COUNT")
-        .and_then(|e| e.value.as_deref()?.trim().parse::<u64>().ok())
-        .unwrap_or(SNAPSHOT_COUNT_3_6);
-    let needed = since.saturating_add(count).saturating_add(1);
-    (now < needed).then(|| {
+    let outdated = super::rollout::outdated(o, d, etcd);
+    let first = *outdated.iter().find(|m| o.pods.get(&m.pod).is_some_and(|p| remade_for_three_seven(d, p)))?;
+    Some(super::rollout::roll(o, d, etcd, first).unwrap_or_else(|| {
         wait(
             WaitReason::UpgradeDeferred,
             format!(
-                "the upgrade to {target} waits for a raft snapshot past index {since}, where this cluster finished its upgrade from 3.5: etcd 3.7 cannot replay entries written by 3.5 members. etcd takes one every {count} entries: the upgrade starts once the raft index passes {needed} (writes bring it closer)"
+                "member {} carries experimental settings etcd {} does not have: it is made again first, once its volume is in sight",
+                first.pod, d.version
             ),
         )
-    })
+    }))
+}
+
+/// A pod that must be made again before the cluster runs etcd 3.7: it carries experimental
+/// settings, and a pod made now would not.
+pub(super) fn remade_for_three_seven(d: &Desired, p: &PodState) -> bool {
+    d.version.minor_line() >= (3, 7)
+        && !p.experimental_flags().is_empty()
+        && crate::etcd_flags::untranslatable(&d.pod.etcd_env).is_empty()
 }
 
 /// The next upgrade step, if the pods do not all run the desired version. Called only when every
@@ -174,18 +190,37 @@ pub(super) fn next(o: &Observed, d: &Desired, etcd: &EtcdState) -> Option<Step> 
     if let Err(why) = check_change(&running, target) {
         return Some(wait(WaitReason::UpgradeRefused, format!("spec.version refused, nothing was changed: {why}")));
     }
-    if let Some(step) = snapshot_since_last_minor(o, d, etcd, &running, target) {
+    if target.minor_line() == (3, 6) && running.minor_line() < (3, 6) {
+        let v2: Vec<&str> = o.pods.values().filter(|p| super::replay::serves_v2(p)).map(|p| p.name.as_str()).collect();
+        if !v2.is_empty() {
+            return Some(wait(
+                WaitReason::UpgradeRefused,
+                format!(
+                    "spec.version refused, nothing was changed: etcd 3.6 has no v2 API and {} serve it (--enable-v2): remove ETCD_ENABLE_V2 from spec.pod.etcdEnv (the members restart without it) and make sure no v2 data is left (etcdutl check v2store, upgrade guide 3.5 → 3.6) before upgrading to {target}",
+                    v2.join(", ")
+                ),
+            ));
+        }
+    }
+    if let Some(step) = before_three_seven(o, d, etcd, &running) {
         return Some(step);
     }
     let leader = etcd.leader_member().map(|m| m.pod.as_str());
     let from =
         |pod: &str| o.pods.get(pod).and_then(|p| Version::parse(&p.version).ok()).unwrap_or_else(|| running.clone());
-    // Followers first, in name order.
+    // Followers first, in name order; each only once its restart replays nothing its new
+    // version cannot apply (`replay`).
     if let Some(pod) = behind.iter().copied().filter(|p| Some(*p) != leader).min() {
+        if let Some(step) = super::replay::before_restart(o, etcd, pod, &from(pod), target) {
+            return Some(step);
+        }
         return Some(Step::UpgradeMember { pod: pod.to_string(), from: from(pod), to: target.clone() });
     }
     // Only the leader is left: hand leadership to an upgraded member first.
     let leader_pod = leader?;
+    if let Some(step) = super::replay::before_restart(o, etcd, leader_pod, &from(leader_pod), target) {
+        return Some(step);
+    }
     if let Some(to) = etcd.voters().filter(|m| m.pod != leader_pod && m.is_healthy()).min_by(|a, b| a.pod.cmp(&b.pod)) {
         return Some(Step::MoveLeader {
             from_pod: leader_pod.to_string(),

@@ -2,7 +2,10 @@
 //! quorum, with or without any pod left. Restarting a member on its own data changes no
 //! membership; it is how a quorum comes back after pods were lost, so no quorum gate applies.
 //! The volume itself must prove it holds the member's data (the pod's data check, see
-//! `member_volume`); a refused volume makes the member one that cannot come back. A volume
+//! `member_volume`); a refused volume makes the member one that cannot come back, and is kept:
+//! retired first (`RetireVolume`, before any membership step, quorum or not), so that neither the
+//! member's replacement nor a recovery deletes what may be the last copy of some data (right
+//! after a member that must restart as root, below). A volume
 //! whose data the default non-root user cannot use is marked as root's and its member restarts
 //! as root (`pod_security`): the data is there, only its owner differs.
 
@@ -17,7 +20,7 @@ pub const STUCK_TERMINATING_SECS: i64 = 120;
 /// The next restart of a member on its volume, if one is due.
 pub(super) fn restart(o: &Observed, d: &Desired) -> Option<Step> {
     let live_pvc = |member: &str| o.pvcs.get(member).filter(|v| !v.deleting);
-    if let Some(step) = as_root(o, d) {
+    if let Some(step) = as_root(o, d).or_else(|| retire(o)) {
         return Some(step);
     }
     // A PVC member's pod that ended: delete it (not the volume) so that the member restarts.
@@ -77,6 +80,8 @@ pub(super) fn restart(o: &Observed, d: &Desired) -> Option<Step> {
                         restart: false,
                         seed: None,
                         root_data: false,
+                        claim: None,
+                        acknowledged_index: 0,
                     }));
                 }
             }
@@ -84,6 +89,17 @@ pub(super) fn restart(o: &Observed, d: &Desired) -> Option<Step> {
         }
     }
     None
+}
+
+/// A member pod whose data check refused its volume (another member's or cluster's, emptied,
+/// rolled back): the claim is marked retired and kept. It may still hold data a person wants;
+/// the operator never uses nor deletes it again (observation sets it apart).
+fn retire(o: &Observed) -> Option<Step> {
+    o.pods.values().find_map(|p| {
+        let why = p.volume_refused.as_ref()?;
+        let v = o.pvcs.get(&p.name).filter(|v| !v.deleting)?;
+        Some(Step::RetireVolume { pod: p.name.clone(), claim: v.name.clone(), why: why.clone() })
+    })
 }
 
 /// A pod made with the default non-root profile whose data check found data on its volume that
@@ -129,6 +145,8 @@ fn on_volume(o: &Observed, d: &Desired, v: &PvcState, initial_cluster: Vec<(Stri
         restart: true,
         seed: None,
         root_data: false,
+        claim: None,
+        acknowledged_index: 0,
     }
 }
 

@@ -25,8 +25,6 @@ pub mod restricted;
 
 use k8s_openapi::api::core::v1::{Capabilities, PodSecurityContext, SeccompProfile, SecurityContext};
 
-use crate::validation::Desired;
-
 /// The non-root user and group member pods run as by default (distroless' `nonroot`).
 pub const NONROOT: i64 = 65532;
 
@@ -42,9 +40,10 @@ pub enum Profile<'a> {
     Users(&'a PodSecurityContext),
 }
 
-/// The profile of a member of `d`; `root_data`: its volume is marked as root's.
-pub fn profile(d: &Desired, root_data: bool) -> Profile<'_> {
-    match &d.pod.security_context {
+/// The profile of a member with the user's `spec.pod.securityContext`; `root_data`: its
+/// volume is marked as root's.
+pub fn profile(users: Option<&PodSecurityContext>, root_data: bool) -> Profile<'_> {
+    match users {
         Some(sc) => Profile::Users(sc),
         None if root_data => Profile::Root,
         None => Profile::Restricted,

@@ -1,7 +1,7 @@
 //! Which profile a member gets, and what the pod-spec hash makes of it.
 
 use super::*;
-use crate::validation::validate;
+use crate::validation::{Desired, validate};
 use etcd_operator_api::EtcdClusterSpec;
 
 fn desired(yaml_spec: &str) -> Desired {
@@ -20,8 +20,8 @@ fn hash_before_the_default(d: &Desired) -> String {
 #[test]
 fn without_a_security_context_members_are_restricted_unless_their_volume_holds_roots_data() {
     let d = desired("size: 3\nversion: 3.5.1");
-    assert_eq!(profile(&d, false), Profile::Restricted);
-    assert_eq!(profile(&d, true), Profile::Root);
+    assert_eq!(profile(d.pod.security_context.as_ref(), false), Profile::Restricted);
+    assert_eq!(profile(d.pod.security_context.as_ref(), true), Profile::Root);
     let pod = Profile::Restricted.pod_context().unwrap();
     assert_eq!(pod.run_as_non_root, Some(true));
     assert_eq!((pod.run_as_user, pod.run_as_group, pod.fs_group), (Some(NONROOT), Some(NONROOT), Some(NONROOT)));
@@ -39,8 +39,8 @@ fn a_users_security_context_is_used_as_given_even_on_roots_data() {
     let d = desired("size: 3\nversion: 3.5.1\npod:\n  securityContext: {runAsUser: 1000, fsGroup: 2000}");
     let users = d.pod.security_context.as_ref().unwrap();
     for root_data in [false, true] {
-        assert_eq!(profile(&d, root_data), Profile::Users(users));
-        assert_eq!(profile(&d, root_data).pod_context().as_ref(), Some(users));
+        assert_eq!(profile(d.pod.security_context.as_ref(), root_data), Profile::Users(users));
+        assert_eq!(profile(d.pod.security_context.as_ref(), root_data).pod_context().as_ref(), Some(users));
     }
     assert_eq!(Profile::Users(users).data_writer(), None, "its user writes the data");
     let only_fs_group = k8s_openapi::api::core::v1::PodSecurityContext { fs_group: Some(2000), ..Default::default() };

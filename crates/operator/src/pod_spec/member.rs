@@ -19,11 +19,14 @@ use crate::validation::{Desired, image_for};
 /// The readiness probe's path: etcd's `/health` without the NOSPACE alarm.
 pub const HEALTH_PATH: &str = "/health?exclude=NOSPACE";
 
-/// etcd 3.5.0 and 3.5.1 exclude a NOSPACE alarm from `/health` only when one member raised it
-/// (etcd#13467, fixed in 3.5.2): once every member has, every member reads unready and the client
-/// Service empties while the cluster still serves reads and deletes (found by hack/chaos.sh).
+/// etcd before 3.4.16 ignores `exclude` (etcd#12880 came with 3.4.16: every alarm fails
+/// `/health`); 3.5.0 and 3.5.1 exclude a NOSPACE alarm only when one member raised it
+/// (etcd#13467, fixed in 3.5.2). Either way, under NOSPACE every member reads unready and the
+/// client Service empties while the cluster still serves reads and deletes (found by
+/// hack/chaos.sh for 3.5.1).
 pub fn health_exclude_is_broken(v: &crate::version::Version) -> bool {
-    v.minor_line() == (3, 5) && v.patch < 2
+    let (line, fixed) = (v.minor_line(), |patch| crate::version::Version { patch, suffix: String::new(), ..v.clone() });
+    (line == (3, 4) && *v < fixed(16)) || (line == (3, 5) && *v < fixed(2))
 }
 
 /// The readiness probe for those versions: a linearizable read through etcdctl (of the member's
@@ -107,7 +110,7 @@ pub fn member_pod(c: &EtcdCluster, d: &Desired, m: &NewMember, init_image: &str)
     }
     // Who the pod runs as (`pod_security`): by default non-root and `restricted`; as root where
     // the member's volume holds data only root can use; as `spec.pod.securityContext` says.
-    let profile = crate::pod_security::profile(d, m.root_data);
+    let profile = crate::pod_security::profile(d.pod.security_context.as_ref(), m.root_data);
     let pod_security = profile.pod_context();
     let locked_down = profile.container_context();
     // etcd resolves its own peer name at start and gives up after 30 s. With the cluster domain
@@ -144,7 +147,8 @@ pub fn member_pod(c: &EtcdCluster, d: &Desired, m: &NewMember, init_image: &str)
             ContainerPort { name: Some("client".into()), container_port: CLIENT_PORT, ..Default::default() },
             ContainerPort { name: Some("peer".into()), container_port: PEER_PORT, ..Default::default() },
         ]),
-        env: (!d.pod.etcd_env.is_empty()).then(|| d.pod.etcd_env.clone()),
+        // From 3.6 on, experimental settings under their 3.6 names (`etcd_flags`).
+        env: Some(crate::etcd_flags::member_env(&d.pod.etcd_env, &m.version).0).filter(|e| !e.is_empty()),
         resources: d.pod.resources.clone(),
         volume_mounts: Some(vec![data_mount.clone()]),
         // /health fails without a leader and on a learner (linearizable read), so the client
@@ -222,7 +226,9 @@ pub fn member_pod(c: &EtcdCluster, d: &Desired, m: &NewMember, init_image: &str)
         init_containers.push(wait_dns);
     }
     let mut etcd = etcd;
-    if health_exclude_is_broken(&m.version) && d.tls_stage.serves().http() {
+    // Authentication refuses the read (validation refuses it with 3.5.0/3.5.1): with it, members
+    // before 3.4.16 keep `/health`, and go unready under NOSPACE.
+    if health_exclude_is_broken(&m.version) && d.tls_stage.serves().http() && !d.auth.enabled() {
         etcd.readiness_probe = Some(read_probe());
     }
     crate::tls::secure_member(&d.tls_stage.secrets, profile.secret_mode(), &mut etcd, &mut volumes);
@@ -230,7 +236,7 @@ pub fn member_pod(c: &EtcdCluster, d: &Desired, m: &NewMember, init_image: &str)
         Volume {
             name: super::DATA_VOLUME.into(),
             persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
-                claim_name: naming::pvc_name(&m.name),
+                claim_name: m.claim.clone().unwrap_or_else(|| naming::pvc_name(&m.name)),
                 ..Default::default()
             }),
             ..Default::default()
@@ -289,9 +295,12 @@ fn check_data(
     ];
     if m.restart {
         command.push("--expect-data".into());
+        if m.acknowledged_index > 0 {
+            command.push(format!("--acknowledged-index={}", m.acknowledged_index));
+        }
     }
     Container {
-        name: crate::member_volume::CHECK_CONTAINER.into(),
+        name: crate::pod::member_volume::CHECK_CONTAINER.into(),
         image: Some(init_image.into()),
         image_pull_policy: Some("IfNotPresent".into()),
         command: Some(command),

@@ -1,7 +1,7 @@
 //! Pure builders for the Kubernetes objects of one etcd cluster: member pods, their
 //! PersistentVolumeClaims, and the peer and client Services.
 //!
-//! Here: labels, owner reference, the member PVC. [`member`]: the member pod (etcd's command
+//! Here: the member PVC (labels and the owner reference are `naming`'s). [`member`]: the member pod (etcd's command
 //! line, probes, init containers); [`placement`]: where members are scheduled (spreading,
 //! anti-affinity); [`services`]: the peer and client Services.
 
@@ -9,12 +9,12 @@ use std::collections::BTreeMap;
 
 use etcd_operator_api::EtcdCluster;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 
-use crate::naming::{
-    self, APP_LABEL, BOOTSTRAP_ANNOTATION, CLUSTER_LABEL, CLUSTER_UID_LABEL, MEMBER_ANNOTATION, PEER_URL_ANNOTATION,
-};
+use crate::naming::cluster_name;
+use crate::naming::{self, BOOTSTRAP_ANNOTATION, MEMBER_ANNOTATION, PEER_URL_ANNOTATION};
+pub use crate::naming::{member_labels, owner_ref, selector_labels, serving_labels};
 use crate::planner::NewMember;
 use crate::validation::Desired;
 
@@ -32,36 +32,6 @@ pub const DATA_MOUNT: &str = "/var/etcd";
 pub const DATA_VOLUME: &str = "etcd-data";
 pub const DATA_DIR: &str = "/var/etcd/data";
 
-/// Labels every object of the cluster carries (CoreOS' pair).
-pub fn selector_labels(cluster: &str) -> BTreeMap<String, String> {
-    BTreeMap::from([
-        (APP_LABEL.0.to_string(), APP_LABEL.1.to_string()),
-        (CLUSTER_LABEL.to_string(), cluster.to_string()),
-    ])
-}
-
-/// Labels of member pods and PVCs, and the Services' selector: CoreOS' pair plus the
-/// EtcdCluster's UID, so that pods of an earlier cluster of the same name (left behind by
-/// `kubectl delete --cascade=orphan`) never serve behind this one's Services.
-pub fn member_labels(c: &EtcdCluster) -> BTreeMap<String, String> {
-    let mut l = selector_labels(&cluster_name(c));
-    l.insert(CLUSTER_UID_LABEL.to_string(), c.meta().uid.clone().unwrap_or_default());
-    l
-}
-
-/// [`member_labels`] and the serving label: what member pods carry while they take client
-/// traffic, and what the client Service selects on.
-pub fn serving_labels(c: &EtcdCluster) -> BTreeMap<String, String> {
-    let mut l = member_labels(c);
-    l.insert(naming::SERVING_LABEL.to_string(), "true".into());
-    l
-}
-
-/// Controller owner reference to the EtcdCluster: deleting it deletes everything it made.
-pub fn owner_ref(c: &EtcdCluster) -> OwnerReference {
-    c.controller_owner_ref(&()).expect("EtcdCluster from the API has a name and uid")
-}
-
 fn meta(c: &EtcdCluster, name: &str, labels: BTreeMap<String, String>) -> ObjectMeta {
     ObjectMeta {
         name: Some(name.to_string()),
@@ -70,10 +40,6 @@ fn meta(c: &EtcdCluster, name: &str, labels: BTreeMap<String, String>) -> Object
         owner_references: Some(vec![owner_ref(c)]),
         ..Default::default()
     }
-}
-
-fn cluster_name(c: &EtcdCluster) -> String {
-    c.meta().name.clone().unwrap_or_default()
 }
 
 /// The PVC of a PVC-backed member, from `spec.pod.persistentVolumeClaimSpec`. Its annotations

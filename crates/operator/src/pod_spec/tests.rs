@@ -1,6 +1,7 @@
 //! Tests of the pure builders of member pods, PVCs and Services.
 
 use super::*;
+use crate::naming::{CLUSTER_LABEL, CLUSTER_UID_LABEL};
 use crate::planner::Seed;
 use crate::validation::validate;
 use crate::version::Version;
@@ -30,6 +31,8 @@ fn member(existing: bool, pvc: bool) -> NewMember {
         restart: false,
         seed: None,
         root_data: false,
+        claim: None,
+        acknowledged_index: 0,
     }
 }
 
@@ -116,7 +119,7 @@ fn a_pvc_member_checks_its_volume_first_and_a_restart_demands_its_data() {
         "size: 1\nversion: 3.5.1\npod:\n  persistentVolumeClaimSpec:\n    accessModes: [ReadWriteOnce]\n    resources: {requests: {storage: 1Gi}}",
     );
     let first = init_commands(&member_pod(&c, &d, &member(false, true), "op:1"));
-    assert_eq!(first[0].0, crate::member_volume::CHECK_CONTAINER);
+    assert_eq!(first[0].0, crate::pod::member_volume::CHECK_CONTAINER);
     assert!(
         first[0].1.contains(&"--member=ex-abcde".to_string())
             && first[0].1.contains(&"--cluster-uid=uid-1".to_string())
@@ -126,9 +129,18 @@ fn a_pvc_member_checks_its_volume_first_and_a_restart_demands_its_data() {
     m.restart = true;
     let again = init_commands(&member_pod(&c, &d, &m, "op:1"));
     assert!(again[0].1.contains(&"--expect-data".to_string()));
+    assert!(!again[0].1.iter().any(|a| a.starts_with("--acknowledged-index")), "none recorded");
+    // What the member acknowledged, when recorded: its data must reach it.
+    m.acknowledged_index = 4711;
+    let again = init_commands(&member_pod(&c, &d, &m, "op:1"));
+    assert!(again[0].1.contains(&"--acknowledged-index=4711".to_string()), "{again:?}");
+    // A restart mounts the claim it restarts on, whoever named it (CoreOS: after the member).
+    m.claim = Some("ex-abcde".into());
+    let p = member_pod(&c, &d, &m, "op:1");
+    assert_eq!(p.spec.unwrap().volumes.unwrap()[0].persistent_volume_claim.as_ref().unwrap().claim_name, "ex-abcde");
     // emptyDir members have nothing to check.
     let plain = init_commands(&member_pod(&c, &d, &member(false, false), "op:1"));
-    assert!(plain.iter().all(|(n, _)| n != crate::member_volume::CHECK_CONTAINER));
+    assert!(plain.iter().all(|(n, _)| n != crate::pod::member_volume::CHECK_CONTAINER));
 }
 
 #[test]
@@ -255,7 +267,17 @@ fn services_select_the_cluster_and_the_peer_one_is_headless() {
 /// `--kinds quota-fill --seed 1`).
 #[test]
 fn members_of_etcd_with_the_broken_health_exclude_probe_readiness_with_a_read() {
-    for (version, exec) in [("3.5.0", true), ("3.5.1", true), ("3.5.34", false), ("3.4.23", false), ("3.6.15", false)] {
+    for (version, exec) in [
+        ("3.5.0", true),
+        ("3.5.1", true),
+        ("3.5.34", false),
+        ("3.4.23", false),
+        ("3.4.16", false),
+        ("3.6.15", false),
+        // Before 3.4.16 etcd ignores `exclude` altogether (etcd#12880).
+        ("3.4.15", true),
+        ("3.4.3", true),
+    ] {
         let (c, d) = cluster(&format!("size: 3\nversion: {version}"));
         let mut m = member(false, false);
         m.version = Version::parse(version).unwrap();
@@ -270,6 +292,35 @@ fn members_of_etcd_with_the_broken_health_exclude_probe_readiness_with_a_read() 
         } else {
             assert_eq!(probe.http_get.unwrap().path.as_deref(), Some(HEALTH_PATH));
         }
+    }
+}
+
+/// With authentication the read would be refused (and 3.5.0/3.5.1 are refused with it): a member
+/// before 3.4.16 keeps `/health`.
+#[test]
+fn with_authentication_members_before_three_four_sixteen_keep_the_health_endpoint() {
+    let (c, d) = cluster("size: 3\nversion: 3.4.15\nauth: {enabled: true}");
+    let mut m = member(false, false);
+    m.version = Version::parse("3.4.15").unwrap();
+    let probe = member_pod(&c, &d, &m, "op:1").spec.unwrap().containers[0].readiness_probe.clone().unwrap();
+    assert_eq!(probe.http_get.unwrap().path.as_deref(), Some(HEALTH_PATH));
+}
+
+/// etcd 3.7 has no `--experimental-*` flags: members of 3.6 and later get `etcdEnv`'s
+/// experimental settings under their 3.6 names (`etcd_flags`), members before 3.6 as written.
+#[test]
+fn members_of_three_six_and_later_get_experimental_settings_under_their_new_names() {
+    let spec = "size: 3\nversion: 3.6.15\npod: {etcdEnv: [{name: ETCD_EXPERIMENTAL_INITIAL_CORRUPT_CHECK, value: 'true'}, {name: ETCD_SNAPSHOT_COUNT, value: '5000'}]}";
+    let (c, d) = cluster(spec);
+    let env_of = |version: &str| {
+        let mut m = member(false, false);
+        m.version = Version::parse(version).unwrap();
+        let env = member_pod(&c, &d, &m, "op:1").spec.unwrap().containers[0].env.clone().unwrap();
+        env.into_iter().map(|e| format!("{}={}", e.name, e.value.unwrap_or_default())).collect::<Vec<_>>()
+    };
+    assert_eq!(env_of("3.5.34"), ["ETCD_EXPERIMENTAL_INITIAL_CORRUPT_CHECK=true", "ETCD_SNAPSHOT_COUNT=5000"]);
+    for v in ["3.6.15", "3.7.2"] {
+        assert_eq!(env_of(v), ["ETCD_SNAPSHOT_COUNT=5000", "ETCD_FEATURE_GATES=InitialCorruptCheck=true"], "{v}");
     }
 }
 
@@ -327,7 +378,7 @@ fn without_a_security_context_every_member_pod_passes_restricted() {
                 names.push(c.name.clone());
             }
             if kind.contains("pvc=true") {
-                assert!(names.contains(&crate::member_volume::CHECK_CONTAINER.to_string()), "{kind}: {names:?}");
+                assert!(names.contains(&crate::pod::member_volume::CHECK_CONTAINER.to_string()), "{kind}: {names:?}");
             }
             if kind.contains("seeded") || kind == "restored" {
                 assert!(names.contains(&"restore-snapshot".to_string()), "{kind}: {names:?}");
@@ -412,7 +463,7 @@ fn secret_files_are_readable_by_the_user_a_users_security_context_names() {
             let user = c.security_context.as_ref().and_then(|sc| sc.run_as_user);
             assert_ne!(user, Some(0), "{kind}: {} runs as root under runAsNonRoot", c.name);
         }
-        let check = s.init_containers.iter().flatten().find(|c| c.name == crate::member_volume::CHECK_CONTAINER);
+        let check = s.init_containers.iter().flatten().find(|c| c.name == crate::pod::member_volume::CHECK_CONTAINER);
         if let Some(check) = check {
             assert_eq!(
                 check.security_context.as_ref().unwrap().run_as_user,

@@ -22,6 +22,9 @@ pub const CORRUPT: &str = "Corrupt";
 /// A member runs an etcd release with a known data-safety defect: which, what it risks, what to
 /// upgrade to. Warning only: the operator does not act on it (an upgrade is the user's call).
 pub const ETCD_ADVISORY: &str = "EtcdAdvisory";
+/// Members of etcd 3.6 and later get `spec.pod.etcdEnv`'s experimental settings under their 3.6
+/// names (etcd 3.7 has no `--experimental-*` flags): each translation, named (`etcd_flags`).
+pub const ETCD_FLAGS_TRANSLATED: &str = "EtcdFlagsTranslated";
 /// A running cluster turns TLS on or off (`planner::tls_transition::progress`): the phase as
 /// reason, the member being moved and what clients see in the message.
 pub const TLS_TRANSITION: &str = "TLSTransition";
@@ -36,14 +39,38 @@ fn cond(type_: &str, ok: bool, reason: &str, message: impl Into<String>) -> Cond
     }
 }
 
+/// A condition whose state the operator cannot tell (Kubernetes' `Unknown`).
+fn unknown(type_: &str, reason: &str, message: &str) -> Condition {
+    Condition { status: "Unknown".into(), ..cond(type_, false, reason, message) }
+}
+
 /// Sets, updates or removes each condition in `cs` for this observation and step.
-pub(super) fn update(cs: &mut Vec<Condition>, o: &Observed, step: &Step, now: &str) {
+pub(super) fn update(
+    cs: &mut Vec<Condition>,
+    o: &Observed,
+    step: &Step,
+    certificates: &crate::tls::auto::decision::Decision,
+    now: &str,
+) {
     let wait = match step {
         Step::Wait(w) => Some(w),
         _ => None,
     };
     match (&o.desired, &o.spec_refused) {
         (Ok(_), None) => condition::upsert(cs, cond(SPEC_VALID, true, "Valid", ""), now),
+        (Ok(_), Some(errs)) if o.no_valid_spec => condition::upsert(
+            cs,
+            cond(
+                SPEC_VALID,
+                false,
+                "InvalidSpec",
+                format!(
+                    "{}; no valid spec is on record: nothing refused is applied, no running member is changed (no rollout, upgrade, TLS or authentication step), and the cluster keeps healing with new members made without the refused settings",
+                    errs.join("; ")
+                ),
+            ),
+            now,
+        ),
         (Ok(_), Some(errs)) => condition::upsert(
             cs,
             cond(
@@ -59,22 +86,33 @@ pub(super) fn update(cs: &mut Vec<Condition>, o: &Observed, step: &Step, now: &s
         ),
         (Err(errs), _) => condition::upsert(cs, cond(SPEC_VALID, false, "InvalidSpec", errs.join("; ")), now),
     }
-    let available = match &o.etcd {
-        Some(e) => {
-            let voters = e.voters().count();
-            let healthy = e.voters().filter(|m| m.is_healthy()).count();
-            if healthy >= EtcdState::quorum_of(voters) {
-                cond(AVAILABLE, true, "QuorumHealthy", format!("{healthy} of {voters} voting members healthy"))
-            } else {
-                cond(AVAILABLE, false, "NoQuorum", format!("{healthy} of {voters} voting members healthy"))
-            }
+    // The operator cannot reach members whose pods are Ready: whether clients are served is
+    // not known to it (Unknown), and no quorum loss is claimed.
+    let unreachable = wait.filter(|w| w.reason == WaitReason::MembersUnreachable);
+    let counts = o.etcd.as_ref().map(|e| (e.voters().filter(|m| m.is_healthy()).count(), e.voters().count()));
+    let available = match (counts, unreachable) {
+        (Some((healthy, voters)), _) if healthy >= EtcdState::quorum_of(voters) => {
+            cond(AVAILABLE, true, "QuorumHealthy", format!("{healthy} of {voters} voting members healthy"))
         }
-        None if matches!(wait, Some(w) if w.reason == WaitReason::Bootstrapping)
-            || matches!(step, Step::Bootstrap(_) | Step::CreateServices) =>
+        (_, Some(w)) => unknown(AVAILABLE, w.reason.as_str(), &w.message),
+        // A cluster that just formed whose other bootstrap members are still starting (the
+        // planner's judgement): not a lost quorum.
+        (Some((healthy, voters)), None) if matches!(wait, Some(w) if w.reason == WaitReason::Bootstrapping) => cond(
+            AVAILABLE,
+            false,
+            "Bootstrapping",
+            format!("the members of a new cluster are starting: {healthy} of {voters} voting members healthy so far"),
+        ),
+        (Some((healthy, voters)), None) => {
+            cond(AVAILABLE, false, "NoQuorum", format!("{healthy} of {voters} voting members healthy"))
+        }
+        (None, None)
+            if matches!(wait, Some(w) if w.reason == WaitReason::Bootstrapping)
+                || matches!(step, Step::Bootstrap(_) | Step::CreateServices) =>
         {
             cond(AVAILABLE, false, "Bootstrapping", "the members of a new cluster are starting")
         }
-        None => {
+        (None, None) => {
             cond(AVAILABLE, false, "Unreachable", o.etcd_error.clone().unwrap_or_else(|| "no member answers".into()))
         }
     };
@@ -93,7 +131,7 @@ pub(super) fn update(cs: &mut Vec<Condition>, o: &Observed, step: &Step, now: &s
         }
     }
     // The recovery that just finished (its member serves), else the last one recorded.
-    let serving = |r: &&crate::planner::recovery::Record| {
+    let serving = |r: &&crate::observed::RecoveryRecord| {
         o.etcd.as_ref().and_then(|e| e.member_for_pod(&r.member)).is_some_and(|m| m.is_healthy())
     };
     if let Some(r) = o.recovery_record.as_ref().filter(serving).or(o.last_recovery.as_ref()) {
@@ -122,14 +160,19 @@ pub(super) fn update(cs: &mut Vec<Condition>, o: &Observed, step: &Step, now: &s
         Step::Wait(w) if w.reason == WaitReason::Recovering => {
             condition::upsert(cs, cond(RECOVERING, true, "QuorumLossRecovery", w.message.clone()), now)
         }
-        Step::RemoveMember { pod, why, .. } if why.contains("volume") => condition::upsert(
+        Step::RemoveMember { pod, why, cause, .. } if cause.replaces_a_loss() => condition::upsert(
             cs,
             cond(RECOVERING, true, "ReplacingMember", format!("replacing member {pod}: {why}")),
             now,
         ),
-        Step::RemoveMember { pod, why, .. } if why.contains("gone") || why.contains("ended") => condition::upsert(
+        Step::RetireVolume { pod, claim, why } => condition::upsert(
             cs,
-            cond(RECOVERING, true, "ReplacingMember", format!("replacing member {pod}: {why}")),
+            cond(
+                RECOVERING,
+                true,
+                "RetiringVolume",
+                format!("volume {claim} of member {pod} is kept but no longer used ({why}); the member is replaced"),
+            ),
             now,
         ),
         Step::CreatePod(m) if m.existing && m.pvc => condition::upsert(
@@ -220,18 +263,36 @@ pub(super) fn update(cs: &mut Vec<Condition>, o: &Observed, step: &Step, now: &s
         }
     }
     // spec.TLS.auto: CertificatesReady.
-    crate::tls::auto::status::update(cs, o, now);
+    crate::status::tls_auto::update(cs, certificates, now);
     match advisory(o) {
         Some((reason, msg)) => condition::upsert(cs, cond(ETCD_ADVISORY, true, reason, msg), now),
         None => condition::remove(cs, ETCD_ADVISORY),
     }
+    match translated_flags(o) {
+        Some(msg) => condition::upsert(cs, cond(ETCD_FLAGS_TRANSLATED, true, "ExperimentalFlagsRenamed", msg), now),
+        None => condition::remove(cs, ETCD_FLAGS_TRANSLATED),
+    }
+    // Refused TLS material the cluster runs with: said while members keep healing with it, and
+    // in place of the planner's own wait on it (a message that names no step: one Event).
+    let tls_refused = (o.desired.is_ok() && !o.tls_material.refused.is_empty())
+        .then(|| crate::tls::material::refused_message(&o.tls_material.refused));
     match wait {
-        Some(w) if w.reason.needs_attention() && w.reason != WaitReason::InvalidSpec => {
+        Some(w)
+            if w.reason.needs_attention()
+                && w.reason != WaitReason::InvalidSpec
+                && (w.reason != WaitReason::TlsMaterialRefused || tls_refused.is_none()) =>
+        {
             condition::upsert(cs, cond(DEGRADED, true, w.reason.as_str(), w.message.clone()), now)
+        }
+        _ if tls_refused.is_some() => {
+            let msg = tls_refused.unwrap_or_default();
+            condition::upsert(cs, cond(DEGRADED, true, WaitReason::TlsMaterialRefused.as_str(), msg), now)
         }
         Some(w) if w.reason == WaitReason::Stable => condition::remove(cs, DEGRADED),
         _ => {}
     }
+    crate::status::tls_expiry::update_condition(cs, o, now);
+    crate::status::tls_trust::update_condition(cs, o, now);
 }
 
 /// etcd 3.5.0–3.5.2 can come back from a kill (SIGKILL, OOM, node crash) under load without
@@ -263,6 +324,19 @@ fn advisory(o: &Observed) -> Option<(&'static str, String)> {
     ))
 }
 
+/// What members of 3.6 and later get instead of `etcdEnv`'s experimental settings, while the
+/// spec asks for 3.6 or later.
+fn translated_flags(o: &Observed) -> Option<String> {
+    let d = o.desired.as_ref().ok().filter(|d| d.version.minor_line() >= (3, 6))?;
+    let (_, notes) = crate::etcd_flags::member_env(&d.pod.etcd_env, &d.version);
+    (!notes.is_empty()).then(|| {
+        format!(
+            "members of etcd 3.6 and later get spec.pod.etcdEnv's experimental settings under their 3.6 names (etcd 3.7 has no --experimental-* flags): {}",
+            notes.join("; ")
+        )
+    })
+}
+
 /// Whether a condition in this state is reported as a Warning Event (something is wrong, as
 /// opposed to progress such as a cluster still bootstrapping).
 pub fn is_warning(c: &Condition) -> bool {
@@ -273,7 +347,8 @@ pub fn is_warning(c: &Condition) -> bool {
         UPGRADING => c.status == "False",
         RECOVERED_FROM_QUORUM_LOSS => true,
         NO_SPACE | CORRUPT | ETCD_ADVISORY => c.status == "True",
-        crate::tls::auto::status::CERTIFICATES_READY => crate::tls::auto::status::is_warning(c),
+        crate::status::tls_auto::CERTIFICATES_READY => crate::status::tls_auto::is_warning(c),
+        crate::status::tls_expiry::CERTIFICATES_EXPIRING => crate::status::tls_expiry::is_warning(c),
         _ => crate::auth::is_warning(c),
     }
 }

@@ -1,16 +1,20 @@
 //! Status: what `kubectl get etcd` and `kubectl describe` show, computed from the observation
-//! and the planned step. Pure; the controller writes the result with one status patch. Here:
+//! and the plan (the step, the certificate decision). Pure; the controller writes the result with one status patch. Here:
 //! members, versions, phase; the conditions are in `conditions`.
 
 mod conditions;
 #[cfg(test)]
 mod tests;
+pub mod tls_auto;
+pub mod tls_expiry;
+pub mod tls_trust;
 
 use etcd_operator_api::EtcdClusterStatus;
 
 use crate::naming::{self, CLIENT_PORT};
 use crate::observed::{EtcdState, Observed};
 use crate::planner::{Step, WaitReason};
+use crate::tls::auto::decision::Decision;
 
 pub use conditions::{
     AVAILABLE, CORRUPT, DEGRADED, ETCD_ADVISORY, NO_SPACE, RECOVERED_FROM_QUORUM_LOSS, RECOVERING, SCALING, SPEC_VALID,
@@ -31,10 +35,26 @@ fn healthy_voter_pods(o: &Observed, e: &EtcdState) -> Vec<String> {
         .collect()
 }
 
-/// The new status. `prev` supplies what must persist (cluster ID, condition times, phase).
+/// [`compute_planned`] with the certificate planner asked here: for tests, which plan the
+/// step themselves too (`decide` asks it once per reconcile).
+#[cfg(test)]
 pub fn compute(
     o: &Observed,
     step: &Step,
+    prev: &EtcdClusterStatus,
+    generation: Option<i64>,
+    now: &str,
+) -> EtcdClusterStatus {
+    compute_planned(o, step, &crate::planner::certificates::plan(o), prev, generation, now)
+}
+
+/// The new status for the planned `step` and `certificates` (the certificate planner's
+/// decision, reported as `CertificatesReady`). `prev` supplies what must persist (cluster ID,
+/// condition times, phase).
+pub fn compute_planned(
+    o: &Observed,
+    step: &Step,
+    certificates: &Decision,
     prev: &EtcdClusterStatus,
     generation: Option<i64>,
     now: &str,
@@ -64,7 +84,9 @@ pub fn compute(
             s.members.unready = unready;
             s.members.learners = learners;
             s.leader = e.leader_member().map(|m| m.pod.clone()).unwrap_or_default();
-            if e.cluster_id != 0 {
+            // Only a member with a leader proves the cluster formed (a lone bootstrap member
+            // knows its cluster ID before that); observation reads it back as that proof.
+            if e.cluster_id != 0 && e.leader.is_some() {
                 s.cluster_id = crate::naming::hex(e.cluster_id);
             }
         }
@@ -100,13 +122,13 @@ pub fn compute(
     };
 
     // Conditions.
-    conditions::update(&mut s.conditions, o, step, now);
+    conditions::update(&mut s.conditions, o, step, certificates, now);
 
     // Phase, in CoreOS' three values.
     let all_ready = o.desired.as_ref().is_ok_and(|d| s.ready_members as usize == d.size);
-    s.phase = if wait.is_some_and(|w| w.reason == WaitReason::DataLost) {
-        PHASE_FAILED.into()
-    } else if o.desired.is_err() && s.cluster_id.is_empty() {
+    let failed =
+        wait.is_some_and(|w| w.reason == WaitReason::DataLost) || (o.desired.is_err() && s.cluster_id.is_empty());
+    s.phase = if failed {
         PHASE_FAILED.into()
     } else if prev.phase == PHASE_RUNNING || all_ready {
         PHASE_RUNNING.into()

@@ -127,6 +127,43 @@ fn a_bootstrapping_cluster_is_unavailable_without_a_warning() {
     assert!(!is_warning(a));
 }
 
+/// A cluster that just formed, its other bootstrap members still starting: no Warning for a
+/// new user (the planner says Bootstrapping, and the condition follows it).
+#[test]
+fn a_cluster_forming_with_members_still_starting_is_no_lost_quorum() {
+    let mut o = obs(3, &[true, false, false]);
+    for p in o.pods.values_mut() {
+        p.bootstrap = true;
+        p.age_secs = 5;
+    }
+    let s = compute(&o, &plan(&o), &Default::default(), None, "t");
+    let a = condition::find(&s.conditions, AVAILABLE).unwrap();
+    assert_eq!((a.status.as_str(), a.reason.as_str()), ("False", "Bootstrapping"), "{a:?}");
+    assert!(!is_warning(a));
+    assert!(condition::find(&s.conditions, DEGRADED).is_none_or(|d| d.status != "True"), "{:?}", s.conditions);
+    // The same long after the bootstrap: a lost quorum, said as a warning.
+    for p in o.pods.values_mut() {
+        p.age_secs = 3600;
+    }
+    let s = compute(&o, &plan(&o), &Default::default(), None, "t");
+    let a = condition::find(&s.conditions, AVAILABLE).unwrap();
+    assert_eq!(a.reason, "NoQuorum");
+    assert!(is_warning(a));
+}
+
+/// The cluster ID is the proof that the cluster formed (observation reads it back): only a
+/// member answering with a leader gives it, not a lone bootstrap member that computed it.
+#[test]
+fn no_cluster_id_is_reported_before_a_leader_exists() {
+    let mut o = obs(3, &[true, false, false]);
+    o.ever_bootstrapped = false;
+    let e = o.etcd.as_mut().unwrap();
+    e.leader = None;
+    e.members[0].status.as_mut().unwrap().leader = 0;
+    let s = compute(&o, &plan(&o), &Default::default(), None, "t");
+    assert_eq!(s.cluster_id, "", "{s:?}");
+}
+
 #[test]
 fn data_loss_fails_the_phase() {
     // A cluster that formed, with no pod and no volume left: planned, not hand-made.
@@ -146,7 +183,7 @@ fn data_loss_fails_the_phase() {
 #[test]
 fn a_finished_recovery_is_reported_from_its_record_whatever_the_previous_status() {
     let mut o = obs(3, &[true, true, true]);
-    o.last_recovery = Some(crate::planner::recovery::Record {
+    o.last_recovery = Some(crate::observed::RecoveryRecord {
         member: "ex-m0".into(),
         policy: "FromSurvivor".into(),
         from: "surviving member ex-old".into(),
@@ -212,4 +249,126 @@ fn members_on_etcd_3_5_0_to_3_5_2_get_a_warning_naming_them_and_the_fix() {
     o.pods.get_mut("ex-m2").unwrap().version = "3.4.23".into();
     let s = compute(&o, &plan(&o), &s, None, "t");
     assert!(condition::find(&s.conditions, ETCD_ADVISORY).is_none());
+}
+
+fn tls_refused(mut o: Observed) -> Observed {
+    o.tls_material.refused = vec!["Secret op does not exist".into()];
+    o.tls_material.refused_secrets = ["op".to_string()].into();
+    o
+}
+
+/// Issue 25: refused TLS material the cluster runs with is `Degraded`, with the same message
+/// whether the planner restarts a member on its volume or has nothing left to do.
+#[test]
+fn refused_tls_material_is_degraded_with_one_message_while_members_heal() {
+    let mut healing = tls_refused(obs(3, &[true, true, false]));
+    healing.pods.remove("ex-m2");
+    healing.pvcs.insert(
+        "ex-m2".into(),
+        crate::observed::PvcState { name: "ex-m2-data".into(), member: "ex-m2".into(), ..Default::default() },
+    );
+    let step = plan(&healing);
+    assert!(matches!(step, Step::CreatePod(_)), "{step:?}");
+    let s = compute(&healing, &step, &Default::default(), None, "t");
+    let d = condition::find(&s.conditions, DEGRADED).expect("Degraded");
+    assert_eq!((d.status.as_str(), d.reason.as_str()), ("True", "TLSMaterialRefused"));
+    assert!(d.message.contains("Secret op does not exist"), "{}", d.message);
+    let settled = tls_refused(obs(3, &[true, true, true]));
+    let s2 = compute(&settled, &plan(&settled), &s, None, "t");
+    assert_eq!(condition::find(&s2.conditions, DEGRADED), Some(d), "no new Event for the same refusal");
+    assert!(is_warning(d));
+    // Fixed: Degraded goes.
+    let fixed = obs(3, &[true, true, true]);
+    let s3 = compute(&fixed, &plan(&fixed), &s2, None, "t");
+    assert!(condition::find(&s3.conditions, DEGRADED).is_none());
+}
+
+/// Issue 25: a warning at 30 and at 7 days before a static certificate expires, from the
+/// certificates observed and the time of the status (fixed here).
+#[test]
+fn certificates_expiring_warn_at_30_and_7_days() {
+    let day = 24 * 3600;
+    let now: k8s_openapi::jiff::Timestamp = "2030-01-01T00:00:00Z".parse().unwrap();
+    let mut o = obs(3, &[true, true, true]);
+    o.tls_material.expiries = vec![crate::tls::material::Expiry {
+        secret: "etcd-server-tls".into(),
+        key: "server.crt".into(),
+        subject: "CN=etcd server".into(),
+        not_after: now.as_second() + 20 * day,
+    }];
+    let at = |days: i64| {
+        let t = k8s_openapi::jiff::Timestamp::from_second(now.as_second() + days * day).unwrap().to_string();
+        let s = compute(&o, &plan(&o), &Default::default(), None, &t);
+        condition::find(&s.conditions, crate::status::tls_expiry::CERTIFICATES_EXPIRING).cloned().unwrap()
+    };
+    let far = at(-30);
+    assert_eq!((far.status.as_str(), far.reason.as_str()), ("False", "Valid"));
+    assert!(!is_warning(&far));
+    let soon = at(0);
+    assert_eq!((soon.status.as_str(), soon.reason.as_str()), ("True", "ExpiresWithin30Days"));
+    assert!(is_warning(&soon) && soon.message.contains("Secret etcd-server-tls key server.crt"), "{}", soon.message);
+    assert_eq!(at(14).reason, "ExpiresWithin7Days");
+    assert_eq!(at(21).reason, "Expired");
+    let plain = obs(3, &[true, true, true]);
+    let s = compute(&plain, &plan(&plain), &Default::default(), None, &now.to_string());
+    assert!(condition::find(&s.conditions, crate::status::tls_expiry::CERTIFICATES_EXPIRING).is_none(), "no TLS: none");
+}
+
+/// The operator's own calls get no answer (its client timed out right after `auth enable`, a
+/// refused TLS handshake) while the member pods stay Ready: `Available` is Unknown, saying so,
+/// nothing is `Degraded`, and no condition change is a warning: a healthy cluster is never
+/// reported as having lost its quorum for the operator's own trouble.
+#[test]
+fn members_out_of_the_operators_sight_make_available_unknown_without_any_warning() {
+    const ERR: &str = "etcd at http://10.244.0.9:2379: grpc request error: Timeout expired";
+    let healthy = obs(3, &[true, true, true]);
+    let prev = compute(&healthy, &plan(&healthy), &Default::default(), None, "t");
+    // Two of three members unanswered; then none at all.
+    let mut some = healthy.clone();
+    for m in &mut some.etcd.as_mut().unwrap().members[1..] {
+        m.status = None;
+        some.unreached.insert(m.pod.clone(), ERR.into());
+    }
+    let mut none = healthy.clone();
+    none.etcd = None;
+    none.etcd_error = Some(ERR.into());
+    none.unreached = none.pods.keys().map(|p| (p.clone(), ERR.to_string())).collect();
+    for o in [some, none] {
+        let step = plan(&o);
+        let s = compute(&o, &step, &prev, None, "t2");
+        let a = condition::find(&s.conditions, AVAILABLE).unwrap();
+        assert_eq!((a.status.as_str(), a.reason.as_str()), ("Unknown", "MembersUnreachable"), "{step:?}");
+        assert!(a.message.starts_with("operator cannot reach members") && a.message.contains("Timeout"), "{a:?}");
+        assert!(condition::find(&s.conditions, DEGRADED).is_none(), "{:?}", s.conditions);
+        let warned: Vec<_> = changed(&prev.conditions, &s.conditions).into_iter().filter(|c| is_warning(c)).collect();
+        assert!(warned.is_empty(), "warning Events: {warned:?}");
+        assert!(s.reason.is_empty(), "{}", s.reason);
+    }
+}
+
+/// Status reads why a member is removed from the step's typed cause, never from the words of
+/// its reason: a member whose pod is being deleted is replaced without a `Recovering`
+/// condition, whatever its pod is called ("gone", "ended" and "volume" once made it one).
+#[test]
+fn a_member_removed_for_its_deleted_pod_is_no_recovery_whatever_its_name() {
+    let mut o = obs(3, &[true, true, true]);
+    let mut p = o.pods.remove("ex-m2").unwrap();
+    p.name = "ex-gone".into();
+    p.deleting = true;
+    o.pods.insert("ex-gone".into(), p);
+    let e = o.etcd.as_mut().unwrap();
+    e.members[2].pod = "ex-gone".into();
+    e.members[2].name = "ex-gone".into();
+    let step = plan(&o);
+    assert!(matches!(&step, Step::RemoveMember { pod, .. } if pod == "ex-gone"), "{step:?}");
+    let s = compute(&o, &step, &Default::default(), None, "t");
+    assert!(condition::find(&s.conditions, RECOVERING).is_none(), "{:?}", s.conditions);
+
+    // A member whose pod is gone, data with it, is replaced after a loss: `Recovering`.
+    let mut o = obs(3, &[true, true, false]);
+    o.pods.remove("ex-m2");
+    let step = plan(&o);
+    assert!(matches!(&step, Step::RemoveMember { pod, .. } if pod == "ex-m2"), "{step:?}");
+    let s = compute(&o, &step, &Default::default(), None, "t");
+    assert_eq!(condition::find(&s.conditions, RECOVERING).unwrap().reason, "ReplacingMember");
 }

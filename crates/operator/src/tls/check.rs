@@ -65,6 +65,29 @@ fn pems(data: &[u8]) -> Vec<Pem> {
     Pem::iter_from_buffer(data).map_while(Result::ok).collect()
 }
 
+/// The DNS names of a certificate's subjectAltName, lowercase.
+pub(super) fn sans_of(c: &X509Certificate) -> Result<Vec<String>, String> {
+    match c.subject_alternative_name() {
+        Ok(Some(san)) => Ok(san
+            .value
+            .general_names
+            .iter()
+            .filter_map(|n| match n {
+                GeneralName::DNSName(d) => Some(d.to_ascii_lowercase()),
+                _ => None,
+            })
+            .collect()),
+        Ok(None) => Ok(vec![]),
+        Err(e) => Err(format!("unreadable subjectAltName ({e})")),
+    }
+}
+
+/// The DNS names the first certificate of `cert_pem` carries (empty when it cannot be read:
+/// [`secret`] says why).
+pub fn dns_names(cert_pem: &[u8]) -> Vec<String> {
+    pems(cert_pem).first().and_then(|p| p.parse_x509().ok()).and_then(|c| sans_of(&c).ok()).unwrap_or_default()
+}
+
 /// What is wrong with a leaf certificate for `usage`.
 fn leaf(c: &X509Certificate, usage: Use, names: &[String], now: i64) -> Vec<String> {
     let mut errs = vec![];
@@ -75,22 +98,10 @@ fn leaf(c: &X509Certificate, usage: Use, names: &[String], now: i64) -> Vec<Stri
     if now > v.not_after.timestamp() {
         errs.push(format!("expired at {}", v.not_after));
     }
-    let sans: Vec<String> = match c.subject_alternative_name() {
-        Ok(Some(san)) => san
-            .value
-            .general_names
-            .iter()
-            .filter_map(|n| match n {
-                GeneralName::DNSName(d) => Some(d.to_ascii_lowercase()),
-                _ => None,
-            })
-            .collect(),
-        Ok(None) => vec![],
-        Err(e) => {
-            errs.push(format!("unreadable subjectAltName ({e})"));
-            vec![]
-        }
-    };
+    let sans = sans_of(c).unwrap_or_else(|e| {
+        errs.push(e);
+        vec![]
+    });
     for n in names {
         if !covers(&sans, n) {
             errs.push(format!("does not cover DNS name {n} (subjectAltName DNS names: [{}])", sans.join(", ")));
@@ -132,6 +143,68 @@ pub fn issued_by(cert_pem: &[u8], ca_pem: &[u8]) -> bool {
     let Some(Ok(cert)) = certs.first().map(|p| p.parse_x509()) else { return false };
     let cas = pems(ca_pem);
     cas.iter().filter_map(|p| p.parse_x509().ok()).any(|ca| cert.verify_signature(Some(ca.public_key())).is_ok())
+}
+
+/// Whether the certificate `der` is signed by one of the certificates in bundle `ca_pem`.
+pub fn der_issued_by(der: &[u8], ca_pem: &[u8]) -> bool {
+    let Ok((_, cert)) = x509_parser::parse_x509_certificate(der) else { return false };
+    pems(ca_pem)
+        .iter()
+        .filter_map(|p| p.parse_x509().ok())
+        .any(|ca| cert.verify_signature(Some(ca.public_key())).is_ok())
+}
+
+/// The issuer of the certificate `der`, as text.
+pub fn issuer_of_der(der: &[u8]) -> String {
+    x509_parser::parse_x509_certificate(der).map(|(_, c)| c.issuer().to_string()).unwrap_or_else(|_| "?".into())
+}
+
+/// What `names` the first certificate of `cert_pem` (key `key` of Secret `secret`) does not
+/// cover, said as [`secret`] says it.
+pub fn uncovered(secret: &str, key: &str, cert_pem: &[u8], names: &[String]) -> Vec<String> {
+    let sans = dns_names(cert_pem);
+    names
+        .iter()
+        .filter(|n| !covers(&sans, n))
+        .map(|n| {
+            format!(
+                "Secret {secret} key {key}: does not cover DNS name {n} (subjectAltName DNS names: [{}])",
+                sans.join(", ")
+            )
+        })
+        .collect()
+}
+
+/// The end of the validity of the first certificate in `pem`, seconds since the epoch, and
+/// its subject.
+pub fn not_after(pem: &[u8]) -> Option<(i64, String)> {
+    let c = pems(pem).into_iter().next()?;
+    let c = c.parse_x509().ok()?;
+    Some((c.validity().not_after.timestamp(), c.subject().to_string()))
+}
+
+/// The certificate of bundle `ca_pem` that signed the first certificate of `cert_pem`: the end
+/// of its validity and its subject.
+pub fn issuer_in(cert_pem: &[u8], ca_pem: &[u8]) -> Option<(i64, String)> {
+    let certs = pems(cert_pem);
+    let cert = certs.first()?.parse_x509().ok()?;
+    let cas = pems(ca_pem);
+    cas.iter()
+        .filter_map(|p| p.parse_x509().ok())
+        .find(|ca| cert.verify_signature(Some(ca.public_key())).is_ok())
+        .map(|ca| (ca.validity().not_after.timestamp(), ca.subject().to_string()))
+}
+
+/// Whether bundle `ca_pem` holds a CA certificate that names DNS hosts: a server's own
+/// self-signed certificate trusted as its CA (CoreOS' e2e certificates are made so). Go's
+/// clients accept such a certificate when a server presents it; rustls' (webpki) refuses a CA
+/// certificate as a server's, so the operator's client then checks it itself
+/// (`tls::connector`).
+pub fn has_self_signed_server_certificate(ca_pem: &[u8]) -> bool {
+    pems(ca_pem)
+        .iter()
+        .filter_map(|p| p.parse_x509().ok())
+        .any(|c| c.is_ca() && c.subject() == c.issuer() && sans_of(&c).is_ok_and(|s| s.iter().any(|n| !n.is_empty())))
 }
 
 #[cfg(test)]

@@ -13,8 +13,12 @@
 
 pub mod auto;
 pub mod check;
+pub mod connector;
 pub mod material;
+#[cfg(test)]
+mod test_certs;
 pub mod transition;
+pub mod trust;
 
 use etcd_operator_api::cluster::TlsPolicy;
 use k8s_openapi::api::core::v1::{Container, ContainerPort, SecretVolumeSource, Volume, VolumeMount};

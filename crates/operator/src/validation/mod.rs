@@ -10,6 +10,7 @@ mod recovery;
 #[cfg(test)]
 mod tests;
 mod tls_policy;
+pub use tls_policy::tls_auto_in_use;
 
 pub use maintenance::{
     CompactionMode, DEFAULT_DEFRAG_FREE_BYTES, DEFAULT_DEFRAG_FREE_PERCENT, DEFAULT_PERIODIC_RETENTION,
@@ -17,7 +18,7 @@ pub use maintenance::{
 };
 pub use network_policy::{NetworkAccess, same_namespace as default_clients};
 pub use pod_policy::{ETCD_ENV_PREFIX, MAX_DNS_TIMEOUT_SECS, is_dns1035_label, is_dns1123_label};
-pub use recovery::{DEFAULT_RECOVERY_AFTER_SECS, MAX_RECOVERY_AFTER_SECS};
+pub use recovery::{DEFAULT_RECOVERY_AFTER_SECS, MAX_RECOVERY_AFTER_SECS, QuorumLossPolicy, RecoverySettings};
 
 use etcd_operator_api::EtcdClusterSpec;
 use etcd_operator_api::cluster::{DEFAULT_REPOSITORY, DEFAULT_VERSION, PodPolicy};
@@ -42,7 +43,7 @@ pub struct Desired {
     /// Bootstrap members from this backup (checked: a valid location and a sha256).
     pub restore: Option<Restore>,
     /// What to do when a quorum is lost for good (`spec.recovery`).
-    pub recovery: crate::observed::Recovery,
+    pub recovery: RecoverySettings,
     /// Space quota, compaction and defragmentation (`spec.maintenance`, defaults filled in).
     pub maintenance: Maintenance,
     /// Who may reach the members (`spec.networkPolicy`); `None`: no NetworkPolicy.
@@ -98,7 +99,7 @@ impl Desired {
             (m, Some(trust)) => serde_json::to_vec(&(&self.repository, &self.pod, m, trust)),
         }
         .unwrap_or_default();
-        if let Some(tag) = crate::pod_security::profile(self, root_data).hash_tag() {
+        if let Some(tag) = crate::pod_security::profile(self.pod.security_context.as_ref(), root_data).hash_tag() {
             json.extend_from_slice(tag.as_bytes());
         }
         hex::encode(&sha2::Sha256::digest(json)[..8])
@@ -119,12 +120,29 @@ pub fn validate(name: &str, spec: &EtcdClusterSpec) -> Result<Desired, Vec<Strin
     validate_with(name, spec, true)
 }
 
-/// Only the rules of operator versions before the bounds on names, labels, annotations, DNS
-/// timeout, cluster domain and the newer reserved `etcdEnv` names: a cluster that formed under
-/// such a version keeps healing under its spec (and is told what the current rules refuse)
-/// instead of stopping altogether.
+/// A cluster that formed with no valid spec on record (adopted from the CoreOS operator, or the
+/// last-valid-spec mark lost) whose spec today's rules refuse: the spec read by the rules of
+/// earlier versions (no bounds on names, labels, annotations, DNS timeout or cluster domain),
+/// *without* the `etcdEnv` entries today's rules refuse (`ETCD_FORCE_NEW_CLUSTER`, `ETCD_STRICT_RECONFIG_CHECK`, `ETCD_DISCOVERY*`, a Secret in an
+/// `ETCD_*` variable; `ETCD_WAL_DIR` is reported but kept: the logs are there): no pod is ever
+/// made with one of those. The cluster keeps healing under
+/// it and no running member is changed (`Observed::no_valid_spec`); SpecValid says what is
+/// refused.
 pub fn validate_legacy(name: &str, spec: &EtcdClusterSpec) -> Result<Desired, Vec<String>> {
-    validate_with(name, spec, false)
+    let mut spec = spec.clone();
+    if let Some(pod) = spec.pod.as_mut() {
+        // Except the WAL directory: it is where the members' logs are, and a member made
+        // without it would start with an empty log on a volume that holds its data.
+        pod.etcd_env.retain(|e| e.name == "ETCD_WAL_DIR" || !refused_since_0_2(e));
+    }
+    validate_with(name, &spec, false)
+}
+
+/// An `etcdEnv` entry today's rules refuse and earlier versions' did not.
+fn refused_since_0_2(e: &k8s_openapi::api::core::v1::EnvVar) -> bool {
+    RESERVED_ENV_SINCE_0_2.contains(&e.name.as_str())
+        || e.name.starts_with(OPERATOR_OWNED_ETCD_ENV_PREFIX)
+        || pod_policy::logged_secret(e).is_some()
 }
 
 fn validate_with(name: &str, spec: &EtcdClusterSpec, strict: bool) -> Result<Desired, Vec<String>> {
@@ -178,6 +196,15 @@ fn validate_with(name: &str, spec: &EtcdClusterSpec, strict: bool) -> Result<Des
     }
     if strict {
         pod_policy::strict_pod_rules(&pod, &mut errs);
+        // etcd 3.7 has no --experimental-* flags: what cannot be written under a 3.6 name is
+        // refused (a running cluster's own spec is only refused the upgrade: `planner::upgrade`).
+        if let Some(v) = version.as_ref().filter(|v| v.minor_line() >= (3, 7)) {
+            for why in crate::etcd_flags::untranslatable(&pod.etcd_env) {
+                errs.push(format!(
+                    "spec.pod.etcdEnv: etcd {v} has no --experimental-* flags and {why}; remove it or write it under its 3.6 name"
+                ));
+            }
+        }
     }
     // The Secrets themselves are checked when observed (`tls::material`): reading them is I/O.
     let (tls, tls_auto) = tls_policy::tls_policy(name, spec.tls.as_ref(), &mut errs);

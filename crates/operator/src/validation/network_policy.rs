@@ -1,4 +1,5 @@
-//! `spec.networkPolicy`: on unless `enabled: false`; `clients` checked the way the API server
+//! `spec.networkPolicy`: on unless `enabled: false`; `clients` (unset: the default the cluster's
+//! `network-policy-default` mark says, `network_policy::DefaultClients`) checked the way the API server
 //! checks NetworkPolicy peers (so the operator's apply cannot be refused later) and normalised
 //! (empty selector parts dropped, so the object read back equals the one applied). Pure.
 
@@ -12,11 +13,12 @@ use super::pod_policy::{check_label_value, check_qualified_name};
 /// A validated `spec.networkPolicy` that is on.
 #[derive(Clone, Debug, PartialEq)]
 pub struct NetworkAccess {
-    /// Who may reach the client port besides members, operator and backup pods.
-    pub clients: Vec<NetworkPolicyPeer>,
+    /// Who may reach the client port besides members, operator and backup pods; `None`: unset,
+    /// the default the cluster's mark says (`network_policy::DefaultClients`).
+    pub clients: Option<Vec<NetworkPolicyPeer>>,
 }
 
-/// The policy's default `clients`: every pod of the cluster's namespace.
+/// The default `clients` of a cluster made with the policy: every pod of the cluster's namespace.
 pub fn same_namespace() -> Vec<NetworkPolicyPeer> {
     vec![NetworkPolicyPeer { pod_selector: Some(LabelSelector::default()), ..Default::default() }]
 }
@@ -24,21 +26,15 @@ pub fn same_namespace() -> Vec<NetworkPolicyPeer> {
 /// `None` when the user turned the policy off.
 pub(super) fn network_access(np: Option<&NetworkAccessPolicy>, errs: &mut Vec<String>) -> Option<NetworkAccess> {
     let np = np.cloned().unwrap_or_default();
-    let clients = match np.clients {
-        None => same_namespace(),
-        Some(list) => {
-            if list.len() as i64 > MAX_NETWORK_CLIENTS {
-                errs.push(format!(
-                    "spec.networkPolicy.clients has {} entries; at most {MAX_NETWORK_CLIENTS} are allowed",
-                    list.len()
-                ));
-            }
-            list.into_iter()
-                .enumerate()
-                .map(|(i, p)| peer(p, &format!("spec.networkPolicy.clients[{i}]"), errs))
-                .collect()
+    let clients = np.clients.map(|list| {
+        if list.len() as i64 > MAX_NETWORK_CLIENTS {
+            errs.push(format!(
+                "spec.networkPolicy.clients has {} entries; at most {MAX_NETWORK_CLIENTS} are allowed",
+                list.len()
+            ));
         }
-    };
+        list.into_iter().enumerate().map(|(i, p)| peer(p, &format!("spec.networkPolicy.clients[{i}]"), errs)).collect()
+    });
     if np.enabled == Some(false) { None } else { Some(NetworkAccess { clients }) }
 }
 
@@ -191,16 +187,16 @@ mod tests {
     }
 
     #[test]
-    fn on_by_default_for_the_same_namespace_and_off_only_when_asked() {
+    fn on_by_default_with_the_marks_clients_and_off_only_when_asked() {
         let mut errs = vec![];
-        assert_eq!(network_access(None, &mut errs), Some(NetworkAccess { clients: same_namespace() }));
+        assert_eq!(network_access(None, &mut errs), Some(NetworkAccess { clients: None }), "unset: the mark's default");
         let (a, errs) = check(NetworkAccessPolicy { enabled: Some(true), ..Default::default() });
-        assert_eq!(a.unwrap().clients, same_namespace());
+        assert_eq!(a.unwrap().clients, None);
         assert!(errs.is_empty());
         let (a, _) = check(NetworkAccessPolicy { enabled: Some(false), ..Default::default() });
         assert_eq!(a, None);
         let (a, errs) = check(NetworkAccessPolicy { clients: Some(vec![]), ..Default::default() });
-        assert_eq!(a.unwrap().clients, vec![], "[]: nobody besides members, operator and backups");
+        assert_eq!(a.unwrap().clients, Some(vec![]), "[]: nobody besides members, operator and backups");
         assert!(errs.is_empty());
     }
 
@@ -224,7 +220,7 @@ mod tests {
             ..Default::default()
         });
         assert!(errs.is_empty(), "{errs:?}");
-        let c = a.unwrap().clients;
+        let c = a.unwrap().clients.unwrap();
         assert_eq!(c[1].pod_selector, Some(LabelSelector::default()), "empty matchLabels dropped");
         assert_eq!(c[1].namespace_selector.as_ref().unwrap().match_expressions, None);
         assert_eq!(c[2].ip_block.as_ref().unwrap().except, None, "empty except dropped");

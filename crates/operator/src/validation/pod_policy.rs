@@ -23,8 +23,7 @@ pub(super) fn strict_pod_rules(pod: &PodPolicy, errs: &mut Vec<String>) {
         errs.push(format!("spec.pod.etcdEnv: a name of {} characters is too long (at most 253)", e.name.len()));
     }
     for e in &pod.etcd_env {
-        let secret = e.value_from.as_ref().and_then(|v| v.secret_key_ref.as_ref());
-        if let (Some(s), true) = (secret, e.name.starts_with(ETCD_ENV_PREFIX)) {
+        if let Some(s) = logged_secret(e) {
             errs.push(format!(
                 "spec.pod.etcdEnv: {} takes its value from Secret {:?} (key {:?}), but etcd prints the value of every {ETCD_ENV_PREFIX}* variable in its start-up log (\"recognized and used environment variable\"; unknown ones as \"unrecognized environment variable\"), so the secret would end up in the pod's log. Give etcd no secret through its environment: credentials for clients and peers belong in spec.TLS",
                 e.name, s.name, s.key
@@ -41,6 +40,14 @@ pub(super) fn strict_pod_rules(pod: &PodPolicy, errs: &mut Vec<String>) {
     if !domain.is_empty() && (domain.len() > 253 || !domain.split('.').all(is_dns1123_label)) {
         errs.push(format!("spec.pod.ClusterDomain {:?} is not a DNS domain name", pod.cluster_domain));
     }
+}
+
+/// The Secret an `ETCD_*` variable takes its value from: etcd would print it at start-up.
+pub(super) fn logged_secret(
+    e: &k8s_openapi::api::core::v1::EnvVar,
+) -> Option<&k8s_openapi::api::core::v1::SecretKeySelector> {
+    let secret = e.value_from.as_ref().and_then(|v| v.secret_key_ref.as_ref())?;
+    e.name.starts_with(ETCD_ENV_PREFIX).then_some(secret)
 }
 
 /// etcd reads (and logs, value included) every environment variable with this prefix.

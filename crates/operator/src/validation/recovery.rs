@@ -5,12 +5,30 @@ pub const MAX_RECOVERY_AFTER_SECS: i64 = 86_400;
 /// Default wait before a quorum-loss recovery.
 pub const DEFAULT_RECOVERY_AFTER_SECS: i64 = 60;
 
+/// `spec.recovery` as the planner reads it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RecoverySettings {
+    pub quorum_loss: QuorumLossPolicy,
+    /// How long a quorum must have been unrecoverable before acting.
+    pub after_secs: i64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub enum QuorumLossPolicy {
+    /// Report and wait for a person (the default).
+    #[default]
+    Wait,
+    /// Start a new cluster from the surviving member with the most data.
+    FromSurvivor,
+    /// Start a new cluster from the newest verified backup of this EtcdBackup.
+    FromBackup { backup: String },
+}
+
 pub(super) fn recovery_policy(
     r: Option<&etcd_operator_api::cluster::RecoveryPolicy>,
     errs: &mut Vec<String>,
-) -> crate::observed::Recovery {
-    use crate::observed::{QuorumLossPolicy, Recovery};
-    let Some(r) = r else { return Recovery { after_secs: DEFAULT_RECOVERY_AFTER_SECS, ..Default::default() } };
+) -> RecoverySettings {
+    let Some(r) = r else { return RecoverySettings { after_secs: DEFAULT_RECOVERY_AFTER_SECS, ..Default::default() } };
     let after_secs = r.after_seconds.unwrap_or(DEFAULT_RECOVERY_AFTER_SECS);
     if !(0..=MAX_RECOVERY_AFTER_SECS).contains(&after_secs) {
         errs.push(format!(
@@ -30,5 +48,5 @@ pub(super) fn recovery_policy(
             QuorumLossPolicy::Wait
         }
     };
-    Recovery { quorum_loss, after_secs }
+    RecoverySettings { quorum_loss, after_secs }
 }

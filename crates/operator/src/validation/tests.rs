@@ -81,18 +81,34 @@ fn pod_fields_are_bounded() {
     assert!(!e.contains("ETCD_QUOTA_BACKEND_BYTES"), "users may tune etcd: {e}");
 }
 
-/// A spec an earlier version accepted still yields a `Desired` under the earlier rules
-/// (the cluster keeps healing; SpecValid says what the current rules refuse).
+/// A spec an earlier version accepted still yields a `Desired` under the earlier rules (the
+/// cluster keeps healing; SpecValid says what the current rules refuse), without the `etcdEnv`
+/// entries the current rules refuse: no pod is made with them (but `ETCD_WAL_DIR`, where the
+/// members' logs are).
 #[test]
-fn legacy_rules_accept_what_earlier_versions_did() {
+fn legacy_rules_accept_what_earlier_versions_did_without_what_is_refused_now() {
+    let env = |name: &str, value: &str| EnvVar { name: name.into(), value: Some(value.into()), ..Default::default() };
     let mut s = spec(3, "3.5.1");
     s.pod = Some(PodPolicy {
         dns_timeout_in_second: -1,
-        etcd_env: vec![EnvVar { name: "ETCD_WAL_DIR".into(), value: Some("/wal".into()), ..Default::default() }],
+        etcd_env: vec![
+            env("ETCD_WAL_DIR", "/wal"),
+            env("ETCD_FORCE_NEW_CLUSTER", "true"),
+            env("ETCD_STRICT_RECONFIG_CHECK", "false"),
+            env("ETCD_DISCOVERY_SRV", "example.com"),
+            env("ETCD_SNAPSHOT_COUNT", "5000"),
+        ],
         ..Default::default()
     });
     assert!(validate("a", &s).is_err());
-    assert!(validate_legacy("a", &s).is_ok());
+    let d = validate_legacy("a", &s).unwrap();
+    let names: Vec<&str> = d.pod.etcd_env.iter().map(|e| e.name.as_str()).collect();
+    assert_eq!(
+        names,
+        ["ETCD_WAL_DIR", "ETCD_SNAPSHOT_COUNT"],
+        "today's rules, and the WAL directory: the logs are there"
+    );
+    assert_eq!(d.pod.dns_timeout_in_second, -1, "what only the newer bounds refuse is kept");
     // What earlier versions refused stays refused.
     s.size = 0;
     assert!(validate_legacy("a", &s).is_err());
@@ -126,8 +142,7 @@ fn maintenance_is_checked_and_etcd_env_for_the_same_setting_is_refused_with_it()
     let with = |mp: MaintenancePolicy, env: &[(&str, &str)]| {
         let mut s = spec(3, "3.6.15");
         s.maintenance = Some(mp);
-        let mut pod = PodPolicy::default();
-        pod.etcd_env = env
+        let etcd_env = env
             .iter()
             .map(|(n, v)| k8s_openapi::api::core::v1::EnvVar {
                 name: n.to_string(),
@@ -135,7 +150,7 @@ fn maintenance_is_checked_and_etcd_env_for_the_same_setting_is_refused_with_it()
                 ..Default::default()
             })
             .collect();
-        s.pod = Some(pod);
+        s.pod = Some(PodPolicy { etcd_env, ..Default::default() });
         validate("ex", &s)
     };
     let errs = with(
@@ -257,8 +272,8 @@ fn secrets_are_refused_only_where_etcd_would_log_them() {
         let e = validate("a", &with_env(vec![secret(name)])).unwrap_err();
         assert_eq!(e.len(), 1, "{e:?}");
         assert!(e[0].contains(name) && e[0].contains("\"creds\"") && e[0].contains("start-up log"), "{e:?}");
-        // A cluster formed under an earlier version keeps healing and is told.
-        assert!(validate_legacy("a", &with_env(vec![secret(name)])).is_ok());
+        // A cluster formed under an earlier version keeps healing and is told; no pod gets it.
+        assert!(validate_legacy("a", &with_env(vec![secret(name)])).unwrap().pod.etcd_env.is_empty());
     }
     // etcd neither reads nor logs other variables; values from ConfigMaps or fields are no secret.
     let config_map = EnvVar {

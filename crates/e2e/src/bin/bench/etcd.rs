@@ -84,18 +84,18 @@ pub async fn probe_all(targets: Vec<(String, String)>) -> (BTreeMap<String, Prob
         probes.insert(pod, p);
     }
     let mut members = None;
-    if let Some(mut c) = reader {
-        if let Ok(Ok(list)) = tokio::time::timeout(PROBE_TIMEOUT, c.member_list()).await {
-            members = Some(
-                list.members()
-                    .iter()
-                    .map(|m| Member {
-                        pod: m.peer_urls().first().map(|u| pod_of_peer_url(u)).unwrap_or_else(|| m.name().to_string()),
-                        learner: m.is_learner(),
-                    })
-                    .collect(),
-            );
-        }
+    if let Some(mut c) = reader
+        && let Ok(Ok(list)) = tokio::time::timeout(PROBE_TIMEOUT, c.member_list()).await
+    {
+        members = Some(
+            list.members()
+                .iter()
+                .map(|m| Member {
+                    pod: m.peer_urls().first().map(|u| pod_of_peer_url(u)).unwrap_or_else(|| m.name().to_string()),
+                    learner: m.is_learner(),
+                })
+                .collect(),
+        );
     }
     (probes, members)
 }

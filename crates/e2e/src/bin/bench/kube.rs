@@ -17,6 +17,7 @@ pub struct PodInfo {
     pub restarts: i64,
     /// Image of the `etcd` container in the pod spec.
     pub image: String,
+    pub uid: String,
     pub raw: Value,
 }
 
@@ -39,6 +40,7 @@ impl PodInfo {
                 .map(|cs| cs.iter().filter_map(|c| c["restartCount"].as_i64()).sum())
                 .unwrap_or(0),
             image,
+            uid: p["metadata"]["uid"].as_str().unwrap_or_default().to_string(),
             raw: p.clone(),
         }
     }
@@ -84,20 +86,47 @@ pub fn get_pods_and_status(
     selector: &str,
     cluster: Option<&str>,
 ) -> Result<(Vec<PodInfo>, Option<StatusInfo>)> {
-    let Some(cluster) = cluster else {
-        let list = ns.json(&["get", "pods", "-l", selector])?;
-        let pods = list["items"].as_array().map(|a| a.iter().map(PodInfo::from_json).collect()).unwrap_or_default();
-        return Ok((pods, None));
-    };
-    // The namespace is the bench's own: list both kinds in it and pick ours.
-    let list = ns.json(&["get", "etcdclusters.etcd.database.coreos.com,pods"])?;
+    let (pods, status, _) = get_view(ns, selector, cluster, None)?;
+    Ok((pods, status))
+}
+
+/// The IPs of the ready endpoints of Service `service` in EndpointSlice objects of a list.
+fn ready_ips(items: &[Value], service: &str) -> Vec<String> {
+    let mut ips: Vec<String> = items
+        .iter()
+        .filter(|it| it["kind"] == "EndpointSlice" && it["metadata"]["labels"]["kubernetes.io/service-name"] == service)
+        .flat_map(|it| it["endpoints"].as_array().cloned().unwrap_or_default())
+        .filter(|e| e["conditions"]["ready"] != false)
+        .flat_map(|e| strings(&e["addresses"]))
+        .collect();
+    ips.sort();
+    ips
+}
+
+/// Pods, the EtcdCluster's status, the client Service's ready endpoint IPs.
+pub type View = (Vec<PodInfo>, Option<StatusInfo>, Option<Vec<String>>);
+
+/// `get_pods_and_status`, and with `service` the ready endpoint IPs of that (client) Service,
+/// all in one kubectl call.
+pub fn get_view(ns: &TestNamespace, selector: &str, cluster: Option<&str>, service: Option<&str>) -> Result<View> {
+    let mut kinds = vec!["pods"];
+    if cluster.is_some() {
+        kinds.push("etcdclusters.etcd.database.coreos.com");
+    }
+    if service.is_some() {
+        kinds.push("endpointslices.discovery.k8s.io");
+    }
+    // The namespace is the bench's own: list the kinds in it and pick ours.
+    let list = ns.json(&["get", &kinds.join(",")])?;
     let items = list["items"].as_array().cloned().unwrap_or_else(|| vec![list.clone()]);
     let labels: Vec<(&str, &str)> = selector.split(',').filter_map(|kv| kv.split_once('=')).collect();
     let mut pods = vec![];
     let mut status = None;
     for it in &items {
         match it["kind"].as_str() {
-            Some("EtcdCluster") if it["metadata"]["name"] == cluster => status = Some(StatusInfo::from_json(it)),
+            Some("EtcdCluster") if Some(it["metadata"]["name"].as_str().unwrap_or_default()) == cluster => {
+                status = Some(StatusInfo::from_json(it))
+            }
             Some("Pod") if labels.iter().all(|(k, v)| it["metadata"]["labels"][*k] == *v) => {
                 pods.push(PodInfo::from_json(it))
             }
@@ -105,5 +134,6 @@ pub fn get_pods_and_status(
         }
     }
     pods.sort_by(|a, b| a.name.cmp(&b.name));
-    Ok((pods, status))
+    let ips = service.map(|svc| ready_ips(&items, svc));
+    Ok((pods, status, ips))
 }

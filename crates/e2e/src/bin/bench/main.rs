@@ -18,15 +18,21 @@
 //! of this machine. Per-sample timelines (what was seen when, the operator's actions from its
 //! JSON log, pod timestamps and Events) go to stderr; the result table goes to stdout.
 
+mod api_requests;
 mod backup;
 mod etcd;
 mod idle;
 mod kube;
+mod many;
 mod observe;
+mod phases;
+mod pvc_heal;
 mod recover;
 mod report;
+mod scale_down;
 mod scenarios;
 mod space;
+mod table;
 mod tls;
 
 use std::collections::BTreeMap;
@@ -38,13 +44,13 @@ use anyhow::{Context, Result, bail};
 use clap::Parser;
 use e2e::Kubectl;
 
-use report::{Sample, Stats, fmt_n, fmt_s, stats};
+use report::Sample;
 use scenarios::Ctx;
 
 const WORKSPACE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
-const MEASUREMENTS: [&str; 10] =
-    ["create", "heal", "scale", "upgrade", "recover", "defrag", "nospace", "backup", "tls", "idle"];
-/// What runs without `--only`: `idle` and `tls` take long and are asked for by name.
+const MEASUREMENTS: [&str; 11] =
+    ["create", "heal", "scale", "upgrade", "recover", "defrag", "nospace", "backup", "tls", "idle", "many"];
+/// What runs without `--only`: `idle`, `tls` and `many` take long and are asked for by name.
 const DEFAULT_MEASUREMENTS: [&str; 8] =
     ["create", "heal", "scale", "upgrade", "recover", "defrag", "nospace", "backup"];
 
@@ -52,8 +58,9 @@ const DEFAULT_MEASUREMENTS: [&str; 8] =
 #[command(about = "Benchmark the etcd operator against baselines on the local Kubernetes")]
 struct Args {
     /// Measurements to run, comma-separated: create, heal, scale, upgrade, recover, defrag, nospace,
-    /// backup, tls, idle (default:
-    /// all but tls and idle). Each includes its baseline; idle runs once whatever --runs says. backup is in
+    /// backup, tls, idle, many (default:
+    /// all but tls, idle and many). heal includes a PVC member's heal beside a StatefulSet's;
+    /// scale includes 5→3 under a writer through the client Service; many runs once. Each includes its baseline; idle runs once whatever --runs says. backup is in
     /// the default set (about 1.5 min with 3 runs): one set-up (a 3-member cluster filled with
     /// --backup-mib, a moto S3 server, a PVC), then --runs S3 backups, PVC backups and `etcdctl
     /// snapshot save` baselines in turn.
@@ -102,6 +109,9 @@ struct Args {
     /// the window starts.
     #[arg(long, default_value_t = 30)]
     idle_quiet_secs: u64,
+    /// many: EtcdClusters of 1 member created at once for one operator.
+    #[arg(long, default_value_t = 100)]
+    many_clusters: usize,
 }
 
 fn main() {
@@ -230,14 +240,23 @@ fn run(args: Args) -> Result<bool> {
     let started = Instant::now();
     let mut results: BTreeMap<&str, Vec<Sample>> = BTreeMap::new();
     let mut errors: Vec<String> = vec![];
-    for (i, m) in selected.iter().enumerate().filter(|(_, m)| !matches!(**m, "idle" | "backup")) {
+    for (i, m) in selected.iter().enumerate().filter(|(_, m)| !matches!(**m, "idle" | "backup" | "many")) {
         // A measurement's operator sample and its baseline alternate, so a drift of the machine
         // affects both alike. The bare pod start is the baseline of heal (and of scale alone).
         let kinds: Vec<(&str, Scenario)> = match *m {
             "create" => vec![("create", scenarios::create), ("static", scenarios::static_create)],
-            "heal" => vec![("heal", scenarios::heal), ("bare", scenarios::bare_pod)],
-            "scale" if selected.contains(&"heal") => vec![("scale", scenarios::scale)],
-            "scale" => vec![("scale", scenarios::scale), ("bare", scenarios::bare_pod)],
+            "heal" => vec![
+                ("heal", scenarios::heal),
+                ("bare", scenarios::bare_pod),
+                ("heal-pvc", pvc_heal::operator),
+                ("statefulset", pvc_heal::statefulset),
+            ],
+            "scale" if selected.contains(&"heal") => {
+                vec![("scale", scenarios::scale), ("scale-down", scale_down::scale_down)]
+            }
+            "scale" => {
+                vec![("scale", scenarios::scale), ("scale-down", scale_down::scale_down), ("bare", scenarios::bare_pod)]
+            }
             "recover" if selected.contains(&"heal") => {
                 vec![("recover-pvc", recover::pvc), ("recover-survivor", recover::survivor)]
             }
@@ -282,6 +301,17 @@ fn run(args: Args) -> Result<bool> {
         }
     }
 
+    if let Some(i) = selected.iter().position(|m| *m == "many") {
+        eprintln!("[{}/{}] many: {} clusters at once (load {})", i + 1, selected.len(), args.many_clusters, loadavg());
+        match many::run(&ctx, args.many_clusters) {
+            Ok(s) => results.entry("many").or_default().push(s),
+            Err(e) => {
+                eprintln!("  many FAILED: {e:#}");
+                errors.push(format!("many: {}", format!("{e}").lines().next().unwrap_or("")));
+            }
+        }
+    }
+
     let mut idle_report = String::new();
     if selected.contains(&"idle") {
         eprintln!("[{}/{}] idle (load {})", selected.len(), selected.len(), loadavg());
@@ -300,7 +330,7 @@ fn run(args: Args) -> Result<bool> {
         }
     }
 
-    let table = render(&selected, &results, &header, started.elapsed());
+    let table = table::render(&selected, &results, &header, started.elapsed());
     println!("{table}{idle_report}");
     if !errors.is_empty() {
         println!("ERRORS ({}): see the stderr output above for details", errors.len());
@@ -309,228 +339,4 @@ fn run(args: Args) -> Result<bool> {
         }
     }
     Ok(errors.is_empty())
-}
-
-fn values(results: &BTreeMap<&str, Vec<Sample>>, kind: &str) -> Vec<f64> {
-    results.get(kind).map(|v| v.iter().map(|s| s.value).collect()).unwrap_or_default()
-}
-
-/// The time of milestone `name` in each sample of `kind` that has it.
-fn mark(results: &BTreeMap<&str, Vec<Sample>>, kind: &str, name: &str) -> Vec<f64> {
-    results
-        .get(kind)
-        .map(|v| v.iter().filter_map(|s| s.marks.get(name)).map(|d| d.as_secs_f64()).collect())
-        .unwrap_or_default()
-}
-
-fn extra(results: &BTreeMap<&str, Vec<Sample>>, kind: &str, key: &str) -> Vec<f64> {
-    results.get(kind).map(|v| v.iter().filter_map(|s| s.extra.get(key).copied()).collect()).unwrap_or_default()
-}
-
-/// `name: value (baseline: x, ratio: y, target: ≤z) PASS/MISS`
-fn line(name: &str, value: Option<Stats>, baseline: Option<(&str, Stats)>, target: Option<f64>) -> String {
-    let Some(v) = value else { return format!("{name}: no successful sample (ERROR)") };
-    let (base, ratio) = match baseline {
-        Some((what, b)) => (format!("{what} {}", fmt_s(b)), Some(v.median / b.median)),
-        None => ("none".into(), None),
-    };
-    let ratio_s = ratio.map(|r| format!("{r:.2}")).unwrap_or_else(|| "-".into());
-    let (target_s, verdict) = match (target, ratio) {
-        (Some(t), Some(r)) => (format!("≤{t:.1}×"), if r <= t { "PASS" } else { "MISS" }),
-        (Some(t), None) => (format!("≤{t:.1}×"), "ERROR (no baseline)"),
-        (None, _) => ("none set".into(), "INFO"),
-    };
-    format!("{name}: {} (baseline: {base}, ratio: {ratio_s}, target: {target_s}) {verdict}", fmt_s(v))
-}
-
-/// Median time of each milestone over the runs (only those seen in every run).
-fn breakdown(kind: &str, title: &str, results: &BTreeMap<&str, Vec<Sample>>) -> String {
-    let Some(samples) = results.get(kind) else { return String::new() };
-    let mut names: Vec<String> = vec![];
-    for s in samples {
-        for (n, _) in &s.marks.0 {
-            if !names.contains(n) {
-                names.push(n.clone());
-            }
-        }
-    }
-    let mut rows: Vec<(f64, String)> = names
-        .iter()
-        .filter_map(|n| {
-            let ts: Vec<f64> = samples.iter().filter_map(|s| s.marks.get(n)).map(|d| d.as_secs_f64()).collect();
-            let st = stats(&ts)?;
-            let seen = if ts.len() < samples.len() {
-                format!("  (in {}/{} runs)", ts.len(), samples.len())
-            } else {
-                String::new()
-            };
-            Some((st.median, format!("    {:7.2}s  [{:6.2} … {:6.2}]  {n}{seen}", st.median, st.min, st.max)))
-        })
-        .collect();
-    rows.sort_by(|a, b| a.0.total_cmp(&b.0));
-    let mut out = format!("  {title} — medians [min … max] from the action:\n");
-    for (_, r) in rows {
-        out.push_str(&r);
-        out.push('\n');
-    }
-    out
-}
-
-fn render(selected: &[&str], r: &BTreeMap<&str, Vec<Sample>>, header: &str, took: Duration) -> String {
-    let mut out = String::new();
-    out.push_str(&format!("\n=== {header}; took {:.0} min ===\n", took.as_secs_f64() / 60.0));
-    let st = |k: &str| stats(&values(r, k));
-    let bare = st("bare").map(|b| ("bare pod start", b));
-    for m in selected {
-        match *m {
-            "create" => {
-                out.push_str(&line(
-                    "create 3 members (apply → 3 answer + status 3 ready)",
-                    st("create"),
-                    st("static").map(|b| ("static 3-pod bootstrap", b)),
-                    Some(1.2),
-                ));
-                out.push('\n');
-                out.push_str(&line(
-                    "  create, etcd healthy only (3 answer, before status)",
-                    stats(&extra(r, "create", "etcd_healthy")),
-                    st("static").map(|b| ("static 3-pod bootstrap", b)),
-                    None,
-                ));
-                out.push('\n');
-                if let Some(rs) = stats(&extra(r, "static", "restarts")) {
-                    out.push_str(&format!("  static bootstrap container restarts: {}\n", fmt_n(rs)));
-                }
-            }
-            "tls" => {
-                out.push_str(&line(
-                    "create 3 members with TLS.auto (apply → status 3 ready)",
-                    st("create-tls"),
-                    stats(&mark(r, "create", "status: 3 ready")).map(|b| ("plaintext create, status 3 ready", b)),
-                    None,
-                ));
-                out.push('\n');
-                out.push_str(&line(
-                    "CA rotation, per member (total / 3; two rolling restarts)",
-                    st("ca-rotation"),
-                    None,
-                    None,
-                ));
-                out.push('\n');
-                if let Some(t) = stats(&extra(r, "ca-rotation", "total")) {
-                    out.push_str(&format!("  CA rotation of 3 members total: {}\n", fmt_s(t)));
-                }
-                out.push_str(&breakdown("ca-rotation", "CA rotation", r));
-            }
-            "heal" => {
-                out.push_str(&line(
-                    "heal 1 deleted member (delete → 3 answer + status 3 ready)",
-                    st("heal"),
-                    bare,
-                    Some(2.0),
-                ));
-                out.push('\n');
-                out.push_str(&line(
-                    "  heal, etcd healthy only (before status)",
-                    stats(&extra(r, "heal", "etcd_healthy")),
-                    bare,
-                    None,
-                ));
-                out.push('\n');
-            }
-            "scale" => {
-                out.push_str(&line("scale 3→5, per member (total / 2)", st("scale"), bare, None));
-                out.push('\n');
-                if let Some(t) = stats(&extra(r, "scale", "total")) {
-                    out.push_str(&format!("  scale 3→5 total: {}\n", fmt_s(t)));
-                }
-            }
-            "recover" => {
-                out.push_str(&line(
-                    "recover 3-member PVC cluster from 2 deleted pods (no quorum meanwhile)",
-                    st("recover-pvc"),
-                    bare,
-                    None,
-                ));
-                out.push('\n');
-                out.push_str(&line(
-                    "recover 2-of-3 emptyDir loss, FromSurvivor (afterSeconds 0) → 3 members",
-                    st("recover-survivor"),
-                    bare,
-                    None,
-                ));
-                out.push('\n');
-            }
-            "upgrade" => {
-                out.push_str(&line("upgrade 3 members 3.5.0→3.5.1 under writes", st("upgrade"), None, None));
-                out.push('\n');
-                let e = |k| stats(&extra(r, "upgrade", k));
-                if let (Some(f), Some(rt), Some(w)) = (e("failed"), e("retries"), e("writes")) {
-                    let lw = e("leader_waits").map(fmt_n).unwrap_or_else(|| "-".into());
-                    out.push_str(&format!(
-                        "  upgrade failed writes: {} (retries on another endpoint: {}; rounds re-sent during a leader election: {lw}; writes in the interval: {})\n",
-                        fmt_n(f),
-                        fmt_n(rt),
-                        fmt_n(w)
-                    ));
-                }
-                if let (Some(l), Some(g), Some(mi)) = (e("max_latency_ms"), e("longest_gap_ms"), e("missing")) {
-                    out.push_str(&format!(
-                        "  upgrade write max latency ms: {}; longest gap without a completed write ms: {}; acknowledged writes missing afterwards: {}\n",
-                        fmt_n(l),
-                        fmt_n(g),
-                        fmt_n(mi)
-                    ));
-                }
-            }
-            "defrag" => {
-                out.push_str(&line(
-                    "defrag 1 member, s per 100 MiB rewritten (operator policy)",
-                    st("defrag"),
-                    st("defrag-etcdctl").map(|b| ("defragment call by hand", b)),
-                    None,
-                ));
-                out.push('\n');
-                if let Some(t) = stats(&extra(r, "defrag", "total")) {
-                    out.push_str(&format!(
-                        "  defrag 3 members, compaction → all shrunk (includes the ≤15 s health-check wait): {}\n",
-                        fmt_s(t)
-                    ));
-                }
-            }
-            "nospace" => {
-                out.push_str(&line(
-                    "NOSPACE 16 MiB quota: keys deleted → writable again",
-                    st("nospace"),
-                    st("nospace-manual").map(|b| ("scripted compact+defrag+disarm", b)),
-                    None,
-                ));
-                out.push('\n');
-            }
-            "backup" => out.push_str(&backup::render(r)),
-            _ => {}
-        }
-    }
-    if r.is_empty() {
-        return out;
-    }
-    out.push_str(
-        "\nWhere the time goes (milestones from the bench's polls every ~250 ms; `op …` from the operator's log):\n",
-    );
-    for (k, title) in [
-        ("create", "create (operator)"),
-        ("static", "static 3-pod bootstrap (baseline)"),
-        ("heal", "heal (operator)"),
-        ("bare", "bare pod start (baseline)"),
-        ("scale", "scale 3→5 (operator)"),
-        ("recover-pvc", "recover PVC cluster from 2 lost pods (operator)"),
-        ("recover-survivor", "recover FromSurvivor (operator)"),
-        ("upgrade", "upgrade 3.5.0→3.5.1 (operator)"),
-        (backup::S3, "backup to S3 (operator)"),
-        (backup::PVC, "backup to a PVC (operator)"),
-        (backup::BASELINE, "etcdctl snapshot save pod (baseline)"),
-    ] {
-        out.push_str(&breakdown(k, title, r));
-    }
-    out
 }

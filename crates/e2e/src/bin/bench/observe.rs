@@ -10,7 +10,7 @@ use tokio::runtime::Runtime;
 use crate::etcd::{Member, Probe, probe_all};
 use e2e::TestNamespace;
 
-use crate::kube::{PodInfo, StatusInfo, get_pods_and_status};
+use crate::kube::{PodInfo, StatusInfo, get_view};
 
 const POLL_PERIOD: Duration = Duration::from_millis(250);
 
@@ -21,6 +21,8 @@ pub struct Snap {
     pub status: Option<StatusInfo>,
     pub probes: BTreeMap<String, Probe>,
     pub members: Option<Vec<Member>>,
+    /// Ready endpoint IPs of the observer's client Service (when it has one).
+    pub client_ips: Option<Vec<String>>,
 }
 
 impl Snap {
@@ -138,6 +140,8 @@ pub struct Observer<'a> {
     pub rt: &'a Runtime,
     pub selector: String,
     pub cluster: Option<String>,
+    /// The Service whose ready endpoints each snapshot records (`<cluster>-client` by default).
+    pub client_service: Option<String>,
     pub t0: Instant,
     pub t0_wall: SystemTime,
     pub marks: Marks,
@@ -151,6 +155,7 @@ impl<'a> Observer<'a> {
             rt,
             selector: selector.to_string(),
             cluster: cluster.map(str::to_string),
+            client_service: cluster.map(|c| format!("{c}-client")),
             t0: Instant::now(),
             t0_wall: SystemTime::now(),
             marks: Marks::default(),
@@ -167,7 +172,8 @@ impl<'a> Observer<'a> {
     }
 
     pub fn snap(&mut self) -> Result<Snap> {
-        let (pods, status) = get_pods_and_status(self.ns, &self.selector, self.cluster.as_deref())?;
+        let (pods, status, client_ips) =
+            get_view(self.ns, &self.selector, self.cluster.as_deref(), self.client_service.as_deref())?;
         if let Some(why) = pods.iter().find_map(|p| p.hopeless()) {
             bail!("{why}");
         }
@@ -175,7 +181,7 @@ impl<'a> Observer<'a> {
             pods.iter().filter(|p| !p.deleting).filter_map(|p| Some((p.name.clone(), p.ip.clone()?))).collect();
         let (probes, members) = self.rt.block_on(probe_all(targets));
         self.polls += 1;
-        Ok(Snap { at: self.t0.elapsed(), pods, status, probes, members })
+        Ok(Snap { at: self.t0.elapsed(), pods, status, probes, members, client_ips })
     }
 
     /// Poll until `done` (which also records milestones) says so; returns the time of the

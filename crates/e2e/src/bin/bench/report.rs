@@ -195,26 +195,24 @@ pub fn pod_facts(ns: &TestNamespace, selector: &str, t0: SystemTime, all: bool) 
                     f(&lt["startedAt"]),
                     f(&lt["finishedAt"])
                 ));
-                if let Ok(prev) = ns.run(&["logs", &name, "-c", "etcd", "--previous", "--tail=40"]) {
-                    if let Some(fatal) = prev
+                if let Ok(prev) = ns.run(&["logs", &name, "-c", "etcd", "--previous", "--tail=40"])
+                    && let Some(fatal) = prev
                         .lines()
                         .rev()
                         .find(|l| l.contains("\"level\":\"fatal\"") || l.contains("\"level\":\"panic\""))
-                    {
-                        line.push_str(&format!(
-                            "\n      previous etcd exit: {}",
-                            fatal.chars().take(300).collect::<String>()
-                        ));
-                    }
+                {
+                    line.push_str(&format!(
+                        "\n      previous etcd exit: {}",
+                        fatal.chars().take(300).collect::<String>()
+                    ));
                 }
             }
         }
-        if p["spec"]["initContainers"].as_array().is_some_and(|a| a.iter().any(|c| c["name"] == "wait-dns")) {
-            if let Ok(l) = ns.run(&["logs", &name, "-c", "wait-dns"]) {
-                if let Some(last) = l.lines().last() {
-                    line.push_str(&format!("\n      wait-dns: {last}"));
-                }
-            }
+        if p["spec"]["initContainers"].as_array().is_some_and(|a| a.iter().any(|c| c["name"] == "wait-dns"))
+            && let Ok(l) = ns.run(&["logs", &name, "-c", "wait-dns"])
+            && let Some(last) = l.lines().last()
+        {
+            line.push_str(&format!("\n      wait-dns: {last}"));
         }
         if let Some(evs) = &events {
             let mut mine: Vec<(f64, String)> = evs["items"]

@@ -15,6 +15,7 @@ use tokio::runtime::Runtime;
 
 use crate::etcd::{Writer, missing_acknowledged};
 use crate::observe::{Marks, Observer, Snap};
+use crate::phases;
 use crate::report::{Sample, operator_timeline, pod_facts, secs};
 
 pub const CLUSTER: &str = "bench";
@@ -169,7 +170,9 @@ pub fn create(ctx: &Ctx) -> Result<Sample> {
         obs.start();
         ns.apply(&cluster_manifest(&ns.name, CLUSTER, 3, "3.5.1", ""))?;
         obs.marks.once("kubectl apply returned", true, obs.t0.elapsed());
+        let none = BTreeSet::new();
         let (at, _) = obs.until(ctx.timeout, "3 healthy members and status 3 ready", |s, m| {
+            phases::track_new(s, m, &none, 3);
             m.once("3 pods exist", s.live_count() == 3, s.at);
             m.once("3 pods have an IP", s.with_ip() == 3, s.at);
             m.once("3 pods Initialized (wait-dns done)", s.live().filter(|p| p.initialized).count() == 3, s.at);
@@ -179,7 +182,9 @@ pub fn create(ctx: &Ctx) -> Result<Sample> {
             m.once("status: 3 ready", s.status_ready(3), s.at);
             s.live_count() == 3 && s.answering() == 3 && s.voters_are(3) && s.status_ready(3)
         })?;
+        phases::until_routed(&mut obs, &none, 3);
         let mut sample = operator_sample("create", ns, op, &obs, at, true);
+        phases::collect(&mut sample, ns, SELECTOR, &none, obs.t0_wall, Some(&op.log_text()), at);
         if let Some(d) = obs.marks.get("3 members answer (etcd healthy)") {
             sample.extra.insert("etcd_healthy", secs(d));
         }
@@ -195,7 +200,9 @@ pub fn static_create(ctx: &Ctx) -> Result<Sample> {
         obs.start();
         ns.apply(&static_cluster_manifest(&ns.name, "static", 3, ETCD_IMAGE_3_5_1))?;
         obs.marks.once("kubectl apply returned", true, obs.t0.elapsed());
+        let none = BTreeSet::new();
         let (at, _) = obs.until(ctx.timeout, "3 healthy static members", |s, m| {
+            phases::track_new(s, m, &none, 3);
             m.once("3 pods exist", s.live_count() == 3, s.at);
             m.once("3 pods have an IP", s.with_ip() == 3, s.at);
             m.once("a container restarted", s.live().any(|p| p.restarts > 0), s.at);
@@ -207,6 +214,7 @@ pub fn static_create(ctx: &Ctx) -> Result<Sample> {
         let facts = pod_facts(ns, "app=static", obs.t0_wall, true);
         print_timeline(&format!("static 3-pod bootstrap (namespace {})", ns.name), at, &obs.marks, &[], &facts);
         let mut sample = Sample { value: secs(at), marks: obs.marks.clone(), extra: BTreeMap::new() };
+        phases::collect(&mut sample, ns, "app=static", &none, obs.t0_wall, None, at);
         let (pods, _) = crate::kube::get_pods_and_status(ns, "app=static", None)?;
         sample.extra.insert("restarts", pods.iter().map(|p| p.restarts as f64).sum());
         Ok(sample)
@@ -225,11 +233,13 @@ pub fn heal(ctx: &Ctx) -> Result<Sample> {
             .map(|p| p.name.clone())
             .find(|p| before.probes.get(p).is_some_and(|x| !x.is_leader))
             .context("no follower found")?;
+        let before_uids = phases::uids(&before);
         obs.start();
         ns.run(&["delete", "pod", &victim, "--wait=false"])?;
         obs.marks.once("kubectl delete returned", true, obs.t0.elapsed());
         let v = victim.as_str();
         let (at, _) = obs.until(ctx.timeout, "3 healthy members again without the deleted one", |s, m| {
+            phases::track_new(s, m, &before_uids, 1);
             let replacement = s.live().find(|p| !before.pods.iter().any(|b| b.name == p.name));
             m.once("deleted pod gone from the API", !s.pods.iter().any(|p| p.name == v), s.at);
             m.once(
@@ -250,7 +260,9 @@ pub fn heal(ctx: &Ctx) -> Result<Sample> {
             m.once("status: 3 ready", done_status, s.at);
             done_etcd && done_status
         })?;
+        phases::until_routed(&mut obs, &before_uids, 1);
         let mut sample = operator_sample(&format!("heal (deleted follower {victim})"), ns, op, &obs, at, false);
+        phases::collect(&mut sample, ns, SELECTOR, &before_uids, obs.t0_wall, Some(&op.log_text()), at);
         if let Some(d) = obs.marks.get("3 members answer (etcd healthy)") {
             sample.extra.insert("etcd_healthy", secs(d));
         }
@@ -266,7 +278,9 @@ pub fn bare_pod(ctx: &Ctx) -> Result<Sample> {
         obs.start();
         ns.apply(&e2e::etcd_pod(&ns.name, "bare-0", "bare", ETCD_IMAGE_3_5_1, "emptyDir: {}"))?;
         obs.marks.once("kubectl apply returned", true, obs.t0.elapsed());
+        let none = BTreeSet::new();
         let (at, _) = obs.until(ctx.timeout, "the pod Ready and answering", |s, m| {
+            phases::track_new(s, m, &none, 1);
             m.once("pod exists", s.live_count() == 1, s.at);
             m.once("pod has an IP", s.with_ip() == 1, s.at);
             m.once("etcd answers", s.answering() == 1, s.at);
@@ -275,7 +289,9 @@ pub fn bare_pod(ctx: &Ctx) -> Result<Sample> {
         })?;
         let facts = pod_facts(ns, "app=bare", obs.t0_wall, true);
         print_timeline(&format!("bare pod start (namespace {})", ns.name), at, &obs.marks, &[], &facts);
-        Ok(Sample { value: secs(at), marks: obs.marks.clone(), extra: BTreeMap::new() })
+        let mut sample = Sample { value: secs(at), marks: obs.marks.clone(), extra: BTreeMap::new() };
+        phases::collect(&mut sample, ns, "app=bare", &none, obs.t0_wall, None, at);
+        Ok(sample)
     })
 }
 
@@ -285,11 +301,12 @@ pub fn scale(ctx: &Ctx) -> Result<Sample> {
     in_namespace(ctx, "bench-scale", true, |ns, op| {
         let op = op.context("operator")?;
         let mut obs = Observer::new(ns, &ctx.rt, SELECTOR, Some(CLUSTER));
-        healthy_cluster(ctx, ns, &mut obs, 3, "3.5.1")?;
+        let before_uids = phases::uids(&healthy_cluster(ctx, ns, &mut obs, 3, "3.5.1")?);
         obs.start();
         ns.apply(&cluster_manifest(&ns.name, CLUSTER, 5, "3.5.1", ""))?;
         obs.marks.once("kubectl apply returned", true, obs.t0.elapsed());
         let (at, _) = obs.until(ctx.timeout, "5 healthy members and status 5 ready", |s, m| {
+            phases::track_new(s, m, &before_uids, 2);
             for k in 4..=5 {
                 let n_members = s.members.as_ref().map(|x| x.len()).unwrap_or(0);
                 m.once(format!("member {k}: learner in etcd"), n_members >= k, s.at);
@@ -304,7 +321,9 @@ pub fn scale(ctx: &Ctx) -> Result<Sample> {
             }
             s.live_count() == 5 && s.answering() == 5 && s.voters_are(5) && s.status_ready(5)
         })?;
+        phases::until_routed(&mut obs, &before_uids, 2);
         let mut sample = operator_sample("scale 3→5", ns, op, &obs, at, false);
+        phases::collect(&mut sample, ns, SELECTOR, &before_uids, obs.t0_wall, Some(&op.log_text()), at);
         sample.extra.insert("total", sample.value);
         sample.value /= 2.0;
         Ok(sample)

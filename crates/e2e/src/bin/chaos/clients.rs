@@ -6,7 +6,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use etcd_client::{Client, Compare, CompareOp, ConnectOptions, GetOptions, Txn, TxnOp};
@@ -78,7 +78,8 @@ pub async fn client(shared: Arc<Shared>, cluster: String, id: u32, seed: u64, pa
     let mut seq = 0u64;
     while !shared.stop.load(Ordering::Relaxed) {
         tokio::time::sleep(pause).await;
-        let t = shared.targets.lock().unwrap().get(&cluster).cloned().unwrap_or_default();
+        let t =
+            shared.targets.lock().unwrap_or_else(PoisonError::into_inner).get(&cluster).cloned().unwrap_or_default();
         let ep = if id.is_multiple_of(3) || t.members.is_empty() {
             t.service.clone()
         } else {
@@ -105,7 +106,7 @@ pub async fn client(shared: Arc<Shared>, cluster: String, id: u32, seed: u64, pa
             rmw(&shared, &cluster, id, &ep, c, key, format!("{cluster}-{id}-{seq}")).await
         } else {
             let pick = {
-                let acked = shared.acked.lock().unwrap();
+                let acked = shared.acked.lock().unwrap_or_else(PoisonError::into_inner);
                 acked.get(&cluster).filter(|v| !v.is_empty()).map(|v| v[rng.below(v.len() as u64) as usize].clone())
             };
             match pick {
@@ -121,7 +122,7 @@ pub async fn client(shared: Arc<Shared>, cluster: String, id: u32, seed: u64, pa
 }
 
 fn record(shared: &Shared, op: Op) {
-    shared.history.lock().unwrap().push(op);
+    shared.history.lock().unwrap_or_else(PoisonError::into_inner).push(op);
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -153,7 +154,7 @@ async fn put(shared: &Shared, cluster: &str, id: u32, ep: &str, mut c: Client, k
     let failed = err.is_some();
     record(shared, op(shared, cluster, id, ep, &key, F::Write(val.clone()), call, err, header.as_ref()));
     if !failed {
-        shared.acked.lock().unwrap().entry(cluster.into()).or_default().push((key, val));
+        shared.acked.lock().unwrap_or_else(PoisonError::into_inner).entry(cluster.into()).or_default().push((key, val));
     }
     failed
 }

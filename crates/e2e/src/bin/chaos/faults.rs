@@ -15,7 +15,7 @@
 //!   `--node-faults` (they stop the cluster for everyone on this machine).
 
 use std::process::Command;
-use std::sync::Mutex;
+use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
@@ -212,10 +212,13 @@ impl<'a> Injector<'a> {
                 let m = self.pick(rng, c, lead)?;
                 rec.detail = format!("SIGSTOP etcd of {} (leader: {}) for {} ms", m.pod, m.leader, step.hold_ms);
                 self.signal(&m, "SIGSTOP")?;
-                self.pending.lock().unwrap().push(Undo::Cont(m.container.clone()));
+                self.pending.lock().unwrap_or_else(PoisonError::into_inner).push(Undo::Cont(m.container.clone()));
                 self.hold(step);
                 let r = self.signal(&m, "SIGCONT");
-                self.pending.lock().unwrap().retain(|u| !matches!(u, Undo::Cont(x) if *x == m.container));
+                self.pending
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .retain(|u| !matches!(u, Undo::Cont(x) if *x == m.container));
                 rec.heal_ms = Some(now_ms());
                 // A container that was replaced meanwhile has no task to continue: fine.
                 if let Err(e) = r {
@@ -229,10 +232,13 @@ impl<'a> Injector<'a> {
                 let pid = self.task_pid(&m.container)?;
                 rec.detail = format!("cut {} (leader: {}) off its peers for {} ms", m.pod, m.leader, step.hold_ms);
                 Self::iptables(pid, "-I")?;
-                self.pending.lock().unwrap().push(Undo::Uncut(pid));
+                self.pending.lock().unwrap_or_else(PoisonError::into_inner).push(Undo::Uncut(pid));
                 self.hold(step);
                 let r = Self::iptables(pid, "-D");
-                self.pending.lock().unwrap().retain(|u| !matches!(u, Undo::Uncut(p) if *p == pid));
+                self.pending
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .retain(|u| !matches!(u, Undo::Uncut(p) if *p == pid));
                 rec.heal_ms = Some(now_ms());
                 if let Err(e) = r {
                     rec.detail.push_str(&format!("; heal: {e:#} (the pod may be gone)"));
@@ -314,7 +320,7 @@ impl<'a> Injector<'a> {
         let two: Vec<&Member> = ms.iter().take(2).collect();
         for m in &two {
             self.signal(m, "SIGSTOP")?;
-            self.pending.lock().unwrap().push(Undo::Cont(m.container.clone()));
+            self.pending.lock().unwrap_or_else(PoisonError::into_inner).push(Undo::Cont(m.container.clone()));
         }
         std::thread::sleep(hold);
         self.heal_all();
@@ -323,7 +329,7 @@ impl<'a> Injector<'a> {
 
     /// Undoes whatever is still held (SIGCONT, network rules): on every way out.
     pub fn heal_all(&self) {
-        for u in std::mem::take(&mut *self.pending.lock().unwrap()) {
+        for u in std::mem::take(&mut *self.pending.lock().unwrap_or_else(PoisonError::into_inner)) {
             let _ = match u {
                 Undo::Cont(id) => self.ctr(&["tasks", "kill", "-s", "SIGCONT", &id]).map(drop),
                 Undo::Uncut(pid) => Self::iptables(pid, "-D"),

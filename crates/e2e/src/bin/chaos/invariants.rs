@@ -145,6 +145,8 @@ const REPORTS_ONLY: &[&str] = &[
     "MaintenanceDeferred",
     "MemberDraining",
     "AuthRefused",
+    "TLSMaterialRefused",
+    "MembersUnreachable",
     // Reports beside an action that has its own Event, or of what members run.
     "QuorumHealthy",
     "Upgrading",

@@ -23,8 +23,8 @@ mod report;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result, bail};
@@ -304,8 +304,13 @@ fn run(args: Args) -> Result<bool> {
         if std::env::var("CHAOS_SABOTAGE").as_deref() == Ok("delete-acked-write") {
             // Self-test of the whole pipeline: one acknowledged write disappears behind the
             // clients' back; the report must say "lost" and the run must fail.
-            let victim =
-                shared.acked.lock().unwrap().iter().next().and_then(|(c, v)| Some((c.clone(), v.first()?.0.clone())));
+            let victim = shared
+                .acked
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .iter()
+                .next()
+                .and_then(|(c, v)| Some((c.clone(), v.first()?.0.clone())));
             if let Some((c, key)) = victim {
                 let ep = services.get(&c).cloned().unwrap_or_default();
                 let r = rt.block_on(async {
@@ -317,13 +322,21 @@ fn run(args: Args) -> Result<bool> {
         for c in &names {
             // The Service first, then each member (a cluster under NOSPACE may have no Ready one).
             let mut eps = vec![services.get(c).cloned().unwrap_or_default()];
-            eps.extend(shared.targets.lock().unwrap().get(c).map(|t| t.members.clone()).unwrap_or_default());
+            eps.extend(
+                shared
+                    .targets
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .get(c)
+                    .map(|t| t.members.clone())
+                    .unwrap_or_default(),
+            );
             match rt.block_on(clients::final_read(&eps, args.clients)) {
                 Some(kv) => {
                     let seen: Vec<String> = shared
                         .history
                         .lock()
-                        .unwrap()
+                        .unwrap_or_else(PoisonError::into_inner)
                         .iter()
                         .filter(|o| &o.cluster == c)
                         .map(|o| o.key.clone())
@@ -345,7 +358,7 @@ fn run(args: Args) -> Result<bool> {
     let duration_s = t_start.elapsed().as_secs_f64();
 
     // The history.
-    let history = std::mem::take(&mut *shared.history.lock().unwrap());
+    let history = std::mem::take(&mut *shared.history.lock().unwrap_or_else(PoisonError::into_inner));
     eprintln!("chaos: checking {} operations", history.len());
     let verdict = checker::check(&history, &final_reads, clients::write_once);
 
@@ -363,7 +376,7 @@ fn run(args: Args) -> Result<bool> {
     let logs = out_dir.join("operator.log");
     let _ = std::fs::copy(&op.log, &logs);
     let _ = std::fs::write(out_dir.join("diagnostics.txt"), e2e::harness::diagnostics(&ns, None));
-    let mut samples = std::mem::take(&mut *mon.samples.lock().unwrap());
+    let mut samples = std::mem::take(&mut *mon.samples.lock().unwrap_or_else(PoisonError::into_inner));
     let refuted = invariants::refute(&mut samples, &history, shared.start_unix_ms);
     let foreign = invariants::foreign_answers(&history);
     let _ = std::fs::write(out_dir.join("samples.txt"), samples.iter().map(|s| s.line() + "\n").collect::<String>());
@@ -389,7 +402,7 @@ fn run(args: Args) -> Result<bool> {
     for r in records.iter_mut() {
         r.converged_ms = invariants::convergence_ms(r, &samples, 5_000);
     }
-    let op_pods = mon.operator_pods.lock().unwrap().clone();
+    let op_pods = mon.operator_pods.lock().unwrap_or_else(PoisonError::into_inner).clone();
     let backups = ns.json(&["get", "etcdbackups"]).map(|v| {
         serde_json::Value::Array(
             v["items"]
@@ -415,9 +428,9 @@ fn run(args: Args) -> Result<bool> {
         service_gaps: &service_gaps,
         final_converge_s,
         operator_restarts: op_pods.values().map(|p| p.1).sum(),
-        operator_exits: &mon.operator_exits.lock().unwrap().clone(),
+        operator_exits: &mon.operator_exits.lock().unwrap_or_else(PoisonError::into_inner).clone(),
         operator_pods_seen: op_pods.len(),
-        leader_changes: mon.lease_holders.lock().unwrap().len().saturating_sub(1),
+        leader_changes: mon.lease_holders.lock().unwrap_or_else(PoisonError::into_inner).len().saturating_sub(1),
         samples: &samples,
         events: &events,
         backups: backups.unwrap_or_default(),

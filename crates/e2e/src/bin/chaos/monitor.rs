@@ -4,8 +4,8 @@
 //! member IPs, the etcd leader, each member's container, whether everything converged.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Mutex;
 use std::sync::atomic::Ordering;
+use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use e2e::TestNamespace;
@@ -114,11 +114,11 @@ pub struct Monitor {
 
 impl Monitor {
     pub fn latest(&self, cluster: &str) -> Option<Sample> {
-        self.latest.lock().unwrap().get(cluster).cloned()
+        self.latest.lock().unwrap_or_else(PoisonError::into_inner).get(cluster).cloned()
     }
 
     pub fn all_converged_since(&self, t_ms: u64) -> bool {
-        let l = self.latest.lock().unwrap();
+        let l = self.latest.lock().unwrap_or_else(PoisonError::into_inner);
         !l.is_empty() && l.values().all(|s| s.converged && s.t_ms >= t_ms)
     }
 }
@@ -278,14 +278,14 @@ fn round(
         shared
             .targets
             .lock()
-            .unwrap()
+            .unwrap_or_else(PoisonError::into_inner)
             .insert(c.clone(), Targets { service: services.get(c).cloned().unwrap_or_default(), members: ips });
-        mon.latest.lock().unwrap().insert(c.clone(), s.clone());
-        mon.samples.lock().unwrap().push(s);
+        mon.latest.lock().unwrap_or_else(PoisonError::into_inner).insert(c.clone(), s.clone());
+        mon.samples.lock().unwrap_or_else(PoisonError::into_inner).push(s);
     }
     let mut restarted = Vec::new();
     {
-        let mut op = mon.operator_pods.lock().unwrap();
+        let mut op = mon.operator_pods.lock().unwrap_or_else(PoisonError::into_inner);
         for p in pods.iter().filter(|p| p["metadata"]["labels"]["app.kubernetes.io/name"] == "etcd-operator") {
             let uid = p["metadata"]["uid"].as_str().unwrap_or("").to_string();
             let cs: &[Value] = p["status"]["containerStatuses"].as_array().map_or(&[], |v| v.as_slice());
@@ -308,7 +308,7 @@ fn round(
         let log = ns.run(&["logs", &name, "-c", container, "--previous", "--tail", "30"]).unwrap_or_default();
         let last = &c["lastState"]["terminated"];
         let why = exit_cause(&log, last["reason"].as_str(), last["exitCode"].as_i64());
-        let mut exits = mon.operator_exits.lock().unwrap();
+        let mut exits = mon.operator_exits.lock().unwrap_or_else(PoisonError::into_inner);
         exits.push((now_ms(), name.clone(), why));
         for _ in 1..rose_by {
             exits.push((now_ms(), name.clone(), UNSEEN_EXIT.into()));
@@ -381,7 +381,7 @@ pub fn run(
             last_lease = Instant::now();
             if let Ok(l) = ns.json(&["get", "lease", "etcd-operator"]) {
                 let h = l["spec"]["holderIdentity"].as_str().unwrap_or("").to_string();
-                let mut hs = mon.lease_holders.lock().unwrap();
+                let mut hs = mon.lease_holders.lock().unwrap_or_else(PoisonError::into_inner);
                 if hs.last().map(|x| &x.1) != Some(&h) {
                     hs.push((now_ms(), h));
                 }

@@ -330,7 +330,7 @@ mod tests {
     #[test]
     fn a_known_seed_keeps_its_sequence() {
         // Replays across builds: the generator and the selection must not drift. If this fails
-        // after a deliberate change of the plan, old seeds no longer replay: say so in the README.
+        // after a deliberate change of the plan, old seeds no longer replay: say so in docs/src/development/chaos.md.
         let got: Vec<String> = plan(7, 8, &clusters(), &[], false)
             .iter()
             .map(|s| {

@@ -27,21 +27,16 @@
 //!    to each member's client and peer port), the old CA leaves the bundles and members
 //!    restart once more; then the rotation is finished.
 //!
-//! Pure here and in `issuer`, `state`, `rotation`, `secrets`, `status`; I/O in `read`
-//! (Secret GETs) and `probe` (the certificates members serve); the writes are
-//! `controller::certificates`.
+//! Pure here and in `issuer`, `state`, `decision`, `secrets`; I/O in `read` (Secret GETs).
+//! Over the whole observation, in the layers: the planner `planner::certificates`, the
+//! condition `status::tls_auto`, the probe of what members serve `observe::tls_probe`; the
+//! writes are `controller::certificates`.
 
+pub mod decision;
 pub mod issuer;
-pub mod probe;
 pub mod read;
-pub mod rotation;
-#[cfg(test)]
-mod rotation_tests;
-#[cfg(test)]
-mod rotation_world;
 pub mod secrets;
 pub mod state;
-pub mod status;
 
 use etcd_operator_api::cluster::AutoTls;
 
@@ -256,25 +251,8 @@ pub enum InUse {
     Spec(Settings),
     /// `spec.TLS.auto` was turned off while member pods are still made with its Secrets (the
     /// TLS stage on the way off): the certificates are renewed until no member uses them; no
-    /// CA is created, replaced or rotated ([`rotation::plan`]).
+    /// CA is created, replaced or rotated (`planner::certificates::plan`).
     Leaving,
-}
-
-/// Whether (and how) the cluster `cluster` planned under `d` uses the operator's certificates:
-/// `spec.TLS.auto`, or a stage that still makes pods with its Secrets after it was turned off.
-pub fn in_use(d: &crate::validation::Desired, cluster: &str) -> Option<InUse> {
-    if let Some(s) = d.tls_auto {
-        return Some(InUse::Spec(s));
-    }
-    let ours = policy(cluster);
-    let stage = &d.tls_stage.secrets;
-    let peer = stage.peer_secret.is_some() && stage.peer_secret == ours.peer_secret;
-    let client = stage
-        .client
-        .as_ref()
-        .zip(ours.client.as_ref())
-        .is_some_and(|(s, o)| s.server_secret == o.server_secret || s.operator_secret == o.operator_secret);
-    (peer || client).then_some(InUse::Leaving)
 }
 
 /// The static policy auto TLS amounts to: the operator's Secrets in the places of the user's.
@@ -343,19 +321,23 @@ mod tests {
             serde_json::from_str(&format!(r#"{{"size":3,"TLS":{tls}}}"#)).unwrap()
         };
         let on = crate::validation::validate("ex", &spec(r#"{"auto":{"validity":"1h"}}"#)).unwrap();
-        assert!(matches!(in_use(&on, "ex"), Some(InUse::Spec(s)) if s.validity == 3600));
+        assert!(matches!(crate::validation::tls_auto_in_use(&on, "ex"), Some(InUse::Spec(s)) if s.validity == 3600));
         let mut off = crate::validation::validate("ex", &spec("null")).unwrap();
         off.tls_stage = Stage { client_http_too: true, ..Stage::steady(&policy("ex")) };
-        assert_eq!(in_use(&off, "ex"), Some(InUse::Leaving), "pods are still made with the Secrets");
+        assert_eq!(
+            crate::validation::tls_auto_in_use(&off, "ex"),
+            Some(InUse::Leaving),
+            "pods are still made with the Secrets"
+        );
         off.tls_stage =
             Stage { secrets: Policy { peer_secret: Some("ex-tls-peer".into()), client: None }, ..off.tls_stage };
-        assert_eq!(in_use(&off, "ex"), Some(InUse::Leaving), "the peer side alone");
+        assert_eq!(crate::validation::tls_auto_in_use(&off, "ex"), Some(InUse::Leaving), "the peer side alone");
         off.tls_stage = Stage::default();
-        assert_eq!(in_use(&off, "ex"), None, "no pod uses them any more");
+        assert_eq!(crate::validation::tls_auto_in_use(&off, "ex"), None, "no pod uses them any more");
         let static_tls = r#"{"static":{"member":{"peerSecret":"p","serverSecret":"s"},"operatorSecret":"o"}}"#;
         let mut d = crate::validation::validate("ex", &spec(static_tls)).unwrap();
         d.tls_stage = Stage::steady(&d.tls);
-        assert_eq!(in_use(&d, "ex"), None, "the user's own Secrets");
+        assert_eq!(crate::validation::tls_auto_in_use(&d, "ex"), None, "the user's own Secrets");
     }
 
     #[test]

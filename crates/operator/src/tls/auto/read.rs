@@ -1,5 +1,5 @@
-//! Reading a cluster's TLS Secrets (GET by name only: the operator neither lists nor watches
-//! Secrets) into an [`Observation`]; [`observation`] decides from what was read (pure).
+//! A cluster's TLS Secrets as read (`observe::tls_auto`: GET by name only, the operator
+//! neither lists nor watches Secrets) into an [`Observation`]: [`observation`], pure.
 
 use std::collections::BTreeMap;
 
@@ -8,27 +8,10 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
 
 use super::state::{Data, Found, Names, Observation, parse_ca, parse_leaf};
-use super::{InUse, Leaf, ROTATE_CA_ANNOTATION, Settings, ca_secret};
+use super::{Leaf, ROTATE_CA_ANNOTATION, Settings, ca_secret};
 
 /// What a GET of one Secret gave: `Ok(None)` it does not exist, `Err` it could not be read.
 pub type Fetched = Result<Option<Secret>, String>;
-
-/// Reads the CA Secret and the four certificate Secrets of `cluster`, used as `in_use` says.
-pub async fn observe(client: &kube::Client, cluster: &EtcdCluster, in_use: InUse, domain: &str) -> Observation {
-    let name = cluster.name_any();
-    let api: kube::Api<Secret> = kube::Api::namespaced(client.clone(), &cluster.namespace().unwrap_or_default());
-    let mut fetched = BTreeMap::new();
-    let names = std::iter::once(ca_secret(&name)).chain(Leaf::ALL.iter().map(|l| l.secret(&name)));
-    for n in names {
-        let r = api.get_opt(&n).await.map_err(|e| format!("Secret {n} could not be read: {e}"));
-        fetched.insert(n, r);
-    }
-    let now = k8s_openapi::jiff::Timestamp::now().as_second();
-    match in_use {
-        InUse::Spec(settings) => observation(cluster, settings, domain, now, &fetched),
-        InUse::Leaving => observation(cluster, Settings::default(), domain, now, &fetched).leaving(),
-    }
-}
 
 fn owned(s: &Secret, cluster: &EtcdCluster) -> bool {
     let uid = cluster.metadata.uid.as_deref();

@@ -12,8 +12,8 @@ use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
 
+use super::decision::{Decision, LeafWrite};
 use super::issuer::{self, Issued};
-use super::rotation::{Decision, LeafWrite};
 use super::state::{Authority, CaState, CertInfo, Found, KeyPem, Names, Observation, Phase, bundle_pem};
 use super::{
     CA_CERT, CA_KEY, CA_ROTATION_ANNOTATION, Leaf, NEXT_CA_CERT, NEXT_CA_KEY, PREVIOUS_CA_CERT, ROTATE_CA_ANNOTATION,
@@ -120,7 +120,7 @@ fn meta(c: &EtcdCluster, name: String, annotations: BTreeMap<String, String>, rv
         namespace: c.namespace(),
         labels: Some(labels),
         annotations: (!annotations.is_empty()).then_some(annotations),
-        owner_references: Some(vec![crate::pod_spec::owner_ref(c)]),
+        owner_references: Some(vec![crate::naming::owner_ref(c)]),
         resource_version: rv,
         ..Default::default()
     }

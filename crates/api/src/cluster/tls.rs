@@ -1,0 +1,81 @@
+//! `spec.TLS`: the certificates of members and the operator, in the shape of CoreOS'
+//! `TLSPolicy` (`static`), and the operator-managed ones (`auto`, additive).
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// TLS policy in the CoreOS shape.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TlsPolicy {
+    /// Certificates made by the user and stored in Secrets, in CoreOS' layout: member peer and
+    /// server Secrets (peer and client URLs become https with client certificate checks) and
+    /// the operator's client Secret (also used by its backup pods). Mirrors CoreOS
+    /// `spec.TLS.static`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub r#static: Option<StaticTls>,
+    /// Additive: certificates made and rotated by the operator (`auto: {}` for the defaults),
+    /// instead of `static`; not both. The operator keeps a CA per cluster in Secret
+    /// `<name>-tls-ca` and issues into Secrets it owns, in the key layout of `static`: peers
+    /// (`<name>-tls-peer`), members serving clients (`<name>-tls-server`), its own client
+    /// certificate (`<name>-tls-operator`) and one for your applications (`<name>-tls-client`:
+    /// `etcd-client.crt`, `etcd-client.key`, `etcd-client-ca.crt`; usable as an EtcdBackup's
+    /// `clientTLSSecret`). Certificates are renewed before they expire without restarting
+    /// members (etcd reads its certificate files at every new connection); a new CA is
+    /// introduced beside the old one and every member restarts once to trust both, once more
+    /// to drop the old one. The annotation `etcd.database.coreos.com/rotate-ca` with a new
+    /// value starts a CA rotation now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auto: Option<AutoTls>,
+}
+
+/// Operator-managed certificates (additive). Durations are Go durations as Kubernetes writes
+/// them: `2160h`, `90m`, `1h30m`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AutoTls {
+    /// Lifetime of the peer, server and client certificates, 10m to 87600h (10 years);
+    /// default 2160h (90 days). Additive.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[schemars(length(max = 32))]
+    pub validity: String,
+    /// How long before a certificate expires its successor is issued, at least 5m and at
+    /// least 1m less than `validity`; default a third of `validity` (renewal at 2/3 of the
+    /// lifetime: 30 days before the end of 90). Additive.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[schemars(length(max = 32))]
+    pub renew_before: String,
+    /// Lifetime of the cluster's CA, 1h to 876000h (100 years) and at least `validity`;
+    /// default 43800h (5 years). A new CA is introduced at 2/3 of the lifetime. Additive.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[schemars(length(max = 32))]
+    pub ca_validity: String,
+}
+
+/// Certificates the user made and stored in Secrets.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StaticTls {
+    /// Secrets every member pod mounts. Mirrors CoreOS `spec.TLS.static.member`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub member: Option<MemberSecret>,
+    /// Name of a Secret with the client certificate the operator uses to talk to members
+    /// (`etcd-client.crt`, `etcd-client.key`, `etcd-client-ca.crt`); set together with
+    /// `member.serverSecret`. Mirrors CoreOS `spec.TLS.static.operatorSecret`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub operator_secret: String,
+}
+
+/// Secrets each member pod mounts.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MemberSecret {
+    /// Name of a Secret with the peer certificate (`peer.crt`, `peer.key`, `peer-ca.crt`).
+    /// Mirrors CoreOS `spec.TLS.static.member.peerSecret`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub peer_secret: String,
+    /// Name of a Secret with the client-facing server certificate (`server.crt`,
+    /// `server.key`, `server-ca.crt`). Mirrors CoreOS `spec.TLS.static.member.serverSecret`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub server_secret: String,
+}

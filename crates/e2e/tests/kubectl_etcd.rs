@@ -1,0 +1,315 @@
+//! The `kubectl etcd` plugin (crates/kubectl-etcd) on the real local cluster: one 3-member
+//! cluster with auto TLS and authentication, seen healthy, with one member frozen (SIGSTOP:
+//! degraded, that member unreachable) and with two frozen (quorum lost: status still answers
+//! within its time limit). The leader it names is the one the members name themselves; the
+//! screen is read in a terminal (tmux); `report` of the quorum-lost cluster holds the members'
+//! logs and no Secret value. Needs `target/debug/kubectl-etcd` (`cargo build -p kubectl-etcd`;
+//! hack/test.sh builds the workspace) or `$KUBECTL_ETCD_BIN`.
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, ensure};
+use common::backups::{claim_manifest, wait_backup_succeeded};
+use common::*;
+use e2e::{TestNamespace, wait_until};
+use etcd_client::{Certificate, Client, ConnectOptions, Identity, TlsOptions};
+use serde_json::Value;
+
+const VERSION: &str = "3.6.15";
+const CREATE: Duration = Duration::from_secs(180);
+/// What `status` may take at most with members that do not answer (its member timeout is 5 s;
+/// three calls each, in parallel, plus the API server's round trips).
+const STATUS_LIMIT: Duration = Duration::from_secs(30);
+
+fn plugin_bin() -> PathBuf {
+    std::env::var_os("KUBECTL_ETCD_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/debug/kubectl-etcd"))
+}
+
+fn kubeconfig() -> String {
+    std::env::var("KUBECONFIG").unwrap_or_else(|_| e2e::DEFAULT_KUBECONFIG.to_string())
+}
+
+/// Runs the plugin; its stdout and how long it took.
+fn plugin(ns: &TestNamespace, args: &[&str]) -> Result<(String, Duration)> {
+    let bin = plugin_bin();
+    ensure!(bin.exists(), "{} is missing: cargo build -p kubectl-etcd", bin.display());
+    let start = Instant::now();
+    let out = e2e::run(Command::new(&bin).env("KUBECONFIG", kubeconfig()).args(["-n", &ns.name]).args(args))?;
+    Ok((out, start.elapsed()))
+}
+
+fn status(ns: &TestNamespace) -> Result<(Value, Duration)> {
+    let (out, took) = plugin(ns, &["status", "kx", "-o", "json"])?;
+    let v: Value = serde_json::from_str(&out).with_context(|| out.clone())?;
+    ensure!(v["schema"] == "kubectl-etcd/status/v1", "{v}");
+    Ok((v, took))
+}
+
+fn member<'a>(s: &'a Value, pod: &str) -> Result<&'a Value> {
+    s["members"].as_array().into_iter().flatten().find(|m| m["pod"] == pod).with_context(|| format!("{pod} in {s}"))
+}
+
+/// `(pod, member ID hex, leader ID hex)` as each member answers itself, straight to its pod IP
+/// with the application client certificate (what `etcdctl endpoint status` prints).
+fn members_own_answers(ns: &TestNamespace) -> Result<Vec<(String, String, String)>> {
+    let d = secret_data(ns, "kx-tls-client")?;
+    let tls = TlsOptions::new()
+        .ca_certificate(Certificate::from_pem(&d["etcd-client-ca.crt"]))
+        .identity(Identity::from_pem(&d["etcd-client.crt"], &d["etcd-client.key"]))
+        .domain_name(format!("kx-client.{}.svc", ns.name));
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let mut out = vec![];
+    for (pod, url) in member_endpoints(ns, "kx")? {
+        let url = url.replace("http://", "https://");
+        let opts = ConnectOptions::new()
+            .with_tls(tls.clone())
+            .with_connect_timeout(Duration::from_secs(3))
+            .with_timeout(Duration::from_secs(5));
+        let s = rt.block_on(async { Client::connect([url.as_str()], Some(opts)).await?.status().await })?;
+        let id = s.header().map_or(0, |h| h.member_id());
+        out.push((pod, format!("{id:x}"), format!("{:x}", s.leader())));
+    }
+    Ok(out)
+}
+
+/// The plain text of the screen `kubectl etcd status` shows in a terminal, and with colours.
+fn screen(ns: &TestNamespace) -> Result<(String, String)> {
+    let sock = format!("kubectl-etcd-e2e-{}", std::process::id());
+    let tmux = |args: &[&str]| e2e::run(Command::new("tmux").args(["-L", &sock]).args(args));
+    let cmd = format!(
+        "env KUBECONFIG={} {} -n {} status kx; echo '<<done>>'; sleep 60",
+        kubeconfig(),
+        plugin_bin().display(),
+        ns.name
+    );
+    tmux(&["new-session", "-d", "-x", "220", "-y", "50", &cmd])?;
+    let shown = wait_until(STATUS_LIMIT, "the status screen", || {
+        let t = tmux(&["capture-pane", "-p"])?;
+        Ok(t.contains("<<done>>").then_some(t))
+    });
+    let coloured = tmux(&["capture-pane", "-p", "-e"]);
+    let _ = tmux(&["kill-server"]);
+    Ok((shown?, coloured?))
+}
+
+#[test]
+fn status_and_report_of_a_healthy_degraded_and_quorum_lost_cluster() -> Result<()> {
+    with_operator("e2e-kubectl-etcd", |ns, op| {
+        // A Secret value that must never leave in a report, also written on the cluster object.
+        let canary = format!(
+            "canary-{}-{:x}",
+            e2e::unique_name("v"),
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_nanos()
+        );
+        ns.run(&["create", "secret", "generic", "canary", &format!("--from-literal=value={canary}")])?;
+        let spec = "  TLS:\n    auto: {}\n  auth:\n    enabled: true\n";
+        ns.apply(&cluster_manifest(&ns.name, "kx", 3, VERSION, spec))?;
+        ns.run(&["annotate", "etcdcluster", "kx", &format!("note={canary}")])?;
+        let started = Instant::now();
+        wait_healthy(ns, "kx", 3, CREATE)?;
+        wait_until(CREATE, "authentication on", || {
+            Ok((cond_str(&cluster(ns, "kx")?, "Authentication", "status") == "True").then_some(()))
+        })?;
+        eprintln!("cluster ready after {:?}", started.elapsed());
+
+        // Healthy: the leader the members name, every member with its own ID.
+        let (s, took) = status(ns)?;
+        eprintln!("status (healthy) took {took:?}");
+        ensure!(s["verdict"]["health"] == "Healthy", "{s}");
+        let own = members_own_answers(ns)?;
+        let leader_id = &own[0].2;
+        ensure!(own.iter().all(|(_, _, l)| l == leader_id), "members disagree on the leader: {own:?}");
+        let leader_pod =
+            own.iter().find(|(_, id, _)| id == leader_id).map(|(p, _, _)| p.clone()).context("leader pod")?;
+        ensure!(s["leader"] == leader_pod.as_str(), "plugin leader {} vs members' {leader_pod}: {s}", s["leader"]);
+        for (pod, id, _) in &own {
+            let m = member(&s, pod)?;
+            ensure!(m["reachable"] == true && m["memberId"] == id.as_str() && m["ready"] == true, "{m}");
+            let role = if pod == &leader_pod { "leader" } else { "follower" };
+            ensure!(m["role"] == role && m["raftLag"].is_u64() && m["dbSize"].as_i64() > Some(0), "{m}");
+            ensure!(m["version"] == VERSION, "{m}");
+        }
+        ensure!(s["cluster"]["tls"] == "auto" && s["cluster"]["auth"] == true, "{}", s["cluster"]);
+        let certs = s["certificates"].as_array().context("certificates")?;
+        ensure!(
+            certs.iter().any(|c| c["secret"] == "kx-tls-server" && c["expiresInSeconds"].as_i64() > Some(86400)),
+            "{certs:?}"
+        );
+        ensure!(s["disruptionBudget"]["disruptionsAllowed"] == 1, "{}", s["disruptionBudget"]);
+
+        // A one-shot backup through the plugin (over TLS, logged in as root): status shows it.
+        ns.apply(&claim_manifest(&ns.name, "backups"))?;
+        plugin(ns, &["backup", "kx", "--to", "pvc:backups/kx/etcd.db", "--backup-name", "once"])?;
+        let b = wait_backup_succeeded(ns, "once")?;
+        ensure!(b["spec"]["clientTLSSecret"] == "kx-tls-client" && b["spec"]["storageType"] == "PVC", "{}", b["spec"]);
+        let (s, _) = status(ns)?;
+        let last = &s["lastBackup"];
+        ensure!(
+            last["name"] == "once" && last["path"] == b["status"]["path"] && last["storageType"] == "PVC",
+            "{last}"
+        );
+        ensure!(last["size"] == b["status"]["size"] && last["size"].as_i64() > Some(0), "{last}");
+        ensure!(last["ageSeconds"].as_i64().is_some_and(|a| (0..300).contains(&a)), "{last}");
+
+        // The screen, as a person reads it in a terminal.
+        let (shown, coloured) = screen(ns)?;
+        eprintln!("the status screen:\n{shown}");
+        ensure!(shown.lines().any(|l| l.starts_with("Verdict: healthy: 3/3 members answer")), "{shown}");
+        for (pod, _, _) in &own {
+            let role = if pod == &leader_pod { "leader" } else { "follower" };
+            ensure!(
+                shown.lines().any(|l| l.starts_with(pod.as_str()) && l.contains(role) && l.contains(VERSION)),
+                "{pod}: {shown}"
+            );
+        }
+        ensure!(shown.lines().any(|l| l.starts_with("Last backup: ") && l.contains("[EtcdBackup once]")), "{shown}");
+        ensure!(coloured.contains("\x1b[32"), "green verdict on a terminal: {coloured}");
+
+        // The operator keeps its hands off the frozen members.
+        plugin(ns, &["pause", "kx"])?;
+        wait_until(Duration::from_secs(60), "status.controlPaused", || {
+            Ok((cluster(ns, "kx")?["status"]["controlPaused"] == true).then_some(()))
+        })?;
+
+        // Degraded: a follower frozen.
+        let followers: Vec<String> = own.iter().map(|(p, _, _)| p.clone()).filter(|p| *p != leader_pod).collect();
+        signal_container(&ns.pod(&followers[0])?, "etcd", "SIGSTOP")?;
+        let (s, took) = status(ns)?;
+        eprintln!("status (one member frozen) took {took:?}: {}", s["verdict"]["message"]);
+        ensure!(took < STATUS_LIMIT, "status took {took:?}");
+        ensure!(s["verdict"]["health"] == "Degraded", "{s}");
+        ensure!(
+            s["verdict"]["message"].as_str().unwrap_or("").contains(&format!("unreachable: {}", followers[0])),
+            "{s}"
+        );
+        let m = member(&s, &followers[0])?;
+        ensure!(
+            m["reachable"] == false && m["error"].as_str().is_some_and(|e| !e.is_empty()) && m["raftIndex"].is_null(),
+            "{m}"
+        );
+        ensure!(s["leader"] == leader_pod.as_str() && member(&s, &followers[1])?["reachable"] == true, "{s}");
+
+        // Quorum lost: the leader frozen too.
+        signal_container(&ns.pod(&leader_pod)?, "etcd", "SIGSTOP")?;
+        let (s, took) = status(ns)?;
+        eprintln!("status (two members frozen) took {took:?}: {}", s["verdict"]["message"]);
+        ensure!(took < STATUS_LIMIT, "status took {took:?}");
+        ensure!(s["verdict"]["health"] == "QuorumLost", "{s}");
+        let unreachable: Vec<&str> = s["members"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|m| m["reachable"] == false)
+            .filter_map(|m| m["pod"].as_str())
+            .collect();
+        ensure!(unreachable.len() == 2 && unreachable.contains(&leader_pod.as_str()), "{s}");
+        let (shown, coloured) = screen(ns)?;
+        eprintln!("the status screen:\n{shown}");
+        ensure!(
+            shown
+                .lines()
+                .any(|l| l.starts_with("Verdict: QUORUM LOST: ")
+                    && l.contains("of 3 voting members answer with a leader")),
+            "{shown}"
+        );
+        for pod in &unreachable {
+            ensure!(shown.lines().any(|l| l.starts_with(pod) && l.contains("unreachable")), "{pod}: {shown}");
+            ensure!(
+                shown.lines().any(|l| l.trim_start().starts_with(&format!("{pod}: status: "))),
+                "{pod}'s error: {shown}"
+            );
+        }
+        ensure!(coloured.contains("\x1b[31"), "red verdict on a terminal: {coloured}");
+
+        // The report of the quorum-lost cluster: members' logs, no Secret value.
+        let dir = std::env::temp_dir().join(format!("kubectl-etcd-e2e-{}", ns.name));
+        std::fs::create_dir_all(&dir)?;
+        let bundle = dir.join("report.tar.gz");
+        let (_, took) = plugin(ns, &["report", "kx", "-o", bundle.to_str().unwrap()])?;
+        eprintln!("report took {took:?}");
+        e2e::run(Command::new("tar").arg("-xzf").arg(&bundle).arg("-C").arg(&dir))?;
+        let root = dir.join("report-kx");
+        for (pod, _, _) in &own {
+            let log = std::fs::read_to_string(root.join(format!("logs/{pod}/etcd.log")))
+                .with_context(|| format!("{pod}'s log"))?;
+            ensure!(!log.is_empty(), "{pod}'s log is empty");
+        }
+        // An operator installed in the namespace (E2E_OPERATOR=in-cluster): its logs are there too.
+        if let Some(installed) = op.in_cluster() {
+            for p in installed.pods()? {
+                let pod = p["metadata"]["name"].as_str().unwrap_or("");
+                let dir = root.join(format!("logs/operator/{}/{pod}", ns.name));
+                ensure!(
+                    dir.join("operator.log").exists() || std::fs::read_dir(&dir).is_ok_and(|mut d| d.next().is_some()),
+                    "no log of operator pod {pod}"
+                );
+            }
+        }
+        let status_in: Value = serde_json::from_str(&std::fs::read_to_string(root.join("status.json"))?)?;
+        ensure!(status_in["verdict"]["health"] == "QuorumLost", "{status_in}");
+        let mut secrets = vec![canary.clone()];
+        for name in ["kx-etcd-root", "kx-tls-client", "kx-tls-operator", "kx-tls-ca"] {
+            for (k, v) in secret_data(ns, name)? {
+                if k.ends_with(".key") || k == "password" {
+                    // The body of a PEM key: its base64 lines.
+                    secrets.extend(v.lines().filter(|l| l.len() >= 16 && !l.starts_with("-----")).map(str::to_string));
+                }
+            }
+        }
+        ensure!(secrets.len() > 4, "the values to look for: {}", secrets.len());
+        let text = String::from_utf8_lossy(
+            &e2e::run(Command::new("sh").arg("-c").arg(format!("cat $(find {} -type f)", root.display())))?
+                .into_bytes(),
+        )
+        .to_string();
+        ensure!(text.contains("[REDACTED]"), "the canary on the cluster object was scrubbed");
+        for v in &secrets {
+            ensure!(!text.contains(v.as_str()), "a Secret value is in the report");
+        }
+        let raw = std::fs::read(&bundle)?;
+        ensure!(!String::from_utf8_lossy(&raw).contains(&canary), "canary in the compressed bundle");
+        std::fs::remove_dir_all(&dir)?;
+
+        // Back to health for the namespace's deletion.
+        for p in [&leader_pod, &followers[0]] {
+            signal_container(&ns.pod(p)?, "etcd", "SIGCONT")?;
+        }
+        plugin(ns, &["unpause", "kx"])?;
+        ensure!(cluster(ns, "kx")?["spec"]["paused"] == false, "unpaused");
+        Ok(())
+    })
+}
+
+/// kubectl finds the plugin on PATH (as hack/up.sh installs it) and runs it as `kubectl etcd`;
+/// every command has `--help`. Whatever else the machine has installed.
+#[test]
+fn kubectl_finds_the_plugin_and_every_command_has_help() -> Result<()> {
+    let kubectl = e2e::default_kubectl().context("no kubectl")?;
+    let bin = plugin_bin();
+    ensure!(bin.exists(), "{} is missing: cargo build -p kubectl-etcd", bin.display());
+    let dir = std::env::temp_dir().join(format!("kubectl-etcd-path-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let link = dir.join("kubectl-etcd");
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(&bin, &link)?;
+    // The plugin's directory alone: another kubectl-etcd on the machine's PATH (hack/up.sh
+    // installs one in /usr/local/bin) makes `kubectl plugin list` warn and exit 1.
+    let path = dir.display().to_string();
+    let list = e2e::run(Command::new(&kubectl).env("PATH", &path).args(["plugin", "list"]))?;
+    ensure!(list.lines().any(|l| l.trim() == link.display().to_string()), "{list}");
+    let help = e2e::run(Command::new(&kubectl).env("PATH", &path).args(["etcd", "--help"]))?;
+    let commands = ["status", "report", "pause", "unpause", "backup"];
+    for c in commands {
+        ensure!(help.lines().any(|l| l.trim_start().starts_with(c)), "{c} in {help}");
+        let h = e2e::run(Command::new(&kubectl).env("PATH", &path).args(["etcd", c, "--help"]))?;
+        ensure!(h.contains("Usage: kubectl etcd") && h.contains("NAME"), "{c} --help: {h}");
+    }
+    std::fs::remove_dir_all(&dir)?;
+    Ok(())
+}

@@ -1,0 +1,330 @@
+//! The EtcdBackup controller (I/O): observe the object (fresh from the API) and its pods (from the
+//! cache) into a [`BackupObserved`], let `backup_planner` decide, then execute: write status,
+//! start the backup pod, publish Events, delete finished pods — in that order, so a result is in
+//! status before its pod goes.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use etcd_operator_api::backup::{EtcdBackup, EtcdBackupSpec, EtcdBackupStatus};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{ApiResource, DynamicObject};
+use kube::runtime::controller::Action;
+use kube::{Resource, ResourceExt};
+
+use super::jobs::{self, Error, JobContext, Options};
+use crate::backup::archiver_plan;
+use crate::backup::backup_planner::{self, BackupObserved, BackupStep, BackupTarget, POD_START_SLACK_SECS};
+use crate::backup::contract::{BACKUP_LABEL, BACKUP_OF_LABEL, SaveReport};
+use crate::backup::pods::{self, JobPod};
+
+fn backup_ar() -> ApiResource {
+    ApiResource::erase::<EtcdBackup>(&())
+}
+
+async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<JobContext>) -> Result<Action, Error> {
+    if !ctx.scope.manages(obj.as_ref()) || obj.metadata.deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
+    let ar = backup_ar();
+    let Some(obj) = jobs::fresh(&ctx, &obj, &ar).await? else { return Ok(Action::await_change()) };
+    if obj.metadata.deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
+    let started = std::time::Instant::now();
+    let ns = obj.namespace().unwrap_or_default();
+    let spec = jobs::spec_of::<EtcdBackupSpec>(&obj);
+    let volume_root = match spec.as_ref().ok().and_then(pvc_of) {
+        Some(claim) => jobs::volume_marked_root(&ctx, &ns, &claim).await?,
+        None => false,
+    };
+    // The archiver pod carries the backup's label too (so it is in the cache) and a role of its own.
+    let (archivers, job_pods): (Vec<_>, Vec<_>) = jobs::job_pods(&ctx, BACKUP_LABEL, &obj).into_iter().partition(|p| {
+        p.metadata.labels.as_ref().and_then(|l| l.get(archiver_plan::ROLE_LABEL)).map(String::as_str)
+            == Some(archiver_plan::ROLE_ARCHIVER)
+    });
+    let o = BackupObserved {
+        name: obj.name_any(),
+        namespace: ns.clone(),
+        generation: obj.metadata.generation.unwrap_or_default(),
+        spec,
+        status: jobs::status_of::<EtcdBackupStatus>(&obj),
+        pods: job_pods.iter().map(|p| crate::backup::job_pods::observe::<SaveReport>(p)).collect(),
+        volume_root,
+        now: k8s_openapi::jiff::Timestamp::now(),
+    };
+    let mut plan = backup_planner::plan(&o);
+    if let Some(claim) = &plan.mark_root_volume {
+        // Before the pod: the mark is what runs the next pods as root.
+        jobs::mark_root_volume(&ctx, &ns, claim).await?;
+    }
+    if let BackupStep::StartBackup { pod, target, as_root } = &plan.step {
+        let (pod, target, as_root) = (pod.clone(), target.clone(), *as_root);
+        let auth = match &o.spec {
+            Ok(spec) => auth_secret(&ctx, &ns, spec).await,
+            Err(_) => None,
+        };
+        let made = backup_pod(&obj, &target, &ctx.init_image, &pod, auth.as_deref(), as_root)?;
+        if let Err(e) = jobs::create_pod(&ctx, &made).await {
+            backup_planner::start_failed(&mut plan, &pod, e.to_string());
+        }
+    }
+    archive(&ctx, &obj, &o, &mut plan, &archivers).await?;
+    // From status, not only from a result just recorded: after an operator restart the series
+    // come back at the first reconcile.
+    if let Some(target) = o.spec.as_ref().ok().and_then(|s| backup_planner::check_spec(s, &ns).ok()) {
+        {
+            let last_success = crate::backup::parse_time(&plan.status.last_success_date).map(|t| t.as_second());
+            ctx.metrics.observe_backup(&ns, &o.name, last_success, target.interval);
+            ctx.metrics.observe_archive(&ns, &o.name, plan.status.archive.as_ref());
+        }
+    }
+    jobs::write_back(&ctx, &obj, &ar, (&o.status, &plan.status), &plan.events, &plan.delete_pods).await?;
+    ctx.metrics.reconciled("etcdbackup", started.elapsed(), false);
+    Ok(plan.requeue.map(Action::requeue).unwrap_or_else(Action::await_change))
+}
+
+/// The continuous archive (`archiver_plan`): its pod made, made again or removed, and the
+/// `Archiving` condition in the status about to be written.
+async fn archive(
+    ctx: &JobContext,
+    obj: &DynamicObject,
+    o: &BackupObserved,
+    plan: &mut backup_planner::BackupPlan,
+    archivers: &[Arc<Pod>],
+) -> Result<(), Error> {
+    let ns = obj.namespace().unwrap_or_default();
+    let target = o.spec.as_ref().ok().map(|s| backup_planner::check_spec(s, &ns));
+    let wanted = match &target {
+        Some(Ok(t)) => Some(t.archive_flush_secs.is_some()),
+        _ => None,
+    };
+    let made = match (&target, &o.spec) {
+        (Some(Ok(t)), Ok(spec)) if t.archive_flush_secs.is_some() => {
+            let auth = auth_secret(ctx, &ns, spec).await;
+            Some(archiver_pod(obj, t, &ctx.init_image, auth.as_deref(), o.volume_root)?)
+        }
+        _ => None,
+    };
+    let hash = made.as_ref().map(archiver_hash).unwrap_or_default();
+    let observed: Vec<_> = archivers.iter().map(|p| archiver_plan::observe(p)).collect();
+    let has_snapshot = plan.status.last_success_date.is_some();
+    let d = archiver_plan::decide(wanted, has_snapshot, &hash, &observed);
+    match (&d.action, made) {
+        (archiver_plan::Action::Create, Some(mut pod)) => {
+            pod.metadata.annotations.get_or_insert_default().insert(archiver_plan::SPEC_ANNOTATION.into(), hash);
+            jobs::create_pod(ctx, &pod).await?;
+        }
+        (archiver_plan::Action::Delete(name), _) => jobs::delete_pod(ctx, &ns, name).await,
+        _ => {}
+    }
+    // Where the archive stands, as the running archiver says (kept as last reported when it
+    // cannot be asked now).
+    plan.status.archive = match wanted {
+        Some(false) => None,
+        _ => match archivers.iter().find(|p| archiver_plan::observe(p).ready) {
+            Some(p) => archive_status(p).await.or_else(|| plan.status.archive.take()),
+            None => plan.status.archive.take(),
+        },
+    };
+    let now = crate::backup::rfc3339(o.now);
+    let settled =
+        !matches!(d.action, archiver_plan::Action::Delete(_)) && matches!(d.condition, Some((true, ..)) | None);
+    match d.condition {
+        Some((ok, reason, message)) => {
+            let c = etcd_operator_api::Condition {
+                type_: archiver_plan::CONDITION.into(),
+                status: if ok { "True" } else { "False" }.into(),
+                reason: reason.into(),
+                message,
+                ..Default::default()
+            };
+            etcd_operator_api::condition::upsert(&mut plan.status.conditions, c, &now);
+        }
+        None if wanted.is_some() => {
+            etcd_operator_api::condition::remove(&mut plan.status.conditions, archiver_plan::CONDITION)
+        }
+        None => {}
+    }
+    // Until the archiver runs, look again soon (its pod's changes also wake this up); while it
+    // runs, often enough that status follows its progress.
+    let again = match (settled, wanted) {
+        (false, _) => Some(ARCHIVER_RECHECK),
+        (true, Some(true)) => Some(ARCHIVE_STATUS_PERIOD),
+        _ => None,
+    };
+    if let Some(again) = again {
+        plan.requeue = Some(plan.requeue.map_or(again, |r| r.min(again)));
+    }
+    Ok(())
+}
+
+/// `GET /status` of a running archiver pod (`backup::archiver`), or None if it does not answer.
+async fn archive_status(pod: &Pod) -> Option<etcd_operator_api::backup::ArchiveStatus> {
+    let ip = pod.status.as_ref()?.pod_ip.clone()?;
+    let url = format!("http://{ip}:{}/status", crate::backup::archiver::STATUS_PORT);
+    let client = reqwest::Client::builder().timeout(std::time::Duration::from_secs(2)).build().ok()?;
+    let text = client.get(&url).send().await.ok()?.text().await.ok()?;
+    serde_json::from_str(&text).ok()
+}
+
+/// How soon an archive that is not running yet is looked at again.
+const ARCHIVER_RECHECK: std::time::Duration = std::time::Duration::from_secs(10);
+/// How often a running archiver's progress is copied into status.
+const ARCHIVE_STATUS_PERIOD: std::time::Duration = std::time::Duration::from_secs(15);
+
+/// What the archiver pod is made from: its whole spec (image, command, credential, TLS and
+/// login mounts), so a changed destination, Secret or interval makes it again.
+fn archiver_hash(pod: &Pod) -> String {
+    use sha2::{Digest, Sha256};
+    let text = serde_json::to_string(&pod.spec).unwrap_or_default();
+    hex::encode(&Sha256::digest(text.as_bytes())[..8])
+}
+
+/// The archiver pod (`etcd-operator archive-follow`): a job pod that runs until it fails
+/// (restarted in place), without a deadline.
+fn archiver_pod(
+    obj: &DynamicObject,
+    target: &BackupTarget,
+    image: &str,
+    auth: Option<&str>,
+    as_root: bool,
+) -> Result<Pod, Error> {
+    let flush = target.archive_flush_secs.unwrap_or(archiver_plan::DEFAULT_FLUSH_SECS);
+    let run = PodRun {
+        name: archiver_plan::pod_name(&obj.name_any()),
+        subcommand: "archive-follow",
+        args: vec![format!("--flush-interval-secs={flush}")],
+        role: Some(archiver_plan::ROLE_ARCHIVER),
+        deadline_secs: None,
+    };
+    job_pod_for(obj, target, image, run, auth, as_root)
+}
+
+/// The Secret the backup pod logs in to etcd with: `authSecret`, else the root Secret of the
+/// EtcdCluster `clusterName` names when it has `spec.auth` (read now: a cluster that cannot be
+/// read gives none, and the backup pod says what etcd answered).
+async fn auth_secret(ctx: &JobContext, ns: &str, spec: &EtcdBackupSpec) -> Option<String> {
+    if !spec.auth_secret.is_empty() {
+        return Some(spec.auth_secret.clone());
+    }
+    if spec.cluster_name.is_empty() {
+        return None;
+    }
+    let api: kube::Api<etcd_operator_api::EtcdCluster> = kube::Api::namespaced(ctx.client.clone(), ns);
+    let cluster = api.get_opt(&spec.cluster_name).await.ok().flatten()?;
+    let policy = crate::auth::Policy::of(&spec.cluster_name, cluster.spec.auth.as_ref(), None).ok()?;
+    policy.root_secret().map(str::to_string)
+}
+
+/// The claim a PVC destination names.
+fn pvc_of(spec: &EtcdBackupSpec) -> Option<String> {
+    let loc = crate::backup::location::Location::of(&spec.storage_type, &spec.source).ok()?;
+    (loc.kind == crate::backup::location::Kind::Pvc).then_some(loc.bucket)
+}
+
+/// The backup pod for `target` (`etcd-operator backup-save`).
+fn backup_pod(
+    obj: &DynamicObject,
+    target: &BackupTarget,
+    image: &str,
+    name: &str,
+    auth: Option<&str>,
+    as_root: bool,
+) -> Result<Pod, Error> {
+    let mut args = vec![format!("--timeout-secs={}", target.timeout_secs)];
+    if target.interval.is_some() {
+        args.push("--periodic".into());
+        args.push(format!("--max-backups={}", target.max_backups));
+    }
+    let run = PodRun {
+        name: name.to_string(),
+        subcommand: "backup-save",
+        args,
+        role: None,
+        deadline_secs: Some(target.timeout_secs + POD_START_SLACK_SECS),
+    };
+    job_pod_for(obj, target, image, run, auth, as_root)
+}
+
+/// What differs between an EtcdBackup's pods.
+struct PodRun {
+    name: String,
+    subcommand: &'static str,
+    /// Flags of the subcommand beyond destination, endpoints, owner, TLS and login.
+    args: Vec<String>,
+    /// `archiver_plan::ROLE_LABEL`'s value (backup pods carry none).
+    role: Option<&'static str>,
+    /// `None`: runs until it fails, restarted in place.
+    deadline_secs: Option<i64>,
+}
+
+/// A pod of the EtcdBackup for `target`, owned by it: the operator's image running `run`, with
+/// the destination's credentials, the client certificate and `auth` (the login Secret, if any)
+/// mounted; `as_root`: to a PVC marked as root's.
+fn job_pod_for(
+    obj: &DynamicObject,
+    target: &BackupTarget,
+    image: &str,
+    run: PodRun,
+    auth: Option<&str>,
+    as_root: bool,
+) -> Result<Pod, Error> {
+    let backup: EtcdBackup = serde_json::from_value(serde_json::to_value(obj)?)?;
+    let owner = backup.controller_owner_ref(&()).expect("EtcdBackup from the API has a name and uid");
+    let mut command = vec![crate::OPERATOR_NAME.to_string(), run.subcommand.into()];
+    command.extend(pods::storage_args(&target.location, &backup.spec.source));
+    command.push(format!("--endpoints={}", target.endpoints.join(",")));
+    command.extend(run.args);
+    command.push(format!("--owner-uid={}", owner.uid));
+    command.extend(crate::backup::contract::ClientTlsArgs::of(&backup.spec.client_tls_secret).to_args());
+    command.extend(crate::backup::contract::AuthArgs::of(auth).to_args());
+    let mut labels = BTreeMap::from([(BACKUP_LABEL.to_string(), obj.name_any())]);
+    if !backup.spec.cluster_name.is_empty() {
+        labels.insert(BACKUP_OF_LABEL.to_string(), backup.spec.cluster_name.clone());
+    }
+    if let Some(role) = run.role {
+        labels.insert(archiver_plan::ROLE_LABEL.to_string(), role.to_string());
+    }
+    let mut pod = pods::job_pod(JobPod {
+        name: run.name,
+        namespace: obj.namespace().unwrap_or_default(),
+        labels,
+        owner,
+        image,
+        command,
+        loc: &target.location,
+        source: &backup.spec.source,
+        deadline_secs: run.deadline_secs.unwrap_or(0),
+        writes: true,
+        as_root,
+    });
+    if run.deadline_secs.is_none()
+        && let Some(spec) = pod.spec.as_mut()
+    {
+        spec.restart_policy = Some("Always".into());
+        spec.active_deadline_seconds = None;
+    }
+    pods::mount_client_tls(&mut pod, &backup.spec.client_tls_secret);
+    if let Some(secret) = auth {
+        pods::mount_auth(&mut pod, secret);
+    }
+    Ok(pod)
+}
+
+/// Run the EtcdBackup controller until `shutdown` resolves.
+pub async fn run(opts: Options, shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static) {
+    let on_store = |store: kube::runtime::reflector::Store<DynamicObject>, ctx: &JobContext| {
+        ctx.metrics.set_live_backups(Box::new(move || {
+            store
+                .state()
+                .iter()
+                .map(|b| crate::runtime::metrics::ClusterLabels {
+                    namespace: b.namespace().unwrap_or_default(),
+                    name: b.name_any(),
+                })
+                .collect()
+        }));
+    };
+    jobs::run(opts, "etcdbackup", backup_ar(), BACKUP_LABEL, shutdown, on_store, reconcile).await;
+}

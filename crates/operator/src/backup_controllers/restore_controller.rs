@@ -1,0 +1,169 @@
+//! The EtcdRestore controller (I/O): observe the object (fresh from the API), its verify pods
+//! (from the cache) and the EtcdCluster of the name it restores into a [`RestoreObserved`], let
+//! `restore_planner` decide, then execute: start the verify pod or create the cluster, write
+//! status, publish Events, delete the pods that are done with.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use etcd_operator_api::backup::EtcdBackupStatus;
+use etcd_operator_api::restore::{EtcdRestore, EtcdRestoreSpec, EtcdRestoreStatus};
+use etcd_operator_api::{EtcdBackup, EtcdCluster, EtcdClusterStatus, SCOPE_ANNOTATION};
+use kube::api::{Api, ApiResource, DynamicObject, ListParams, PostParams};
+use kube::runtime::controller::Action;
+use kube::{Resource, ResourceExt};
+
+use super::jobs::{self, Error, JobContext, Options};
+use crate::backup::contract::RESTORE_LABEL;
+use crate::backup::location::{BackupMeta, Location};
+use crate::backup::pods::{self, JobPod};
+use crate::backup::restore_planner::{
+    self, ClusterSeen, RESTORED_BY_ANNOTATION, RestoreObserved, RestoreStep, RestoreTarget,
+};
+use crate::backup::verify_policy;
+
+fn restore_ar() -> ApiResource {
+    ApiResource::erase::<EtcdRestore>(&())
+}
+
+/// The EtcdCluster `name` in `ns`, as the planner needs it.
+async fn cluster_seen(ctx: &JobContext, ns: &str, name: &str) -> Result<Option<ClusterSeen>, Error> {
+    if name.is_empty() {
+        return Ok(None);
+    }
+    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), ns, &ApiResource::erase::<EtcdCluster>(&()));
+    let Some(c) = api.get_opt(name).await? else { return Ok(None) };
+    let status: EtcdClusterStatus = jobs::status_of(&c);
+    Ok(Some(ClusterSeen {
+        restored_by: c.annotations().get(RESTORED_BY_ANNOTATION).cloned(),
+        size: c.data.pointer("/spec/size").and_then(|v| v.as_i64()).unwrap_or_default(),
+        ready_members: status.ready_members as i64,
+        restore_sha256: c.data.pointer("/spec/restore/sha256").and_then(|v| v.as_str()).map(str::to_string),
+    }))
+}
+
+/// The size of the backup `spec` names, as the namespace's EtcdBackups record it (for the verify
+/// pod's time limit). Read only while a verify pod may still start; a failed read is no size
+/// (the limit of a small backup), never a failed reconcile.
+async fn backup_size(
+    ctx: &JobContext,
+    ns: &str,
+    spec: &Result<EtcdRestoreSpec, String>,
+    status: &EtcdRestoreStatus,
+    generation: i64,
+) -> Option<i64> {
+    let done =
+        status.observed_generation == generation && (status.succeeded || status.phase == restore_planner::PHASE_FAILED);
+    let spec = spec.as_ref().ok().filter(|_| !done && status.phase != restore_planner::PHASE_RESTORING)?;
+    let url = Location::of(&spec.backup_storage_type, &spec.source).ok()?.url();
+    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), ns, &ApiResource::erase::<EtcdBackup>(&()));
+    match api.list(&ListParams::default()).await {
+        Ok(list) => {
+            let statuses: Vec<EtcdBackupStatus> = list.items.iter().map(jobs::status_of::<EtcdBackupStatus>).collect();
+            verify_policy::recorded_size(&url, &statuses)
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "could not list EtcdBackups for the backup's size; verifying with the limit of a small backup");
+            None
+        }
+    }
+}
+
+async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<JobContext>) -> Result<Action, Error> {
+    if !ctx.scope.manages(obj.as_ref()) || obj.metadata.deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
+    let ar = restore_ar();
+    let Some(obj) = jobs::fresh(&ctx, &obj, &ar).await? else { return Ok(Action::await_change()) };
+    if obj.metadata.deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
+    let ns = obj.namespace().unwrap_or_default();
+    let spec = jobs::spec_of::<EtcdRestoreSpec>(&obj);
+    let cluster_name = spec.as_ref().map(|s| s.etcd_cluster.name.clone()).unwrap_or_default();
+    let status = jobs::status_of::<EtcdRestoreStatus>(&obj);
+    let generation = obj.metadata.generation.unwrap_or_default();
+    let backup_size = backup_size(&ctx, &ns, &spec, &status, generation).await;
+    let claim = spec
+        .as_ref()
+        .ok()
+        .and_then(|s| Location::of(&s.backup_storage_type, &s.source).ok())
+        .filter(|l| l.kind == crate::backup::location::Kind::Pvc);
+    let volume_root = match claim {
+        Some(l) => jobs::volume_marked_root(&ctx, &ns, &l.bucket).await?,
+        None => false,
+    };
+    let o = RestoreObserved {
+        name: obj.name_any(),
+        namespace: ns.clone(),
+        uid: obj.uid().unwrap_or_default(),
+        generation,
+        scope: obj.annotations().get(SCOPE_ANNOTATION).cloned(),
+        spec,
+        status,
+        cluster: cluster_seen(&ctx, &ns, &cluster_name).await?,
+        pods: jobs::job_pods(&ctx, RESTORE_LABEL, &obj)
+            .iter()
+            .map(|p| crate::backup::job_pods::observe::<BackupMeta>(p))
+            .collect(),
+        backup_size,
+        volume_root,
+        now: k8s_openapi::jiff::Timestamp::now(),
+    };
+    let plan = restore_planner::plan(&o);
+    if let Some(claim) = &plan.mark_root_volume {
+        // Before the pod: the mark is what runs the next pods (and the restored member) as root.
+        jobs::mark_root_volume(&ctx, &ns, claim).await?;
+    }
+    match &plan.step {
+        RestoreStep::Nothing => {}
+        RestoreStep::StartVerify { pod, deadline_secs, target, as_root, .. } => {
+            let made = verify_pod(&obj, target, &ctx.init_image, pod, *deadline_secs, *as_root)?;
+            jobs::create_pod(&ctx, &made).await?;
+        }
+        RestoreStep::CreateCluster(cluster) => {
+            let api: Api<EtcdCluster> = Api::namespaced(ctx.client.clone(), &ns);
+            match api.create(&PostParams::default(), cluster).await {
+                Ok(_) => {}
+                // Created by an earlier reconcile whose status write was lost: the next
+                // reconcile finds it marked as this restore's.
+                Err(kube::Error::Api(e)) if e.code == 409 => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+    jobs::write_back(&ctx, &obj, &ar, (&o.status, &plan.status), &plan.events, &plan.delete_pods).await?;
+    Ok(plan.requeue.map(Action::requeue).unwrap_or_else(Action::await_change))
+}
+
+fn verify_pod(
+    obj: &DynamicObject,
+    target: &RestoreTarget,
+    image: &str,
+    name: &str,
+    deadline_secs: i64,
+    as_root: bool,
+) -> Result<k8s_openapi::api::core::v1::Pod, Error> {
+    let restore: EtcdRestore = serde_json::from_value(serde_json::to_value(obj)?)?;
+    let owner = restore.controller_owner_ref(&()).expect("EtcdRestore from the API has a name and uid");
+    let mut command = vec![crate::OPERATOR_NAME.to_string(), "backup-verify".into()];
+    command.extend(pods::storage_args(&target.location, &restore.spec.source));
+    Ok(pods::job_pod(JobPod {
+        name: name.to_string(),
+        namespace: obj.namespace().unwrap_or_default(),
+        labels: BTreeMap::from([(RESTORE_LABEL.to_string(), obj.name_any())]),
+        owner,
+        image,
+        command,
+        loc: &target.location,
+        source: &restore.spec.source,
+        deadline_secs,
+        writes: false,
+        as_root,
+    }))
+}
+
+/// Run the EtcdRestore controller until `shutdown` resolves.
+pub async fn run(opts: Options, shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static) {
+    jobs::run(opts, "etcdrestore", restore_ar(), RESTORE_LABEL, shutdown, |_, _| {}, reconcile).await;
+}

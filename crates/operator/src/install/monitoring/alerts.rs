@@ -1,0 +1,195 @@
+//! The PrometheusRule: the alerts on the operator's per-cluster series and etcd's own, and the
+//! rule groups as Prometheus reads them. Pure.
+
+use serde_json::{Value, json};
+
+use super::{API_VERSION, MEMBERS_JOB, Options, meta};
+use crate::OPERATOR_NAME;
+
+/// One alerting rule.
+#[derive(Clone, Debug)]
+pub struct Alert {
+    pub name: &'static str,
+    pub severity: &'static str,
+    /// How long the condition must hold.
+    pub for_: &'static str,
+    pub expr: String,
+    pub summary: &'static str,
+    pub description: &'static str,
+}
+
+/// The operator's per-cluster series, aggregated over operator replicas and targets.
+fn op(metric: &str) -> String {
+    format!("max by (namespace, name) ({metric})")
+}
+
+/// Quorum of the desired size: `floor(size / 2) + 1`.
+fn quorum() -> String {
+    format!("(floor({} / 2) + 1)", op("etcd_operator_cluster_desired_size"))
+}
+
+/// Every alert, in the order of the rule group.
+pub fn alerts() -> Vec<Alert> {
+    let m = format!(r#"job="{MEMBERS_JOB}""#);
+    let ready = op("etcd_operator_cluster_ready_members");
+    let desired = op("etcd_operator_cluster_desired_size");
+    vec![
+        Alert {
+            name: "EtcdNoLeader",
+            severity: "critical",
+            for_: "1m",
+            expr: format!("max by (namespace, name, pod) (etcd_server_has_leader{{{m}}}) == 0"),
+            summary: "etcd member {{ $labels.pod }} of cluster {{ $labels.namespace }}/{{ $labels.name }} \
+                      has no leader",
+            description: "Member {{ $labels.pod }} of the etcd cluster {{ $labels.namespace }}/{{ $labels.name }} \
+                          has seen no leader for a minute: it serves no writes and no linearizable reads. When a \
+                          majority of the members say so, the cluster has lost its quorum.",
+        },
+        Alert {
+            name: "EtcdQuorumAtRisk",
+            severity: "warning",
+            for_: "10m",
+            expr: format!("{ready} < {desired}\nand\n{ready} >= {}", quorum()),
+            summary: "etcd cluster {{ $labels.namespace }}/{{ $labels.name }} is down to {{ $value }} ready members",
+            description: "Fewer members of the etcd cluster {{ $labels.namespace }}/{{ $labels.name }} are ready \
+                          than its spec.size, though still a quorum: one more lost member may stop it. See the \
+                          EtcdCluster's conditions and Events.",
+        },
+        Alert {
+            name: "EtcdQuorumAtRisk",
+            severity: "critical",
+            for_: "5m",
+            expr: format!("{ready} < {}\nand\n{desired} > 0", quorum()),
+            summary: "etcd cluster {{ $labels.namespace }}/{{ $labels.name }} has lost its quorum \
+                      (ready members: {{ $value }})",
+            description: "Fewer members of the etcd cluster {{ $labels.namespace }}/{{ $labels.name }} are ready \
+                          than a quorum of its spec.size: it accepts no writes. The operator changes no membership \
+                          without a quorum; see the EtcdCluster's conditions, its Events and spec.recovery.",
+        },
+        Alert {
+            name: "EtcdMemberDown",
+            severity: "warning",
+            for_: "5m",
+            expr: format!("up{{{m}}} == 0"),
+            summary: "etcd member {{ $labels.pod }} of cluster {{ $labels.namespace }}/{{ $labels.name }} is down",
+            description: "Prometheus cannot scrape member {{ $labels.pod }} of the etcd cluster \
+                          {{ $labels.namespace }}/{{ $labels.name }} on its client port.",
+        },
+        Alert {
+            name: "EtcdBackupTooOld",
+            severity: "warning",
+            for_: "5m",
+            expr: format!(
+                "time() - {}\n  > 2 * {}",
+                op("etcd_operator_backup_last_success_timestamp_seconds"),
+                op("etcd_operator_backup_interval_seconds > 0")
+            ),
+            summary: "EtcdBackup {{ $labels.namespace }}/{{ $labels.name }} last succeeded \
+                      {{ $value | humanizeDuration }} ago",
+            description: "More than twice backupIntervalInSecond has passed since the last successful backup of \
+                          the EtcdBackup {{ $labels.namespace }}/{{ $labels.name }}. See its status.reason and its \
+                          BackupFailed Events.",
+        },
+        Alert {
+            name: "EtcdDatabaseNearQuota",
+            severity: "warning",
+            for_: "10m",
+            expr: format!(
+                "max by (namespace, name, pod) (etcd_mvcc_db_total_size_in_bytes{{{m}}})\n  \
+                 / max by (namespace, name, pod) (etcd_server_quota_backend_bytes{{{m}}})\n  > 0.8"
+            ),
+            summary: "etcd member {{ $labels.pod }} of cluster {{ $labels.namespace }}/{{ $labels.name }} \
+                      uses {{ $value | humanizePercentage }} of its space quota",
+            description: "The database of member {{ $labels.pod }} of the etcd cluster \
+                          {{ $labels.namespace }}/{{ $labels.name }} is above 80% of its quota. At the quota etcd \
+                          raises a NOSPACE alarm and refuses writes: compact and defragment, or raise the quota.",
+        },
+        Alert {
+            name: "EtcdAlarmActive",
+            severity: "critical",
+            for_: "1m",
+            // The operator's gauge (from etcd's alarm list) or etcd's own per-member gauge, one
+            // alert per cluster and alarm either way.
+            expr: format!(
+                "max by (namespace, name, alarm) (etcd_operator_alarms{{alarm=~\"NOSPACE|CORRUPT\"}}) > 0\nor\n\
+                 max by (namespace, name, alarm) (label_replace(etcd_debugging_server_alarms{{{m}, \
+                 alarm_type=~\"NOSPACE|CORRUPT\"}}, \"alarm\", \"$1\", \"alarm_type\", \"(.+)\")) > 0"
+            ),
+            summary: "etcd cluster {{ $labels.namespace }}/{{ $labels.name }} has a {{ $labels.alarm }} alarm",
+            description: "The etcd cluster {{ $labels.namespace }}/{{ $labels.name }} reports the alarm \
+                          {{ $labels.alarm }}. NOSPACE: the database reached its quota and etcd takes only reads \
+                          and deletes until space is freed and the alarm is disarmed. CORRUPT: members disagree \
+                          on their data.",
+        },
+        Alert {
+            name: "EtcdFrequentLeaderChanges",
+            severity: "warning",
+            for_: "5m",
+            expr: format!("max by (namespace, name) (increase(etcd_server_leader_changes_seen_total{{{m}}}[1h])) > 3"),
+            summary: "etcd cluster {{ $labels.namespace }}/{{ $labels.name }} changed leader \
+                      {{ $value | humanize }} times in an hour",
+            description: "The etcd cluster {{ $labels.namespace }}/{{ $labels.name }} elects new leaders often: \
+                          slow disks (WAL fsync), an overloaded member or trouble on the network between members.",
+        },
+        Alert {
+            name: "EtcdCertificateExpiresSoon",
+            severity: "warning",
+            for_: "10m",
+            expr: format!("{} - time() < 30 * 86400", op("etcd_operator_cluster_certificate_expiry_timestamp_seconds")),
+            summary: "etcd cluster {{ $labels.namespace }}/{{ $labels.name }}: a TLS certificate expires in \
+                      {{ $value | humanizeDuration }}",
+            description: "A certificate of the static TLS Secrets of the etcd cluster \
+                          {{ $labels.namespace }}/{{ $labels.name }} (or a CA that issued one) expires within 30 \
+                          days. The EtcdCluster's CertificatesExpiring condition names it. Put a renewed \
+                          certificate into its Secret (no restart), or rotate the CA bundle first.",
+        },
+        Alert {
+            name: "EtcdCertificateExpiresSoon",
+            severity: "critical",
+            for_: "10m",
+            expr: format!("{} - time() < 7 * 86400", op("etcd_operator_cluster_certificate_expiry_timestamp_seconds")),
+            summary: "etcd cluster {{ $labels.namespace }}/{{ $labels.name }}: a TLS certificate expires in \
+                      {{ $value | humanizeDuration }}",
+            description: "A certificate of the static TLS Secrets of the etcd cluster \
+                          {{ $labels.namespace }}/{{ $labels.name }} (or a CA that issued one) expires within 7 \
+                          days; once it has, members refuse connections made with it. The EtcdCluster's \
+                          CertificatesExpiring condition names it.",
+        },
+        Alert {
+            name: "EtcdUpgradeStuck",
+            severity: "warning",
+            for_: "1m",
+            expr: op(r#"etcd_operator_cluster_waiting{reason="UpgradeFailed"}"#) + " == 1",
+            summary: "etcd cluster {{ $labels.namespace }}/{{ $labels.name }}: the upgrade is stopped",
+            description: "An upgraded member of the etcd cluster {{ $labels.namespace }}/{{ $labels.name }} did \
+                          not come back healthy in time, so the operator stopped the rolling upgrade (reason \
+                          UpgradeFailed). The EtcdCluster's conditions and Events name the member and why.",
+        },
+    ]
+}
+
+/// The rule groups, as Prometheus reads them from a rules file (and as a PrometheusRule's spec).
+pub fn rule_groups() -> Value {
+    let rules: Vec<Value> = alerts()
+        .into_iter()
+        .map(|a| {
+            json!({
+                "alert": a.name,
+                "expr": a.expr,
+                "for": a.for_,
+                "labels": { "severity": a.severity },
+                "annotations": { "summary": a.summary, "description": a.description },
+            })
+        })
+        .collect();
+    json!({ "groups": [{ "name": "etcd-operator", "rules": rules }] })
+}
+
+pub fn prometheus_rule(o: &Options) -> Value {
+    json!({
+        "apiVersion": API_VERSION,
+        "kind": "PrometheusRule",
+        "metadata": meta(OPERATOR_NAME, o),
+        "spec": rule_groups(),
+    })
+}

@@ -1,0 +1,388 @@
+//! The certificate planner: from what the Secrets hold, what members serve and how the
+//! cluster is doing, the one next write (or why there is none). Pure; asked once per
+//! observation by `decide`, whose plan the controller writes (`controller::certificates`) and
+//! whose status says where it stands.
+//!
+//! The rules, in the order they are applied:
+//! - a Secret the EtcdCluster does not own is never overwritten (a person must move it);
+//! - `spec.TLS.auto` turned off while members still use its certificates (the TLS stage on the
+//!   way off): only certificates are written (renewed, issued again, as below) by the CA that
+//!   signs; no CA is created, replaced or rotated;
+//! - no CA Secret: a new CA when the member pods seen mount no certificate, or no cluster
+//!   exists yet (no pod, no volume, never formed); else the lost CA is replaced by a rotation
+//!   that keeps trusting what the members trust now (the bundles of the certificate Secrets);
+//!   with nothing to keep, a new CA only while no member pod exists (the API server's list is
+//!   asked first: `nothing_trusts_a_ca`), else a person must look;
+//! - a certificate Secret that is missing, refused by the checks, not issued by the signing CA,
+//!   due (`renewBefore`), or longer-lived than `validity` now allows, is issued again; one
+//!   whose bundle is not the CAs members must trust gets the bundle (its certificate kept).
+//!   Neither restarts anything: etcd reads certificate files at every new connection;
+//! - a CA rotation moves on only when members allow it: from `introducing` once every member
+//!   runs from the current pod spec (its bundle) and every voter is healthy; from `reissuing`
+//!   once every member serves certificates of the new CA on its client and peer port; from
+//!   `dropping` (finished) once every member restarted again. The restarts themselves are the
+//!   rollout planner's (the bundle is part of the pod-spec hash): one member at a time, never
+//!   past an unhealthy one;
+//! - a new CA rotation starts when the CA is due (a third of its lifetime left, or it outlives
+//!   `caValidity`) or `rotate-ca` names a value not handled yet, only while no rotation or
+//!   restart is under way and the cluster is not paused.
+
+use std::collections::BTreeSet;
+
+use crate::observed::Observed;
+use crate::tls::auto::decision::{Decision, LeafWrite};
+use crate::tls::auto::state::{CaState, CertId, CertInfo, Found, Observation, Phase};
+use crate::tls::auto::{Leaf, ROTATE_CA_ANNOTATION, ca_secret, show};
+
+/// Slack when comparing a certificate's remaining lifetime with the configured one.
+const LIFETIME_SLACK_SECS: i64 = 60;
+
+fn wait(reason: &'static str, message: impl Into<String>) -> Decision {
+    Decision::Wait { reason, message: message.into() }
+}
+
+#[cfg(test)]
+thread_local! {
+    /// How many times [`plan`] ran on this thread (tests count what one reconcile asks).
+    pub static PLANS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Decide the next write for the cluster's certificates.
+pub fn plan(o: &Observed) -> Decision {
+    #[cfg(test)]
+    PLANS.with(|n| n.set(n.get() + 1));
+    let Some(c) = &o.certificates else { return Decision::Off };
+    if let Some(e) = &c.read_error {
+        return wait("Unreadable", e.clone());
+    }
+    let mut not_ours = vec![];
+    if let Found::NotOurs(why) = &c.ca {
+        not_ours.push(why.clone());
+    }
+    not_ours.extend(c.leaves.values().filter_map(|l| match l {
+        Found::NotOurs(why) => Some(why.clone()),
+        _ => None,
+    }));
+    if !not_ours.is_empty() {
+        return Decision::Blocked(format!(
+            "{}: the operator never overwrites a Secret it does not own; delete or rename it",
+            not_ours.join("; ")
+        ));
+    }
+    if c.leaving {
+        return leaving(c);
+    }
+    let ca = match &c.ca {
+        Found::Present(ca) => ca,
+        Found::Invalid(errs) => {
+            return Decision::Blocked(format!(
+                "{}; fix the Secret, or delete it and the operator introduces a new CA (members restart twice)",
+                errs.join("; ")
+            ));
+        }
+        Found::Missing | Found::NotOurs(_) => return lost_ca(o, c),
+    };
+    let writes = leaf_writes(c, ca);
+    if !writes.is_empty() {
+        return Decision::WriteLeaves(writes);
+    }
+    match ca.phase {
+        Phase::Introducing => match rolled(o, c) {
+            Ok(()) if o.paused => wait("CARotation", "CA rotation 1/3 waits: spec.paused is true"),
+            Ok(()) => Decision::PromoteNextCa,
+            Err(why) => wait(
+                "CARotation",
+                format!("CA rotation 1/3: members restart one at a time to trust the new CA beside the old one: {why}"),
+            ),
+        },
+        Phase::Reissuing => match serving_signing_ca(o, c, ca) {
+            Ok(()) if o.paused => wait("CARotation", "CA rotation 2/3 waits: spec.paused is true"),
+            Ok(()) => Decision::DropPreviousCa,
+            Err(why) => wait(
+                "CARotation",
+                format!(
+                    "CA rotation 2/3: certificates of the new CA were issued; the old CA stays trusted until every member serves them: {why}"
+                ),
+            ),
+        },
+        Phase::Dropping => match rolled(o, c) {
+            Ok(()) => Decision::FinishCaRotation,
+            Err(why) => wait(
+                "CARotation",
+                format!(
+                    "CA rotation 3/3: the old CA left the bundles; members restart one at a time to stop trusting it: {why}"
+                ),
+            ),
+        },
+        Phase::Steady => match ca_due(c, ca) {
+            None => settled(o, c, ca),
+            Some(why) => match rolled(o, c) {
+                Ok(()) if o.paused => wait("CARotationDue", format!("{why}; the rotation waits: spec.paused is true")),
+                Ok(()) => Decision::StartCaRotation { why },
+                Err(e) => wait("CARotationDue", format!("{why}; the rotation starts once {e}")),
+            },
+        },
+    }
+}
+
+/// `spec.TLS.auto` was turned off while members still use its certificates: they are renewed
+/// (by the CA that signs now) until no member does; no CA is created, replaced or rotated.
+fn leaving(c: &Observation) -> Decision {
+    let soonest = Leaf::ALL.iter().filter_map(|l| c.leaf(*l)?.cert.as_ref()).map(|x| x.not_after).min();
+    let Some(ca) = c.ca.present().filter(|ca| ca.signing.as_ref().is_some_and(|a| a.key.is_some())) else {
+        let due = soonest.is_some_and(|t| c.now >= t - c.settings.renew_before);
+        let why = format!(
+            "spec.TLS.auto is off and members still use its certificates, but Secret {} holds no CA that can sign: they are not renewed",
+            ca_secret(&c.cluster)
+        );
+        return match soonest {
+            Some(t) if due => Decision::Blocked(format!(
+                "{why}, and one expires at {}; restore the CA Secret, or set spec.TLS.auto again",
+                crate::tls::auto::state::at(t)
+            )),
+            _ => wait("TurningOff", format!("{why}; members are moving off TLS")),
+        };
+    };
+    let writes = leaf_writes(c, ca);
+    if !writes.is_empty() {
+        return Decision::WriteLeaves(writes);
+    }
+    wait(
+        "TurningOff",
+        format!(
+            "spec.TLS.auto is off: members are moving off TLS; until none uses the certificates they are renewed (the next renewal is due at {}); no CA rotation",
+            crate::tls::auto::state::at(soonest.unwrap_or(0) - c.settings.renew_before)
+        ),
+    )
+}
+
+/// No member pod mounts a certificate Secret: no member trusts any CA. Also asked of the API
+/// server's own pod list right before a CA is created (`controller::certificates`), since the
+/// watch cache may lag.
+pub fn nothing_trusts_a_ca<'a>(pods: impl IntoIterator<Item = &'a crate::tls::transition::PodTls>) -> bool {
+    pods.into_iter().all(|p| p.peer_secret.is_none() && p.server_secret.is_none())
+}
+
+/// No CA Secret.
+fn lost_ca(o: &Observed, c: &Observation) -> Decision {
+    // Nothing trusts any CA yet: the member pods seen mount no certificate (a plaintext cluster
+    // turning auto TLS on; its members get the certificates one at a time, `tls::transition`),
+    // or there is no cluster yet (no pod, no volume, never formed: what a bootstrap asks). A
+    // cache showing no pod of a cluster that has volumes or formed proves nothing.
+    let seen = !o.pods.is_empty();
+    let new_cluster = !seen && o.pvcs.is_empty() && !o.ever_bootstrapped;
+    if nothing_trusts_a_ca(o.pods.values().map(|p| &p.tls)) && (seen || new_cluster) {
+        return Decision::CreateCa;
+    }
+    let mut trusted: Vec<CertInfo> = vec![];
+    for l in c.leaves.values().filter_map(Found::present) {
+        for t in &l.trust {
+            if !trusted.iter().any(|x| x.id == t.id) {
+                trusted.push(t.clone());
+            }
+        }
+    }
+    if !trusted.is_empty() {
+        // A rotation beside what the members trust: safe whether or not they run now.
+        return Decision::ReplaceLostCa { trusted };
+    }
+    if !seen {
+        // Every Secret gone and no member pod in sight (members wait on their volumes): they
+        // start with a new CA. The API server's pod list is asked first (a stale cache).
+        return Decision::CreateCa;
+    }
+    Decision::Blocked(format!(
+        "Secret {} (the cluster's CA) and every certificate Secret are gone while members run: the operator cannot know which CA they trust, and a new one would cut them off from each other; restore the Secrets (or delete the member pods of a cluster whose data is on volumes: its members then start with a new CA)",
+        ca_secret(&c.cluster)
+    ))
+}
+
+/// Certificate Secrets to write, in `Leaf::ALL` order.
+fn leaf_writes(c: &Observation, ca: &CaState) -> Vec<LeafWrite> {
+    let trust = ca.trust_ids();
+    let signing: Option<&CertId> = ca.signing.as_ref().filter(|a| a.key.is_some()).map(|a| &a.cert.id);
+    // While a new CA is introduced members do not trust it yet: a certificate of any CA they
+    // trust already is fine. Otherwise only the signing CA's.
+    let acceptable: BTreeSet<CertId> = match ca.phase {
+        Phase::Introducing => {
+            let next = ca.next.as_ref().map(|n| n.cert.id.clone());
+            trust.iter().filter(|id| Some(*id) != next.as_ref()).cloned().collect()
+        }
+        _ => signing.into_iter().cloned().collect(),
+    };
+    let (now, s) = (c.now, &c.settings);
+    let mut out = vec![];
+    for leaf in Leaf::ALL {
+        let secret = leaf.secret(&c.cluster);
+        let why = match c.leaves.get(&leaf).unwrap_or(&Found::Missing) {
+            Found::Missing => Some(format!("Secret {secret} does not exist")),
+            Found::NotOurs(_) | Found::Invalid(_) => None,
+            Found::Present(l) => match &l.cert {
+                _ if !l.problems.is_empty() => Some(l.problems.join("; ")),
+                None => Some(format!("Secret {secret} holds no certificate")),
+                Some(_) if !l.issuer.as_ref().is_some_and(|i| acceptable.contains(i)) => Some(match ca.phase {
+                    Phase::Reissuing => "issued again by the new CA".to_string(),
+                    _ => format!("Secret {secret}: not issued by the cluster's CA"),
+                }),
+                Some(cert) if now >= cert.not_after - s.renew_before => Some(format!(
+                    "renewal: Secret {secret} expires at {} (renewed {} before)",
+                    cert.expires(),
+                    show(s.renew_before)
+                )),
+                Some(cert) if cert.not_after - now > s.validity + LIFETIME_SLACK_SECS => Some(format!(
+                    "Secret {secret} is valid until {}, longer than spec.TLS.auto.validity {} allows from now",
+                    cert.expires(),
+                    show(s.validity)
+                )),
+                Some(_) => None,
+            },
+        };
+        match (why, c.leaves.get(&leaf).and_then(Found::present)) {
+            // Without a signing CA (a lost CA being replaced) nothing can be issued until the
+            // new one signs; the members keep what they have.
+            (Some(why), _) if signing.is_some() => out.push(LeafWrite::Issue { leaf, why }),
+            (None, Some(l)) if l.trust_ids() != trust => out.push(LeafWrite::Retrust { leaf }),
+            _ => {}
+        }
+    }
+    out
+}
+
+/// Why a new CA is due, if it is.
+fn ca_due(c: &Observation, ca: &CaState) -> Option<String> {
+    let a = ca.signing.as_ref()?;
+    if let Some(token) = &c.rotate_ca
+        && ca.rotated_for.as_ref() != Some(token)
+    {
+        return Some(format!("CA rotation asked for by annotation {ROTATE_CA_ANNOTATION}={token}"));
+    }
+    let s = &c.settings;
+    if c.now >= a.cert.not_after - s.ca_renew_before() {
+        return Some(format!("the CA expires at {} (renewed with a third of its lifetime left)", a.cert.expires()));
+    }
+    if a.cert.not_after - c.now > s.ca_validity + LIFETIME_SLACK_SECS {
+        return Some(format!(
+            "the CA is valid until {}, longer than spec.TLS.auto.caValidity {} allows from now",
+            a.cert.expires(),
+            show(s.ca_validity)
+        ));
+    }
+    None
+}
+
+/// Every member runs from the current pod spec (bundle included), every voter is healthy and
+/// membership is what the spec asks: the gate of each restart-bound phase.
+pub fn rolled(o: &Observed, c: &Observation) -> Result<(), String> {
+    let d = o.desired.as_ref().map_err(|_| "the spec or its TLS material is refused".to_string())?;
+    let mut d = d.clone();
+    d.tls_trust = c.trust_fingerprint();
+    // As the rollout planner expects it: members kept as root for their data hash differently.
+    let (hash, root_hash) = (d.pod_hash_for(false), d.pod_hash_for(true));
+    let etcd = o.etcd.as_ref().ok_or_else(|| "no member answers".to_string())?;
+    if let Some(l) = etcd.learners().next() {
+        return Err(format!("learner {} is joining", l.pod));
+    }
+    let voters: Vec<_> = etcd.voters().collect();
+    if voters.len() != d.size {
+        return Err(format!("{} voting members, the spec asks for {}", voters.len(), d.size));
+    }
+    let expected = |pod: &str| if crate::planner::root_data(o, pod) { root_hash.as_str() } else { hash.as_str() };
+    let mut pending = vec![];
+    for m in &voters {
+        if !m.is_healthy() {
+            return Err(format!("member {} is not healthy", m.pod));
+        }
+        match o.pods.get(&m.pod) {
+            None => return Err(format!("member {} has no pod", m.pod)),
+            Some(p) if p.deleting => return Err(format!("member {} is restarting", m.pod)),
+            Some(p) if p.spec_hash.as_deref() != Some(expected(&m.pod)) => pending.push(m.pod.clone()),
+            Some(_) => {}
+        }
+    }
+    if pending.is_empty() {
+        return Ok(());
+    }
+    pending.sort();
+    Err(format!(
+        "{} of {} members restarted; still to go: {}",
+        voters.len() - pending.len(),
+        voters.len(),
+        pending.join(", ")
+    ))
+}
+
+/// Every member serves, on its client and on its peer port, a certificate of the signing CA.
+fn serving_signing_ca(o: &Observed, c: &Observation, ca: &CaState) -> Result<(), String> {
+    let signing = ca.signing.as_ref().map(|a| &a.cert.id).ok_or("no CA signs")?;
+    let etcd = o.etcd.as_ref().ok_or_else(|| "no member answers".to_string())?;
+    let mut behind = vec![];
+    for m in &etcd.members {
+        if !m.is_learner && !m.is_healthy() {
+            return Err(format!("member {} is not healthy", m.pod));
+        }
+        let Some(s) = c.served.get(&m.pod) else {
+            behind.push(format!("{} (not checked yet)", m.pod));
+            continue;
+        };
+        for (port, r) in [("client", &s.client), ("peer", &s.peer)] {
+            match r {
+                Ok(sc) if sc.issuer.as_ref() == Some(signing) => {}
+                Ok(_) => behind.push(format!("{} ({port} port: a certificate of the old CA)", m.pod)),
+                Err(e) => behind.push(format!("{} ({port} port: {e})", m.pod)),
+            }
+        }
+    }
+    if behind.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "not yet {} (the kubelet updates mounted Secrets within about a minute; etcd reads them at the next connection)",
+            behind.join(", ")
+        ))
+    }
+}
+
+/// Steady state: do members serve what the Secrets hold?
+fn settled(o: &Observed, c: &Observation, ca: &CaState) -> Decision {
+    let (Some(peer), Some(server)) =
+        (c.leaf(Leaf::Peer).and_then(|l| l.cert.as_ref()), c.leaf(Leaf::Server).and_then(|l| l.cert.as_ref()))
+    else {
+        return wait("Issuing", "the member certificates are being issued");
+    };
+    let Some(etcd) = &o.etcd else {
+        return wait("Checking", "no member answers yet: what members serve is not checked");
+    };
+    let mut behind = vec![];
+    for m in &etcd.members {
+        match c.served.get(&m.pod) {
+            None => behind.push(format!("{} (not checked)", m.pod)),
+            Some(s) => {
+                for (port, r, want) in [("client", &s.client, server), ("peer", &s.peer, peer)] {
+                    match r {
+                        Ok(sc) if sc.cert.id == want.id => {}
+                        Ok(sc) => behind.push(format!("{} ({port} port: serial {})", m.pod, sc.cert.serial)),
+                        Err(e) => behind.push(format!("{} ({port} port: {e})", m.pod)),
+                    }
+                }
+            }
+        }
+    }
+    if !behind.is_empty() {
+        return wait(
+            "Renewing",
+            format!(
+                "members still serving other certificates than their Secrets hold: {} (the kubelet updates mounted Secrets within about a minute; etcd reads them at the next connection)",
+                behind.join(", ")
+            ),
+        );
+    }
+    let soonest = Leaf::ALL.iter().filter_map(|l| c.leaf(*l)?.cert.as_ref()).map(|x| x.not_after).min().unwrap_or(0);
+    let ca_end = ca.signing.as_ref().map(|a| a.cert.expires()).unwrap_or_default();
+    Decision::Settled {
+        message: format!(
+            "every member serves the current certificates; the next renewal is due at {} ({} before the first expiry); the CA is valid until {ca_end}",
+            crate::tls::auto::state::at(soonest - c.settings.renew_before),
+            show(c.settings.renew_before)
+        ),
+    }
+}

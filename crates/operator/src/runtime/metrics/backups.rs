@@ -1,0 +1,74 @@
+//! The per-EtcdBackup series: the last successful backup and the interval; dropped when the
+//! EtcdBackup is gone. No I/O: only the in-memory registry.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use super::*;
+
+impl Metrics {
+    /// Record one EtcdBackup from its status: when its last backup succeeded (none: never, no
+    /// series) and its interval (`None`: a one-shot backup, reported as 0).
+    pub fn observe_backup(
+        &self,
+        namespace: &str,
+        name: &str,
+        last_success_unix: Option<i64>,
+        interval: Option<Duration>,
+    ) {
+        let l = cluster(namespace, name);
+        match last_success_unix {
+            Some(t) => {
+                self.backup_last_success.get_or_create(&l).set(t);
+            }
+            None => {
+                self.backup_last_success.remove(&l);
+            }
+        }
+        let secs = interval.map(|i| i.as_secs()).unwrap_or(0);
+        self.backup_interval.get_or_create(&l).set(i64::try_from(secs).unwrap_or(i64::MAX));
+        self.known.lock().unwrap_or_else(PoisonError::into_inner).backups.insert(l);
+    }
+
+    /// Record an EtcdBackup's continuous archive from its status (`None`: no archive, no series).
+    pub fn observe_archive(
+        &self,
+        namespace: &str,
+        name: &str,
+        archive: Option<&etcd_operator_api::backup::ArchiveStatus>,
+    ) {
+        let l = cluster(namespace, name);
+        let durable = archive
+            .and_then(|a| a.durable_time.as_deref())
+            .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok());
+        match durable {
+            Some(t) => {
+                self.archive_durable.get_or_create(&l).set(t.as_second());
+            }
+            None => {
+                self.archive_durable.remove(&l);
+            }
+        }
+        match archive {
+            Some(a) => {
+                self.archive_gaps.get_or_create(&l).set(i64::try_from(a.gaps.len()).unwrap_or(i64::MAX));
+            }
+            None => {
+                self.archive_gaps.remove(&l);
+            }
+        }
+    }
+
+    /// Drop the series of EtcdBackups that no longer exist.
+    pub fn retain_backups(&self, live: &BTreeSet<ClusterLabels>) {
+        let mut known = self.known.lock().unwrap_or_else(PoisonError::into_inner);
+        let gone: Vec<ClusterLabels> = known.backups.iter().filter(|k| !live.contains(*k)).cloned().collect();
+        for l in gone {
+            known.backups.remove(&l);
+            self.backup_last_success.remove(&l);
+            self.backup_interval.remove(&l);
+            self.archive_durable.remove(&l);
+            self.archive_gaps.remove(&l);
+        }
+    }
+}
