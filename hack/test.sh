@@ -55,6 +55,9 @@ failure_list() {
         else
           echo "e2e   [$leg] $mode $file $t (${secs}s)"
         fi
+        # What the test said last (its error and the lines before it): a CI log is read from
+        # its tail, where the pool's own print of this log scrolled away long ago.
+        [ -f "$l" ] && grep -vE '^(running [0-9]+ tests?|test result:|$)' "$l" | tail -n 12 | sed 's/^/        | /' || true
       done <"$f"
     done
     for f in "${FAILS[@]}"; do echo "$f"; done; } >"$out/failures"
@@ -64,7 +67,16 @@ failure_list() {
     sed 's/^/  /' "$out/failures"
   fi
 }
-trap 'phase_table; failure_list; rm -rf "$out"' EXIT
+# The logs of a run with failures are kept (target/test-logs/<time>/), a passing run's removed.
+keep_logs() {
+  if [ -s "$out/failures" ]; then
+    local keep
+    keep="$REPO_DIR/target/test-logs/$(date +%Y%m%d-%H%M%S)"
+    mkdir -p "$keep" && cp -r "$out"/. "$keep"/ && echo "logs of this run: $keep"
+  fi
+  rm -rf "$out"
+}
+trap 'phase_table; failure_list; keep_logs' EXIT
 
 # The lint gate first: formatting, then clippy with every warning an error (the workspace's
 # lints: no unsafe code, no unwrap outside tests; Cargo.toml, clippy.toml). About half a minute
