@@ -78,15 +78,16 @@ keep_logs() {
 }
 trap 'phase_table; failure_list; keep_logs' EXIT
 
-# The lint gate first: formatting, then clippy with every warning an error (the workspace's
-# lints: no unsafe code, no unwrap outside tests; Cargo.toml, clippy.toml). About half a minute
-# when the dependencies are checked already.
+# What the build needs first (protoc for the etcd-client crate, on a fresh machine too), then
+# the lint gate: formatting, then clippy with every warning an error (the workspace's lints: no
+# unsafe code, no unwrap outside tests; Cargo.toml, clippy.toml). About half a minute when the
+# dependencies are checked already.
+phase "dependencies (Debian, PyPI, npm, Go, etcd binaries)"
+bash hack/deps.sh
+
 phase "lint (fmt --check, clippy -D warnings)"
 cargo fmt --all --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
-
-phase "dependencies (Debian, PyPI, npm, Go, etcd binaries)"
-bash hack/deps.sh
 passed=0 failed=0
 count() { # add up cargo's "test result: ... N passed; M failed" lines of a log
   local p f
