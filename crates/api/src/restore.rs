@@ -35,6 +35,31 @@ pub struct EtcdRestoreSpec {
     /// CoreOS `spec.etcdCluster` (CoreOS deleted and re-created an existing cluster).
     #[serde(default)]
     pub etcd_cluster: EtcdClusterRef,
+    /// Additive: restore the state at a revision or a moment from the continuous archive of an
+    /// EtcdBackup (`spec.continuous`) instead of one snapshot. The storage block then names the
+    /// snapshot series (the EtcdBackup's own `path`, not one snapshot); the restore replays the
+    /// archived changes onto the newest snapshot at or before the target, writes the result as
+    /// a new snapshot under `<path>.restores/` and creates the cluster from that.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub point_in_time: Option<PointInTime>,
+}
+
+/// Where in the archived history to restore to: exactly one of `revision` and `time`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PointInTime {
+    /// The state right after this revision of the archived cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub revision: Option<i64>,
+    /// The state at this moment (RFC 3339): every change the archiver had received by then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time: Option<String>,
+    /// The etcd cluster ID (hex, as the EtcdCluster's `status.clusterId`) whose history to
+    /// restore, when the series holds more than one cluster's (a cluster restored earlier and
+    /// archived under the same path). Default: the only one that covers the target.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_id: Option<String>,
 }
 
 /// Reference to an EtcdCluster in the same namespace.
@@ -77,6 +102,10 @@ pub struct EtcdRestoreStatus {
     /// Additive: store revision of the backup; the restored cluster starts there.
     #[serde(default)]
     pub etcd_revision: i64,
+    /// Additive: with `spec.pointInTime`, the snapshot the replay wrote (`s3://…`), which
+    /// the cluster's members restore; its revision is `etcdRevision`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub restored_from: String,
     /// Additive: the generation of the spec the status describes.
     #[serde(default)]
     pub observed_generation: i64,

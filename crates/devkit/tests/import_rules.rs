@@ -21,7 +21,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("binary: start-up and subcommands", &["main", "cli"]),
     ("install artefacts", &["install"]),
     ("runtime: the controllers and the process' plumbing", &["controller", "runtime", "backup_controllers"]),
-    ("execute and observe: I/O around the pure layer", &["act", "observe", "etcd", "pod_spec"]),
+    ("execute and observe: I/O around the pure layer", &["act", "observe", "etcd", "pod_spec", "pod_commands"]),
     (
         "decide: pure functions of the whole observation",
         &[

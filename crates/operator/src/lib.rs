@@ -22,6 +22,7 @@ pub mod observe;
 pub mod observed;
 pub mod planner;
 pub mod pod;
+pub mod pod_commands;
 pub mod pod_security;
 pub mod pod_spec;
 pub mod progress;

@@ -41,6 +41,11 @@ enum Command {
     ArchiveFollow(etcd_operator::backup::archiver::ArchiveArgs),
     /// Check a stored backup against its checksum (what restore verify pods run).
     BackupVerify(etcd_operator::backup::fetch::VerifyArgs),
+    /// Replay a continuous archive to a revision or a moment into a new snapshot (the verify
+    /// pod of a point-in-time restore).
+    RestorePoint(etcd_operator::pod_commands::restore_point::RestorePointArgs),
+    /// Copy the static restore step into a work directory (init container).
+    StageRestoreStep(etcd_operator::backup::fetch::StageArgs),
     /// Fetch and check a backup into a restoring member's volume (its first init container).
     RestorePrepare(etcd_operator::backup::fetch::PrepareArgs),
     /// Move a restored member's data into place (its last restore init container).
@@ -83,6 +88,12 @@ fn main() {
                 serde_json::to_string(&m).map_err(|e| etcd_operator::backup::contract::PodError::from(e.to_string()))
             })
         }),
+        Some(Command::RestorePoint(a)) => pod_command(|| async {
+            etcd_operator::pod_commands::restore_point::run(a).await.and_then(|m| {
+                serde_json::to_string(&m).map_err(|e| etcd_operator::backup::contract::PodError::from(e.to_string()))
+            })
+        }),
+        Some(Command::StageRestoreStep(a)) => pod_command(|| async { etcd_operator::backup::fetch::stage_step(a) }),
         Some(Command::RestorePrepare(a)) => pod_command(|| etcd_operator::backup::fetch::prepare(a)),
         Some(Command::SeedFromMember(a)) => pod_command(|| etcd_operator::backup::fetch::seed_from_member(a)),
         Some(Command::CheckData(a)) => check_data(&a),

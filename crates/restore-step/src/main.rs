@@ -12,6 +12,11 @@
 //!
 //! Usage: `etcd-restore-step --data-dir DIR --output-dir DIR -- TOOL ARGS...`
 //!
+//! Second use, in a point-in-time restore's verify pod: `etcd-restore-step --copy-into DIR
+//! FILE...` copies the etcd image's own binaries (`etcd`, `etcdutl`) onto the pod's scratch
+//! volume, where the operator's image runs them to replay the archive (the etcd image has no
+//! `cp`).
+//!
 //! Test hook: with `ETCD_RESTORE_STEP_FAILPOINT=kill-once` the first run kills the tool with
 //! SIGKILL as soon as it has written part of its output, and fails (the end-to-end suite's way of
 //! dying half-way); later runs on the same volume behave normally.
@@ -118,9 +123,29 @@ fn run(a: &Args) -> Result<String, String> {
     Ok(format!("restored into {}", a.output_dir.display()))
 }
 
+/// `--copy-into DIR FILE...`: each file into DIR, executable, under its own name.
+fn copy_into(args: &[String]) -> Option<Result<String, String>> {
+    let dir = args.first()?.strip_prefix("--copy-into=")?;
+    let files = &args[1..];
+    if files.is_empty() {
+        return Some(Err("--copy-into needs files to copy".into()));
+    }
+    Some(files.iter().try_fold(String::new(), |mut done, f| {
+        let name = Path::new(f).file_name().ok_or_else(|| format!("{f} names no file"))?;
+        let to = Path::new(dir).join(name);
+        std::fs::copy(f, &to).map_err(|e| format!("copy {f} to {}: {e}", to.display()))?;
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&to, std::fs::Permissions::from_mode(0o755))
+            .map_err(|e| format!("chmod {}: {e}", to.display()))?;
+        done.push_str(&format!("copied {f} to {}\n", to.display()));
+        Ok(done)
+    }))
+}
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    match parse(&args).and_then(|a| run(&a)) {
+    let result = copy_into(&args).unwrap_or_else(|| parse(&args).and_then(|a| run(&a)));
+    match result {
         Ok(msg) => {
             println!("{msg}");
             ExitCode::SUCCESS
@@ -188,6 +213,27 @@ mod tests {
         std::fs::create_dir_all(a.data_dir.join("member/snap")).unwrap();
         assert_eq!(plan(&a), Plan::Keep);
         assert!(run(&a).unwrap().contains("nothing restored"));
+    }
+
+    #[test]
+    fn copy_into_copies_each_file_executable_under_its_name() {
+        let root = tmp("copy");
+        let src = root.join("etcd");
+        std::fs::write(&src, b"binary").unwrap();
+        let dir = root.join("work");
+        std::fs::create_dir_all(&dir).unwrap();
+        let args = vec![format!("--copy-into={}", dir.display()), src.display().to_string()];
+        copy_into(&args).unwrap().unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        let copied = std::fs::metadata(dir.join("etcd")).unwrap();
+        assert_eq!(
+            (std::fs::read(dir.join("etcd")).unwrap(), copied.permissions().mode() & 0o777),
+            (b"binary".to_vec(), 0o755)
+        );
+        assert!(copy_into(&[format!("--copy-into={}", dir.display())]).unwrap().is_err(), "nothing to copy");
+        let missing = vec![format!("--copy-into={}", dir.display()), root.join("nope").display().to_string()];
+        assert!(copy_into(&missing).unwrap().unwrap_err().contains("nope"));
+        assert!(copy_into(&["--data-dir=/d".to_string()]).is_none(), "the restore use");
     }
 
     #[test]

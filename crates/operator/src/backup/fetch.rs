@@ -111,6 +111,30 @@ async fn stream_hash(
     Ok((hex::encode(hasher.finalize()), size))
 }
 
+/// Download the backup at `loc` to `file`, checking it against `sha256`: the file exists only
+/// when it matches (a mismatch is [`PodError::Refused`]).
+pub async fn download_checked(
+    store: &dyn object_store::ObjectStore,
+    loc: &location::Location,
+    sha256: &str,
+    file: &FsPath,
+) -> Result<(), PodError> {
+    let part = file.with_extension("part");
+    let mut f = tokio::fs::File::create(&part).await.map_err(|e| format!("create {}: {e}", part.display()))?;
+    let (sha, size) = stream_hash(store, loc, Some(&mut f)).await?;
+    f.sync_all().await.map_err(|e| format!("sync {}: {e}", part.display()))?;
+    drop(f);
+    if sha != sha256 {
+        let _ = std::fs::remove_file(&part);
+        return Err(PodError::Refused(format!(
+            "checksum mismatch: backup {} has sha256 {sha} ({size} bytes), its sidecar records {sha256}; nothing restored",
+            loc.url()
+        )));
+    }
+    std::fs::rename(&part, file).map_err(|e| format!("rename {}: {e}", part.display()))?;
+    Ok(())
+}
+
 /// Check a backup against its sidecar. A failure that no retry can change (the backup or its
 /// sidecar missing or wrong) is [`PodError::Refused`]; any other (the store unreachable, a read cut
 /// off, a new one-shot backup being published over this one) is worth another attempt
@@ -176,6 +200,27 @@ async fn check_pair(store: &dyn object_store::ObjectStore, loc: &location::Locat
 
 fn has_member_data(data_dir: &FsPath) -> bool {
     data_dir.join("member").is_dir()
+}
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct StageArgs {
+    #[arg(long)]
+    pub work_dir: PathBuf,
+    #[arg(long, default_value = DEFAULT_STEP_BINARY)]
+    pub step_binary: PathBuf,
+}
+
+/// `stage-restore-step`: the static restore step copied into the work directory, for an etcd
+/// image to run next (a point-in-time restore's verify pod: it copies the image's tools).
+pub fn stage_step(args: StageArgs) -> Result<String, PodError> {
+    std::fs::create_dir_all(&args.work_dir).map_err(|e| format!("create {}: {e}", args.work_dir.display()))?;
+    let step = args.work_dir.join(STEP_BINARY);
+    std::fs::copy(&args.step_binary, &step)
+        .map_err(|e| format!("copy the restore step {} to {}: {e}", args.step_binary.display(), step.display()))?;
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&step, std::fs::Permissions::from_mode(0o755))
+        .map_err(|e| format!("chmod {}: {e}", step.display()))?;
+    Ok(format!("staged {}", step.display()))
 }
 
 /// The common start of `restore-prepare` and `seed-from-member`: the restore step copied into

@@ -88,6 +88,23 @@ impl Location {
     }
 }
 
+/// `source` with its object (S3, ABS, GCS) or file (PVC) replaced by `key`: the same bucket,
+/// credentials and options.
+pub fn source_with_key(kind: Kind, source: &BackupSource, key: &str) -> BackupSource {
+    let mut s = source.clone();
+    let rekey = |path: &mut String| {
+        let bucket = path.trim_start_matches('/').split_once('/').map(|(b, _)| b.to_string()).unwrap_or_default();
+        *path = format!("{bucket}/{key}");
+    };
+    match kind {
+        Kind::S3 => s.s3.iter_mut().for_each(|b| rekey(&mut b.path)),
+        Kind::Abs => s.abs.iter_mut().for_each(|b| rekey(&mut b.path)),
+        Kind::Gcs => s.gcs.iter_mut().for_each(|b| rekey(&mut b.path)),
+        Kind::Pvc => s.pvc.iter_mut().for_each(|b| b.path = key.to_string()),
+    }
+    s
+}
+
 fn split_path(block: &str, path: Option<&str>) -> Result<(String, String), String> {
     let path = path.ok_or_else(|| format!("storage type needs a {block} block with a path"))?;
     let (bucket, key) = path
@@ -245,6 +262,24 @@ mod tests {
 
     fn s3(path: &str) -> BackupSource {
         BackupSource { s3: Some(S3Source { path: path.into(), ..Default::default() }), ..Default::default() }
+    }
+
+    #[test]
+    fn a_source_with_another_key_names_that_key_in_the_same_place() {
+        for (kind, source) in [
+            ("S3", s3("bucket/dir/etcd.backup")),
+            (
+                "PVC",
+                BackupSource {
+                    pvc: Some(PvcSource { claim_name: "c".into(), path: "a/b".into() }),
+                    ..Default::default()
+                },
+            ),
+        ] {
+            let l = Location::of(kind, &source).unwrap();
+            let moved = source_with_key(l.kind, &source, "dir/etcd.backup.restores/r-1.db");
+            assert_eq!(Location::of(kind, &moved).unwrap(), l.with_key("dir/etcd.backup.restores/r-1.db".into()));
+        }
     }
 
     #[test]

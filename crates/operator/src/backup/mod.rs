@@ -5,7 +5,8 @@
 //!
 //! Pure:
 //! - [`archive`]: the continuous archive's segment format, restorable ranges, point-in-time
-//!   plans and window retention (the core of point-in-time restores; not wired yet).
+//!   plans and window retention (the core of point-in-time restores: the archiver writes it,
+//!   `pod_commands::restore_point` replays it).
 //! - [`contract`]: what passes between the operator and its pods (labels, paths, flags, reports).
 //! - [`location`]: where a backup lives, periodic names, retention (only of the etcd cluster
 //!   backed up now); [`identity`]: what is said when that cluster changed.

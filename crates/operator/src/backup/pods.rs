@@ -183,6 +183,56 @@ pub fn job_pod(j: JobPod) -> Pod {
     }
 }
 
+/// Where a point-in-time restore's verify pod replays (an emptyDir).
+pub const REPLAY_WORK_DIR: &str = "/replay";
+/// What the replaying container may use: it runs a one-member etcd besides itself.
+const REPLAY_MEMORY_LIMIT: &str = "2Gi";
+
+/// Makes a verify pod replay an archive (`restore-point`): a scratch emptyDir at
+/// [`REPLAY_WORK_DIR`], and two init containers that put the etcd image's own `etcd` and
+/// `etcdutl` (`etcdctl` before 3.5, `etcdutl` false) there: the operator image stages the
+/// static restore step, the etcd image (which has no shell) runs it to copy its binaries. Every
+/// container runs as the pod's job container does.
+pub fn with_replay_tools(pod: &mut Pod, init_image: &str, etcd_image: &str, etcdutl: bool) {
+    let Some(spec) = pod.spec.as_mut() else { return };
+    let Some(main) = spec.containers.first_mut() else { return };
+    let mount = VolumeMount { name: "replay-work".into(), mount_path: REPLAY_WORK_DIR.into(), ..Default::default() };
+    main.volume_mounts.get_or_insert_with(Vec::new).push(mount.clone());
+    let limits = main.resources.get_or_insert_with(Default::default).limits.get_or_insert_with(Default::default);
+    limits.insert("memory".into(), Quantity(REPLAY_MEMORY_LIMIT.into()));
+    let security = main.security_context.clone();
+    let container = |name: &str, image: &str, command: Vec<String>| Container {
+        name: name.into(),
+        image: Some(image.into()),
+        image_pull_policy: Some("IfNotPresent".into()),
+        command: Some(command),
+        volume_mounts: Some(vec![mount.clone()]),
+        termination_message_policy: Some("FallbackToLogsOnError".into()),
+        security_context: security.clone(),
+        resources: Some(job_resources()),
+        ..Default::default()
+    };
+    let step = format!("{REPLAY_WORK_DIR}/{}", super::contract::STEP_BINARY);
+    let tool = if etcdutl { "/usr/local/bin/etcdutl" } else { "/usr/local/bin/etcdctl" };
+    spec.init_containers = Some(vec![
+        container(
+            "stage-step",
+            init_image,
+            vec![crate::OPERATOR_NAME.into(), "stage-restore-step".into(), format!("--work-dir={REPLAY_WORK_DIR}")],
+        ),
+        container(
+            "etcd-tools",
+            etcd_image,
+            vec![step, format!("--copy-into={REPLAY_WORK_DIR}"), "/usr/local/bin/etcd".into(), tool.into()],
+        ),
+    ]);
+    spec.volumes.get_or_insert_with(Vec::new).push(Volume {
+        name: "replay-work".into(),
+        empty_dir: Some(Default::default()),
+        ..Default::default()
+    });
+}
+
 /// Mounts the client TLS Secret (`clientTLSSecret`) where [`super::contract::ClientTlsArgs`]
 /// reads it; nothing for an empty name. The files are readable by the owner and the group: a
 /// non-root pod reads them through its `fsGroup`.
@@ -303,6 +353,45 @@ mod tests {
         // The upload keeps up to 4 parts of 16 MiB in flight: the limit leaves room for them.
         let limit = crate::volume_size::parse_quantity(&r.limits.unwrap()["memory"].0).unwrap();
         assert!(limit >= 4 * (16 << 20) * 2, "memory limit {limit} too tight for the upload");
+    }
+
+    /// The replay's tools come from the etcd image, copied by the static step that the operator
+    /// image staged; every container is as locked down as the job container.
+    #[test]
+    fn a_replaying_verify_pod_gets_the_etcd_images_tools_on_its_scratch_volume() {
+        let (loc, source) = s3();
+        let owner = OwnerReference { name: "r".into(), uid: "u".into(), ..Default::default() };
+        let mut p = job_pod(JobPod {
+            name: "r-verify-1".into(),
+            namespace: "ns".into(),
+            labels: BTreeMap::new(),
+            owner,
+            image: "op:1",
+            command: vec!["etcd-operator".into(), "restore-point".into()],
+            loc: &loc,
+            source: &source,
+            deadline_secs: 60,
+            writes: true,
+            as_root: false,
+        });
+        with_replay_tools(&mut p, "op:1", "quay.io/coreos/etcd:v3.6.15", true);
+        let spec = p.spec.unwrap();
+        let init = spec.init_containers.unwrap();
+        assert_eq!(
+            init.iter().map(|c| c.image.as_deref().unwrap()).collect::<Vec<_>>(),
+            ["op:1", "quay.io/coreos/etcd:v3.6.15"]
+        );
+        let copy = init[1].command.clone().unwrap();
+        assert_eq!(copy[0], "/replay/etcd-restore-step", "the etcd image has no shell");
+        assert!(copy.ends_with(&["/usr/local/bin/etcd".to_string(), "/usr/local/bin/etcdutl".to_string()]), "{copy:?}");
+        let mounted = |c: &Container| c.volume_mounts.iter().flatten().any(|m| m.mount_path == REPLAY_WORK_DIR);
+        assert!(init.iter().all(mounted) && mounted(&spec.containers[0]));
+        assert!(spec.volumes.unwrap().iter().any(|v| v.name == "replay-work" && v.empty_dir.is_some()));
+        for c in init.iter().chain(&spec.containers) {
+            assert_eq!(c.security_context, spec.containers[0].security_context, "{}", c.name);
+        }
+        let limit = &spec.containers[0].resources.as_ref().unwrap().limits.as_ref().unwrap()["memory"];
+        assert_eq!(limit.0, "2Gi", "room for the replay's etcd");
     }
 
     fn pvc() -> (Location, BackupSource) {

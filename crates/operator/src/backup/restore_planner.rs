@@ -27,6 +27,7 @@ use etcd_operator_api::{EtcdCluster, EtcdClusterSpec, SCOPE_ANNOTATION, conditio
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::events::EventType;
 
+use super::archive::point_in_time::Target as PointTarget;
 use super::job_pods::{JobPodState, PodResult};
 use super::location::{BackupMeta, Kind, Location};
 use super::restore_wait;
@@ -51,9 +52,32 @@ pub const PHASE_WAITING: &str = "WaitingForCluster";
 /// A checked EtcdRestore spec.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RestoreTarget {
+    /// The backup; with `replay`, the base key of the snapshot series whose archive it replays.
     pub location: Location,
     pub cluster: String,
+    /// `spec.pointInTime`: the verify pod replays the archive and writes a snapshot first.
+    pub replay: Option<Replay>,
 }
+
+/// A point-in-time restore, checked: what to reach, and the etcd whose tools replay (the
+/// version the cluster will run: `etcdCluster.spec.version`, else the operator's default).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Replay {
+    pub target: PointTarget,
+    pub cluster_id: Option<String>,
+    pub version: Version,
+    pub repository: String,
+}
+
+/// Where a point-in-time restore writes the snapshot it replayed, for restore `uid` at spec
+/// `generation`: next to the series, `<base>.restores/<uid>-g<generation>.db`, where no
+/// retention of periodic backups or segments ever looks.
+pub fn replay_output(series: &Location, uid: &str, generation: i64) -> Location {
+    series.with_key(format!("{}.restores/{uid}-g{generation}.db", series.key))
+}
+
+/// Extra time a verify pod gets to replay an archive (fetch, replay, write a snapshot).
+pub const REPLAY_EXTRA_SECS: i64 = 900;
 
 /// The EtcdCluster of the restore's name, as observed.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -99,8 +123,10 @@ pub enum RestoreStep {
         pod: String,
         attempt: u32,
         deadline_secs: i64,
-        target: RestoreTarget,
+        target: Box<RestoreTarget>,
         as_root: bool,
+        /// A point-in-time restore: where the pod writes the snapshot it replays.
+        output: Option<Location>,
     },
     /// Create this EtcdCluster: every bootstrap member starts from the verified backup.
     CreateCluster(Box<EtcdCluster>),
@@ -111,9 +137,9 @@ impl PartialEq for RestoreStep {
         match (self, other) {
             (RestoreStep::Nothing, RestoreStep::Nothing) => true,
             (
-                RestoreStep::StartVerify { pod: a, attempt: x, deadline_secs: d, target: t, as_root: r },
-                RestoreStep::StartVerify { pod: b, attempt: y, deadline_secs: e, target: u, as_root: q },
-            ) => (a, x, d, t, r) == (b, y, e, u, q),
+                RestoreStep::StartVerify { pod: a, attempt: x, deadline_secs: d, target: t, as_root: r, output: o },
+                RestoreStep::StartVerify { pod: b, attempt: y, deadline_secs: e, target: u, as_root: q, output: p },
+            ) => (a, x, d, t, r, o) == (b, y, e, u, q, p),
             // EtcdCluster has no PartialEq: compared as the objects the API would get.
             (RestoreStep::CreateCluster(a), RestoreStep::CreateCluster(b)) => {
                 serde_json::to_value(a).ok() == serde_json::to_value(b).ok()
@@ -153,7 +179,38 @@ pub fn check_spec(spec: &EtcdRestoreSpec) -> Result<RestoreTarget, String> {
         crate::validation::validate(&cluster, &EtcdClusterSpec { size: DEFAULT_SIZE, ..Default::default() })
             .map_err(|e| format!("etcdCluster.name: {}", e.join("; ")))?;
     }
-    Ok(RestoreTarget { location, cluster })
+    let replay = spec.point_in_time.as_ref().map(|p| check_point_in_time(spec, p)).transpose()?;
+    Ok(RestoreTarget { location, cluster, replay })
+}
+
+fn check_point_in_time(spec: &EtcdRestoreSpec, p: &etcd_operator_api::restore::PointInTime) -> Result<Replay, String> {
+    let target = match (p.revision, p.time.as_deref()) {
+        (Some(r), None) if r >= 1 => PointTarget::Revision(r),
+        (Some(r), None) => return Err(format!("pointInTime.revision {r} must be 1 or more")),
+        (None, Some(t)) => {
+            let at: Timestamp =
+                t.parse().map_err(|e| format!("pointInTime.time {t:?} is not an RFC 3339 time: {e}"))?;
+            PointTarget::Time(at.as_millisecond())
+        }
+        (Some(_), Some(_)) => return Err("pointInTime: give revision or time, not both".into()),
+        (None, None) => return Err("pointInTime: give a revision or a time".into()),
+    };
+    if let Some(id) = &p.cluster_id
+        && (id.is_empty() || !id.chars().all(|c| c.is_ascii_hexdigit()))
+    {
+        return Err(format!("pointInTime.clusterId {id:?} must be hex digits (an EtcdCluster's status.clusterId)"));
+    }
+    let cluster = spec.etcd_cluster.spec.as_ref();
+    let version = cluster.map(|s| s.version.clone()).filter(|v| !v.is_empty());
+    let repository = cluster.map(|s| s.repository.clone()).filter(|r| !r.is_empty());
+    let version = version.unwrap_or_else(|| etcd_operator_api::cluster::DEFAULT_VERSION.to_string());
+    let version = Version::parse(&version).map_err(|e| format!("etcdCluster.spec.version {version:?}: {e}"))?;
+    Ok(Replay {
+        target,
+        cluster_id: p.cluster_id.as_ref().map(|id| id.to_ascii_lowercase()),
+        version,
+        repository: repository.unwrap_or_else(|| etcd_operator_api::cluster::DEFAULT_REPOSITORY.to_string()),
+    })
 }
 
 /// The spec of the cluster to create: the restore's, or 3 members of the backup's version;
@@ -209,6 +266,14 @@ fn fail(
     RestorePlan { status: st, events, step: RestoreStep::Nothing, delete_pods, mark_root_volume: None, requeue: None }
 }
 
+/// `revision 42`, `2026-11-28T01:00:00Z`: a point-in-time target as the user gave it.
+pub fn describe(t: &PointTarget) -> String {
+    match t {
+        PointTarget::Revision(r) => format!("revision {r}"),
+        PointTarget::Time(ms) => super::archive::restorable_ranges::time(*ms),
+    }
+}
+
 pub fn plan(o: &RestoreObserved) -> RestorePlan {
     let prev = &o.status;
     let done = |st: EtcdRestoreStatus| RestorePlan {
@@ -236,6 +301,14 @@ pub fn plan(o: &RestoreObserved) -> RestorePlan {
     let (spec, target) = match checked {
         Ok(v) => v,
         Err(why) => return fail(o, st, "InvalidSpec", format!("invalid spec, nothing created: {why}"), vec![]),
+    };
+    // A point-in-time restore: the verify pod replays the archive into this snapshot, which the
+    // members then restore.
+    let output = target.replay.as_ref().map(|_| replay_output(&target.location, &o.uid, o.generation));
+    let extra_secs = if target.replay.is_some() { REPLAY_EXTRA_SECS } else { 0 };
+    let checking = |url: String| match &target.replay {
+        Some(r) => format!("replaying the archive of {url} to {}", describe(&r.target)),
+        None => format!("verifying the checksum of {url}"),
     };
     let mut events: Vec<Note> = Vec::new();
     let mut step = RestoreStep::Nothing;
@@ -309,19 +382,16 @@ pub fn plan(o: &RestoreObserved) -> RestorePlan {
                 None => {
                     let pod = verify_policy::pod_name(&o.name, o.generation, 0);
                     st.phase = PHASE_VERIFYING.into();
-                    st.reason = format!("verifying the checksum of {}", target.location.url());
-                    events.push((
-                        EventType::Normal,
-                        "VerifyStarted",
-                        format!("pod {pod} is checking {}", target.location.url()),
-                    ));
-                    let deadline_secs = verify_policy::deadline_secs(0, o.backup_size);
+                    st.reason = checking(target.location.url());
+                    events.push((EventType::Normal, "VerifyStarted", format!("pod {pod} is {}", st.reason)));
+                    let deadline_secs = verify_policy::deadline_secs(0, o.backup_size) + extra_secs;
                     step = RestoreStep::StartVerify {
                         pod,
                         attempt: 0,
                         deadline_secs,
-                        target: target.clone(),
+                        target: Box::new(target.clone()),
                         as_root: volume_root,
+                        output: output.clone(),
                     };
                 }
                 Some(p) => match &p.result {
@@ -347,6 +417,11 @@ pub fn plan(o: &RestoreObserved) -> RestorePlan {
                             }
                         }
                         match after {
+                            AfterFailure::Refuse(why) if target.replay.is_some() => {
+                                delete_pods.push(p.name.clone());
+                                let why = format!("point-in-time restore refused, nothing created: {why}");
+                                return fail(o, st, "PointInTimeRefused", why, delete_pods);
+                            }
                             AfterFailure::Refuse(why) => {
                                 delete_pods.push(p.name.clone());
                                 let why = format!("backup refused, nothing created: {why}");
@@ -373,11 +448,11 @@ pub fn plan(o: &RestoreObserved) -> RestorePlan {
                             AfterFailure::Retry { attempt: next, .. } => {
                                 delete_pods.push(p.name.clone());
                                 let pod = verify_policy::pod_name(&o.name, o.generation, next);
-                                let deadline_secs = verify_policy::deadline_secs(next, o.backup_size);
+                                let deadline_secs = verify_policy::deadline_secs(next, o.backup_size) + extra_secs;
                                 st.phase = PHASE_VERIFYING.into();
                                 st.reason = format!(
-                                    "verifying the checksum of {} (attempt {} of {}, {deadline_secs}s allowed)",
-                                    target.location.url(),
+                                    "{} (attempt {} of {}, {deadline_secs}s allowed)",
+                                    checking(target.location.url()),
                                     next + 1,
                                     verify_policy::VERIFY_ATTEMPTS,
                                 );
@@ -385,8 +460,9 @@ pub fn plan(o: &RestoreObserved) -> RestorePlan {
                                     pod,
                                     attempt: next,
                                     deadline_secs,
-                                    target: target.clone(),
+                                    target: Box::new(target.clone()),
                                     as_root: volume_root,
+                                    output: output.clone(),
                                 };
                             }
                         }
@@ -397,13 +473,19 @@ pub fn plan(o: &RestoreObserved) -> RestorePlan {
                         st.etcd_version = meta.etcd_version.clone();
                         st.etcd_revision = meta.etcd_revision;
                         delete_pods.push(p.name.clone());
-                        let cspec = match cluster_spec(&spec, meta, &meta.sha256) {
+                        let mut cspec = match cluster_spec(&spec, meta, &meta.sha256) {
                             Ok(s) => s,
                             Err(why) => return fail(o, st, "InvalidSpec", why, delete_pods),
                         };
+                        // Replayed: the members restore the snapshot the pod wrote.
+                        let from = output.clone().unwrap_or_else(|| target.location.clone());
+                        if let (Some(out), Some(r)) = (&output, cspec.restore.as_mut()) {
+                            r.source = super::location::source_with_key(out.kind, &spec.source, &out.key);
+                            st.restored_from = out.url();
+                        }
                         let mut annotations = BTreeMap::from([
                             (RESTORED_BY_ANNOTATION.to_string(), o.uid.clone()),
-                            (RESTORED_FROM_ANNOTATION.to_string(), target.location.url()),
+                            (RESTORED_FROM_ANNOTATION.to_string(), from.url()),
                         ]);
                         if let Some(scope) = &o.scope {
                             annotations.insert(SCOPE_ANNOTATION.to_string(), scope.clone());
@@ -413,18 +495,33 @@ pub fn plan(o: &RestoreObserved) -> RestorePlan {
                         cluster.metadata.annotations = Some(annotations);
                         st.phase = PHASE_RESTORING.into();
                         st.reason = format!("creating EtcdCluster {}", target.cluster);
-                        events.push((
-                            EventType::Normal,
-                            "BackupVerified",
-                            format!(
-                                "{} matches its checksum (sha256 {}, {} bytes, etcd {} revision {})",
-                                target.location.url(),
-                                meta.sha256,
-                                meta.size,
-                                meta.etcd_version,
-                                meta.etcd_revision
+                        let (reason, note) = match &target.replay {
+                            Some(r) => (
+                                "PointInTimeReplayed",
+                                format!(
+                                    "the archive of {} was replayed to revision {} ({}) into {} (sha256 {}, {} bytes, etcd {})",
+                                    target.location.url(),
+                                    meta.etcd_revision,
+                                    describe(&r.target),
+                                    from.url(),
+                                    meta.sha256,
+                                    meta.size,
+                                    meta.etcd_version
+                                ),
                             ),
-                        ));
+                            None => (
+                                "BackupVerified",
+                                format!(
+                                    "{} matches its checksum (sha256 {}, {} bytes, etcd {} revision {})",
+                                    target.location.url(),
+                                    meta.sha256,
+                                    meta.size,
+                                    meta.etcd_version,
+                                    meta.etcd_revision
+                                ),
+                            ),
+                        };
+                        events.push((EventType::Normal, reason, note));
                         events.push((
                             EventType::Normal,
                             "ClusterCreated",

@@ -13,6 +13,7 @@ fn spec(cluster_spec: Option<EtcdClusterSpec>) -> EtcdRestoreSpec {
             ..Default::default()
         },
         etcd_cluster: EtcdClusterRef { name: "restored".into(), spec: cluster_spec },
+        point_in_time: None,
     }
 }
 
@@ -389,4 +390,93 @@ fn a_denial_to_root_or_to_an_object_store_pod_marks_nothing() {
     let p = plan(&o);
     assert_eq!((p.step.clone(), p.mark_root_volume.clone()), (RestoreStep::Nothing, None));
     assert!(p.status.conditions.is_empty());
+}
+
+// ---- point in time ------------------------------------------------------------------------------
+
+fn at(revision: Option<i64>, time: Option<&str>) -> EtcdRestoreSpec {
+    let mut s = spec(None);
+    s.point_in_time =
+        Some(etcd_operator_api::restore::PointInTime { revision, time: time.map(String::from), cluster_id: None });
+    s
+}
+
+#[test]
+fn a_point_in_time_is_a_revision_or_a_moment_never_both_nor_neither() {
+    let r = check_spec(&at(Some(42), None)).unwrap().replay.unwrap();
+    assert_eq!(r.target, PointTarget::Revision(42));
+    assert_eq!((r.version.to_string(), r.cluster_id), (etcd_operator_api::cluster::DEFAULT_VERSION.to_string(), None));
+    let r = check_spec(&at(None, Some("2026-11-28T01:00:00.250Z"))).unwrap().replay.unwrap();
+    assert_eq!(r.target, PointTarget::Time(t("2026-11-28T01:00:00.250Z").as_millisecond()));
+    for (s, says) in [
+        (at(Some(1), Some("2026-11-28T01:00:00Z")), "not both"),
+        (at(None, None), "give a revision or a time"),
+        (at(Some(0), None), "1 or more"),
+        (at(None, Some("yesterday")), "not an RFC 3339 time"),
+    ] {
+        let err = check_spec(&s).unwrap_err();
+        assert!(err.contains(says), "{err}");
+    }
+    let mut s = at(Some(5), None);
+    s.point_in_time.as_mut().unwrap().cluster_id = Some("not-hex".into());
+    assert!(check_spec(&s).unwrap_err().contains("clusterId"));
+    assert_eq!(check_spec(&spec(None)).unwrap().replay, None, "the CoreOS shape restores one snapshot");
+}
+
+/// The replay runs the etcd the cluster will run: the restore's version, else the default.
+#[test]
+fn the_replay_runs_the_version_the_cluster_will_run() {
+    let mut s = at(Some(5), None);
+    s.etcd_cluster.spec = Some(EtcdClusterSpec { size: 1, version: "3.5.26".into(), ..Default::default() });
+    assert_eq!(check_spec(&s).unwrap().replay.unwrap().version.to_string(), "3.5.26");
+}
+
+#[test]
+fn a_point_in_time_restore_replays_in_its_verify_pod_with_more_time_into_its_own_snapshot() {
+    let mut o = observed();
+    o.spec = Ok(at(Some(42), None));
+    let p = plan(&o);
+    let RestoreStep::StartVerify { deadline_secs, output: Some(out), target, .. } = &p.step else {
+        panic!("{:?}", p.step)
+    };
+    assert_eq!(*deadline_secs, 600 + REPLAY_EXTRA_SECS);
+    assert_eq!(out.url(), "s3://b/k.restores/uid-r-g1.db");
+    assert_eq!(target.location.url(), "s3://b/k", "the series is read");
+    assert!(p.status.reason.contains("replaying the archive of s3://b/k to revision 42"), "{}", p.status.reason);
+}
+
+#[test]
+fn a_replayed_snapshot_is_what_the_members_restore() {
+    let mut o = observed();
+    o.spec = Ok(at(Some(42), None));
+    let mut m = meta("3.6.15");
+    m.etcd_revision = 42;
+    o.pods = vec![verify_pod("r-verify-1", PodResult::Succeeded(m), None)];
+    let p = plan(&o);
+    let RestoreStep::CreateCluster(c) = &p.step else { panic!("{:?}", p.step) };
+    let from = c.spec.restore.as_ref().unwrap();
+    assert_eq!(from.source.s3.as_ref().unwrap().path, "b/k.restores/uid-r-g1.db");
+    assert_eq!(from.source.s3.as_ref().unwrap().aws_secret, "aws", "the same credentials");
+    assert_eq!(c.metadata.annotations.as_ref().unwrap()[RESTORED_FROM_ANNOTATION], "s3://b/k.restores/uid-r-g1.db");
+    assert_eq!(c.spec.version, "3.6.15", "the version that wrote the snapshot");
+    assert_eq!(p.status.restored_from, "s3://b/k.restores/uid-r-g1.db");
+    assert_eq!(p.status.etcd_revision, 42);
+    assert_eq!(reasons(&p), ["PointInTimeReplayed", "ClusterCreated"]);
+}
+
+/// A target outside the archive is refused at once with what is restorable, nothing created.
+#[test]
+fn a_point_the_archive_cannot_restore_is_refused_with_the_ranges() {
+    let mut o = observed();
+    o.spec = Ok(at(Some(9999), None));
+    let why = super::super::contract::PodError::Refused(
+        "revision 9999 cannot be restored: it is after the last durable change; restorable: revisions 100..=250".into(),
+    )
+    .to_string();
+    o.pods = vec![verify_pod("r-verify-1", PodResult::Failed(why), Some("2026-01-01T00:09:59Z"))];
+    let p = plan(&o);
+    assert_eq!(p.status.phase, PHASE_FAILED);
+    assert!(p.status.reason.contains("point-in-time restore refused") && p.status.reason.contains("100..=250"));
+    assert_eq!(reasons(&p), ["PointInTimeRefused"]);
+    assert!(matches!(p.step, RestoreStep::Nothing));
 }

@@ -117,8 +117,8 @@ async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<JobContext>) -> Result<Acti
     }
     match &plan.step {
         RestoreStep::Nothing => {}
-        RestoreStep::StartVerify { pod, deadline_secs, target, as_root, .. } => {
-            let made = verify_pod(&obj, target, &ctx.init_image, pod, *deadline_secs, *as_root)?;
+        RestoreStep::StartVerify { pod, deadline_secs, target, as_root, output, .. } => {
+            let made = verify_pod(&obj, target, output.as_ref(), &ctx.init_image, pod, *deadline_secs, *as_root)?;
             jobs::create_pod(&ctx, &made).await?;
         }
         RestoreStep::CreateCluster(cluster) => {
@@ -136,9 +136,12 @@ async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<JobContext>) -> Result<Acti
     Ok(plan.requeue.map(Action::requeue).unwrap_or_else(Action::await_change))
 }
 
+/// The verify pod: `backup-verify` of one backup, or (a point-in-time restore, `output` set)
+/// `restore-point`, which replays the archive with the etcd image's tools and writes `output`.
 fn verify_pod(
     obj: &DynamicObject,
     target: &RestoreTarget,
+    output: Option<&Location>,
     image: &str,
     name: &str,
     deadline_secs: i64,
@@ -146,9 +149,27 @@ fn verify_pod(
 ) -> Result<k8s_openapi::api::core::v1::Pod, Error> {
     let restore: EtcdRestore = serde_json::from_value(serde_json::to_value(obj)?)?;
     let owner = restore.controller_owner_ref(&()).expect("EtcdRestore from the API has a name and uid");
-    let mut command = vec![crate::OPERATOR_NAME.to_string(), "backup-verify".into()];
+    let replay = target.replay.as_ref().zip(output);
+    let mut command = vec![crate::OPERATOR_NAME.to_string()];
+    command.push(if replay.is_some() { "restore-point" } else { "backup-verify" }.into());
     command.extend(pods::storage_args(&target.location, &restore.spec.source));
-    Ok(pods::job_pod(JobPod {
+    let mut tools = None;
+    if let Some((r, out)) = replay {
+        let version = &r.version;
+        command.push(match r.target {
+            crate::backup::archive::point_in_time::Target::Revision(rev) => format!("--revision={rev}"),
+            crate::backup::archive::point_in_time::Target::Time(ms) => format!("--time-ms={ms}"),
+        });
+        command.extend(r.cluster_id.iter().map(|c| format!("--cluster-id={c}")));
+        command.extend([
+            format!("--output-key={}", out.key),
+            format!("--owner-uid={}", obj.uid().unwrap_or_default()),
+            format!("--etcd-version={version}"),
+            format!("--work-dir={}", pods::REPLAY_WORK_DIR),
+        ]);
+        tools = Some((crate::validation::image_for(&r.repository, version), version.minor_line() >= (3, 5)));
+    }
+    let mut pod = pods::job_pod(JobPod {
         name: name.to_string(),
         namespace: obj.namespace().unwrap_or_default(),
         labels: BTreeMap::from([(RESTORE_LABEL.to_string(), obj.name_any())]),
@@ -158,9 +179,13 @@ fn verify_pod(
         loc: &target.location,
         source: &restore.spec.source,
         deadline_secs,
-        writes: false,
+        writes: replay.is_some(),
         as_root,
-    }))
+    });
+    if let Some((etcd_image, etcdutl)) = tools {
+        pods::with_replay_tools(&mut pod, image, &etcd_image, etcdutl);
+    }
+    Ok(pod)
 }
 
 /// Run the EtcdRestore controller until `shutdown` resolves.

@@ -1,0 +1,390 @@
+//! `etcd-operator restore-point`: the verify pod of a point-in-time restore (issue 29). From a
+//! snapshot series and its continuous archive it makes the snapshot of one point in history:
+//!
+//! 1. list the series' snapshots (with their sidecars) and segment headers, work out what is
+//!    restorable per etcd cluster (`archive::restorable_ranges`), and resolve the target (a
+//!    moment becomes the last revision received at or before it) — a target no range covers is
+//!    refused with the ranges that exist;
+//! 2. fetch the newest snapshot at or before it (checked against its sidecar's sha256) and every
+//!    segment to replay (each checked against its own sha256: one flipped byte refuses the
+//!    restore, naming the segment);
+//! 3. restore the snapshot into a one-member etcd on the pod's scratch volume (the etcd and
+//!    `etcdutl`/`etcdctl` of the version the cluster will run, copied there by an init container
+//!    from the etcd image), start it on loopback, and apply the archived changes one transaction
+//!    per revision: etcd must answer each with exactly the archived revision, so the replayed
+//!    history is the archived one, revision for revision;
+//! 4. stream a snapshot of the result to `--output-key` with its sidecar (`backup-save`'s path:
+//!    etcd's integrity hash checked, sha256 recorded); the cluster's members restore that.
+//!
+//! Leases are not replayed: a key the archive shows attached to a lease is written without one
+//! (lease grants and expiries are not in the watch history). Users, roles and the auth switch
+//! come from the snapshot.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use etcd_client::{Client, Txn, TxnOp};
+use futures::StreamExt;
+use object_store::{ObjectStore, ObjectStoreExt};
+
+use crate::backup::archive::layout;
+use crate::backup::archive::point_in_time::{self, Plan, Refusal, Target, TimeLookup};
+use crate::backup::archive::restorable_ranges::{self, SegmentRef, SnapshotRef};
+use crate::backup::archive::segment::{Event, Header, Op, Segment};
+use crate::backup::contract::{PodError, SNAPSHOT_FILE, StorageArgs};
+use crate::backup::location::{self, BackupMeta};
+use crate::backup::{fetch, one_shot, save, store};
+use crate::version::Version;
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct RestorePointArgs {
+    /// The snapshot series (`--key` is its base key, the EtcdBackup's path).
+    #[command(flatten)]
+    pub storage: StorageArgs,
+    /// Restore the state right after this revision.
+    #[arg(long, conflicts_with = "time_ms", required_unless_present = "time_ms")]
+    pub revision: Option<i64>,
+    /// Restore the state at this moment (Unix milliseconds).
+    #[arg(long)]
+    pub time_ms: Option<i64>,
+    /// The etcd cluster (hex ID) whose history to restore; default: the only one covering it.
+    #[arg(long)]
+    pub cluster_id: Option<String>,
+    /// Where the replayed snapshot goes (same bucket or volume as the series).
+    #[arg(long)]
+    pub output_key: String,
+    /// UID of the EtcdRestore (recorded in the output's sidecar).
+    #[arg(long, default_value = "")]
+    pub owner_uid: String,
+    /// The etcd version of the tools in `--work-dir` (the replay refuses a snapshot it may not
+    /// read: older than the previous minor version).
+    #[arg(long)]
+    pub etcd_version: String,
+    /// Scratch directory holding `etcd` and `etcdutl` (or `etcdctl` before 3.5).
+    #[arg(long)]
+    pub work_dir: PathBuf,
+}
+
+/// The loopback ports of the replay's etcd.
+const CLIENT_URL: &str = "http://127.0.0.1:22379";
+const PEER_URL: &str = "http://127.0.0.1:22380";
+const STARTUP: Duration = Duration::from_secs(60);
+/// The replay etcd's space quota: well above the 2 GiB default, so history replays that a
+/// cluster with a raised quota made are not refused with NOSPACE.
+const QUOTA_BYTES: u64 = 8 << 30;
+
+/// A snapshot as listed: its reference for the ranges, and its sidecar.
+struct Listed {
+    snapshots: Vec<(SnapshotRef, BackupMeta)>,
+    segments: Vec<SegmentRef>,
+}
+
+pub async fn run(args: RestorePointArgs) -> Result<BackupMeta, PodError> {
+    let base = args.storage.location()?;
+    let (store, _) = store::open(&base, &args.storage.credentials_dir, &args.storage.s3())?;
+    let listed = list(&*store, &base.key).await?;
+    let target = match (args.revision, args.time_ms) {
+        (Some(r), _) => Target::Revision(r),
+        (None, Some(ms)) => Target::Time(ms),
+        (None, None) => return Err(PodError::Refused("give --revision or --time-ms".into())),
+    };
+    let (cluster_id, plan) = choose(&*store, &listed, target, args.cluster_id.as_deref()).await?;
+    let (snapshot, meta) = listed
+        .snapshots
+        .iter()
+        .find(|(s, _)| s.key == plan.snapshot.key)
+        .ok_or_else(|| format!("snapshot {} vanished from the listing", plan.snapshot.key))?;
+    eprintln!(
+        "restoring cluster {cluster_id} to revision {}: snapshot {} (revision {}), {} segments",
+        plan.revision,
+        snapshot.key,
+        snapshot.revision,
+        plan.segments.len()
+    );
+    let tools = Version::parse(&args.etcd_version).map_err(|e| format!("--etcd-version: {e}"))?;
+    if let Ok(taken) = Version::parse(&meta.etcd_version) {
+        crate::version::check_change(&taken, &tools).map_err(|e| {
+            PodError::Refused(format!(
+                "the snapshot {} was taken by etcd {taken}; replaying it with etcd {tools} is refused ({e}): set etcdCluster.spec.version",
+                snapshot.key
+            ))
+        })?;
+    }
+    let events = read_segments(&*store, &plan, &cluster_id).await?;
+    let work = &args.work_dir;
+    let file = work.join(SNAPSHOT_FILE);
+    fetch::download_checked(&*store, &base.with_key(snapshot.key.clone()), &meta.sha256, &file).await?;
+    let data = work.join("replay");
+    restore_snapshot(work, &tools, &file, &data).await?;
+    let mut etcd = start_etcd(work, &data)?;
+    let replayed = replay(&events, snapshot.revision, plan.revision).await;
+    if let Err(e) = replayed {
+        let _ = etcd.start_kill();
+        return Err(e);
+    }
+    // The replayed state, snapshotted the way every backup is.
+    let mut out = args.storage.clone();
+    out.key = args.output_key.clone();
+    let saved = save::run(save::SaveArgs {
+        storage: out,
+        endpoints: vec![CLIENT_URL.to_string()],
+        periodic: false,
+        max_backups: 0,
+        timeout_secs: 1800,
+        owner_uid: args.owner_uid.clone(),
+        tls: Default::default(),
+        auth: Default::default(),
+    })
+    .await;
+    let _ = etcd.start_kill();
+    let _ = etcd.wait().await;
+    let report = saved?;
+    if report.backup.etcd_revision != plan.revision {
+        return Err(format!(
+            "the replayed snapshot is at revision {}, the restore asked for {}",
+            report.backup.etcd_revision, plan.revision
+        )
+        .into());
+    }
+    Ok(report.backup)
+}
+
+/// Every snapshot of the series with a sidecar, and every segment header under the series'
+/// archive, of any cluster.
+async fn list(store: &dyn ObjectStore, base_key: &str) -> Result<Listed, PodError> {
+    let dir = base_key.rsplit_once('/').map(|(d, _)| object_store::path::Path::from(d));
+    let mut keys = Vec::new();
+    let mut items = store.list(dir.as_ref());
+    while let Some(item) = items.next().await {
+        keys.push(item.map_err(|e| format!("list {base_key}: {}", store::why(&e)))?.location.to_string());
+    }
+    let archive = format!("{base_key}.archive/");
+    let mut listed = Listed { snapshots: vec![], segments: vec![] };
+    for key in keys {
+        if key == base_key || location::parse_periodic(base_key, &key).is_some() {
+            let Some(meta) = one_shot::read_sidecar(store, &key).await? else { continue };
+            let taken_ms = meta.time.parse::<k8s_openapi::jiff::Timestamp>().map(|t| t.as_millisecond()).unwrap_or(0);
+            let snap = SnapshotRef {
+                key: key.clone(),
+                cluster_id: meta.cluster_id.clone(),
+                revision: meta.etcd_revision,
+                taken_ms,
+            };
+            listed.snapshots.push((snap, meta));
+        } else if let Some(cluster) = key.strip_prefix(&archive).and_then(|rest| rest.split_once('/')).map(|(c, _)| c)
+            && layout::parse_segment_key(&layout::prefix(base_key, cluster), &key).is_some()
+        {
+            let bytes = get(store, &key).await?;
+            let first = bytes.split(|b| *b == b'\n').next().unwrap_or_default();
+            let header = Header::parse(first)
+                .map_err(|e| PodError::Refused(format!("segment {key} has a damaged header: {e}; nothing restored")))?;
+            listed.segments.push(SegmentRef { key, header });
+        }
+    }
+    Ok(listed)
+}
+
+async fn get(store: &dyn ObjectStore, key: &str) -> Result<Vec<u8>, PodError> {
+    let path = object_store::path::Path::parse(key).map_err(|e| format!("{key}: {e}"))?;
+    let got = store.get(&path).await.map_err(|e| format!("read {key}: {}", store::why(&e)))?;
+    Ok(got.bytes().await.map_err(|e| format!("read {key}: {}", store::why(&e)))?.to_vec())
+}
+
+/// The cluster whose history covers the target, and the plan to reach it; a refusal names what
+/// every cluster of the series can restore.
+async fn choose(
+    store: &dyn ObjectStore,
+    listed: &Listed,
+    target: Target,
+    only: Option<&str>,
+) -> Result<(String, Plan), PodError> {
+    let mut clusters: Vec<&str> = listed.snapshots.iter().map(|(s, _)| s.cluster_id.as_str()).collect();
+    clusters.sort();
+    clusters.dedup();
+    clusters.retain(|c| !c.is_empty() && only.is_none_or(|o| o.eq_ignore_ascii_case(c)));
+    if clusters.is_empty() {
+        return Err(PodError::Refused(match only {
+            Some(c) => format!("the series holds no snapshot of etcd cluster {c}: nothing to restore"),
+            None => "the series holds no snapshot with a recorded cluster ID: nothing to restore".into(),
+        }));
+    }
+    let snaps: Vec<SnapshotRef> = listed.snapshots.iter().map(|(s, _)| s.clone()).collect();
+    let mut found = Vec::new();
+    let mut refusals = Vec::new();
+    for c in clusters {
+        let ranges = restorable_ranges::ranges(c, &snaps, &listed.segments);
+        match plan_for(store, &ranges, target).await? {
+            Ok(p) => found.push((c.to_string(), p)),
+            Err(r) => refusals.push((c, r)),
+        }
+    }
+    match found.len() {
+        1 => Ok(found.remove(0)),
+        0 if refusals.len() == 1 => Err(PodError::Refused(refusals[0].1.to_string())),
+        0 => Err(PodError::Refused(
+            refusals.iter().map(|(c, r)| format!("etcd cluster {c}: {r}")).collect::<Vec<_>>().join("; "),
+        )),
+        _ => Err(PodError::Refused(format!(
+            "the archives of etcd clusters {} all cover it: set pointInTime.clusterId",
+            found.iter().map(|(c, _)| c.as_str()).collect::<Vec<_>>().join(" and ")
+        ))),
+    }
+}
+
+/// The plan for `target` within one cluster's ranges (a moment read off a segment when the
+/// listing alone cannot tell).
+async fn plan_for(
+    store: &dyn ObjectStore,
+    ranges: &[restorable_ranges::Range],
+    target: Target,
+) -> Result<Result<Plan, Refusal>, PodError> {
+    let revision = match target {
+        Target::Revision(r) => r,
+        Target::Time(ms) => match point_in_time::lookup_time(ranges, ms) {
+            Err(r) => return Ok(Err(r)),
+            Ok(TimeLookup::Revision(r)) => r,
+            Ok(TimeLookup::ReadSegment(s)) => {
+                let seg = decode(&s.key, &get(store, &s.key).await?)?;
+                point_in_time::revision_at(&seg.events, s.header.from - 1, ms)
+            }
+        },
+    };
+    Ok(point_in_time::plan(ranges, revision))
+}
+
+fn decode(key: &str, bytes: &[u8]) -> Result<Segment, PodError> {
+    Segment::decode(bytes).map_err(|e| PodError::Refused(format!("segment {key} is damaged: {e}; nothing restored")))
+}
+
+/// The events of the plan's segments after the snapshot, each revision once (segments written
+/// twice after an archiver restart overlap), every segment checked against its checksum.
+async fn read_segments(store: &dyn ObjectStore, plan: &Plan, cluster_id: &str) -> Result<Vec<Event>, PodError> {
+    let mut events = Vec::new();
+    let mut reached = plan.snapshot.revision;
+    for s in &plan.segments {
+        let seg = decode(&s.key, &get(store, &s.key).await?)?;
+        if seg.header.cluster_id != cluster_id {
+            return Err(PodError::Refused(format!(
+                "segment {} belongs to etcd cluster {}, not {cluster_id}",
+                s.key, seg.header.cluster_id
+            )));
+        }
+        let last = seg.events.iter().map(|e| e.revision).max().unwrap_or(reached);
+        events.extend(seg.events.into_iter().filter(|e| e.revision > reached && e.revision <= plan.revision));
+        reached = reached.max(last);
+    }
+    Ok(events)
+}
+
+/// `etcdutl snapshot restore` (or `etcdctl` before 3.5) of `file` into `data`: a one-member
+/// cluster on loopback.
+async fn restore_snapshot(
+    work: &std::path::Path,
+    tools: &Version,
+    file: &std::path::Path,
+    data: &std::path::Path,
+) -> Result<(), PodError> {
+    let _ = std::fs::remove_dir_all(data);
+    let (tool, api) = if tools.minor_line() >= (3, 5) { ("etcdutl", None) } else { ("etcdctl", Some("3")) };
+    let mut cmd = tokio::process::Command::new(work.join(tool));
+    cmd.arg("snapshot")
+        .arg("restore")
+        .arg(file)
+        .arg(format!("--data-dir={}", data.display()))
+        .arg("--name=replay")
+        .arg(format!("--initial-cluster=replay={PEER_URL}"))
+        .arg(format!("--initial-advertise-peer-urls={PEER_URL}"));
+    if let Some(v) = api {
+        cmd.env("ETCDCTL_API", v);
+    }
+    let out = cmd.output().await.map_err(|e| format!("run {tool}: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "{tool} snapshot restore failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        )
+        .into());
+    }
+    Ok(())
+}
+
+fn start_etcd(work: &std::path::Path, data: &std::path::Path) -> Result<tokio::process::Child, PodError> {
+    tokio::process::Command::new(work.join("etcd"))
+        .arg("--name=replay")
+        .arg(format!("--data-dir={}", data.display()))
+        .arg(format!("--listen-client-urls={CLIENT_URL}"))
+        .arg(format!("--advertise-client-urls={CLIENT_URL}"))
+        .arg(format!("--listen-peer-urls={PEER_URL}"))
+        .arg(format!("--initial-advertise-peer-urls={PEER_URL}"))
+        .arg(format!("--initial-cluster=replay={PEER_URL}"))
+        .arg(format!("--quota-backend-bytes={QUOTA_BYTES}"))
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| format!("start the replay's etcd: {e}").into())
+}
+
+async fn connect() -> Result<Client, PodError> {
+    let started = std::time::Instant::now();
+    loop {
+        let opts = etcd_client::ConnectOptions::new().with_connect_timeout(Duration::from_secs(2));
+        let tried = match Client::connect([CLIENT_URL], Some(opts)).await {
+            Ok(mut c) => c.status().await.map(|_| c),
+            Err(e) => Err(e),
+        };
+        match tried {
+            Ok(c) => return Ok(c),
+            Err(e) if started.elapsed() > STARTUP => {
+                return Err(format!("the replay's etcd did not answer within {STARTUP:?}: {e}").into());
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
+}
+
+/// Apply `events` (after `from`, up to `to`) one transaction per revision, checking that etcd
+/// lands on each archived revision.
+async fn replay(events: &[Event], from: i64, to: i64) -> Result<(), PodError> {
+    let mut client = connect().await?;
+    let start = revision_of(&mut client).await?;
+    if start != from {
+        return Err(format!("the restored snapshot is at revision {start}, its sidecar says {from}").into());
+    }
+    let batches = point_in_time::transactions(events, from, to);
+    let mut reached = from;
+    for batch in &batches {
+        let want = batch[0].revision;
+        if want != reached + 1 {
+            return Err(PodError::Refused(format!(
+                "the archive has no change at revision {} (the next is {want}): a lost event; nothing restored",
+                reached + 1
+            )));
+        }
+        let ops: Vec<TxnOp> = batch
+            .iter()
+            .map(|e| match e.op {
+                Op::Put => TxnOp::put(e.key.clone(), e.value.clone(), None),
+                Op::Delete => TxnOp::delete(e.key.clone(), None),
+            })
+            .collect();
+        let resp = client.txn(Txn::new().and_then(ops)).await.map_err(|e| format!("replay revision {want}: {e}"))?;
+        let got = resp.header().map(|h| h.revision()).unwrap_or_default();
+        if got != want {
+            return Err(format!(
+                "replaying revision {want} made revision {got}: the replay diverged; nothing restored"
+            )
+            .into());
+        }
+        reached = want;
+    }
+    if reached != to {
+        return Err(format!("the archive ends at revision {reached}, before {to}: nothing restored").into());
+    }
+    eprintln!("replayed {} revisions ({}..={to})", batches.len(), from + 1);
+    Ok(())
+}
+
+async fn revision_of(client: &mut Client) -> Result<i64, PodError> {
+    let s = client.status().await.map_err(|e| format!("status of the replay's etcd: {e}"))?;
+    Ok(s.header().map(|h| h.revision()).unwrap_or_default())
+}
