@@ -84,19 +84,50 @@ fn archive_a_cluster(moto: &MotoServer, ns: &TestNamespace) -> Result<Archived> 
     let storage = storage_block(moto, BASE_KEY, "creds");
     let policy =
         "  backupPolicy: {backupIntervalInSecond: 3600}\n  continuous: {enabled: true, flushIntervalInSecond: 1}\n";
+    // Writes while the first snapshot streams: it may then hold a later revision than its
+    // sidecar records, which the replay must take in its stride.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let background = {
+        let (stop, ep) = (stop.clone(), ep.clone());
+        std::thread::spawn(move || -> Result<()> {
+            let rt = tokio::runtime::Runtime::new()?;
+            rt.block_on(async {
+                let mut c = Client::connect([ep.as_str()], None).await?;
+                let mut i = 0u64;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    c.put(format!("{PREFIX}bg{:02}", i % 20), format!("b{i}"), None).await?;
+                    i += 1;
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                }
+                Ok(())
+            })
+        })
+    };
     ns.apply(&backup_manifest(&ns.name, "series", "ex", "S3", &storage, policy))?;
-    wait_backup_succeeded(ns, "series")?;
-    wait_until(Duration::from_secs(120), "condition Archiving True", || {
-        let b = get(ns, "etcdbackup", "series")?;
-        let conds = b["status"]["conditions"].as_array().cloned().unwrap_or_default();
-        Ok(conds.iter().any(|c| c["type"] == "Archiving" && c["status"] == "True").then_some(()))
-    })?;
+    let archiving = wait_backup_succeeded(ns, "series").and_then(|_| {
+        wait_until(Duration::from_secs(120), "condition Archiving True", || {
+            let b = get(ns, "etcdbackup", "series")?;
+            let conds = b["status"]["conditions"].as_array().cloned().unwrap_or_default();
+            Ok(conds.iter().any(|c| c["type"] == "Archiving" && c["status"] == "True").then_some(()))
+        })
+    });
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    background.join().map_err(|_| anyhow::anyhow!("the background writer panicked"))??;
+    archiving?;
     let (i, before_pause) = rt.block_on(write_for(&mut client, 8, 0))?;
     // A pause of 3 s: the moment in its middle names exactly the revision reached before it.
     std::thread::sleep(Duration::from_millis(1500));
     let moment = jiff::Timestamp::now().to_string();
     std::thread::sleep(Duration::from_millis(1500));
     let (_, _) = rt.block_on(write_for(&mut client, 4, i))?;
+    // More keys under the prefix than etcd lets one transaction touch (128 by default): the
+    // delete below is one revision the replay must apply as one transaction all the same.
+    rt.block_on(async {
+        for n in 0..200 {
+            client.put(format!("{PREFIX}bulk/{n:03}"), "x", None).await?;
+        }
+        anyhow::Ok(())
+    })?;
     let deleted_at = rt
         .block_on(client.delete(PREFIX, Some(DeleteOptions::new().with_prefix())))?
         .header()

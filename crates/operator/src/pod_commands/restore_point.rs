@@ -72,6 +72,8 @@ const STARTUP: Duration = Duration::from_secs(60);
 /// The replay etcd's space quota: well above the 2 GiB default, so history replays that a
 /// cluster with a raised quota made are not refused with NOSPACE.
 const QUOTA_BYTES: u64 = 8 << 30;
+const MAX_TXN_OPS: u64 = 1_000_000;
+const MAX_REQUEST_BYTES: u64 = 256 << 20;
 
 /// A snapshot as listed: its reference for the ranges, and its sidecar.
 struct Listed {
@@ -117,8 +119,24 @@ pub async fn run(args: RestorePointArgs) -> Result<BackupMeta, PodError> {
     let data = work.join("replay");
     restore_snapshot(work, &tools, &file, &data).await?;
     let mut etcd = start_etcd(work, &data)?;
-    let replayed = replay(&events, snapshot.revision, plan.revision).await;
-    if let Err(e) = replayed {
+    let mut client = match connect().await {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = etcd.start_kill();
+            return Err(e);
+        }
+    };
+    // The snapshot's leases run in the replay's etcd too: kept alive until its snapshot is
+    // saved, so that none expires and deletes keys in between.
+    let keeping = match keep_leases_alive(&mut client).await {
+        Ok(k) => k,
+        Err(e) => {
+            let _ = etcd.start_kill();
+            return Err(e);
+        }
+    };
+    if let Err(e) = replay(&mut client, &events, snapshot.revision, plan.revision).await {
+        keeping.abort();
         let _ = etcd.start_kill();
         return Err(e);
     }
@@ -136,12 +154,17 @@ pub async fn run(args: RestorePointArgs) -> Result<BackupMeta, PodError> {
         auth: Default::default(),
     })
     .await;
+    // Nothing changed while the snapshot streamed (the sidecar's revision is read before it):
+    // revisions only grow, so the same revision after it proves the snapshot is the target.
+    let after = revision_of(&mut client).await;
+    keeping.abort();
     let _ = etcd.start_kill();
     let _ = etcd.wait().await;
     let report = saved?;
-    if report.backup.etcd_revision != plan.revision {
+    let after = after?;
+    if report.backup.etcd_revision != plan.revision || after != plan.revision {
         return Err(format!(
-            "the replayed snapshot is at revision {}, the restore asked for {}",
+            "the replayed snapshot is at revision {} (etcd {after} after it), the restore asked for {}",
             report.backup.etcd_revision, plan.revision
         )
         .into());
@@ -243,9 +266,9 @@ async fn plan_for(
         Target::Time(ms) => match point_in_time::lookup_time(ranges, ms) {
             Err(r) => return Ok(Err(r)),
             Ok(TimeLookup::Revision(r)) => r,
-            Ok(TimeLookup::ReadSegment(s)) => {
-                let seg = decode(&s.key, &get(store, &s.key).await?)?;
-                point_in_time::revision_at(&seg.events, s.header.from - 1, ms)
+            Ok(TimeLookup::ReadSegment { segment, reached }) => {
+                let seg = decode(&segment.key, &get(store, &segment.key).await?)?;
+                point_in_time::revision_at(&seg.events, reached, ms)
             }
         },
     };
@@ -319,6 +342,10 @@ fn start_etcd(work: &std::path::Path, data: &std::path::Path) -> Result<tokio::p
         .arg(format!("--initial-advertise-peer-urls={PEER_URL}"))
         .arg(format!("--initial-cluster=replay={PEER_URL}"))
         .arg(format!("--quota-backend-bytes={QUOTA_BYTES}"))
+        // One archived revision is one transaction, however many keys it touched (a `del
+        // --prefix`, a lease revoked): etcd's defaults (128 operations, 1.5 MiB) must not refuse it.
+        .arg(format!("--max-txn-ops={MAX_TXN_OPS}"))
+        .arg(format!("--max-request-bytes={MAX_REQUEST_BYTES}"))
         .kill_on_drop(true)
         .spawn()
         .map_err(|e| format!("start the replay's etcd: {e}").into())
@@ -342,16 +369,55 @@ async fn connect() -> Result<Client, PodError> {
     }
 }
 
-/// Apply `events` (after `from`, up to `to`) one transaction per revision, checking that etcd
-/// lands on each archived revision.
-async fn replay(events: &[Event], from: i64, to: i64) -> Result<(), PodError> {
-    let mut client = connect().await?;
-    let start = revision_of(&mut client).await?;
-    if start != from {
-        return Err(format!("the restored snapshot is at revision {start}, its sidecar says {from}").into());
+/// Keeps every lease of the replay's etcd alive (a task, until aborted).
+async fn keep_leases_alive(client: &mut Client) -> Result<tokio::task::JoinHandle<()>, PodError> {
+    let leases = client.leases().await.map_err(|e| refused_if_auth(format!("list the snapshot's leases: {e}")))?;
+    let mut keepers = Vec::new();
+    for l in leases.leases() {
+        let kept = client.lease_keep_alive(l.id()).await.map_err(|e| format!("keep lease {:x} alive: {e}", l.id()))?;
+        keepers.push(kept);
     }
-    let batches = point_in_time::transactions(events, from, to);
-    let mut reached = from;
+    Ok(tokio::spawn(async move {
+        loop {
+            for (keeper, stream) in &mut keepers {
+                if keeper.keep_alive().await.is_ok() {
+                    let _ = stream.message().await;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }))
+}
+
+/// A snapshot with authentication on: the replay, which has no login, is refused for good.
+fn refused_if_auth(why: String) -> PodError {
+    if why.contains("user name is empty") || why.contains("permission denied") || why.contains("invalid auth token") {
+        PodError::Refused(format!(
+            "the snapshot has etcd authentication enabled; point-in-time restores of clusters with spec.auth are not supported yet ({why})"
+        ))
+    } else {
+        why.into()
+    }
+}
+
+/// Apply `events` (after the snapshot's revision, up to `to`) one transaction per revision,
+/// checking that etcd lands on each archived revision. The snapshot may be a little past the
+/// revision its sidecar records (`backup-save` reads it before streaming): the archive starts
+/// after the sidecar's, so it holds what comes after either.
+async fn replay(client: &mut Client, events: &[Event], from: i64, to: i64) -> Result<(), PodError> {
+    let start = revision_of(client).await?;
+    if start < from {
+        return Err(PodError::Refused(format!(
+            "the snapshot restores revision {start}, before the {from} its sidecar records: nothing restored"
+        )));
+    }
+    if start > to {
+        return Err(PodError::Refused(format!(
+            "the snapshot holds revision {start} (its sidecar records {from}), past the target {to}: restore a later point, or one from an earlier snapshot"
+        )));
+    }
+    let batches = point_in_time::transactions(events, start, to);
+    let mut reached = start;
     for batch in &batches {
         let want = batch[0].revision;
         if want != reached + 1 {
@@ -367,7 +433,10 @@ async fn replay(events: &[Event], from: i64, to: i64) -> Result<(), PodError> {
                 Op::Delete => TxnOp::delete(e.key.clone(), None),
             })
             .collect();
-        let resp = client.txn(Txn::new().and_then(ops)).await.map_err(|e| format!("replay revision {want}: {e}"))?;
+        let resp = client
+            .txn(Txn::new().and_then(ops))
+            .await
+            .map_err(|e| refused_if_auth(format!("replay revision {want}: {e}")))?;
         let got = resp.header().map(|h| h.revision()).unwrap_or_default();
         if got != want {
             return Err(format!(
@@ -380,11 +449,11 @@ async fn replay(events: &[Event], from: i64, to: i64) -> Result<(), PodError> {
     if reached != to {
         return Err(format!("the archive ends at revision {reached}, before {to}: nothing restored").into());
     }
-    eprintln!("replayed {} revisions ({}..={to})", batches.len(), from + 1);
+    eprintln!("replayed {} revisions ({}..={to})", batches.len(), start + 1);
     Ok(())
 }
 
 async fn revision_of(client: &mut Client) -> Result<i64, PodError> {
-    let s = client.status().await.map_err(|e| format!("status of the replay's etcd: {e}"))?;
+    let s = client.status().await.map_err(|e| refused_if_auth(format!("status of the replay's etcd: {e}")))?;
     Ok(s.header().map(|h| h.revision()).unwrap_or_default())
 }

@@ -54,7 +54,11 @@ pub fn plan(ranges: &[Range], revision: i64) -> Result<Plan, Refusal> {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum TimeLookup {
     Revision(i64),
-    ReadSegment(SegmentRef),
+    /// Read this segment: the moment falls inside it; the chain had reached `reached` before it.
+    ReadSegment {
+        segment: SegmentRef,
+        reached: i64,
+    },
 }
 
 /// Which revision a moment names: the last one received at or before it, inside one range.
@@ -70,7 +74,7 @@ pub fn lookup_time(ranges: &[Range], at_ms: i64) -> Result<TimeLookup, Refusal> 
             break;
         }
         if s.header.last_ms > at_ms {
-            return Ok(TimeLookup::ReadSegment(s.clone()));
+            return Ok(TimeLookup::ReadSegment { segment: s.clone(), reached: revision });
         }
         revision = s.header.to;
     }
@@ -78,10 +82,11 @@ pub fn lookup_time(ranges: &[Range], at_ms: i64) -> Result<TimeLookup, Refusal> 
 }
 
 /// In a segment read for [`TimeLookup::ReadSegment`]: the last revision whose events all
-/// arrived at or before `at_ms` (`before`: the revision the chain reached before it).
+/// arrived at or before `at_ms` (`before`: the revision the chain reached before it; events up
+/// to it, which a segment written twice after an archiver restart repeats, are passed over).
 pub fn revision_at(events: &[Event], before: i64, at_ms: i64) -> i64 {
     let mut rev = before;
-    for e in events {
+    for e in events.iter().filter(|e| e.revision > before) {
         if e.at_ms > at_ms {
             // The rest of this revision's events, and all later ones, came after the moment.
             return if e.revision == rev { rev - 1 } else { rev };

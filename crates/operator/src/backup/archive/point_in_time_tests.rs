@@ -84,7 +84,9 @@ fn a_moment_names_the_last_revision_received_at_or_before_it() {
     assert_eq!(lookup_time(&rs, 1000), Ok(TimeLookup::Revision(100)));
     assert_eq!(lookup_time(&rs, 1505), Ok(TimeLookup::Revision(150)));
     assert_eq!(lookup_time(&rs, 2000), Ok(TimeLookup::Revision(200)));
-    assert!(matches!(lookup_time(&rs, 1200), Ok(TimeLookup::ReadSegment(s)) if s.key == "101-150"));
+    assert!(
+        matches!(lookup_time(&rs, 1200), Ok(TimeLookup::ReadSegment { segment, reached: 100 }) if segment.key == "101-150")
+    );
     assert_eq!(lookup_time(&rs, 999).expect_err("before").why, "it is before the oldest snapshot");
     assert_eq!(lookup_time(&rs, 2001).expect_err("after").why, "it is after the last durable change");
 }
@@ -102,6 +104,9 @@ fn inside_a_segment_a_moment_never_splits_a_transaction() {
     assert_eq!(revision_at(&events, 10, 150), 11);
     assert_eq!(revision_at(&events, 10, 250), 11, "half of revision 12 is not a state etcd ever had");
     assert_eq!(revision_at(&events, 10, 300), 12);
+    // A segment written twice overlaps what the chain reached: its early events never pull the
+    // moment's revision back.
+    assert_eq!(revision_at(&events, 11, 50), 11, "revision 11 was reached before this segment");
     assert_eq!(revision_at(&events, 10, 999), 13);
 }
 
@@ -177,9 +182,9 @@ proptest! {
             let at = snap_rev * 100 + (((last - snap_rev) * 100) as f64 * target_frac) as i64;
             let r = match lookup_time(&rs, at).expect("inside the range") {
                 TimeLookup::Revision(r) => r,
-                TimeLookup::ReadSegment(s) => {
-                    let seg = Segment::decode(&objects[&s.key]).expect("decodes");
-                    revision_at(&seg.events, s.header.from - 1, at)
+                TimeLookup::ReadSegment { segment, reached } => {
+                    let seg = Segment::decode(&objects[&segment.key]).expect("decodes");
+                    revision_at(&seg.events, reached, at)
                 }
             };
             // The moment's revision: the last one whose events came at or before it.
