@@ -56,6 +56,16 @@ async fn state_at(c: &mut Client, revision: i64) -> Result<KeySpace> {
     Ok(r.kvs().iter().map(|kv| (kv.key().to_vec(), kv.value().to_vec())).collect())
 }
 
+/// Runs `kubectl etcd` (the workspace's plugin binary) in the test's namespace.
+fn kubectl_etcd(ns: &TestNamespace, args: &[&str]) -> Result<String> {
+    let bin = std::env::var_os("KUBECTL_ETCD_BIN").map(std::path::PathBuf::from).unwrap_or_else(|| {
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/debug/kubectl-etcd")
+    });
+    ensure!(bin.exists(), "{} is missing: cargo build -p kubectl-etcd", bin.display());
+    let kubeconfig = std::env::var("KUBECONFIG").unwrap_or_else(|_| e2e::DEFAULT_KUBECONFIG.to_string());
+    e2e::run(std::process::Command::new(&bin).env("KUBECONFIG", kubeconfig).args(["-n", &ns.name]).args(args))
+}
+
 fn pitr_manifest(ns: &str, name: &str, storage: &str, point: &str) -> String {
     format!(
         "apiVersion: etcd.database.coreos.com/v1beta2\nkind: EtcdRestore\nmetadata: {{name: {name}, namespace: {ns}}}\nspec:\n  etcdCluster: {{name: {name}, spec: {{size: 1, version: \"{VERSION}\"}}}}\n  backupStorageType: S3\n  {storage}\n  pointInTime: {point}\n"
@@ -185,9 +195,23 @@ fn a_restore_to_a_revision_or_a_moment_gives_exactly_the_state_history_had() -> 
         );
         ensure!(rev >= before_delete, "the restored cluster is at revision {rev}, before {before_delete}");
 
+        // The moment through the plugin, as a person would ask for it.
         let (paused, moment) = a.paused_at.clone();
         let want = a.rt.block_on(state_at(&mut a.client, paused))?;
-        ns.apply(&pitr_manifest(&ns.name, "at-time", &a.storage, &format!("{{time: \"{moment}\"}}")))?;
+        kubectl_etcd(
+            ns,
+            &[
+                "restore",
+                "at-time",
+                &format!("--from=s3:{BUCKET}/{BASE_KEY}"),
+                &format!("--time={moment}"),
+                "--credentials-secret=creds",
+                &format!("--endpoint={}", moto.endpoint()),
+                "--force-path-style",
+                "--size=1",
+                &format!("--version={VERSION}"),
+            ],
+        )?;
         let r = wait_restore(ns, "at-time")?;
         ensure!(
             r["status"]["etcdRevision"] == paused,

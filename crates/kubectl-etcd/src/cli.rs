@@ -48,6 +48,9 @@ pub enum Command {
     Unpause(NameArg),
     /// Create a one-shot EtcdBackup of this cluster.
     Backup(BackupArgs),
+    /// Create an EtcdRestore: a new EtcdCluster NAME from one backup, or (with `--revision` or
+    /// `--time`) from the state at that point of an EtcdBackup's continuous archive.
+    Restore(RestoreArgs),
 }
 
 #[derive(Args, Debug)]
@@ -119,6 +122,41 @@ pub struct BackupArgs {
     /// Name of the EtcdBackup (default: `<cluster>-<unix time>`).
     #[arg(long)]
     pub backup_name: Option<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct RestoreArgs {
+    /// Name of the EtcdCluster to create (it must not exist).
+    pub name: String,
+    /// The backup (`pvc:CLAIM/PATH`, `s3:BUCKET/KEY`, `abs:…`, `gcs:…`); with `--revision` or
+    /// `--time`, the EtcdBackup's path (the series with its archive).
+    #[arg(long)]
+    pub from: String,
+    /// Restore the state right after this revision (point in time).
+    #[arg(long, conflicts_with = "time")]
+    pub revision: Option<i64>,
+    /// Restore the state at this moment, RFC 3339 (point in time).
+    #[arg(long)]
+    pub time: Option<String>,
+    /// Secret with the store's credentials; not used for PVC.
+    #[arg(long)]
+    pub credentials_secret: Option<String>,
+    /// S3 endpoint of an S3-compatible server.
+    #[arg(long)]
+    pub endpoint: Option<String>,
+    /// S3 path-style addressing (most S3-compatible servers).
+    #[arg(long)]
+    pub force_path_style: bool,
+    /// Members of the new cluster (default: the operator's, 3).
+    #[arg(long)]
+    pub size: Option<i32>,
+    /// etcd version of the new cluster (default: the backup's; for a point in time, the
+    /// operator's default).
+    #[arg(long)]
+    pub version: Option<String>,
+    /// Name of the EtcdRestore (default: NAME).
+    #[arg(long)]
+    pub restore_name: Option<String>,
 }
 
 /// A client of the kubeconfig's cluster and the context's namespace.

@@ -40,5 +40,6 @@ async fn run(cli: Cli) -> Result<i32> {
         Command::Pause(a) => actions::pause(&client, &ns, &a.name, true).await,
         Command::Unpause(a) => actions::pause(&client, &ns, &a.name, false).await,
         Command::Backup(a) => actions::backup(&client, &ns, &a).await,
+        Command::Restore(a) => actions::restore(&client, &ns, &a).await,
     }
 }
