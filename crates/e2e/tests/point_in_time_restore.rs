@@ -66,16 +66,21 @@ fn kubectl_etcd(ns: &TestNamespace, args: &[&str]) -> Result<String> {
     e2e::run(std::process::Command::new(&bin).env("KUBECONFIG", kubeconfig).args(["-n", &ns.name]).args(args))
 }
 
-fn pitr_manifest(ns: &str, name: &str, storage: &str, point: &str) -> String {
+fn pitr_manifest(ns: &str, name: &str, a: &Archived, point: &str) -> String {
+    let (kind, storage) = (a.storage_type, &a.storage);
     format!(
-        "apiVersion: etcd.database.coreos.com/v1beta2\nkind: EtcdRestore\nmetadata: {{name: {name}, namespace: {ns}}}\nspec:\n  etcdCluster: {{name: {name}, spec: {{size: 1, version: \"{VERSION}\"}}}}\n  backupStorageType: S3\n  {storage}\n  pointInTime: {point}\n"
+        "apiVersion: etcd.database.coreos.com/v1beta2\nkind: EtcdRestore\nmetadata: {{name: {name}, namespace: {ns}}}\nspec:\n  etcdCluster: {{name: {name}, spec: {{size: 1, version: \"{VERSION}\"}}}}\n  backupStorageType: {kind}\n  {storage}\n  pointInTime: {point}\n"
     )
 }
+
+/// The series on a PersistentVolumeClaim.
+const PVC_STORAGE: &str = "pvc: {claimName: backups, path: pitr/ex}";
 
 /// The archived cluster, written to and then wiped, with its archive durable to the end.
 struct Archived {
     rt: tokio::runtime::Runtime,
     client: Client,
+    storage_type: &'static str,
     storage: String,
     /// The last revision before the writer's pause, and the moment in the middle of it.
     paused_at: (i64, String),
@@ -84,14 +89,23 @@ struct Archived {
     last: i64,
 }
 
-fn archive_a_cluster(moto: &MotoServer, ns: &TestNamespace) -> Result<Archived> {
-    ns.apply(&moto.secret_manifest(&ns.name, "creds"))?;
+/// On S3 (moto), or with `moto` None on a claim.
+fn archive_a_cluster(moto: Option<&MotoServer>, ns: &TestNamespace) -> Result<Archived> {
+    let (storage_type, storage) = match moto {
+        Some(moto) => {
+            ns.apply(&moto.secret_manifest(&ns.name, "creds"))?;
+            ("S3", storage_block(moto, BASE_KEY, "creds"))
+        }
+        None => {
+            ns.apply(&claim_manifest(&ns.name, "backups"))?;
+            ("PVC", PVC_STORAGE.to_string())
+        }
+    };
     ns.apply(&cluster_manifest(&ns.name, "ex", 3, VERSION, ""))?;
     wait_healthy(ns, "ex", 3, CREATE)?;
     let ep = client_endpoint(ns, "ex")?;
     let rt = tokio::runtime::Runtime::new()?;
     let mut client = rt.block_on(Client::connect([ep.as_str()], None))?;
-    let storage = storage_block(moto, BASE_KEY, "creds");
     let policy =
         "  backupPolicy: {backupIntervalInSecond: 3600}\n  continuous: {enabled: true, flushIntervalInSecond: 1}\n";
     // Writes while the first snapshot streams: it may then hold a later revision than its
@@ -113,7 +127,7 @@ fn archive_a_cluster(moto: &MotoServer, ns: &TestNamespace) -> Result<Archived> 
             })
         })
     };
-    ns.apply(&backup_manifest(&ns.name, "series", "ex", "S3", &storage, policy))?;
+    ns.apply(&backup_manifest(&ns.name, "series", "ex", storage_type, &storage, policy))?;
     let archiving = wait_backup_succeeded(ns, "series").and_then(|_| {
         wait_until(Duration::from_secs(120), "condition Archiving True", || {
             let b = get(ns, "etcdbackup", "series")?;
@@ -148,7 +162,7 @@ fn archive_a_cluster(moto: &MotoServer, ns: &TestNamespace) -> Result<Archived> 
         let a = get(ns, "etcdbackup", "series")?["status"]["archive"].clone();
         Ok((a["durableRevision"].as_i64().unwrap_or(0) >= last).then_some(()))
     })?;
-    Ok(Archived { rt, client, storage, paused_at: (before_pause, moment), deleted_at, last })
+    Ok(Archived { rt, client, storage_type, storage, paused_at: (before_pause, moment), deleted_at, last })
 }
 
 fn wait_restore(ns: &TestNamespace, name: &str) -> Result<Value> {
@@ -176,12 +190,12 @@ fn a_restore_to_a_revision_or_a_moment_gives_exactly_the_state_history_had() -> 
     let moto = MotoServer::start()?;
     moto.create_bucket(BUCKET)?;
     with_operator("e2e-pitr", |ns, _op| {
-        let mut a = archive_a_cluster(&moto, ns)?;
+        let mut a = archive_a_cluster(Some(&moto), ns)?;
         let before_delete = a.deleted_at - 1;
         let want = a.rt.block_on(state_at(&mut a.client, before_delete))?;
         ensure!(want.keys().any(|k| k.starts_with(PREFIX.as_bytes())), "the prefix was empty before its delete");
 
-        ns.apply(&pitr_manifest(&ns.name, "at-rev", &a.storage, &format!("{{revision: {before_delete}}}")))?;
+        ns.apply(&pitr_manifest(&ns.name, "at-rev", &a, &format!("{{revision: {before_delete}}}")))?;
         let r = wait_restore(ns, "at-rev")?;
         ensure!(r["status"]["etcdRevision"] == before_delete, "restored to {}", r["status"]["etcdRevision"]);
         let from = r["status"]["restoredFrom"].as_str().unwrap_or_default().to_string();
@@ -231,7 +245,7 @@ fn a_point_outside_the_archive_or_a_damaged_segment_is_refused_and_nothing_is_cr
     let moto = MotoServer::start()?;
     moto.create_bucket(BUCKET)?;
     with_operator("e2e-pitr-refused", |ns, _op| {
-        let a = archive_a_cluster(&moto, ns)?;
+        let a = archive_a_cluster(Some(&moto), ns)?;
         let failed = |name: &str| -> Result<String> {
             let r = wait_until(Duration::from_secs(300), &format!("EtcdRestore {name} to be refused"), || {
                 let r = get(ns, "etcdrestore", name)?;
@@ -243,7 +257,7 @@ fn a_point_outside_the_archive_or_a_damaged_segment_is_refused_and_nothing_is_cr
         };
 
         let beyond = a.last + 100_000;
-        ns.apply(&pitr_manifest(&ns.name, "beyond", &a.storage, &format!("{{revision: {beyond}}}")))?;
+        ns.apply(&pitr_manifest(&ns.name, "beyond", &a, &format!("{{revision: {beyond}}}")))?;
         let why = failed("beyond")?;
         ensure!(why.contains("after the last durable change") && why.contains("restorable: revisions"), "{why}");
         let events = e2e_events(ns, "EtcdRestore", "beyond")?;
@@ -263,12 +277,31 @@ fn a_point_outside_the_archive_or_a_damaged_segment_is_refused_and_nothing_is_cr
         let at = bytes.len() - 3;
         bytes[at] ^= 0x01;
         moto.put_object(BUCKET, &seg.key, &bytes)?;
-        ns.apply(&pitr_manifest(&ns.name, "damaged", &a.storage, &format!("{{revision: {}}}", a.deleted_at)))?;
+        ns.apply(&pitr_manifest(&ns.name, "damaged", &a, &format!("{{revision: {}}}", a.deleted_at)))?;
         let why = failed("damaged")?;
         ensure!(why.contains(&seg.key) && why.contains("damaged"), "{why}");
 
         // Nothing running was touched.
         wait_healthy(ns, "ex", 3, Duration::from_secs(60))?;
+        Ok(())
+    })
+}
+
+/// The same on a claim: the archiver, the replaying verify pod and the restored member's init
+/// containers all use the volume; the state before the delete comes back exactly.
+#[test]
+fn a_series_on_a_volume_restores_to_the_revision_before_the_delete() -> Result<()> {
+    with_operator("e2e-pitr-pvc", |ns, _op| {
+        let mut a = archive_a_cluster(None, ns)?;
+        let before_delete = a.deleted_at - 1;
+        let want = a.rt.block_on(state_at(&mut a.client, before_delete))?;
+        ns.apply(&pitr_manifest(&ns.name, "on-volume", &a, &format!("{{revision: {before_delete}}}")))?;
+        let r = wait_restore(ns, "on-volume")?;
+        ensure!(r["status"]["etcdRevision"] == before_delete, "restored to {}", r["status"]["etcdRevision"]);
+        let from = r["status"]["restoredFrom"].as_str().unwrap_or_default();
+        ensure!(from.starts_with("pvc://backups/pitr/ex.restores/"), "restoredFrom {from}");
+        let (got, _) = restored_state(&a, ns, "on-volume")?;
+        ensure!(got == want, "state differs from etcd's history at {before_delete}");
         Ok(())
     })
 }
