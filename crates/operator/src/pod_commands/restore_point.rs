@@ -389,12 +389,16 @@ async fn keep_leases_alive(client: &mut Client) -> Result<tokio::task::JoinHandl
     }))
 }
 
-/// A snapshot with authentication on: the replay, which has no login, is refused for good.
+/// What no retry changes is refused for good: a snapshot with authentication on (the replay
+/// has no login), or a revision etcd will not take as one transaction even with the replay's
+/// raised limits.
 fn refused_if_auth(why: String) -> PodError {
     if why.contains("user name is empty") || why.contains("permission denied") || why.contains("invalid auth token") {
         PodError::Refused(format!(
             "the snapshot has etcd authentication enabled; point-in-time restores of clusters with spec.auth are not supported yet ({why})"
         ))
+    } else if why.contains("too many operations in txn") || why.contains("request is too large") {
+        PodError::Refused(format!("{why}: the archived revision is larger than the replay may apply; nothing restored"))
     } else {
         why.into()
     }
