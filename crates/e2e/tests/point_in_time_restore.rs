@@ -177,12 +177,26 @@ fn wait_restore(ns: &TestNamespace, name: &str) -> Result<Value> {
 fn restored_state(a: &Archived, ns: &TestNamespace, name: &str) -> Result<(KeySpace, i64)> {
     wait_healthy(ns, name, 1, CREATE)?;
     let ep = client_endpoint(ns, name)?;
-    a.rt.block_on(async {
-        let mut c = Client::connect([ep.as_str()], None).await?;
-        let r = c.get("", Some(GetOptions::new().with_all_keys())).await?;
-        let rev = r.header().context("no header")?.revision();
-        Ok((r.kvs().iter().map(|kv| (kv.key().to_vec(), kv.value().to_vec())).collect(), rev))
-    })
+    let read = || -> Result<(KeySpace, i64)> {
+        a.rt.block_on(async {
+            let mut c = Client::connect([ep.as_str()], None).await?;
+            let r = c.get("", Some(GetOptions::new().with_all_keys())).await?;
+            let rev = r.header().context("no header")?.revision();
+            Ok((r.kvs().iter().map(|kv| (kv.key().to_vec(), kv.value().to_vec())).collect(), rev))
+        })
+    };
+    // The new client Service may refuse connections for a moment after its member is ready
+    // (kube-proxy programs its endpoints a little later).
+    let mut last = None;
+    let got =
+        wait_until(Duration::from_secs(60), &format!("a read of {name} through its client Service"), || match read() {
+            Ok(v) => Ok(Some(v)),
+            Err(e) => {
+                last = Some(format!("{e:#}"));
+                Ok(None)
+            }
+        });
+    got.with_context(|| format!("last error: {}", last.unwrap_or_default()))
 }
 
 #[test]
