@@ -57,7 +57,7 @@ failure_list() {
         fi
         # What the test said last (its error and the lines before it): a CI log is read from
         # its tail, where the pool's own print of this log scrolled away long ago.
-        [ -f "$l" ] && grep -vE '^(running [0-9]+ tests?|test result:|$)' "$l" | tail -n 12 | sed 's/^/        | /' || true
+        [ -f "$l" ] && grep -vE '^(running [0-9]+ tests?|test result:)|^\s*$|^\s+([0-9]+: |at )' "$l" | tail -n 12 | sed 's/^/        | /' || true
       done <"$f"
     done
     for f in "${FAILS[@]}"; do echo "$f"; done; } >"$out/failures"
