@@ -112,13 +112,13 @@ async fn stream_hash(
 }
 
 /// Download the backup at `loc` to `file`, checking it against `sha256`: the file exists only
-/// when it matches (a mismatch is [`PodError::Refused`]).
+/// when it matches (a mismatch is [`PodError::Refused`]). Its size.
 pub async fn download_checked(
     store: &dyn object_store::ObjectStore,
     loc: &location::Location,
     sha256: &str,
     file: &FsPath,
-) -> Result<(), PodError> {
+) -> Result<i64, PodError> {
     let part = file.with_extension("part");
     let mut f = tokio::fs::File::create(&part).await.map_err(|e| format!("create {}: {e}", part.display()))?;
     let (sha, size) = stream_hash(store, loc, Some(&mut f)).await?;
@@ -127,12 +127,12 @@ pub async fn download_checked(
     if sha != sha256 {
         let _ = std::fs::remove_file(&part);
         return Err(PodError::Refused(format!(
-            "checksum mismatch: backup {} has sha256 {sha} ({size} bytes), its sidecar records {sha256}; nothing restored",
+            "checksum mismatch: backup {} has sha256 {sha} ({size} bytes), the restore expects {sha256}; nothing restored",
             loc.url()
         )));
     }
     std::fs::rename(&part, file).map_err(|e| format!("rename {}: {e}", part.display()))?;
-    Ok(())
+    Ok(size)
 }
 
 /// Check a backup against its sidecar. A failure that no retry can change (the backup or its
@@ -213,21 +213,11 @@ pub struct StageArgs {
 /// `stage-restore-step`: the static restore step copied into the work directory, for an etcd
 /// image to run next (a point-in-time restore's verify pod: it copies the image's tools).
 pub fn stage_step(args: StageArgs) -> Result<String, PodError> {
-    std::fs::create_dir_all(&args.work_dir).map_err(|e| format!("create {}: {e}", args.work_dir.display()))?;
-    let step = args.work_dir.join(STEP_BINARY);
-    std::fs::copy(&args.step_binary, &step)
-        .map_err(|e| format!("copy the restore step {} to {}: {e}", args.step_binary.display(), step.display()))?;
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&step, std::fs::Permissions::from_mode(0o755))
-        .map_err(|e| format!("chmod {}: {e}", step.display()))?;
-    Ok(format!("staged {}", step.display()))
+    copy_step(&args.work_dir, &args.step_binary).map(|step| format!("staged {}", step.display()))
 }
 
-/// The common start of `restore-prepare` and `seed-from-member`: the restore step copied into
-/// the work directory (the etcd image runs it next), and `Some(message)` when the member already
-/// has data (restored before; init containers run again on a new pod sandbox): then nothing is
-/// fetched, and the restore step restores nothing.
-fn begin(work: &FsPath, data_dir: &FsPath, step_binary: &FsPath) -> Result<Option<String>, PodError> {
+/// The static restore step copied into `work` (created if needed), executable.
+fn copy_step(work: &FsPath, step_binary: &FsPath) -> Result<PathBuf, PodError> {
     std::fs::create_dir_all(work).map_err(|e| format!("create {}: {e}", work.display()))?;
     let step = work.join(STEP_BINARY);
     std::fs::copy(step_binary, &step)
@@ -235,6 +225,15 @@ fn begin(work: &FsPath, data_dir: &FsPath, step_binary: &FsPath) -> Result<Optio
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&step, std::fs::Permissions::from_mode(0o755))
         .map_err(|e| format!("chmod {}: {e}", step.display()))?;
+    Ok(step)
+}
+
+/// The common start of `restore-prepare` and `seed-from-member`: the restore step copied into
+/// the work directory (the etcd image runs it next), and `Some(message)` when the member already
+/// has data (restored before; init containers run again on a new pod sandbox): then nothing is
+/// fetched, and the restore step restores nothing.
+fn begin(work: &FsPath, data_dir: &FsPath, step_binary: &FsPath) -> Result<Option<String>, PodError> {
+    copy_step(work, step_binary)?;
     if has_member_data(data_dir) {
         return Ok(Some(format!("{} already holds this member's data; kept, nothing fetched", data_dir.display())));
     }
@@ -257,22 +256,8 @@ pub async fn prepare(args: PrepareArgs) -> Result<String, PodError> {
         Ok(Some(m)) if m.sha256 == args.sha256 => previous,
         _ => loc.clone(),
     };
-    let part = work.join(format!("{SNAPSHOT_FILE}.part"));
-    let mut file = tokio::fs::File::create(&part).await.map_err(|e| format!("create {}: {e}", part.display()))?;
-    let (sha, size) = stream_hash(&*store, &from, Some(&mut file)).await?;
-    file.sync_all().await.map_err(|e| format!("sync {}: {e}", part.display()))?;
-    drop(file);
-    if sha != args.sha256 {
-        let _ = std::fs::remove_file(&part);
-        return Err(format!(
-            "checksum mismatch: backup {} has sha256 {sha}, the restore expects {}; nothing restored",
-            from.url(),
-            args.sha256
-        )
-        .into());
-    }
-    std::fs::rename(&part, &snapshot).map_err(|e| format!("rename {}: {e}", part.display()))?;
-    Ok(format!("fetched {} ({size} bytes, sha256 {sha})", from.url()))
+    let size = download_checked(&*store, &from, &args.sha256, &snapshot).await?;
+    Ok(format!("fetched {} ({size} bytes, sha256 {})", from.url(), args.sha256))
 }
 
 /// `seed-from-member`: the first init container of a quorum-loss recovery's first member. Streams
