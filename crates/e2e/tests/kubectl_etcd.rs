@@ -8,7 +8,6 @@
 
 mod common;
 
-use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -24,16 +23,6 @@ const CREATE: Duration = Duration::from_secs(180);
 /// What `status` may take at most with members that do not answer (its member timeout is 5 s;
 /// three calls each, in parallel, plus the API server's round trips).
 const STATUS_LIMIT: Duration = Duration::from_secs(30);
-
-fn plugin_bin() -> PathBuf {
-    std::env::var_os("KUBECTL_ETCD_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/debug/kubectl-etcd"))
-}
-
-fn kubeconfig() -> String {
-    std::env::var("KUBECONFIG").unwrap_or_else(|_| e2e::DEFAULT_KUBECONFIG.to_string())
-}
 
 /// Runs the plugin; its stdout and how long it took.
 fn plugin(ns: &TestNamespace, args: &[&str]) -> Result<(String, Duration)> {

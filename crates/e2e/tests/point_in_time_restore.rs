@@ -58,12 +58,9 @@ async fn state_at(c: &mut Client, revision: i64) -> Result<KeySpace> {
 
 /// Runs `kubectl etcd` (the workspace's plugin binary) in the test's namespace.
 fn kubectl_etcd(ns: &TestNamespace, args: &[&str]) -> Result<String> {
-    let bin = std::env::var_os("KUBECTL_ETCD_BIN").map(std::path::PathBuf::from).unwrap_or_else(|| {
-        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/debug/kubectl-etcd")
-    });
+    let bin = plugin_bin();
     ensure!(bin.exists(), "{} is missing: cargo build -p kubectl-etcd", bin.display());
-    let kubeconfig = std::env::var("KUBECONFIG").unwrap_or_else(|_| e2e::DEFAULT_KUBECONFIG.to_string());
-    e2e::run(std::process::Command::new(&bin).env("KUBECONFIG", kubeconfig).args(["-n", &ns.name]).args(args))
+    e2e::run(std::process::Command::new(&bin).env("KUBECONFIG", kubeconfig()).args(["-n", &ns.name]).args(args))
 }
 
 fn pitr_manifest(ns: &str, name: &str, a: &Archived, point: &str) -> String {

@@ -12,6 +12,18 @@ pub mod writer;
 pub use e2e::harness::*;
 pub use e2e::manifests::cluster_manifest;
 
+/// The `kubectl etcd` plugin under test: `$KUBECTL_ETCD_BIN`, else the workspace's debug build.
+pub fn plugin_bin() -> std::path::PathBuf {
+    std::env::var_os("KUBECTL_ETCD_BIN")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/debug/kubectl-etcd"))
+}
+
+/// The kubeconfig the tests use.
+pub fn kubeconfig() -> String {
+    std::env::var("KUBECONFIG").unwrap_or_else(|_| e2e::DEFAULT_KUBECONFIG.to_string())
+}
+
 /// A Secret's data, decoded (values as UTF-8 text).
 pub fn secret_data(ns: &e2e::TestNamespace, name: &str) -> anyhow::Result<std::collections::BTreeMap<String, String>> {
     use anyhow::Context;
