@@ -42,6 +42,26 @@ pub fn wait_healthy(ns: &TestNamespace, name: &str, size: usize, timeout: Durati
         let pods = member_pods(ns, name)?.len();
         Ok((ready == size && learners == 0 && pods == size && st["size"] == size && current).then_some(c))
     })
+    .inspect(|_| client_service_connects(ns, name))
+}
+
+/// Waits (up to 30 s) until a TCP connection to the client Service's ClusterIP is accepted:
+/// kube-proxy programs a new Service's endpoints a moment after its pods are ready, and a
+/// client that connects in between is refused (seen in CI right after `wait_healthy`). Never
+/// fails: a Service that stays closed (no Service, a NetworkPolicy in the way) is left to the
+/// test's own client to report.
+fn client_service_connects(ns: &TestNamespace, name: &str) {
+    let Ok(svc) = ns.json(&["get", "service", &format!("{name}-client")]) else { return };
+    let Some(addr) = svc["spec"]["clusterIP"].as_str().and_then(|ip| format!("{ip}:2379").parse().ok()) else {
+        return;
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while std::time::Instant::now() < deadline {
+        if std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1)).is_ok() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }
 
 /// `http://<client Service ClusterIP>:2379`, reached from the host through kube-proxy.
