@@ -67,8 +67,9 @@ fn apply(o: &mut Observed, step: &Step, serial: &mut u32) {
         }
         Step::Promote { id, .. } => m(o, *id).is_learner = false,
         Step::RemoveMember { id, pod, .. } => {
+            // Its pod stops for a while (deleting), and is gone after the next plan (`play`).
             etcd(o).members.retain(|mm| mm.id != *id);
-            o.pods.remove(pod);
+            o.pods.get_mut(pod).unwrap().deleting = true;
         }
         other => panic!("unexpected step in a TLS transition: {other:?}"),
     }
@@ -112,15 +113,46 @@ fn check_invariants(o: &Observed, when: &str) {
 }
 
 /// Plays the transition to `o`'s spec through; returns the steps as `"<Step> <member>"`.
-fn play(mut o: Observed, previous: &Policy) -> (Vec<String>, Observed) {
+fn play(o: Observed, previous: &Policy) -> (Vec<String>, Observed) {
+    play_lingering(o, previous, 0)
+}
+
+/// [`play`], a removed member's pod stopping (`deleting`) through `linger` more plans, or
+/// until the operator waits (time passes then): a pod stopping slowly must not change what the
+/// transition does, nor hide the `TLSTransition` condition while members are not as the spec
+/// says (seen in e2e: a replacement started after the condition had gone).
+fn play_lingering(mut o: Observed, previous: &Policy, linger: usize) -> (Vec<String>, Observed) {
     let mut steps = vec![];
     let mut serial = 0;
     let mut mark = Leaving::default();
+    let mut stopping: std::collections::BTreeMap<String, usize> = Default::default();
     for _ in 0..200 {
+        stopping.retain(|pod, plans| {
+            let gone = *plans >= linger;
+            if gone {
+                o.pods.remove(pod);
+            }
+            !gone
+        });
         let target = o.desired.as_ref().unwrap().tls.clone();
         observe_stage(&mut o, &[mark.clone(), Leaving::of_policy(previous)]);
         mark = leaving_of(&target, &o.desired.as_ref().unwrap().tls_stage);
         let step = plan(&o);
+        let steady = Stage::steady(&target).pod(target.peer_secret.is_some());
+        let unfinished = o.pods.values().filter(|p| !p.deleting).any(|p| p.tls != steady);
+        assert!(
+            !unfinished || tls_transition::progress(&o, &step).is_some(),
+            "members are not as the spec says, {step:?} planned, and no TLSTransition condition after {steps:?}"
+        );
+        if !stopping.is_empty() && matches!(step, Step::Wait(_)) {
+            for pod in std::mem::take(&mut stopping).keys() {
+                o.pods.remove(pod);
+            }
+            continue;
+        }
+        for plans in stopping.values_mut() {
+            *plans += 1;
+        }
         if let Step::Wait(w) = &step {
             assert_eq!(w.reason, WaitReason::Stable, "{}", w.message);
             assert!(tls_transition::progress(&o, &step).is_none(), "done, but the condition says otherwise");
@@ -135,6 +167,9 @@ fn play(mut o: Observed, previous: &Policy) -> (Vec<String>, Observed) {
         let name = format!("{} {}", step.name(), step.member().unwrap_or(""));
         apply(&mut o, &step, &mut serial);
         check_invariants(&o, &name);
+        for p in o.pods.values().filter(|p| p.deleting) {
+            stopping.entry(p.name.clone()).or_default();
+        }
         steps.push(name);
     }
     panic!("no end after 200 steps: {steps:?}");
@@ -248,4 +283,34 @@ fn an_operator_restarted_half_way_goes_on_from_the_pods_and_the_member_list() {
     let (steps, o) = play(o, &Policy::default());
     assert_eq!(steps[..3], restart("ex-m3"), "the moved member is made again first");
     steady_under(&o, &o.desired.as_ref().unwrap().tls.clone());
+}
+
+#[test]
+fn an_emptydir_cluster_replaced_while_old_pods_stop_slowly_is_replaced_exactly_as_often() {
+    for tls in [BOTH, PEERS, CLIENTS] {
+        let counts = |linger: usize| {
+            let mut o = running(3, 3);
+            o.desired = Ok(desired_tls(3, Some(tls)));
+            current_hash(&mut o);
+            let (on_steps, o) = play_lingering(o, &Policy::default(), linger);
+            let on = o.desired.as_ref().unwrap().tls.clone();
+            steady_under(&o, &on);
+            let mut o = o;
+            o.desired = Ok(desired_tls(3, None));
+            current_hash(&mut o);
+            let (off_steps, o) = play_lingering(o, &on, linger);
+            steady_under(&o, &Policy::default());
+            let adds = |steps: &[String]| steps.iter().filter(|s| s.starts_with("AddLearner")).count();
+            (adds(&on_steps), adds(&off_steps), on_steps, off_steps)
+        };
+        let (on, off, ..) = counts(0);
+        for linger in 1..=8 {
+            let (on_l, off_l, on_steps, off_steps) = counts(linger);
+            assert_eq!(
+                (on_l, off_l),
+                (on, off),
+                "{tls}, old pods stopping through {linger} plans: {on_steps:?} {off_steps:?}"
+            );
+        }
+    }
 }
