@@ -329,3 +329,45 @@ fn serve_both_holds_the_client_port_at_both_schemes_and_says_so() {
     assert_eq!(plan(&o), Step::Drain { pod: "ex-m2".into() });
     assert_eq!(tls_transition::progress(&o, &plan(&o)).unwrap().0, "DroppingPlaintextClients");
 }
+
+#[test]
+fn serve_both_on_the_way_off_says_so_only_once_the_peer_certificates_are_gone() {
+    // TLS off with the client port held at both schemes: every peer URL is back on http and no
+    // pod listens on https for peers, so the peer certificate goes (a restart each, or a
+    // replacement on emptyDir). Until it has gone, members still move: the condition names
+    // that, not the hold (seen in CI: "ServingBoth" shown while an emptyDir member was being
+    // replaced, and a client took the cluster for held).
+    let on = desired_tls(3, Some(BOTH)).tls;
+    let mut o = running(3, 3);
+    for p in ["ex-m1", "ex-m2", "ex-m3"] {
+        add_pvc(&mut o, p);
+    }
+    o.desired = Ok(desired_tls(3, None));
+    current_hash(&mut o);
+    for p in ["ex-m1", "ex-m2", "ex-m3"] {
+        set_tls(&mut o, p, certs_http());
+    }
+    let d = o.desired.as_ref().unwrap().clone();
+    let pods: Vec<&PodTls> = o.pods.values().map(|p| &p.tls).collect();
+    let held = stage(&d.tls, &Leaving::of_policy(&on), &pods, false, true, true).unwrap();
+    assert_eq!(held.secrets.peer_secret, None, "no pod listens on https for peers any more");
+    o.desired.as_mut().unwrap().tls_stage = held.clone();
+    let step = plan(&o);
+    assert_ne!(wait_reason_or_none(&step), Some(WaitReason::Stable), "the peer certificate goes: {step:?}");
+    let (reason, _) = tls_transition::progress(&o, &step).unwrap();
+    assert_eq!(reason, "RemovingCertificates", "members still move");
+    // Once every pod is made without it, the hold says so, and nothing moves.
+    for p in ["ex-m1", "ex-m2", "ex-m3"] {
+        set_tls(&mut o, p, held.pod(false));
+    }
+    let step = plan(&o);
+    assert_eq!(wait_reason_or_none(&step), Some(WaitReason::Stable), "{step:?}");
+    assert_eq!(tls_transition::progress(&o, &step).unwrap().0, "ServingBoth");
+}
+
+fn wait_reason_or_none(s: &Step) -> Option<WaitReason> {
+    match s {
+        Step::Wait(w) => Some(w.reason),
+        _ => None,
+    }
+}

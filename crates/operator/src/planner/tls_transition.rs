@@ -122,6 +122,7 @@ pub fn progress(o: &Observed, step: &Step) -> Option<(&'static str, String)> {
     let https_only_left = count(&|_, p| !client_on && p.tls.client == Serves::Https);
     let urls_left = count(&|m, p| url_https(m) != peer_on || p.tls.peer_https != peer_on);
     let plaintext_left = count(&|_, p| client_on && p.tls.client.http());
+    let peer_certs_left = count(&|_, p| !peer_on && p.tls.peer_secret.is_some() && s.secrets.peer_secret.is_none());
     let certs_left =
         count(&|_, p| (!peer_on && p.tls.peer_secret.is_some()) || (!client_on && p.tls.server_secret.is_some()));
     // The member in focus: the one the step acts on, else one that is restarting, drained or
@@ -144,6 +145,10 @@ pub fn progress(o: &Observed, step: &Step) -> Option<(&'static str, String)> {
         (reason, format!("peer URLs move to {to} one member at a time (member update, then a restart)"), urls_left)
     } else if https_only_left > 0 {
         ("AddingPlaintextClients", "the client port serves http again beside https".to_string(), https_only_left)
+    } else if peer_certs_left > 0 {
+        // Peers are done moving but still hold the certificate: made without it (before any
+        // hold of the client port below, which must not be shown while members still move).
+        ("RemovingCertificates", "members are made without the peer certificate".to_string(), peer_certs_left)
     } else if s.serves() == Serves::Both && members.iter().all(|(_, p)| p.tls.client == Serves::Both) {
         // Only the user's `tls-serve-both` annotation keeps every member here.
         let what = format!(
