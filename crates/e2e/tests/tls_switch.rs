@@ -245,10 +245,7 @@ fn wait_switched(
     };
     let what = format!("every member moved to {}", if https { "TLS" } else { "plaintext" });
     wait_until(SWITCH, &what, || done(hook))?;
-    // Once the last replaced pod has stopped, nothing should move any more. Seen once in CI
-    // (not reproduced here in 4 runs): an emptyDir member replaced once more right after the
-    // last old pod was gone, the condition gone meanwhile. Reported, and waited out, so the
-    // checks after this see the cluster at rest.
+    // Done means done: once the last replaced pod has stopped, nothing moves any more.
     wait_until(Duration::from_secs(120), "the replaced members' pods to stop", || {
         let all = ns.json(&["get", "pods", "-l", &format!("app=etcd,etcd_cluster={name}")])?;
         Ok((all["items"].as_array().map_or(0, Vec::len) == 3).then_some(()))
@@ -260,10 +257,8 @@ fn wait_switched(
         .filter(|e| ["MemberAdded", "MemberRemoved", "MemberPodCreated"].contains(&e.reason.as_str()))
         .map(|e| format!("{}: {}", e.reason, e.note))
         .collect();
-    if !moved.is_empty() {
-        eprintln!("WARNING: members changed after the transition was done: {moved:#?}");
-        wait_until(SWITCH, &format!("{what}, again"), || done(hook))?;
-    }
+    ensure!(moved.is_empty(), "members changed after the transition was done: {moved:#?}");
+    ensure!(done(hook)?.is_some(), "the cluster moved again after the transition was done");
     transitions(ns, name, marks)
 }
 
