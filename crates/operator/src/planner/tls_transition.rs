@@ -145,17 +145,19 @@ pub fn progress(o: &Observed, step: &Step) -> Option<(&'static str, String)> {
         (reason, format!("peer URLs move to {to} one member at a time (member update, then a restart)"), urls_left)
     } else if https_only_left > 0 {
         ("AddingPlaintextClients", "the client port serves http again beside https".to_string(), https_only_left)
-    } else if peer_certs_left > 0 {
-        // Peers are done moving but still hold the certificate: made without it (before any
-        // hold of the client port below, which must not be shown while members still move).
-        ("RemovingCertificates", "members are made without the peer certificate".to_string(), peer_certs_left)
     } else if s.serves() == Serves::Both && members.iter().all(|(_, p)| p.tls.client == Serves::Both) {
-        // Only the user's `tls-serve-both` annotation keeps every member here.
-        let what = format!(
-            "members serve clients over http and https until the {} annotation is removed",
-            crate::naming::TLS_SERVE_BOTH_ANNOTATION
-        );
-        ("ServingBoth", what, 0)
+        if peer_certs_left > 0 {
+            // Held at both schemes, peers done moving but still holding the certificate: made
+            // without it first; the hold is not shown while members still move.
+            ("RemovingCertificates", "members are made without the peer certificate".to_string(), peer_certs_left)
+        } else {
+            // Only the user's `tls-serve-both` annotation keeps every member here.
+            let what = format!(
+                "members serve clients over http and https until the {} annotation is removed",
+                crate::naming::TLS_SERVE_BOTH_ANNOTATION
+            );
+            ("ServingBoth", what, 0)
+        }
     } else if plaintext_left > 0 {
         ("DroppingPlaintextClients", "the client port stops serving http".to_string(), plaintext_left)
     } else if certs_left > 0 {
