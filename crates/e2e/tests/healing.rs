@@ -48,7 +48,6 @@ fn events_about(ns: &TestNamespace, name: &str, reason: &str, pod: &str) -> Resu
         .collect())
 }
 
-/// Whether the pod exists (deleting or not).
 /// The pod is there and not being deleted: an eviction of a pod being deleted succeeds without
 /// asking the budget (the API server's eviction answers a terminating pod at once).
 fn pod_stays(ns: &TestNamespace, pod: &str) -> Result<bool> {

@@ -250,7 +250,11 @@ fn wait_switched(
         let all = ns.json(&["get", "pods", "-l", &format!("app=etcd,etcd_cluster={name}")])?;
         Ok((all["items"].as_array().map_or(0, Vec::len) == 3).then_some(()))
     })?;
+    let uids = |pods: Vec<Value>| -> Vec<String> {
+        pods.iter().map(|p| format!("{}/{}", p["metadata"]["name"], p["metadata"]["uid"])).collect()
+    };
     let settled = event_marks(ns, name)?;
+    let before = uids(member_pods(ns, name)?);
     std::thread::sleep(Duration::from_secs(5));
     let moved: Vec<String> = events_since(ns, name, &settled)?
         .into_iter()
@@ -258,7 +262,8 @@ fn wait_switched(
         .map(|e| format!("{}: {}", e.reason, e.note))
         .collect();
     ensure!(moved.is_empty(), "members changed after the transition was done: {moved:#?}");
-    ensure!(done(hook)?.is_some(), "the cluster moved again after the transition was done");
+    let after = uids(member_pods(ns, name)?);
+    ensure!(before == after, "member pods changed after the transition was done: {before:?} → {after:?}");
     transitions(ns, name, marks)
 }
 
