@@ -58,12 +58,15 @@ failure_list() {
         # What the test said (its error with its causes, and the 6 lines before it; else the
         # last 12 lines): a CI log is read from its tail, where the pool's own print of this
         # log scrolled away long ago.
-        [ -f "$l" ] && grep -vE '^(running [0-9]+ tests?|test result:)|^\s*$|^\s+([0-9]+: |at )' "$l" |
-          awk '{ line[NR] = $0 } /^Error: |panicked at / { err = NR }
-               END { if (!err) { from = NR - 11; to = NR } else { from = err - 6; to = err + 14 }
-                     for (i = (from < 1 ? 1 : from); i <= to && i <= NR; i++) {
-                       if (err && i > err && line[i] ~ /^Stack backtrace:/) break
-                       print line[i] } }' | cut -c1-400 | sed 's/^/        | /' || true
+        [ -f "$l" ] && grep -vE '^(running [0-9]+ tests?|test result:)|^\s*$' "$l" |
+          awk '/^(Stack|stack) backtrace:/ { bt = 1; next }
+               bt && /^[ \t]+([0-9]+: |at )/ { next }
+               { bt = 0; line[++n] = $0 } /^Error: |panicked at / { err = n; cb = 0 }
+               /^Caused by:/ && err && !cb { cb = n }
+               END { if (!err) { from = n - 11; to = n } else { from = err - 6; to = err + 4 }
+                     for (i = (from < 1 ? 1 : from); i <= to && i <= n; i++) print line[i]
+                     if (cb > to) { print "  [...]"; for (i = cb; i <= cb + 8 && i <= n; i++) print line[i] } }' |
+          cut -c1-400 | sed 's/^/        | /' || true
       done <"$f"
     done
     for f in "${FAILS[@]}"; do echo "$f"; done; } >"$out/failures"
