@@ -6,9 +6,10 @@
 //! have: the spec's size, etcd's members (voters and learners), and the member pods there are
 //! or that the planned step creates, counted together by name (the disruption controller counts
 //! every pod the selector matches; a member whose pod is gone is down without a pod to show it,
-//! and a pod whose member left with a scale-down is Ready without a vote). Not the spec's size alone: while a 5-member cluster scales down to 3, or an
-//! emptyDir member is replaced (a fourth member joins first), `size − 1` would let a drain take
-//! two or three members at once, a quorum. A budget that must rise for a step is applied before
+//! and a pod whose member left with a scale-down is Ready without a vote). Not the spec's size
+//! alone: while a 5-member cluster scales down to 3, or an emptyDir member is replaced (a
+//! fourth member joins first), `size − 1` would let a drain take two or three members at once,
+//! a quorum. A budget that must rise for a step is applied before
 //! the step (the controller holds a step that adds a pod until it is), one that may fall after
 //! the pods are gone (until then it only asks more). Not `maxUnavailable: 1`: for pods whose
 //! controller is a custom resource the disruption controller needs a scale subresource to turn
@@ -38,10 +39,10 @@ pub fn min_available(o: &Observed, step: &Step) -> Option<i32> {
         o.pods.values().filter(|p| !p.deleting).map(|p| p.name.as_str()).collect();
     names.extend(created_by(step));
     let joining = usize::from(matches!(step, Step::AddLearner(_)));
-    let members = o.etcd.as_ref().map_or(0, |e| {
+    if let Some(e) = &o.etcd {
         names.extend(e.members.iter().map(|m| m.pod.as_str()).filter(|p| !p.is_empty()));
-        e.members.len() + joining
-    });
+    }
+    let members = o.etcd.as_ref().map_or(0, |e| e.members.len() + joining);
     let n = d.size.max(members).max(names.len());
     Some(match n {
         1 if d.pod.persistent_volume_claim_spec.is_some() => 0,

@@ -120,7 +120,8 @@ fn play(o: Observed, previous: &Policy) -> (Vec<String>, Observed) {
 /// [`play`], a removed member's pod stopping (`deleting`) through `linger` more plans, or
 /// until the operator waits (time passes then): a pod stopping slowly must not change what the
 /// transition does, nor hide the `TLSTransition` condition while members are not as the spec
-/// says (seen in e2e: a replacement started after the condition had gone).
+/// says (a suspicion from a CI failure whose cause turned out to be the serve-both hold,
+/// `tests_tls_transition`; kept as a property).
 fn play_lingering(mut o: Observed, previous: &Policy, linger: usize) -> (Vec<String>, Observed) {
     let mut steps = vec![];
     let mut serial = 0;
