@@ -161,25 +161,27 @@ check_tools() {
 }
 
 build_devkit() {
-  local cargo=${CARGO:-cargo} built=$REPO_DIR/target/release/devkit
+  local cargo=${CARGO:-cargo} built=$REPO_DIR/target/debug/devkit
   command -v "$cargo" >/dev/null || cargo=/root/.cargo/bin/cargo
   mkdir -p "$(dirname "$DEVKIT")"
-  # Skip cargo when the binary is newer than devkit's sources: cargo waits for the shared target
+  # A debug build: hack/test.sh's workspace build has made it already, while a release build
+  # compiled every dependency a second time (~5 min cold on 2 cores); dns-sync and provision
+  # are watchers that idle. Skip cargo when the binary is newer than devkit's sources: cargo waits for the shared target
   # directory's lock while someone else builds the workspace, which made `up` take ~40 s longer.
   if [ -x "$built" ] && [ -z "$(find "$REPO_DIR/crates/devkit" -newer "$built" -type f 2>/dev/null | head -n1)" ]; then
     install -m 0755 "$built" "$DEVKIT"
     return 0
   fi
   log "building devkit"
-  if (cd "$REPO_DIR" && "$cargo" build --quiet --release -p devkit) >"$LOG_DIR/devkit-build.log" 2>&1; then
-    install -m 0755 "$REPO_DIR/target/release/devkit" "$DEVKIT"
-  elif [ -x "$REPO_DIR/target/release/devkit" ]; then
+  if (cd "$REPO_DIR" && "$cargo" build --quiet --locked -p devkit) >"$LOG_DIR/devkit-build.log" 2>&1; then
+    install -m 0755 "$built" "$DEVKIT"
+  elif [ -x "$built" ]; then
     # Someone else's half-edited crate can break the workspace build; an older devkit still works.
     log "warning: cargo build -p devkit failed (see $LOG_DIR/devkit-build.log); using the existing binary"
-    install -m 0755 "$REPO_DIR/target/release/devkit" "$DEVKIT"
+    install -m 0755 "$built" "$DEVKIT"
   else
     tail -n 20 "$LOG_DIR/devkit-build.log" >&2
-    die "cargo build --release -p devkit failed"
+    die "cargo build -p devkit failed"
   fi
 }
 

@@ -14,7 +14,7 @@
 #                   nothing is left behind, when this run brought it up). Skips the legacy leg.
 #   LEGACY_SMOKE=0  skip the legacy leg.
 #   E2E_FILTER=...  run only the e2e tests whose names contain this (skips the legacy leg).
-#   CHAOS=0         skip the short chaos run (hack/chaos.sh --ci, about 8 minutes).
+#   CHAOS=0         skip the short chaos run (hack/chaos.sh --ci, about 6 minutes).
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 cd "$REPO_DIR"
@@ -214,7 +214,7 @@ run_leg() {
     NETPOL=0 bash hack/cluster.sh up || { failed=$((failed + 1)); status=1; FAILS+=("netpol [$tag] enforcement could not be stopped"); }
   fi
 
-  # The short chaos run (issue 15): 20 faults of the fixed seed 98, then 20 of a random seed,
+  # The short chaos run (issue 15): 20 faults of the fixed seed 98, then 10 of a random seed,
   # which it prints for a replay. One test: passes when every history and invariant check did.
   if [ -z "$smoke" ] && [ -z "${E2E_FILTER:-}" ] && [ "${CHAOS:-1}" != 0 ] && [ "$LOCAL_CLUSTER" = 1 ]; then
     phase "[$tag] chaos --ci"

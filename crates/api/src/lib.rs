@@ -23,6 +23,16 @@ pub const VERSION: &str = "v1beta2";
 pub const SCOPE_ANNOTATION: &str = "etcd.database.coreos.com/scope";
 /// Value of [`SCOPE_ANNOTATION`] for cluster-wide management.
 pub const SCOPE_CLUSTERWIDE: &str = "clusterwide";
+/// EtcdCluster annotation, set by a person or `kubectl etcd fence`: the member pods to take out
+/// of the client Service while they stay members (a JSON list of pod names, as CloudNativePG's
+/// `cnpg.io/fencedInstances`). The operator fences no more than leaves a quorum of voters
+/// serving; removing a name serves the member again.
+pub const FENCED_MEMBERS_ANNOTATION: &str = "etcd.database.coreos.com/fenced-members";
+/// EtcdCluster annotation, set by a person or `kubectl etcd switchover`: move raft leadership
+/// to this member pod, or to the most caught-up healthy voter when empty. One-shot: the
+/// operator removes it once the leader is that member, or when it can never be (a learner, a
+/// fenced member, no member by that name).
+pub const SWITCHOVER_ANNOTATION: &str = "etcd.database.coreos.com/switchover";
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
     CustomResourceDefinition, JSONSchemaProps, JSONSchemaPropsOrArray, JSONSchemaPropsOrBool,

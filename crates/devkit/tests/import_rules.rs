@@ -31,6 +31,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "marks",
             "network_policy",
             "disruption_budget",
+            "fencing",
             "volume_size",
             "backup::backup_planner",
             "backup::restore_planner",

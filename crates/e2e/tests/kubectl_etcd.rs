@@ -293,7 +293,7 @@ fn kubectl_finds_the_plugin_and_every_command_has_help() -> Result<()> {
     let list = e2e::run(Command::new(&kubectl).env("PATH", &path).args(["plugin", "list"]))?;
     ensure!(list.lines().any(|l| l.trim() == link.display().to_string()), "{list}");
     let help = e2e::run(Command::new(&kubectl).env("PATH", &path).args(["etcd", "--help"]))?;
-    let commands = ["status", "report", "pause", "unpause", "backup"];
+    let commands = ["status", "report", "pause", "unpause", "backup", "restore", "switchover", "fence", "unfence"];
     for c in commands {
         ensure!(help.lines().any(|l| l.trim_start().starts_with(c)), "{c} in {help}");
         let h = e2e::run(Command::new(&kubectl).env("PATH", &path).args(["etcd", c, "--help"]))?;
@@ -301,4 +301,135 @@ fn kubectl_finds_the_plugin_and_every_command_has_help() -> Result<()> {
     }
     std::fs::remove_dir_all(&dir)?;
     Ok(())
+}
+
+/// Runs the plugin and returns its exit code, stdout and stderr (a refusal is exit code 1).
+fn plugin_code(ns: &TestNamespace, args: &[&str]) -> Result<(i32, String, String)> {
+    let out = Command::new(plugin_bin()).env("KUBECONFIG", kubeconfig()).args(["-n", &ns.name]).args(args).output()?;
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    Ok((out.status.code().unwrap_or(-1), text(&out.stdout), text(&out.stderr)))
+}
+
+/// The member that leads, as the members say themselves (`etcdctl endpoint status` by pod IP).
+fn leader_of(ns: &TestNamespace, name: &str) -> Result<String> {
+    let mut leaders = vec![];
+    for (pod, ep) in member_endpoints(ns, name)? {
+        if common::day2::db_status(&ep)?.2 {
+            leaders.push(pod);
+        }
+    }
+    ensure!(leaders.len() == 1, "leaders: {leaders:?}");
+    Ok(leaders.remove(0))
+}
+
+/// The pod IPs the client Service routes to (its EndpointSlices' ready addresses).
+fn service_addresses(ns: &TestNamespace, name: &str) -> Result<Vec<String>> {
+    let selector = format!("kubernetes.io/service-name={name}-client");
+    let slices = ns.json(&["get", "endpointslices", "-l", &selector])?;
+    let mut out = vec![];
+    for s in slices["items"].as_array().into_iter().flatten() {
+        for e in s["endpoints"].as_array().into_iter().flatten() {
+            if e["conditions"]["ready"] != false {
+                out.extend(
+                    e["addresses"].as_array().into_iter().flatten().filter_map(|a| a.as_str().map(str::to_string)),
+                );
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn pod_ip(ns: &TestNamespace, pod: &str) -> Result<String> {
+    ns.json(&["get", "pod", pod])?["status"]["podIP"].as_str().map(str::to_string).context("pod IP")
+}
+
+/// `switchover`, `fence` and `unfence` (issue 30) on a plaintext 3-member cluster with a writer
+/// through the client Service: leadership moves to the member asked for with no failed write;
+/// a fenced member leaves the client Service's endpoints and stays a voter; a second fence
+/// (which would leave one of three serving) is refused with a Warning and changes nothing; a
+/// switchover to the fenced member is refused; unfenced, it serves again.
+#[test]
+fn switchover_and_fencing_keep_every_write_and_a_quorum_serving() -> Result<()> {
+    with_operator("e2e-kubectl-etcd-actions", |ns, _op| {
+        ns.apply(&cluster_manifest(&ns.name, "sw", 3, VERSION, ""))?;
+        wait_healthy(ns, "sw", 3, CREATE)?;
+        let ep = client_endpoint(ns, "sw")?;
+        let writer = common::writer::Writer::through_service(&ep, "w")?;
+        std::thread::sleep(Duration::from_secs(2));
+
+        // Switchover to a follower named by the user.
+        let leader = leader_of(ns, "sw")?;
+        let pods: Vec<String> = member_endpoints(ns, "sw")?.into_iter().map(|(p, _)| p).collect();
+        let target = pods.iter().find(|p| **p != leader).context("a follower")?.clone();
+        let (code, out, err) = plugin_code(ns, &["switchover", "sw", "--to", &target])?;
+        eprintln!("switchover: {code} {out} {err}");
+        ensure!(code == 0 && out.contains("LeaderMoved"), "switchover: {code}\n{out}\n{err}");
+        ensure!(leader_of(ns, "sw")? == target, "leader after the switchover is not {target}");
+        let c = cluster(ns, "sw")?;
+        ensure!(c["metadata"]["annotations"].get("etcd.database.coreos.com/switchover").is_none(), "request left");
+        ensure!(cond_str(&c, "Switchover", "reason") == "LeaderMoved", "{}", c["status"]);
+
+        // Without a name: the leader moves to another member.
+        let (code, out, err) = plugin_code(ns, &["switchover", "sw"])?;
+        ensure!(code == 0 && out.contains("LeaderMoved"), "switchover (any): {code}\n{out}\n{err}");
+        let second = leader_of(ns, "sw")?;
+        ensure!(second != target, "the leader stayed {target}");
+
+        // Fence a follower: out of the Service's endpoints, still a voter.
+        let fenced = pods.iter().find(|p| **p != second).context("a follower")?.clone();
+        let other = pods.iter().find(|p| **p != second && **p != fenced).context("the third")?.clone();
+        let (code, out, err) = plugin_code(ns, &["fence", "sw", &fenced])?;
+        ensure!(code == 0, "fence: {code}\n{out}\n{err}");
+        let ip = pod_ip(ns, &fenced)?;
+        wait_until(Duration::from_secs(30), "the fenced member out of the client Service", || {
+            Ok((!service_addresses(ns, "sw")?.contains(&ip)).then_some(()))
+        })?;
+        let voters = member_list(&ep)?;
+        ensure!(voters.len() == 3 && voters.iter().all(|m| m.last().is_some_and(|l| l == "false")), "{voters:?}");
+        let c = cluster(ns, "sw")?;
+        ensure!(cond_str(&c, "Fenced", "reason") == "MembersFenced", "{}", c["status"]);
+
+        // A second fence would leave one of three serving: refused, nothing changes.
+        let marks = event_marks(ns, "sw")?;
+        let (code, out, err) = plugin_code(ns, &["fence", "sw", &other])?;
+        eprintln!("second fence: {code} {out} {err}");
+        ensure!(code == 1 && err.contains("fewer than a quorum"), "second fence: {code}\n{out}\n{err}");
+        let warned = wait_until(Duration::from_secs(30), "a FenceRefused Warning", || {
+            let evs = events_since(ns, "sw", &marks)?;
+            Ok(evs.into_iter().find(|e| e.type_ == "Warning" && e.reason == "FenceRefused"))
+        })?;
+        eprintln!("warning: {} {}", warned.reason, warned.note);
+        let addresses = service_addresses(ns, "sw")?;
+        ensure!(addresses.contains(&pod_ip(ns, &other)?) && !addresses.contains(&ip), "{addresses:?}");
+        let c = cluster(ns, "sw")?;
+        let asked = c["metadata"]["annotations"]["etcd.database.coreos.com/fenced-members"].as_str().unwrap_or("");
+        ensure!(!asked.contains(&other), "the refused name stayed asked for: {asked}");
+
+        // The fenced member cannot lead.
+        let (code, out, err) = plugin_code(ns, &["switchover", "sw", "--to", &fenced])?;
+        ensure!(code == 1 && out.contains("SwitchoverRefused"), "switchover to the fenced: {code}\n{out}\n{err}");
+        ensure!(leader_of(ns, "sw")? == second, "the leader changed");
+
+        // Unfenced: back in the Service.
+        let (code, out, err) = plugin_code(ns, &["unfence", "sw", &fenced])?;
+        ensure!(code == 0, "unfence: {code}\n{out}\n{err}");
+        wait_until(Duration::from_secs(30), "the member back in the client Service", || {
+            Ok(service_addresses(ns, "sw")?.contains(&ip).then_some(()))
+        })?;
+        let c = cluster(ns, "sw")?;
+        ensure!(common::condition(&c, "Fenced").is_none(), "{}", c["status"]);
+
+        std::thread::sleep(Duration::from_secs(2));
+        let stats = writer.finish()?;
+        eprintln!(
+            "writer: {} acknowledged, {} retried, {} re-sent during an election, {} failed",
+            stats.acked.len(),
+            stats.retried,
+            stats.leader_waits,
+            stats.failed.len()
+        );
+        ensure!(stats.failed.is_empty(), "failed writes: {:?}", stats.errors);
+        common::writer::check_acked(std::slice::from_ref(&ep), "w", &stats)?;
+        Ok(())
+    })
 }

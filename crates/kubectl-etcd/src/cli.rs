@@ -51,6 +51,39 @@ pub enum Command {
     /// Create an EtcdRestore: a new EtcdCluster NAME from one backup, or (with `--revision` or
     /// `--time`) from the state at that point of an EtcdBackup's continuous archive.
     Restore(RestoreArgs),
+    /// Move raft leadership to a caught-up healthy voting member (`--to`), or to the most
+    /// caught-up one; the operator does it once no other change is in progress, and refuses a
+    /// learner, a fenced member or a name that is no member.
+    Switchover(SwitchoverArgs),
+    /// Take a member out of the client Service while it stays a voting member (a suspect
+    /// member answers no client); refused when fewer than a quorum of voters would serve.
+    Fence(FenceArgs),
+    /// Put a fenced member back into the client Service.
+    Unfence(FenceArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct SwitchoverArgs {
+    /// Name of the EtcdCluster.
+    pub name: String,
+    /// The member pod to lead (default: the most caught-up healthy voter but the leader).
+    #[arg(long)]
+    pub to: Option<String>,
+    /// Seconds to wait for the operator's answer (0: do not wait). The request stays when it
+    /// is not done by then.
+    #[arg(long, default_value_t = 60)]
+    pub wait: u64,
+}
+
+#[derive(Args, Debug)]
+pub struct FenceArgs {
+    /// Name of the EtcdCluster.
+    pub name: String,
+    /// The member pod.
+    pub member: String,
+    /// Seconds to wait for the operator's answer (0: do not wait).
+    #[arg(long, default_value_t = 60)]
+    pub wait: u64,
 }
 
 #[derive(Args, Debug)]

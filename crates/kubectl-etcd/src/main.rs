@@ -8,6 +8,7 @@ mod cli;
 mod connect;
 mod redact;
 mod report;
+mod requests;
 mod status;
 
 use anyhow::Result;
@@ -41,5 +42,8 @@ async fn run(cli: Cli) -> Result<i32> {
         Command::Unpause(a) => actions::pause(&client, &ns, &a.name, false).await,
         Command::Backup(a) => actions::backup(&client, &ns, &a).await,
         Command::Restore(a) => actions::restore(&client, &ns, &a).await,
+        Command::Switchover(a) => requests::switchover(&client, &ns, &a).await,
+        Command::Fence(a) => requests::fence(&client, &ns, &a, true).await,
+        Command::Unfence(a) => requests::fence(&client, &ns, &a, false).await,
     }
 }

@@ -12,6 +12,7 @@ pub mod disruption_budget;
 pub mod etcd;
 pub mod etcd_flags;
 pub mod failpoints;
+pub mod fencing;
 #[cfg(test)]
 mod input_fuzz;
 pub mod install;

@@ -78,6 +78,11 @@ pub const PEER_URL_ANNOTATION: &str = "etcd.database.coreos.com/peer-url";
 pub const SERVING_LABEL: &str = "etcd.database.coreos.com/serving";
 /// Member pod annotation: when the member was drained from the client Service (RFC 3339).
 pub const DRAINED_AT_ANNOTATION: &str = "etcd.database.coreos.com/drained-at";
+/// The requests a person (or `kubectl etcd`) writes on an EtcdCluster (part of the API).
+pub use etcd_operator_api::{FENCED_MEMBERS_ANNOTATION, SWITCHOVER_ANNOTATION};
+/// Member pod annotation: when the operator fenced the member (RFC 3339); the pod is served
+/// again once its name leaves [`FENCED_MEMBERS_ANNOTATION`].
+pub const FENCED_AT_ANNOTATION: &str = "etcd.database.coreos.com/fenced-at";
 /// Pod annotation: `Desired::pod_hash` of the spec the pod was made from.
 pub const POD_SPEC_HASH_ANNOTATION: &str = "etcd.database.coreos.com/pod-spec-hash";
 /// PVC annotation: who the member's data belongs to when the default non-root user could not

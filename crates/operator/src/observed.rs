@@ -88,6 +88,12 @@ pub struct Observed {
     /// Where the operator's own pods run (the NetworkPolicy admits them); `None`: the operator
     /// is not a pod.
     pub operator_namespace: Option<String>,
+    /// The switchover asked for (`naming::SWITCHOVER_ANNOTATION`): the member pod to lead, `""`
+    /// for any caught-up voter; `None`: none asked for.
+    pub switchover: Option<String>,
+    /// The member pods asked to be fenced (`naming::FENCED_MEMBERS_ANNOTATION`), or why the
+    /// annotation could not be read.
+    pub fence_request: Result<Vec<String>, String>,
 }
 
 impl Default for Observed {
@@ -124,6 +130,8 @@ impl Default for Observed {
             tls_material: Default::default(),
             network_policy: None,
             operator_namespace: None,
+            switchover: None,
+            fence_request: Ok(Vec::new()),
         }
     }
 }
@@ -191,6 +199,9 @@ pub struct PodState {
     pub serving: Option<bool>,
     /// Seconds since the member was drained from the client Service.
     pub drained_secs: Option<i64>,
+    /// The operator fenced the member (`naming::FENCED_AT_ANNOTATION`): out of the client
+    /// Service on a person's request, not for a change of its own.
+    pub fenced: bool,
     /// The member's data check refused its volume (it does not hold this member's data): why.
     pub volume_refused: Option<String>,
     /// The member's data check found data on its volume that the pod's user cannot read or

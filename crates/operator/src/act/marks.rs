@@ -10,7 +10,8 @@ use super::{Error, ignore_404};
 
 /// Write the durable marks (`marks::cluster_annotations`), label member pods that predate the
 /// cluster-UID label, and drop the version-changed-at mark of upgraded members that are back
-/// (`marks::upgrades_confirmed`). Bookkeeping beside the planned step: it changes no pod's spec
+/// (`marks::upgrades_confirmed`); fence and serve again the member pods `fencing` says.
+/// Bookkeeping beside the planned step: it changes no pod's spec
 /// or member.
 pub async fn record_marks(
     client: &Client,
@@ -18,6 +19,7 @@ pub async fn record_marks(
     annotations: &crate::marks::AnnotationChanges,
     unlabelled: &[String],
     confirmed: &[String],
+    fencing: &crate::fencing::Fencing,
 ) -> Result<(), Error> {
     let ns = cluster.namespace().unwrap_or_default();
     if !annotations.is_empty() {
@@ -30,6 +32,23 @@ pub async fn record_marks(
     let labels = crate::naming::serving_labels(cluster);
     for p in unlabelled {
         let patch = serde_json::json!({"metadata": {"labels": labels}});
+        ignore_404(pods.patch(p, &PatchParams::default(), &Patch::Merge(&patch)).await)?;
+    }
+    // Fencing: the label the client Service selects on, and the marks that say why (a fenced
+    // member counts as drained long ago should it leave later).
+    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    for p in &fencing.fence {
+        let patch = serde_json::json!({"metadata": {
+            "labels": {crate::naming::SERVING_LABEL: "false"},
+            "annotations": {crate::naming::FENCED_AT_ANNOTATION: now, crate::naming::DRAINED_AT_ANNOTATION: now},
+        }});
+        ignore_404(pods.patch(p, &PatchParams::default(), &Patch::Merge(&patch)).await)?;
+    }
+    for p in &fencing.unfence {
+        let patch = serde_json::json!({"metadata": {
+            "labels": labels,
+            "annotations": {crate::naming::FENCED_AT_ANNOTATION: null, crate::naming::DRAINED_AT_ANNOTATION: null},
+        }});
         ignore_404(pods.patch(p, &PatchParams::default(), &Patch::Merge(&patch)).await)?;
     }
     for p in confirmed {

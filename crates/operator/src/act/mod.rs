@@ -269,7 +269,13 @@ pub async fn execute(t: &Target<'_>, step: &Step) -> Result<Option<Done>, Error>
         Step::MoveLeader { from_pod, to, to_pod, purpose } => {
             let ep = t.endpoints.get(from_pod).cloned().unwrap_or_default();
             etcd::move_leader(&ep, t.endpoints.access(), *to).await?;
-            done("LeaderMoved", format!("leadership moved from {from_pod} to {to_pod} before {}", purpose.as_str()))
+            let note = match purpose {
+                crate::planner::Purpose::Switchover => {
+                    format!("leadership moved from {from_pod} to {to_pod}: {}", purpose.as_str())
+                }
+                _ => format!("leadership moved from {from_pod} to {to_pod} before {}", purpose.as_str()),
+            };
+            done("LeaderMoved", note)
         }
         Step::Defragment { pod, free_bytes } => {
             let (before, after, took) = match t.defragment(pod).await? {

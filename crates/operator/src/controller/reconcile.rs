@@ -127,7 +127,9 @@ async fn reconcile_one(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
     // 4. the step; its Events and metrics;
     // 5. status (condition changes become Events), metrics, the status patch;
     // 6. the requeue: soon after a failed step or a certificate write, else the plan's.
-    if let Err(e) = act::record_marks(&ctx.client, &cluster, &plan.marks, &plan.unlabelled, &plan.confirmed).await {
+    if let Err(e) =
+        act::record_marks(&ctx.client, &cluster, &plan.marks, &plan.unlabelled, &plan.confirmed, &plan.fencing).await
+    {
         tracing::warn!(cluster = %key, error = %e, "could not record marks; retrying");
         return Ok(Action::requeue(PROGRESS_PERIOD));
     }

@@ -39,8 +39,11 @@ pub struct Plan {
     pub step: Step,
     /// Durable marks on the EtcdCluster, written before anything else (`marks`).
     pub marks: AnnotationChanges,
-    /// Member pods to give the serving label (`marks::pods_to_label`).
+    /// Member pods to give the serving label (`marks::pods_to_label`), but fenced ones.
     pub unlabelled: Vec<String>,
+    /// Member pods to take out of the client Service, and to serve again, on a person's
+    /// request (`fencing`).
+    pub fencing: crate::fencing::Fencing,
     /// Upgraded members back at their version (`marks::upgrades_confirmed`).
     pub confirmed: Vec<String>,
     /// The PodDisruptionBudget's `minAvailable` for the observation and the step
@@ -69,8 +72,28 @@ pub fn decide(o: &Observed, cluster: &EtcdCluster, spec_json: &str, now: &str) -
     let step = planner::plan(o);
     let certificates = planner::certificates::plan(o);
     let prev = cluster.status.clone().unwrap_or_default();
-    let status = crate::status::compute_planned(o, &step, &certificates, &prev, cluster.metadata.generation, now);
-    let marks = crate::marks::cluster_annotations(o, cluster.annotations(), spec_json, now);
+    let mut status = crate::status::compute_planned(o, &step, &certificates, &prev, cluster.metadata.generation, now);
+    let fencing = crate::fencing::decide(o);
+    let switchover = planner::switchover::judge(o);
+    crate::status::requests::update(&mut status.conditions, &fencing, &switchover, &step, now);
+    let mut marks = crate::marks::cluster_annotations(o, cluster.annotations(), spec_json, now);
+    match &switchover {
+        // A request for any member names the one chosen, so that the next reconcile sees it done.
+        planner::switchover::Switchover::Move { to_pod, .. }
+            if o.switchover.as_deref() == Some("")
+                && matches!(step, Step::MoveLeader { purpose: planner::Purpose::Switchover, .. }) =>
+        {
+            marks.insert(crate::naming::SWITCHOVER_ANNOTATION.into(), Some(to_pod.clone()));
+        }
+        planner::switchover::Switchover::Done(_) | planner::switchover::Switchover::Refused(_) => {
+            marks.insert(crate::naming::SWITCHOVER_ANNOTATION.into(), None);
+        }
+        _ => {}
+    }
+    let unlabelled = crate::marks::pods_to_label(o)
+        .into_iter()
+        .filter(|p| !fencing.fenced().any(|f| f == p) && !fencing.unfence.contains(p))
+        .collect();
     let default = network_policy::DefaultClients::of_mark(crate::marks::after(
         cluster.annotations(),
         &marks,
@@ -81,7 +104,8 @@ pub fn decide(o: &Observed, cluster: &EtcdCluster, spec_json: &str, now: &str) -
         network_policy::decide(cluster, o.desired.as_ref().ok(), default, np, o.operator_namespace.as_deref());
     Plan {
         marks,
-        unlabelled: crate::marks::pods_to_label(o),
+        unlabelled,
+        fencing,
         confirmed: crate::marks::upgrades_confirmed(o),
         min_available: crate::disruption_budget::min_available(o, &step),
         volumes: crate::volume_size::to_grow(o),

@@ -149,6 +149,7 @@ fn settled() -> Plan {
         step: Step::Wait(Wait { reason: WaitReason::Stable, message: "3 members healthy".into() }),
         marks: BTreeMap::new(),
         unlabelled: vec![],
+        fencing: Default::default(),
         confirmed: vec![],
         min_available: Some(2),
         volumes: vec![],

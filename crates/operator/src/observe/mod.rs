@@ -272,6 +272,10 @@ pub async fn observe(
             )
             .map(|np| np.as_ref().clone()),
         operator_namespace: operator_namespace.map(str::to_string),
+        switchover: annotations.get(naming::SWITCHOVER_ANNOTATION).map(|v| v.trim().to_string()),
+        fence_request: crate::fencing::parse_request(
+            annotations.get(naming::FENCED_MEMBERS_ANNOTATION).map(String::as_str),
+        ),
     };
     // Only when a member is due for defragmentation: is a backup of this cluster running?
     if crate::planner::may_defragment(&o) {

@@ -428,6 +428,10 @@ fn resize(o: &Observed, d: &Desired, etcd: &EtcdState, healthy_voters: usize, vo
     if let Some(step) = super::rollout::next(o, d, etcd) {
         return step;
     }
+    // A switchover asked for: only here, where nothing else is changing.
+    if let super::switchover::Switchover::Move { from, to, to_pod } = super::switchover::judge(o) {
+        return Step::MoveLeader { from_pod: from, to, to_pod, purpose: super::Purpose::Switchover };
+    }
     if let Some(step) = super::maintenance::defragment(o, d, etcd) {
         return step;
     }

@@ -32,6 +32,7 @@ pub mod replay;
 mod rollout;
 mod step;
 pub mod survivors;
+pub mod switchover;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]

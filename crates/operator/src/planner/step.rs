@@ -118,6 +118,8 @@ pub enum Purpose {
     /// A `spec.pod` change is rolled out and the leader's pod is next.
     Rollout,
     Defragment,
+    /// A switchover asked for on the EtcdCluster (`switchover`).
+    Switchover,
 }
 
 impl Purpose {
@@ -126,6 +128,7 @@ impl Purpose {
             Purpose::Upgrade => "its upgrade",
             Purpose::Rollout => "its pod is replaced with the new spec",
             Purpose::Defragment => "its defragmentation",
+            Purpose::Switchover => "the switchover asked for",
         }
     }
 }

@@ -3,6 +3,7 @@
 //! members, versions, phase; the conditions are in `conditions`.
 
 mod conditions;
+pub mod requests;
 #[cfg(test)]
 mod tests;
 pub mod tls_auto;
