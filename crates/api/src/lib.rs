@@ -33,6 +33,11 @@ pub const FENCED_MEMBERS_ANNOTATION: &str = "etcd.database.coreos.com/fenced-mem
 /// operator removes it once the leader is that member, or when it can never be (a learner, a
 /// fenced member, no member by that name).
 pub const SWITCHOVER_ANNOTATION: &str = "etcd.database.coreos.com/switchover";
+/// EtcdCluster annotation, set by a person or `kubectl etcd hibernate`/`resume`: `on` stops
+/// every member pod of a cluster whose members all keep their data on PersistentVolumeClaims,
+/// keeping the claims and the membership; `off` (or no annotation) starts them again on their
+/// claims. Refused for members on emptyDir, whose data would go with their pods.
+pub const HIBERNATION_ANNOTATION: &str = "etcd.database.coreos.com/hibernation";
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
     CustomResourceDefinition, JSONSchemaProps, JSONSchemaPropsOrArray, JSONSchemaPropsOrBool,

@@ -293,7 +293,19 @@ fn kubectl_finds_the_plugin_and_every_command_has_help() -> Result<()> {
     let list = e2e::run(Command::new(&kubectl).env("PATH", &path).args(["plugin", "list"]))?;
     ensure!(list.lines().any(|l| l.trim() == link.display().to_string()), "{list}");
     let help = e2e::run(Command::new(&kubectl).env("PATH", &path).args(["etcd", "--help"]))?;
-    let commands = ["status", "report", "pause", "unpause", "backup", "restore", "switchover", "fence", "unfence"];
+    let commands = [
+        "status",
+        "report",
+        "pause",
+        "unpause",
+        "backup",
+        "restore",
+        "switchover",
+        "fence",
+        "unfence",
+        "hibernate",
+        "resume",
+    ];
     for c in commands {
         ensure!(help.lines().any(|l| l.trim_start().starts_with(c)), "{c} in {help}");
         let h = e2e::run(Command::new(&kubectl).env("PATH", &path).args(["etcd", c, "--help"]))?;
@@ -347,7 +359,8 @@ fn pod_ip(ns: &TestNamespace, pod: &str) -> Result<String> {
 /// through the client Service: leadership moves to the member asked for with no failed write;
 /// a fenced member leaves the client Service's endpoints and stays a voter; a second fence
 /// (which would leave one of three serving) is refused with a Warning and changes nothing; a
-/// switchover to the fenced member is refused; unfenced, it serves again.
+/// switchover to the fenced member is refused; unfenced, it serves again; a hibernation of
+/// this emptyDir cluster is refused and changes no pod.
 #[test]
 fn switchover_and_fencing_keep_every_write_and_a_quorum_serving() -> Result<()> {
     with_operator("e2e-kubectl-etcd-actions", |ns, _op| {
@@ -419,6 +432,22 @@ fn switchover_and_fencing_keep_every_write_and_a_quorum_serving() -> Result<()> 
         let c = cluster(ns, "sw")?;
         ensure!(common::condition(&c, "Fenced").is_none(), "{}", c["status"]);
 
+        // An emptyDir cluster cannot hibernate (its data would go with its pods): refused,
+        // the request taken back, every pod kept.
+        let uids = |ns: &TestNamespace| -> Result<Vec<String>> {
+            Ok(member_pods(ns, "sw")?
+                .iter()
+                .filter_map(|p| p["metadata"]["uid"].as_str().map(str::to_string))
+                .collect())
+        };
+        let before = uids(ns)?;
+        let (code, out, err) = plugin_code(ns, &["hibernate", "sw", "--wait", "60"])?;
+        ensure!(code == 1 && err.contains("emptyDir"), "hibernate of an emptyDir cluster: {code}\n{out}\n{err}");
+        let c = cluster(ns, "sw")?;
+        ensure!(c["metadata"]["annotations"].get("etcd.database.coreos.com/hibernation").is_none(), "request left");
+        ensure!(cond_str(&c, "Hibernated", "reason") == "HibernationRefused", "{}", c["status"]);
+        ensure!(uids(ns)? == before, "pods changed: {before:?}");
+
         std::thread::sleep(Duration::from_secs(2));
         let stats = writer.finish()?;
         eprintln!(
@@ -430,6 +459,60 @@ fn switchover_and_fencing_keep_every_write_and_a_quorum_serving() -> Result<()> 
         );
         ensure!(stats.failed.is_empty(), "failed writes: {:?}", stats.errors);
         common::writer::check_acked(std::slice::from_ref(&ep), "w", &stats)?;
+        Ok(())
+    })
+}
+
+/// `hibernate` and `resume` (issue 30) of a 3-member PVC cluster: every member pod stops, the
+/// claims stay, no Warning is published for the quorum it no longer has; resumed, the same
+/// members (IDs) come back on their claims with every key.
+#[test]
+fn hibernate_and_resume_keep_every_key_and_member_id() -> Result<()> {
+    const PVC_SPEC: &str = "  pod:\n    persistentVolumeClaimSpec:\n      accessModes: [ReadWriteOnce]\n      resources: {requests: {storage: 64Mi}}\n";
+    with_operator("e2e-kubectl-etcd-hibernate", |ns, _op| {
+        ns.apply(&cluster_manifest(&ns.name, "hb", 3, VERSION, PVC_SPEC))?;
+        wait_healthy(ns, "hb", 3, CREATE)?;
+        let ep = client_endpoint(ns, "hb")?;
+        write_keys(&ep, "k", 200)?;
+        let ids = |ns: &TestNamespace| -> Result<Vec<String>> {
+            let mut v: Vec<String> =
+                member_list(&client_endpoint(ns, "hb")?)?.into_iter().map(|m| m[0].clone()).collect();
+            v.sort();
+            Ok(v)
+        };
+        let before = ids(ns)?;
+        let claims = |ns: &TestNamespace| -> Result<usize> {
+            let v = ns.json(&["get", "pvc", "-l", "etcd_cluster=hb"])?;
+            Ok(v["items"]
+                .as_array()
+                .map_or(0, |a| a.iter().filter(|c| c["metadata"]["deletionTimestamp"].is_null()).count()))
+        };
+        ensure!(claims(ns)? == 3, "claims before: {}", claims(ns)?);
+
+        let marks = event_marks(ns, "hb")?;
+        let t0 = Instant::now();
+        let (code, out, err) = plugin_code(ns, &["hibernate", "hb", "--wait", "180"])?;
+        eprintln!("hibernate: {code} {out} {err} ({:?})", t0.elapsed());
+        ensure!(code == 0 && out.contains("Hibernated"), "hibernate: {code}\n{out}\n{err}");
+        ensure!(member_pods(ns, "hb")?.is_empty(), "member pods left");
+        ensure!(claims(ns)? == 3, "claims while hibernated: {}", claims(ns)?);
+        // Still hibernated a while later: nothing heals or recovers it.
+        std::thread::sleep(Duration::from_secs(5));
+        ensure!(member_pods(ns, "hb")?.is_empty(), "a member pod came back while hibernated");
+        let c = cluster(ns, "hb")?;
+        ensure!(cond_str(&c, "Available", "reason") == "Hibernated", "{}", c["status"]);
+        let warnings: Vec<_> = events_since(ns, "hb", &marks)?.into_iter().filter(|e| e.type_ == "Warning").collect();
+        ensure!(warnings.is_empty(), "Warnings while hibernating: {warnings:?}");
+
+        let t1 = Instant::now();
+        let (code, out, err) = plugin_code(ns, &["resume", "hb", "--wait", "180"])?;
+        eprintln!("resume: {code} {out} {err} ({:?})", t1.elapsed());
+        ensure!(code == 0, "resume: {code}\n{out}\n{err}");
+        wait_healthy(ns, "hb", 3, CREATE)?;
+        ensure!(ids(ns)? == before, "member IDs changed: {before:?} → {:?}", ids(ns)?);
+        check_keys(&client_endpoint(ns, "hb")?, "k", 200)?;
+        let c = cluster(ns, "hb")?;
+        ensure!(cond_str(&c, "Hibernated", "reason") == "Resumed", "{}", c["status"]);
         Ok(())
     })
 }

@@ -60,6 +60,12 @@ pub enum Command {
     Fence(FenceArgs),
     /// Put a fenced member back into the client Service.
     Unfence(FenceArgs),
+    /// Stop every member pod of a cluster whose members keep their data on
+    /// PersistentVolumeClaims, keeping the claims and the membership; refused for emptyDir
+    /// members (their data would go with their pods).
+    Hibernate(WaitArgs),
+    /// Start a hibernated cluster's members again on their claims.
+    Resume(WaitArgs),
 }
 
 #[derive(Args, Debug)]
@@ -72,6 +78,15 @@ pub struct SwitchoverArgs {
     /// Seconds to wait for the operator's answer (0: do not wait). The request stays when it
     /// is not done by then.
     #[arg(long, default_value_t = 60)]
+    pub wait: u64,
+}
+
+#[derive(Args, Debug)]
+pub struct WaitArgs {
+    /// Name of the EtcdCluster.
+    pub name: String,
+    /// Seconds to wait for the operator to finish (0: do not wait).
+    #[arg(long, default_value_t = 300)]
     pub wait: u64,
 }
 

@@ -45,5 +45,7 @@ async fn run(cli: Cli) -> Result<i32> {
         Command::Switchover(a) => requests::switchover(&client, &ns, &a).await,
         Command::Fence(a) => requests::fence(&client, &ns, &a, true).await,
         Command::Unfence(a) => requests::fence(&client, &ns, &a, false).await,
+        Command::Hibernate(a) => requests::hibernate(&client, &ns, &a, true).await,
+        Command::Resume(a) => requests::hibernate(&client, &ns, &a, false).await,
     }
 }

@@ -7,12 +7,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use etcd_operator_api::cluster::EtcdCluster;
-use etcd_operator_api::{Condition, FENCED_MEMBERS_ANNOTATION, SWITCHOVER_ANNOTATION};
+use etcd_operator_api::{Condition, FENCED_MEMBERS_ANNOTATION, HIBERNATION_ANNOTATION, SWITCHOVER_ANNOTATION};
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 
-use crate::cli::{FenceArgs, SwitchoverArgs};
+use crate::cli::{FenceArgs, SwitchoverArgs, WaitArgs};
 
 /// The member pod label the client Service selects on (the operator's `naming::SERVING_LABEL`).
 const SERVING_LABEL: &str = "etcd.database.coreos.com/serving";
@@ -125,6 +125,56 @@ pub async fn fence(client: &kube::Client, ns: &str, a: &FenceArgs, fence: bool) 
         }
         if Instant::now() >= deadline {
             eprintln!("not done within {} s; the request stays on the EtcdCluster", a.wait);
+            return Ok(2);
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// `hibernate` (`on`) or `resume` (`off`): writes the annotation, then waits until no member
+/// runs (the `Hibernated` condition is True) or, resumed, until every member is ready again.
+pub async fn hibernate(client: &kube::Client, ns: &str, a: &WaitArgs, on: bool) -> Result<i32> {
+    let api: Api<EtcdCluster> = Api::namespaced(client.clone(), ns);
+    api.get(&a.name).await.with_context(|| format!("EtcdCluster {ns}/{}", a.name))?;
+    let value = if on { "on" } else { "off" };
+    let patch = serde_json::json!({"metadata": {"annotations": {HIBERNATION_ANNOTATION: value}}});
+    api.patch(&a.name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+    println!("etcdcluster {ns}/{}: {} asked for", a.name, if on { "hibernation" } else { "resume" });
+    if a.wait == 0 {
+        return Ok(0);
+    }
+    let deadline = Instant::now() + Duration::from_secs(a.wait);
+    loop {
+        let c = api.get(&a.name).await?;
+        let cond = condition(&c, "Hibernated");
+        if on {
+            match cond {
+                Some(x) if x.status == "True" => {
+                    println!("Hibernated: {}", x.message);
+                    return Ok(0);
+                }
+                Some(x) if x.reason == "HibernationRefused" => {
+                    eprintln!("refused: {}", x.message);
+                    // Taken back, so that nothing happens later by surprise.
+                    let patch = serde_json::json!({"metadata": {"annotations": {HIBERNATION_ANNOTATION: null}}});
+                    api.patch(&a.name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+                    return Ok(1);
+                }
+                _ => {}
+            }
+        } else {
+            let status = c.status.as_ref();
+            let size = c.spec.size;
+            let ready = status.map_or(0, |s| s.ready_members);
+            let available = condition(&c, "Available").is_some_and(|x| x.status == "True");
+            if available && ready >= size && cond.is_none_or(|x| x.status != "True") {
+                println!("resumed: {ready} of {size} members ready");
+                return Ok(0);
+            }
+        }
+        if Instant::now() >= deadline {
+            let now = cond.map(|x| format!("{}: {}", x.reason, x.message)).unwrap_or_else(|| "no answer yet".into());
+            eprintln!("not done within {} s ({now}); the request stays on the EtcdCluster", a.wait);
             return Ok(2);
         }
         tokio::time::sleep(POLL).await;

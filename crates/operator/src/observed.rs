@@ -94,6 +94,11 @@ pub struct Observed {
     /// The member pods asked to be fenced (`naming::FENCED_MEMBERS_ANNOTATION`), or why the
     /// annotation could not be read.
     pub fence_request: Result<Vec<String>, String>,
+    /// The hibernation asked for (`naming::HIBERNATION_ANNOTATION`: `on` is `Ok(true)`), or
+    /// why the value could not be read.
+    pub hibernation_asked: Result<bool, String>,
+    /// The operator began stopping the members for a hibernation (`naming::HIBERNATED_AT_ANNOTATION`).
+    pub hibernation_started: bool,
 }
 
 impl Default for Observed {
@@ -132,6 +137,8 @@ impl Default for Observed {
             operator_namespace: None,
             switchover: None,
             fence_request: Ok(Vec::new()),
+            hibernation_asked: Ok(false),
+            hibernation_started: false,
         }
     }
 }

@@ -85,8 +85,30 @@ pub fn decide(o: &Observed, cluster: &EtcdCluster, spec_json: &str, now: &str) -
         {
             marks.insert(crate::naming::SWITCHOVER_ANNOTATION.into(), Some(to_pod.clone()));
         }
-        planner::switchover::Switchover::Done(_) | planner::switchover::Switchover::Refused(_) => {
+        // The request goes once its outcome is in the status the cluster had (this reconcile's
+        // status patch may not happen: a reconcile can end before it), so that whoever asked
+        // always finds the answer.
+        planner::switchover::Switchover::Done(_) | planner::switchover::Switchover::Refused(_)
+            if recorded(&prev.conditions, &status.conditions, crate::status::requests::SWITCHOVER) =>
+        {
             marks.insert(crate::naming::SWITCHOVER_ANNOTATION.into(), None);
+        }
+        _ => {}
+    }
+    let hibernation = o.desired.as_ref().map(|d| planner::hibernation::judge(o, d));
+    if let Ok(h) = &hibernation {
+        crate::status::requests::update_hibernation(&mut status.conditions, h, now);
+    }
+    match &hibernation {
+        // Recorded before the first pod is deleted: from then on the pods go, whatever else.
+        Ok(planner::hibernation::Hibernation::Begin) => {
+            marks.insert(crate::naming::HIBERNATED_AT_ANNOTATION.into(), Some(now.to_string()));
+        }
+        // Cleared once the status says so (as for the switchover above).
+        Ok(planner::hibernation::Hibernation::Resuming)
+            if recorded(&prev.conditions, &status.conditions, crate::status::requests::HIBERNATED) =>
+        {
+            marks.insert(crate::naming::HIBERNATED_AT_ANNOTATION.into(), None);
         }
         _ => {}
     }
@@ -118,6 +140,15 @@ pub fn decide(o: &Observed, cluster: &EtcdCluster, spec_json: &str, now: &str) -
     }
 }
 
+/// Condition `type_` is in the previous status as this reconcile computed it (status, reason
+/// and message).
+fn recorded(prev: &[etcd_operator_api::Condition], new: &[etcd_operator_api::Condition], type_: &str) -> bool {
+    let find = |cs: &[etcd_operator_api::Condition]| {
+        cs.iter().find(|c| c.type_ == type_).map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+    };
+    find(new).is_some() && find(prev) == find(new)
+}
+
 /// When to look again after `step` went as planned.
 fn requeue(o: &Observed, step: &Step) -> Duration {
     match step {
@@ -125,7 +156,9 @@ fn requeue(o: &Observed, step: &Step) -> Duration {
             WaitReason::Stable => HEALTH_CHECK_PERIOD,
             // Refused, with a spec to heal under (the last valid one, or `no_valid_spec`).
             WaitReason::InvalidSpec if o.desired.is_ok() => HEALTH_CHECK_PERIOD,
-            WaitReason::InvalidSpec | WaitReason::Paused | WaitReason::DataLost => Duration::from_secs(60),
+            WaitReason::InvalidSpec | WaitReason::Paused | WaitReason::DataLost | WaitReason::Hibernated => {
+                Duration::from_secs(60)
+            }
             WaitReason::NoQuorum
             | WaitReason::MembersUnreachable
             | WaitReason::MemberFailing

@@ -344,3 +344,21 @@ fn the_marks_are_planned_with_the_spec_and_the_time_given() {
         BTreeMap::from([(crate::naming::LAST_VALID_SPEC_ANNOTATION.to_string(), Some("{\"size\":3}".to_string()))]);
     assert_eq!(plan.marks, want, "only the spec changed since the marks were written");
 }
+
+/// A request is answered in status before it is taken off the EtcdCluster: a reconcile can end
+/// before its status patch, and whoever asked must find the answer.
+#[test]
+fn a_done_switchover_is_reported_first_and_taken_off_only_once_status_holds_it() {
+    let mut c = cluster(3);
+    c.metadata.annotations.as_mut().unwrap().insert(crate::naming::SWITCHOVER_ANNOTATION.into(), "ex-m0".into());
+    let mut o = observed(&c, 3);
+    o.switchover = Some("ex-m0".into());
+    let first = decided(&c, &o);
+    let cond = first.status.conditions.iter().find(|x| x.type_ == "Switchover").expect("a Switchover condition");
+    assert_eq!((cond.status.as_str(), cond.reason.as_str()), ("True", "LeaderMoved"));
+    assert!(!first.marks.contains_key(crate::naming::SWITCHOVER_ANNOTATION), "taken off before it was reported");
+    // The status patch happened: now the request goes.
+    c.status = Some(first.status.clone());
+    let second = decide(&o, &c, "{}", NOW);
+    assert_eq!(second.marks.get(crate::naming::SWITCHOVER_ANNOTATION), Some(&None));
+}

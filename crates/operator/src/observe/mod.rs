@@ -276,6 +276,10 @@ pub async fn observe(
         fence_request: crate::fencing::parse_request(
             annotations.get(naming::FENCED_MEMBERS_ANNOTATION).map(String::as_str),
         ),
+        hibernation_asked: crate::planner::hibernation::parse(
+            annotations.get(naming::HIBERNATION_ANNOTATION).map(String::as_str),
+        ),
+        hibernation_started: annotations.contains_key(naming::HIBERNATED_AT_ANNOTATION),
     };
     // Only when a member is due for defragmentation: is a backup of this cluster running?
     if crate::planner::may_defragment(&o) {

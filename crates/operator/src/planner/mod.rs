@@ -21,6 +21,7 @@ pub mod certificates;
 #[cfg(test)]
 mod certificates_world;
 pub mod failing;
+pub mod hibernation;
 pub mod maintenance;
 mod membership;
 #[cfg(test)]
@@ -129,6 +130,9 @@ fn next_step(o: &Observed) -> Step {
     }
     if !o.services_ready {
         return Step::CreateServices;
+    }
+    if let Some(step) = hibernation::next(o, d) {
+        return step;
     }
     if let Some(step) = recovery::in_progress(o) {
         return step;

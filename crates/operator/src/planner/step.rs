@@ -309,6 +309,10 @@ pub enum WaitReason {
     /// The operator's calls get no answer from members whose pods are Ready (etcd's own health
     /// check passes): it cannot see the cluster, which most likely serves (`planner::unreachable`).
     MembersUnreachable,
+    /// Member pods are stopping for a hibernation (`hibernation`).
+    Hibernating,
+    /// Hibernated: no member runs; the volumes and the membership are kept.
+    Hibernated,
 }
 
 impl WaitReason {
@@ -339,6 +343,8 @@ impl WaitReason {
             WaitReason::AuthRefused => "AuthRefused",
             WaitReason::TlsMaterialRefused => "TLSMaterialRefused",
             WaitReason::MembersUnreachable => "MembersUnreachable",
+            WaitReason::Hibernating => "Hibernating",
+            WaitReason::Hibernated => "Hibernated",
         }
     }
 

@@ -90,7 +90,15 @@ pub(super) fn update(
     // not known to it (Unknown), and no quorum loss is claimed.
     let unreachable = wait.filter(|w| w.reason == WaitReason::MembersUnreachable);
     let counts = o.etcd.as_ref().map(|e| (e.voters().filter(|m| m.is_healthy()).count(), e.voters().count()));
+    // Hibernating or hibernated: no quorum on purpose, not a loss.
+    let hibernating = o.hibernation_started && o.hibernation_asked != Ok(false);
     let available = match (counts, unreachable) {
+        _ if hibernating => cond(
+            AVAILABLE,
+            false,
+            "Hibernated",
+            wait.map_or("member pods are stopping for the hibernation".to_string(), |w| w.message.clone()),
+        ),
         (Some((healthy, voters)), _) if healthy >= EtcdState::quorum_of(voters) => {
             cond(AVAILABLE, true, "QuorumHealthy", format!("{healthy} of {voters} voting members healthy"))
         }
@@ -342,14 +350,16 @@ fn translated_flags(o: &Observed) -> Option<String> {
 pub fn is_warning(c: &Condition) -> bool {
     match c.type_.as_str() {
         DEGRADED => c.status == "True",
-        AVAILABLE => c.status == "False" && c.reason != "Bootstrapping",
+        AVAILABLE => c.status == "False" && c.reason != "Bootstrapping" && c.reason != "Hibernated",
         SPEC_VALID => c.status == "False",
         UPGRADING => c.status == "False",
         RECOVERED_FROM_QUORUM_LOSS => true,
         NO_SPACE | CORRUPT | ETCD_ADVISORY => c.status == "True",
         crate::status::tls_auto::CERTIFICATES_READY => crate::status::tls_auto::is_warning(c),
         crate::status::tls_expiry::CERTIFICATES_EXPIRING => crate::status::tls_expiry::is_warning(c),
-        crate::status::requests::FENCED | crate::status::requests::SWITCHOVER => crate::status::requests::is_warning(c),
+        crate::status::requests::FENCED | crate::status::requests::SWITCHOVER | crate::status::requests::HIBERNATED => {
+            crate::status::requests::is_warning(c)
+        }
         _ => crate::auth::is_warning(c),
     }
 }

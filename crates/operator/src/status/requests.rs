@@ -4,6 +4,7 @@
 use etcd_operator_api::condition::{self, Condition};
 
 use crate::fencing::Fencing;
+use crate::planner::hibernation::Hibernation;
 use crate::planner::switchover::Switchover;
 use crate::planner::{Purpose, Step};
 
@@ -65,11 +66,50 @@ pub fn update(cs: &mut Vec<Condition>, fencing: &Fencing, switchover: &Switchove
     }
 }
 
+/// Hibernation (`naming::HIBERNATION_ANNOTATION`): `True` once no member runs; `False` while
+/// members stop (`Hibernating`), while it waits to begin (`Pending`), when refused
+/// (`HibernationRefused`, a Warning) and once resumed (`Resumed`, kept until the next one).
+pub const HIBERNATED: &str = "Hibernated";
+
+/// Sets the `Hibernated` condition for this reconcile's judgement.
+pub fn update_hibernation(cs: &mut Vec<Condition>, h: &Hibernation, now: &str) {
+    let c = match h {
+        Hibernation::Off => None,
+        Hibernation::Refused(why) => Some(cond(HIBERNATED, false, "HibernationRefused", why.clone())),
+        Hibernation::Pending(why) => Some(cond(HIBERNATED, false, "Pending", format!("waiting: {why}"))),
+        Hibernation::Begin => Some(cond(
+            HIBERNATED,
+            false,
+            "Hibernating",
+            "member pods stop one at a time, the leader last; volumes and membership are kept".into(),
+        )),
+        Hibernation::Stopping(left) => Some(cond(
+            HIBERNATED,
+            false,
+            "Hibernating",
+            format!("member pods stop one at a time, the leader last; {left} left; volumes and membership are kept"),
+        )),
+        Hibernation::Hibernated(claims) => Some(cond(
+            HIBERNATED,
+            true,
+            "Hibernated",
+            format!("no member runs; {claims} volumes and the membership are kept"),
+        )),
+        Hibernation::Resuming => {
+            Some(cond(HIBERNATED, false, "Resumed", "members start again on their volumes".into()))
+        }
+    };
+    if let Some(c) = c {
+        condition::upsert(cs, c, now);
+    }
+}
+
 /// Whether a condition of this module in this state is a Warning Event.
 pub fn is_warning(c: &Condition) -> bool {
     match c.type_.as_str() {
         FENCED => c.reason == "FenceRefused",
         SWITCHOVER => c.reason == "SwitchoverRefused",
+        HIBERNATED => c.reason == "HibernationRefused",
         _ => false,
     }
 }
