@@ -38,6 +38,10 @@ pub const SWITCHOVER_ANNOTATION: &str = "etcd.database.coreos.com/switchover";
 /// keeping the claims and the membership; `off` (or no annotation) starts them again on their
 /// claims. Refused for members on emptyDir, whose data would go with their pods.
 pub const HIBERNATION_ANNOTATION: &str = "etcd.database.coreos.com/hibernation";
+/// EtcdCluster annotation, set by a person or `kubectl etcd defrag`: defragment one member
+/// (its pod name) or every member (`all`) once, one at a time with the leader last, where the
+/// defragmentation policy would run. One-shot: removed once each has been defragmented.
+pub const DEFRAGMENT_ANNOTATION: &str = "etcd.database.coreos.com/defragment";
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
     CustomResourceDefinition, JSONSchemaProps, JSONSchemaPropsOrArray, JSONSchemaPropsOrBool,

@@ -360,7 +360,7 @@ fn pod_ip(ns: &TestNamespace, pod: &str) -> Result<String> {
 /// a fenced member leaves the client Service's endpoints and stays a voter; a second fence
 /// (which would leave one of three serving) is refused with a Warning and changes nothing; a
 /// switchover to the fenced member is refused; unfenced, it serves again; a hibernation of
-/// this emptyDir cluster is refused and changes no pod.
+/// this emptyDir cluster is refused and changes no pod; `defrag` defragments each member once.
 #[test]
 fn switchover_and_fencing_keep_every_write_and_a_quorum_serving() -> Result<()> {
     with_operator("e2e-kubectl-etcd-actions", |ns, _op| {
@@ -431,6 +431,29 @@ fn switchover_and_fencing_keep_every_write_and_a_quorum_serving() -> Result<()> 
         })?;
         let c = cluster(ns, "sw")?;
         ensure!(common::condition(&c, "Fenced").is_none(), "{}", c["status"]);
+
+        // A one-shot defragmentation of every member: each once, the leader last, under the
+        // writer; a name that is no member is refused.
+        let marks = event_marks(ns, "sw")?;
+        let (code, out, err) = plugin_code(ns, &["defrag", "sw", "--wait", "120"])?;
+        eprintln!("defrag: {code} {out} {err}");
+        ensure!(code == 0 && out.contains("Defragmented"), "defrag: {code}\n{out}\n{err}");
+        let done: Vec<String> = events_since(ns, "sw", &marks)?
+            .into_iter()
+            .filter(|e| e.reason == "MemberDefragmented")
+            .map(|e| e.related)
+            .collect();
+        let leader = leader_of(ns, "sw")?;
+        ensure!(done.len() == 3 && done.iter().collect::<std::collections::BTreeSet<_>>().len() == 3, "{done:?}");
+        let moved = events_since(ns, "sw", &marks)?
+            .into_iter()
+            .any(|e| e.reason == "LeaderMoved" && e.note.contains("defragmentation"));
+        ensure!(
+            moved || done[2] != leader,
+            "the leader {leader} was defragmented without handing leadership away: {done:?}"
+        );
+        let (code, out, err) = plugin_code(ns, &["defrag", "sw", "--member", "sw-nope", "--wait", "60"])?;
+        ensure!(code == 1 && out.contains("DefragmentRefused"), "defrag of no member: {code}\n{out}\n{err}");
 
         // An emptyDir cluster cannot hibernate (its data would go with its pods): refused,
         // the request taken back, every pod kept.

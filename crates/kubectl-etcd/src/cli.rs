@@ -66,6 +66,13 @@ pub enum Command {
     Hibernate(WaitArgs),
     /// Start a hibernated cluster's members again on their claims.
     Resume(WaitArgs),
+    /// Defragment every member (or `--member`) once, one at a time with the leader last, once
+    /// no other change is in progress (the operator does it, as its defragmentation policy).
+    Defrag(DefragArgs),
+    /// etcdctl's `check perf` against the cluster: a load profile's clients write under a prefix
+    /// for a while (then the keys are deleted), judged by etcd's criteria (throughput, slowest
+    /// request, deviation); exit code 0 on PASS, 1 on FAIL.
+    CheckPerf(crate::check_perf::CheckPerfArgs),
 }
 
 #[derive(Args, Debug)]
@@ -78,6 +85,18 @@ pub struct SwitchoverArgs {
     /// Seconds to wait for the operator's answer (0: do not wait). The request stays when it
     /// is not done by then.
     #[arg(long, default_value_t = 60)]
+    pub wait: u64,
+}
+
+#[derive(Args, Debug)]
+pub struct DefragArgs {
+    /// Name of the EtcdCluster.
+    pub name: String,
+    /// The one member pod to defragment (default: every member).
+    #[arg(long)]
+    pub member: Option<String>,
+    /// Seconds to wait for the operator to finish (0: do not wait).
+    #[arg(long, default_value_t = 300)]
     pub wait: u64,
 }
 

@@ -156,7 +156,7 @@ pub struct Answer {
     pub alarms: Result<Vec<(u64, String)>, String>,
 }
 
-fn options(access: &Access, timeout: Duration, login: bool) -> ConnectOptions {
+pub fn options(access: &Access, timeout: Duration, login: bool) -> ConnectOptions {
     let mut o = ConnectOptions::new().with_connect_timeout(timeout).with_timeout(timeout);
     if let Some(t) = &access.tls {
         o = o.with_tls(

@@ -4,6 +4,7 @@
 
 mod actions;
 mod certs;
+mod check_perf;
 mod cli;
 mod connect;
 mod redact;
@@ -47,5 +48,7 @@ async fn run(cli: Cli) -> Result<i32> {
         Command::Unfence(a) => requests::fence(&client, &ns, &a, false).await,
         Command::Hibernate(a) => requests::hibernate(&client, &ns, &a, true).await,
         Command::Resume(a) => requests::hibernate(&client, &ns, &a, false).await,
+        Command::Defrag(a) => requests::defrag(&client, &ns, &a).await,
+        Command::CheckPerf(a) => check_perf::run(&client, &ns, &a).await,
     }
 }

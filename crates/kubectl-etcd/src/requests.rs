@@ -7,12 +7,14 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use etcd_operator_api::cluster::EtcdCluster;
-use etcd_operator_api::{Condition, FENCED_MEMBERS_ANNOTATION, HIBERNATION_ANNOTATION, SWITCHOVER_ANNOTATION};
+use etcd_operator_api::{
+    Condition, DEFRAGMENT_ANNOTATION, FENCED_MEMBERS_ANNOTATION, HIBERNATION_ANNOTATION, SWITCHOVER_ANNOTATION,
+};
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 
-use crate::cli::{FenceArgs, SwitchoverArgs, WaitArgs};
+use crate::cli::{DefragArgs, FenceArgs, SwitchoverArgs, WaitArgs};
 
 /// The member pod label the client Service selects on (the operator's `naming::SERVING_LABEL`).
 const SERVING_LABEL: &str = "etcd.database.coreos.com/serving";
@@ -171,6 +173,37 @@ pub async fn hibernate(client: &kube::Client, ns: &str, a: &WaitArgs, on: bool) 
                 println!("resumed: {ready} of {size} members ready");
                 return Ok(0);
             }
+        }
+        if Instant::now() >= deadline {
+            let now = cond.map(|x| format!("{}: {}", x.reason, x.message)).unwrap_or_else(|| "no answer yet".into());
+            eprintln!("not done within {} s ({now}); the request stays on the EtcdCluster", a.wait);
+            return Ok(2);
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// `defrag`: writes the request, then waits for the operator's answer. The operator takes the
+/// request off only once the `Defragmentation` condition holds its outcome.
+pub async fn defrag(client: &kube::Client, ns: &str, a: &DefragArgs) -> Result<i32> {
+    let api: Api<EtcdCluster> = Api::namespaced(client.clone(), ns);
+    api.get(&a.name).await.with_context(|| format!("EtcdCluster {ns}/{}", a.name))?;
+    let value = a.member.clone().unwrap_or_else(|| "all".into());
+    let patch = serde_json::json!({"metadata": {"annotations": {DEFRAGMENT_ANNOTATION: value}}});
+    api.patch(&a.name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+    println!("etcdcluster {ns}/{}: defragmentation of {value} asked for", a.name);
+    if a.wait == 0 {
+        return Ok(0);
+    }
+    let deadline = Instant::now() + Duration::from_secs(a.wait);
+    loop {
+        let c = api.get(&a.name).await?;
+        let cond = condition(&c, "Defragmentation");
+        if !c.annotations().contains_key(DEFRAGMENT_ANNOTATION)
+            && let Some(x) = cond.filter(|x| x.reason != "Pending")
+        {
+            println!("{}: {}", x.reason, x.message);
+            return Ok(if x.status == "True" { 0 } else { 1 });
         }
         if Instant::now() >= deadline {
             let now = cond.map(|x| format!("{}: {}", x.reason, x.message)).unwrap_or_else(|| "no answer yet".into());

@@ -79,7 +79,12 @@ pub const SERVING_LABEL: &str = "etcd.database.coreos.com/serving";
 /// Member pod annotation: when the member was drained from the client Service (RFC 3339).
 pub const DRAINED_AT_ANNOTATION: &str = "etcd.database.coreos.com/drained-at";
 /// The requests a person (or `kubectl etcd`) writes on an EtcdCluster (part of the API).
-pub use etcd_operator_api::{FENCED_MEMBERS_ANNOTATION, HIBERNATION_ANNOTATION, SWITCHOVER_ANNOTATION};
+pub use etcd_operator_api::{
+    DEFRAGMENT_ANNOTATION, FENCED_MEMBERS_ANNOTATION, HIBERNATION_ANNOTATION, SWITCHOVER_ANNOTATION,
+};
+/// EtcdCluster annotation: when the operator first saw the [`DEFRAGMENT_ANNOTATION`] request
+/// (RFC 3339); a member counts as done once defragmented after it.
+pub const DEFRAGMENT_ASKED_AT_ANNOTATION: &str = "etcd.database.coreos.com/defragment-asked-at";
 /// EtcdCluster annotation: when the operator began to stop the members for a hibernation
 /// (RFC 3339), written before the first pod is deleted; removed when the cluster resumes.
 pub const HIBERNATED_AT_ANNOTATION: &str = "etcd.database.coreos.com/hibernated-at";

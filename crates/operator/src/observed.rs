@@ -99,6 +99,11 @@ pub struct Observed {
     pub hibernation_asked: Result<bool, String>,
     /// The operator began stopping the members for a hibernation (`naming::HIBERNATED_AT_ANNOTATION`).
     pub hibernation_started: bool,
+    /// A one-shot defragmentation asked for (`naming::DEFRAGMENT_ANNOTATION`): `Some(None)` for
+    /// every member, `Some(Some(pod))` for one.
+    pub defrag_asked: Option<Option<String>>,
+    /// Seconds since the operator first saw that request (`naming::DEFRAGMENT_ASKED_AT_ANNOTATION`).
+    pub defrag_asked_secs: Option<i64>,
 }
 
 impl Default for Observed {
@@ -139,6 +144,8 @@ impl Default for Observed {
             fence_request: Ok(Vec::new()),
             hibernation_asked: Ok(false),
             hibernation_started: false,
+            defrag_asked: None,
+            defrag_asked_secs: None,
         }
     }
 }

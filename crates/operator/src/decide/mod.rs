@@ -112,6 +112,24 @@ pub fn decide(o: &Observed, cluster: &EtcdCluster, spec_json: &str, now: &str) -
         }
         _ => {}
     }
+    let defrag = planner::maintenance::judge_request(o);
+    crate::status::requests::update_defrag(&mut status.conditions, &defrag, now);
+    match &defrag {
+        planner::maintenance::DefragRequest::NotAsked if o.defrag_asked_secs.is_some() => {
+            marks.insert(crate::naming::DEFRAGMENT_ASKED_AT_ANNOTATION.into(), None);
+        }
+        // First seen: a member counts as done once defragmented after now.
+        planner::maintenance::DefragRequest::Pending(_) if o.defrag_asked_secs.is_none() => {
+            marks.insert(crate::naming::DEFRAGMENT_ASKED_AT_ANNOTATION.into(), Some(now.to_string()));
+        }
+        planner::maintenance::DefragRequest::Done(_) | planner::maintenance::DefragRequest::Refused(_)
+            if recorded(&prev.conditions, &status.conditions, crate::status::requests::DEFRAGMENTATION) =>
+        {
+            marks.insert(crate::naming::DEFRAGMENT_ANNOTATION.into(), None);
+            marks.insert(crate::naming::DEFRAGMENT_ASKED_AT_ANNOTATION.into(), None);
+        }
+        _ => {}
+    }
     let unlabelled = crate::marks::pods_to_label(o)
         .into_iter()
         .filter(|p| !fencing.fenced().any(|f| f == p) && !fencing.unfence.contains(p))

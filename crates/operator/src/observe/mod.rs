@@ -280,6 +280,14 @@ pub async fn observe(
             annotations.get(naming::HIBERNATION_ANNOTATION).map(String::as_str),
         ),
         hibernation_started: annotations.contains_key(naming::HIBERNATED_AT_ANNOTATION),
+        defrag_asked: annotations.get(naming::DEFRAGMENT_ANNOTATION).map(|v| {
+            let v = v.trim();
+            (!v.is_empty() && !v.eq_ignore_ascii_case("all")).then(|| v.to_string())
+        }),
+        defrag_asked_secs: annotations
+            .get(naming::DEFRAGMENT_ASKED_AT_ANNOTATION)
+            .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok())
+            .map(|t| (now.as_second() - t.as_second()).max(0)),
     };
     // Only when a member is due for defragmentation: is a backup of this cluster running?
     if crate::planner::may_defragment(&o) {

@@ -112,16 +112,19 @@ pub(super) fn alarms(o: &Observed, d: &Desired, etcd: &EtcdState) -> Option<Step
 /// The defragmentation policy's next step. Called only when the cluster is otherwise stable:
 /// every voter healthy, no learner, membership, versions and pods as the spec says.
 pub(super) fn defragment(o: &Observed, d: &Desired, etcd: &EtcdState) -> Option<Step> {
-    let rule = d.maintenance.defrag?;
     let cooled = |m: &&MemberState| {
         o.pods.get(&m.pod).is_some_and(|p| p.defragmented_secs.is_none_or(|s| s >= DEFRAG_COOLDOWN_SECS))
     };
     let in_use = least_in_use(etcd);
-    let due: Vec<&MemberState> = etcd
-        .voters()
-        .filter(|m| m.status.as_ref().is_some_and(|s| rule.is_due(s.db_size, s.db_size_in_use.min(in_use))))
-        .filter(cooled)
-        .collect();
+    // Due by the policy, or asked for once (`asked_not_done`: no cool-down, the request is the
+    // person's call).
+    let by_policy = |m: &&MemberState| {
+        d.maintenance.defrag.is_some_and(|rule| {
+            m.status.as_ref().is_some_and(|s| rule.is_due(s.db_size, s.db_size_in_use.min(in_use))) && cooled(m)
+        })
+    };
+    let asked = asked_not_done(o, etcd);
+    let due: Vec<&MemberState> = etcd.voters().filter(|m| by_policy(m) || asked.contains(&m.pod.as_str())).collect();
     let mut first = *followers_first(etcd, due.iter().copied()).first()?;
     if let Some((pod, secs)) = unfinished(o) {
         match due.iter().find(|m| m.pod == pod) {
@@ -150,6 +153,53 @@ pub(super) fn defragment(o: &Observed, d: &Desired, etcd: &EtcdState) -> Option<
         }
     }
     Some(Step::Defragment { pod: first.pod.clone(), free_bytes: free })
+}
+
+/// Voters a one-shot defragmentation (`naming::DEFRAGMENT_ANNOTATION`) asked for that have
+/// not been defragmented since it was first seen, by pod. Empty when none was asked for.
+pub fn asked_not_done<'a>(o: &Observed, etcd: &'a EtcdState) -> Vec<&'a str> {
+    let Some(asked) = &o.defrag_asked else { return Vec::new() };
+    let done = |pod: &str| {
+        let defragmented = o.pods.get(pod).and_then(|p| p.defragmented_secs);
+        // Defragmented at or after the request (whole seconds: the same second counts, or a
+        // member defragmented in the request's second would be defragmented again and again).
+        matches!((defragmented, o.defrag_asked_secs), (Some(d), Some(a)) if d <= a)
+    };
+    etcd.voters()
+        .filter(|m| asked.as_deref().is_none_or(|p| p == m.pod))
+        .map(|m| m.pod.as_str())
+        .filter(|p| !done(p))
+        .collect()
+}
+
+/// A one-shot defragmentation request judged against the observation.
+#[derive(Clone, Debug, PartialEq)]
+pub enum DefragRequest {
+    NotAsked,
+    /// Names no voting member: dropped.
+    Refused(String),
+    /// Members still to be defragmented (empty: the operator cannot see the members now).
+    Pending(Vec<String>),
+    /// Every member asked for was defragmented since the request.
+    Done(Vec<String>),
+}
+
+pub fn judge_request(o: &Observed) -> DefragRequest {
+    let Some(asked) = &o.defrag_asked else { return DefragRequest::NotAsked };
+    let Some(etcd) = &o.etcd else { return DefragRequest::Pending(Vec::new()) };
+    if let Some(pod) = asked
+        && !etcd.voters().any(|m| m.pod == *pod)
+    {
+        return DefragRequest::Refused(format!("no voting member of this cluster is named {pod}"));
+    }
+    let left: Vec<String> = asked_not_done(o, etcd).into_iter().map(str::to_string).collect();
+    if left.is_empty() {
+        let all: Vec<String> =
+            etcd.voters().filter(|m| asked.as_deref().is_none_or(|p| p == m.pod)).map(|m| m.pod.clone()).collect();
+        DefragRequest::Done(all)
+    } else {
+        DefragRequest::Pending(left)
+    }
 }
 
 /// The least database space any voter reports in use. Every member holds the same keys and

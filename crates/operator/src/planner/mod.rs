@@ -178,6 +178,9 @@ pub(crate) fn drained_first(o: &Observed, pod: &str) -> Option<Step> {
 /// whether a backup runs).
 pub fn may_defragment(o: &Observed) -> bool {
     let (Ok(d), Some(etcd)) = (&o.desired, &o.etcd) else { return false };
+    if !maintenance::asked_not_done(o, etcd).is_empty() {
+        return true;
+    }
     let in_use = maintenance::least_in_use(etcd);
     d.maintenance.defrag.is_some_and(|rule| {
         etcd.voters().filter_map(|m| m.status.as_ref()).any(|s| rule.is_due(s.db_size, s.db_size_in_use.min(in_use)))

@@ -268,6 +268,62 @@ fn defragmentation_never_runs_beside_another_change() {
     assert_eq!(plan(&o), Step::Drain { pod: "ex-m2".into() });
 }
 
+// ---- a one-shot defragmentation asked for (kubectl etcd defrag) ------------------------------
+
+#[test]
+fn asked_for_every_member_without_a_policy_each_is_defragmented_once_leader_last() {
+    // No policy, a database with nothing to reclaim: the request alone makes them due.
+    let mut o = running(3, 3);
+    db_all(&mut o, 100 * MIB, 100 * MIB);
+    o.defrag_asked = Some(None);
+    assert!(matches!(plan(&o), Step::Defragment { pod, .. } if pod == "ex-m2"));
+    assert_eq!(
+        maintenance::judge_request(&o),
+        maintenance::DefragRequest::Pending(vec!["ex-m1".into(), "ex-m2".into(), "ex-m3".into()])
+    );
+    // Seen 30 s ago; ex-m2 defragmented 20 s ago (after it), ex-m3 40 s ago (before it).
+    o.defrag_asked_secs = Some(30);
+    o.pods.get_mut("ex-m2").unwrap().defragmented_secs = Some(20);
+    o.pods.get_mut("ex-m3").unwrap().defragmented_secs = Some(40);
+    assert!(matches!(plan(&o), Step::Defragment { pod, .. } if pod == "ex-m3"));
+    o.pods.get_mut("ex-m3").unwrap().defragmented_secs = Some(10);
+    assert!(matches!(plan(&o), Step::MoveLeader { purpose: Purpose::Defragment, .. }));
+    // In the request's own second counts as after it (never again and again).
+    o.pods.get_mut("ex-m1").unwrap().defragmented_secs = Some(30);
+    assert_eq!(wait_reason(&plan(&o)), WaitReason::Stable);
+    assert!(matches!(maintenance::judge_request(&o), maintenance::DefragRequest::Done(all) if all.len() == 3));
+}
+
+#[test]
+fn asked_for_one_member_only_that_one_even_inside_the_cool_down() {
+    let mut o = running(3, 3);
+    db_all(&mut o, 100 * MIB, 100 * MIB);
+    o.pods.get_mut("ex-m3").unwrap().defragmented_secs = Some(60);
+    o.defrag_asked = Some(Some("ex-m3".into()));
+    o.defrag_asked_secs = Some(5);
+    assert!(matches!(plan(&o), Step::Defragment { pod, .. } if pod == "ex-m3"));
+    o.defrag_asked = Some(Some("ex-m9".into()));
+    assert!(matches!(maintenance::judge_request(&o), maintenance::DefragRequest::Refused(w) if w.contains("ex-m9")));
+    assert_eq!(wait_reason(&plan(&o)), WaitReason::Stable);
+}
+
+#[test]
+fn an_asked_defragmentation_never_runs_beside_a_change_or_a_backup() {
+    let mut o = running(3, 3);
+    o.defrag_asked = Some(None);
+    unhealthy(&mut o, 3);
+    assert_eq!(wait_reason(&plan(&o)), WaitReason::MemberStarting);
+    let mut o = running(3, 4);
+    o.defrag_asked = Some(None);
+    add_learner(&mut o, 4, "ex-m4", 10);
+    assert_eq!(wait_reason(&plan(&o)), WaitReason::LearnerCatchingUp);
+    let mut o = running(3, 3);
+    o.defrag_asked = Some(None);
+    o.backup_running = Some("ex-backup-1".into());
+    assert_eq!(wait_reason(&plan(&o)), WaitReason::MaintenanceDeferred);
+    assert!(may_defragment(&o));
+}
+
 // ---- rolling out a changed pod spec -----------------------------------------------------------
 
 #[test]

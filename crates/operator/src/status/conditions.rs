@@ -357,9 +357,10 @@ pub fn is_warning(c: &Condition) -> bool {
         NO_SPACE | CORRUPT | ETCD_ADVISORY => c.status == "True",
         crate::status::tls_auto::CERTIFICATES_READY => crate::status::tls_auto::is_warning(c),
         crate::status::tls_expiry::CERTIFICATES_EXPIRING => crate::status::tls_expiry::is_warning(c),
-        crate::status::requests::FENCED | crate::status::requests::SWITCHOVER | crate::status::requests::HIBERNATED => {
-            crate::status::requests::is_warning(c)
-        }
+        crate::status::requests::FENCED
+        | crate::status::requests::SWITCHOVER
+        | crate::status::requests::HIBERNATED
+        | crate::status::requests::DEFRAGMENTATION => crate::status::requests::is_warning(c),
         _ => crate::auth::is_warning(c),
     }
 }

@@ -5,6 +5,7 @@ use etcd_operator_api::condition::{self, Condition};
 
 use crate::fencing::Fencing;
 use crate::planner::hibernation::Hibernation;
+use crate::planner::maintenance::DefragRequest;
 use crate::planner::switchover::Switchover;
 use crate::planner::{Purpose, Step};
 
@@ -104,12 +105,42 @@ pub fn update_hibernation(cs: &mut Vec<Condition>, h: &Hibernation, now: &str) {
     }
 }
 
+/// A one-shot defragmentation (`naming::DEFRAGMENT_ANNOTATION`): `Pending` (False) while
+/// members are left, `Defragmented` (True) once done, `DefragmentRefused` (a Warning) for a
+/// name that is no voting member. Kept as the last outcome once the request is gone.
+pub const DEFRAGMENTATION: &str = "Defragmentation";
+
+/// Sets the `Defragmentation` condition for this reconcile's judgement.
+pub fn update_defrag(cs: &mut Vec<Condition>, r: &DefragRequest, now: &str) {
+    let c = match r {
+        DefragRequest::NotAsked => return,
+        DefragRequest::Refused(why) => cond(DEFRAGMENTATION, false, "DefragmentRefused", why.clone()),
+        DefragRequest::Pending(left) if left.is_empty() => {
+            cond(DEFRAGMENTATION, false, "Pending", "waiting: no member answers the operator".into())
+        }
+        DefragRequest::Pending(left) => cond(
+            DEFRAGMENTATION,
+            false,
+            "Pending",
+            format!(
+                "to defragment: {} (one at a time, the leader last, once no other change is in progress)",
+                left.join(", ")
+            ),
+        ),
+        DefragRequest::Done(all) => {
+            cond(DEFRAGMENTATION, true, "Defragmented", format!("defragmented as asked: {}", all.join(", ")))
+        }
+    };
+    condition::upsert(cs, c, now);
+}
+
 /// Whether a condition of this module in this state is a Warning Event.
 pub fn is_warning(c: &Condition) -> bool {
     match c.type_.as_str() {
         FENCED => c.reason == "FenceRefused",
         SWITCHOVER => c.reason == "SwitchoverRefused",
         HIBERNATED => c.reason == "HibernationRefused",
+        DEFRAGMENTATION => c.reason == "DefragmentRefused",
         _ => false,
     }
 }
