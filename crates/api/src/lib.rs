@@ -42,6 +42,12 @@ pub const HIBERNATION_ANNOTATION: &str = "etcd.database.coreos.com/hibernation";
 /// (its pod name) or every member (`all`) once, one at a time with the leader last, where the
 /// defragmentation policy would run. One-shot: removed once each has been defragmented.
 pub const DEFRAGMENT_ANNOTATION: &str = "etcd.database.coreos.com/defragment";
+/// EtcdCluster or EtcdRestore annotation: how far a member restored from a snapshot (a restore,
+/// a quorum-loss recovery) moves the revision forward (etcd's `snapshot restore --bump-revision`,
+/// with `--mark-compacted`, etcd 3.5.10 and later), so that revisions never go backwards for
+/// clients that used the cluster and their watches are told to re-list. Absent: 1000000000;
+/// `false` or `0`: no bump. An EtcdRestore passes it on to the cluster it creates.
+pub const RESTORE_BUMP_REVISION_ANNOTATION: &str = "etcd.database.coreos.com/restore-bump-revision";
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
     CustomResourceDefinition, JSONSchemaProps, JSONSchemaPropsOrArray, JSONSchemaPropsOrBool,

@@ -80,7 +80,8 @@ pub const SERVING_LABEL: &str = "etcd.database.coreos.com/serving";
 pub const DRAINED_AT_ANNOTATION: &str = "etcd.database.coreos.com/drained-at";
 /// The requests a person (or `kubectl etcd`) writes on an EtcdCluster (part of the API).
 pub use etcd_operator_api::{
-    DEFRAGMENT_ANNOTATION, FENCED_MEMBERS_ANNOTATION, HIBERNATION_ANNOTATION, SWITCHOVER_ANNOTATION,
+    DEFRAGMENT_ANNOTATION, FENCED_MEMBERS_ANNOTATION, HIBERNATION_ANNOTATION, RESTORE_BUMP_REVISION_ANNOTATION,
+    SWITCHOVER_ANNOTATION,
 };
 /// EtcdCluster annotation: when the operator first saw the [`DEFRAGMENT_ANNOTATION`] request
 /// (RFC 3339); a member counts as done once defragmented after it.

@@ -241,20 +241,50 @@ pub struct MemberRestore {
     pub initial_cluster: Vec<(String, String)>,
     pub token: String,
     pub peer_url: String,
+    /// `--bump-revision` (with `--mark-compacted`): see [`bump_revision`].
+    pub bump_revision: Option<u64>,
 }
 
 impl MemberRestore {
     /// The flags `etcdutl snapshot restore` (and 3.4's `etcdctl`) take for the member.
     pub fn flags(&self) -> Vec<String> {
         let initial: Vec<String> = self.initial_cluster.iter().map(|(n, u)| format!("{n}={u}")).collect();
-        vec![
+        let mut flags = vec![
             format!("--name={}", self.name),
             format!("--initial-cluster={}", initial.join(",")),
             format!("--initial-cluster-token={}", self.token),
             format!("--initial-advertise-peer-urls={}", self.peer_url),
-        ]
+        ];
+        if let Some(n) = self.bump_revision {
+            flags.extend([format!("--bump-revision={n}"), "--mark-compacted".into()]);
+        }
+        flags
     }
 }
+
+/// The revision bump of a restored member when the annotation
+/// (`naming::RESTORE_BUMP_REVISION_ANNOTATION`) says `annotation` and the member runs `version`:
+/// [`DEFAULT_BUMP_REVISION`] when absent (or unreadable), none for `false`/`0`, else the number;
+/// none before etcd 3.5.10, whose `snapshot restore` has no such flag.
+pub fn bump_revision(annotation: Option<&str>, version: &crate::version::Version) -> Option<u64> {
+    let floor = crate::version::Version::parse("3.5.10").ok()?;
+    if *version < floor {
+        return None;
+    }
+    match annotation.map(str::trim) {
+        Some(v) if v.eq_ignore_ascii_case("false") => None,
+        Some(v) => match v.parse::<u64>() {
+            Ok(0) => None,
+            Ok(n) => Some(n),
+            Err(_) => Some(DEFAULT_BUMP_REVISION),
+        },
+        None => Some(DEFAULT_BUMP_REVISION),
+    }
+}
+
+/// How far a restore moves the revision by default: as the kubeadm and OpenShift restore
+/// procedures, far beyond any revision written since a backup.
+pub const DEFAULT_BUMP_REVISION: u64 = 1_000_000_000;
 
 /// What a successful backup pod reports.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -445,6 +475,7 @@ mod tests {
             initial_cluster: vec![("ex-a".into(), "http://a:2380".into()), ("ex-b".into(), "http://b:2380".into())],
             token: "uid".into(),
             peer_url: "http://a:2380".into(),
+            bump_revision: None,
         };
         assert_eq!(
             m.flags(),
@@ -455,6 +486,23 @@ mod tests {
                 "--initial-advertise-peer-urls=http://a:2380"
             ]
         );
+        let bumped = MemberRestore { bump_revision: Some(7), ..m };
+        assert_eq!(bumped.flags()[4..], ["--bump-revision=7", "--mark-compacted"]);
+    }
+
+    #[test]
+    fn a_restore_bumps_the_revision_from_etcd_3_5_10_unless_told_not_to() {
+        let v = |s: &str| crate::version::Version::parse(s).unwrap();
+        // etcd's snapshot restore has the flags from 3.5.10 (CHANGELOG-3.5, etcd#16165).
+        assert_eq!(bump_revision(None, &v("3.5.9")), None);
+        assert_eq!(bump_revision(None, &v("3.4.23")), None);
+        assert_eq!(bump_revision(None, &v("3.5.10")), Some(1_000_000_000));
+        assert_eq!(bump_revision(None, &v("3.7.2")), Some(1_000_000_000));
+        assert_eq!(bump_revision(Some("false"), &v("3.6.15")), None);
+        assert_eq!(bump_revision(Some("0"), &v("3.6.15")), None);
+        assert_eq!(bump_revision(Some(" 5000 "), &v("3.6.15")), Some(5000));
+        // Unreadable: the safe default, never no bump.
+        assert_eq!(bump_revision(Some("lots"), &v("3.6.15")), Some(1_000_000_000));
     }
 
     #[test]

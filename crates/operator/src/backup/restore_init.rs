@@ -198,6 +198,7 @@ mod tests {
             initial_cluster: vec![("ex-a".into(), "http://ex-a.ex.ns.svc:2380".into())],
             token: "uid".into(),
             peer_url: "http://ex-a.ex.ns.svc:2380".into(),
+            bump_revision: None,
         }
     }
 

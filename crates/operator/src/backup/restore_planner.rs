@@ -99,6 +99,8 @@ pub struct RestoreObserved {
     pub generation: i64,
     /// Its scope annotation, passed on to the cluster it creates.
     pub scope: Option<String>,
+    /// Its `naming::RESTORE_BUMP_REVISION_ANNOTATION`, passed on likewise.
+    pub bump_revision: Option<String>,
     pub spec: Result<EtcdRestoreSpec, String>,
     pub status: EtcdRestoreStatus,
     /// None: there is no EtcdCluster of the name (or the spec names none).
@@ -489,6 +491,10 @@ pub fn plan(o: &RestoreObserved) -> RestorePlan {
                         ]);
                         if let Some(scope) = &o.scope {
                             annotations.insert(SCOPE_ANNOTATION.to_string(), scope.clone());
+                        }
+                        if let Some(bump) = &o.bump_revision {
+                            annotations
+                                .insert(crate::naming::RESTORE_BUMP_REVISION_ANNOTATION.to_string(), bump.clone());
                         }
                         let mut cluster = EtcdCluster::new(&target.cluster, cspec);
                         cluster.metadata.namespace = Some(o.namespace.clone());

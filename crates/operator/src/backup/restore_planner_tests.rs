@@ -84,6 +84,7 @@ fn observed() -> RestoreObserved {
         uid: "uid-r".into(),
         generation: 1,
         scope: None,
+        bump_revision: None,
         spec: Ok(spec(None)),
         status: EtcdRestoreStatus { observed_generation: 1, ..Default::default() },
         cluster: None,
@@ -118,6 +119,7 @@ fn a_new_restore_verifies_the_backup_first() {
 fn a_verified_backup_creates_the_cluster_marked_as_this_restores() {
     let mut o = observed();
     o.scope = Some("team-a".into());
+    o.bump_revision = Some("false".into());
     o.pods = vec![verify_pod("r-verify-1", PodResult::Succeeded(meta("3.5.1")), None)];
     let p = plan(&o);
     let RestoreStep::CreateCluster(c) = &p.step else { panic!("{:?}", p.step) };
@@ -125,6 +127,7 @@ fn a_verified_backup_creates_the_cluster_marked_as_this_restores() {
     assert_eq!(a[RESTORED_BY_ANNOTATION], "uid-r");
     assert_eq!(a[RESTORED_FROM_ANNOTATION], "s3://b/k");
     assert_eq!(a[SCOPE_ANNOTATION], "team-a");
+    assert_eq!(a[crate::naming::RESTORE_BUMP_REVISION_ANNOTATION], "false");
     assert_eq!(c.spec.restore.as_ref().unwrap().sha256, "ab".repeat(32));
     assert_eq!((c.spec.size, c.spec.version.as_str()), (3, "3.5.1"));
     assert_eq!(p.delete_pods, ["r-verify-1"]);

@@ -99,6 +99,7 @@ async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<JobContext>) -> Result<Acti
         uid: obj.uid().unwrap_or_default(),
         generation,
         scope: obj.annotations().get(SCOPE_ANNOTATION).cloned(),
+        bump_revision: obj.annotations().get(crate::naming::RESTORE_BUMP_REVISION_ANNOTATION).cloned(),
         spec,
         status,
         cluster: cluster_seen(&ctx, &ns, &cluster_name).await?,

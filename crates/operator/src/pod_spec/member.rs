@@ -205,6 +205,14 @@ pub fn member_pod(c: &EtcdCluster, d: &Desired, m: &NewMember, init_image: &str)
             // As etcd's own --initial-cluster-token: the EtcdCluster's UID.
             token: c.meta().uid.clone().unwrap_or_default(),
             peer_url: own_peer_url(d, m, &host),
+            bump_revision: crate::backup::contract::bump_revision(
+                c.meta()
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(naming::RESTORE_BUMP_REVISION_ANNOTATION))
+                    .map(String::as_str),
+                &m.version,
+            ),
         };
         let etcd_image = image_for(&d.repository, &m.version);
         let (containers, vols) = crate::backup::restore_init::restore_init_containers(
