@@ -8,6 +8,7 @@
 //! unreadable request changes nothing; a name that leaves the list is served again.
 
 use crate::observed::{EtcdState, Observed};
+use crate::planner::Step;
 
 /// What fencing changes in one reconcile.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -20,6 +21,12 @@ pub struct Fencing {
     pub kept: Vec<String>,
     /// Names asked for and not fenced, with why.
     pub refused: Vec<(String, String)>,
+    /// Names left for a later reconcile (one new fence per reconcile).
+    pub later: Vec<String>,
+    /// The voting members' pods and the quorum, for the executor's check against the pods as
+    /// the API server has them right before it fences (the cache may lag a fence just made).
+    pub voters: Vec<String>,
+    pub quorum: usize,
 }
 
 impl Fencing {
@@ -29,16 +36,32 @@ impl Fencing {
     }
 }
 
-/// The request as the annotation says it: `None`/empty is no fencing; else a JSON list of pod
-/// names (repeats dropped, order kept).
+/// More names than any cluster has members: refused as unreadable.
+pub const MAX_NAMES: usize = 64;
+
+/// The request as the annotation says it: `None`/empty is no fencing; else a JSON list of at
+/// most [`MAX_NAMES`] pod names (repeats dropped, order kept).
 pub fn parse_request(value: Option<&str>) -> Result<Vec<String>, String> {
     let Some(v) = value.map(str::trim).filter(|v| !v.is_empty()) else { return Ok(Vec::new()) };
+    if v.len() > MAX_NAMES * 256 {
+        return Err(format!(
+            "annotation {} is longer than {MAX_NAMES} names can be",
+            crate::naming::FENCED_MEMBERS_ANNOTATION
+        ));
+    }
     let names: Vec<String> = serde_json::from_str(v).map_err(|e| {
         format!(
             "annotation {} must be a JSON list of member pod names, like [\"example-abcde\"]: {e}",
             crate::naming::FENCED_MEMBERS_ANNOTATION
         )
     })?;
+    if names.len() > MAX_NAMES {
+        return Err(format!(
+            "annotation {} names {} pods, more than {MAX_NAMES}",
+            crate::naming::FENCED_MEMBERS_ANNOTATION,
+            names.len()
+        ));
+    }
     let mut out: Vec<String> = Vec::new();
     for n in names {
         if !out.contains(&n) {
@@ -48,9 +71,14 @@ pub fn parse_request(value: Option<&str>) -> Result<Vec<String>, String> {
     Ok(out)
 }
 
-/// What to fence and serve again for the observation.
-pub fn decide(o: &Observed) -> Fencing {
+/// What to fence and serve again for the observation, beside the planned `step` (a pod it
+/// drains counts as not serving; the pod it acts on is not served again in the same
+/// reconcile: a member leaves the client Service before it leaves).
+pub fn decide(o: &Observed, step: &Step) -> Fencing {
     let fenced_now: Vec<&String> = o.pods.values().filter(|p| p.fenced && !p.deleting).map(|p| &p.name).collect();
+    let (voters, quorum) = o.etcd.as_ref().map_or((Vec::new(), 0), |e| {
+        (e.voters().map(|m| m.pod.clone()).collect(), EtcdState::quorum_of(e.voters().count()))
+    });
     let requested = match &o.fence_request {
         Ok(r) => r,
         Err(why) => {
@@ -62,25 +90,38 @@ pub fn decide(o: &Observed) -> Fencing {
             };
         }
     };
-    let mut out = Fencing::default();
+    let mut out = Fencing { voters, quorum, ..Default::default() };
+    let acted_on = step.member().filter(|_| !matches!(step, Step::Wait(_)));
     for name in fenced_now {
-        if requested.contains(name) {
+        if requested.contains(name) || acted_on == Some(name.as_str()) {
             out.kept.push(name.clone());
         } else {
             out.unfence.push(name.clone());
         }
     }
+    let drained = match step {
+        Step::Drain { pod } => Some(pod.as_str()),
+        _ => None,
+    };
     for name in requested.iter().filter(|n| !out.kept.contains(n)) {
-        match may_fence(o, name, &out.fence) {
+        // One new fence per reconcile: the next one is judged on a cache that shows it.
+        if !out.fence.is_empty() {
+            out.later.push(name.clone());
+            continue;
+        }
+        match may_fence(o, name, drained) {
             Ok(()) => out.fence.push(name.clone()),
             Err(why) => out.refused.push((name.clone(), why)),
         }
     }
+    if out.fence.is_empty() {
+        (out.voters, out.quorum) = (Vec::new(), 0);
+    }
     out
 }
 
-/// Whether `name` can be fenced beside the pods fenced in this reconcile already.
-fn may_fence(o: &Observed, name: &str, fencing: &[String]) -> Result<(), String> {
+/// Whether `name` can be fenced beside the pod the step drains.
+fn may_fence(o: &Observed, name: &str, drained: Option<&str>) -> Result<(), String> {
     let Some(pod) = o.pods.get(name) else {
         return Err(format!("no member pod of cluster {} is named {name}", o.name));
     };
@@ -94,10 +135,10 @@ fn may_fence(o: &Observed, name: &str, fencing: &[String]) -> Result<(), String>
         return Err(format!("pod {name} is not a member of the etcd cluster yet"));
     };
     if member.is_learner {
-        // A learner counts toward no quorum: taking it out leaves every voter serving.
-        return Ok(());
+        // Promoted, it would be a fenced voter nobody counted.
+        return Err(format!("{name} is a learner being added: fence it once it is a voting member"));
     }
-    let serving = serving_voters(o, etcd, fencing);
+    let serving = serving_voters(o, etcd, drained);
     let voters = etcd.voters().count();
     let quorum = EtcdState::quorum_of(voters);
     let after = serving.iter().filter(|p| p.as_str() != name).count();
@@ -110,13 +151,13 @@ fn may_fence(o: &Observed, name: &str, fencing: &[String]) -> Result<(), String>
     Ok(())
 }
 
-/// Voters whose pods are Ready and in the client Service (not drained, not fenced, not being
-/// fenced in this reconcile).
-fn serving_voters(o: &Observed, etcd: &EtcdState, fencing: &[String]) -> Vec<String> {
+/// Voters whose pods are Ready and in the client Service (not drained, not fenced, not drained
+/// by this reconcile's step).
+fn serving_voters(o: &Observed, etcd: &EtcdState, drained: Option<&str>) -> Vec<String> {
     etcd.voters()
         .filter(|m| {
             o.pods.get(&m.pod).is_some_and(|p| {
-                p.ready && !p.deleting && !p.fenced && p.serving != Some(false) && !fencing.contains(&p.name)
+                p.ready && !p.deleting && !p.fenced && p.serving != Some(false) && drained != Some(p.name.as_str())
             })
         })
         .map(|m| m.pod.clone())
@@ -158,6 +199,10 @@ mod tests {
         p.serving = Some(false);
     }
 
+    fn stable() -> Step {
+        crate::planner::wait(crate::planner::WaitReason::Stable, "3 members healthy")
+    }
+
     fn refused(f: &Fencing) -> Vec<&str> {
         f.refused.iter().map(|(n, _)| n.as_str()).collect()
     }
@@ -166,8 +211,12 @@ mod tests {
     fn one_of_three_is_fenced_the_second_is_refused() {
         let mut o = cluster(&["a", "b", "c"]);
         ask(&mut o, &["b", "c"]);
-        let f = decide(&o);
+        let f = decide(&o, &stable());
         assert_eq!(f.fence, vec!["b"]);
+        assert_eq!((f.voters.len(), f.quorum), (3, 2), "the executor's live check needs them");
+        assert_eq!((refused(&f), f.later.clone()), (vec![], vec!["c".to_string()]));
+        fenced_before(&mut o, "b");
+        let f = decide(&o, &stable());
         assert_eq!(refused(&f), vec!["c"]);
         assert!(f.refused[0].1.contains("would leave 1 of 3 voting members serving"), "{}", f.refused[0].1);
     }
@@ -177,19 +226,49 @@ mod tests {
         let mut o = cluster(&["a", "b", "c"]);
         fenced_before(&mut o, "b");
         ask(&mut o, &["b", "c"]);
-        let f = decide(&o);
+        let f = decide(&o, &stable());
         assert_eq!(f.kept, vec!["b"]);
         assert!(f.fence.is_empty());
         assert_eq!(refused(&f), vec!["c"]);
     }
 
     #[test]
-    fn two_of_five_are_fenced_a_third_is_refused() {
+    fn two_of_five_are_fenced_one_per_reconcile_a_third_is_refused() {
         let mut o = cluster(&["a", "b", "c", "d", "e"]);
         ask(&mut o, &["e", "d", "c"]);
-        let f = decide(&o);
-        assert_eq!(f.fence, vec!["e", "d"]);
+        let f = decide(&o, &stable());
+        assert_eq!(f.fence, vec!["e"]);
+        assert_eq!(f.later, vec!["d", "c"]);
+        fenced_before(&mut o, "e");
+        let f = decide(&o, &stable());
+        assert_eq!((f.kept.clone(), f.fence.clone()), (vec!["e".to_string()], vec!["d".to_string()]));
+        fenced_before(&mut o, "d");
+        let f = decide(&o, &stable());
         assert_eq!(refused(&f), vec!["c"]);
+        assert!(f.refused[0].1.contains("fewer than a quorum (3)"), "{:?}", f.refused);
+    }
+
+    #[test]
+    fn a_member_the_step_drains_counts_as_not_serving() {
+        let mut o = cluster(&["a", "b", "c"]);
+        ask(&mut o, &["c"]);
+        let f = decide(&o, &Step::Drain { pod: "b".into() });
+        assert_eq!(refused(&f), vec!["c"]);
+    }
+
+    #[test]
+    fn the_pod_the_step_removes_is_not_served_again_on_its_way_out() {
+        let mut o = cluster(&["a", "b", "c"]);
+        fenced_before(&mut o, "b");
+        ask(&mut o, &[]);
+        let step = Step::RemoveMember {
+            id: 2,
+            pod: "b".into(),
+            why: "scaling down".into(),
+            cause: crate::planner::Removal::ScaleDown,
+        };
+        let f = decide(&o, &step);
+        assert!(f.unfence.is_empty() && f.kept == ["b"], "{f:?}");
     }
 
     #[test]
@@ -198,7 +277,7 @@ mod tests {
         let mut o = cluster(&["a", "b", "c"]);
         o.pods.get_mut("b").unwrap().ready = false;
         ask(&mut o, &["c"]);
-        assert_eq!(refused(&decide(&o)), vec!["c"]);
+        assert_eq!(refused(&decide(&o, &stable())), vec!["c"]);
     }
 
     #[test]
@@ -206,27 +285,26 @@ mod tests {
         let mut o = cluster(&["a", "b", "c"]);
         o.pods.get_mut("b").unwrap().serving = Some(false);
         ask(&mut o, &["c"]);
-        assert_eq!(refused(&decide(&o)), vec!["c"]);
+        assert_eq!(refused(&decide(&o, &stable())), vec!["c"]);
     }
 
     #[test]
     fn a_lone_member_is_never_fenced() {
         let mut o = cluster(&["a"]);
         ask(&mut o, &["a"]);
-        assert_eq!(refused(&decide(&o)), vec!["a"]);
+        assert_eq!(refused(&decide(&o, &stable())), vec!["a"]);
     }
 
     #[test]
-    fn a_learner_may_be_fenced_whatever_the_voters_do() {
+    fn a_learner_is_fenced_only_once_it_votes() {
         let mut o = cluster(&["a", "b", "c"]);
-        fenced_before(&mut o, "b");
         o.pods
             .insert("d".into(), PodState { name: "d".into(), ready: true, serving: Some(true), ..Default::default() });
         let e = o.etcd.as_mut().unwrap();
         e.members.push(MemberState { id: 4, pod: "d".into(), is_learner: true, ..Default::default() });
-        ask(&mut o, &["b", "d"]);
-        let f = decide(&o);
-        assert_eq!((f.kept, f.fence), (vec!["b".to_string()], vec!["d".to_string()]));
+        ask(&mut o, &["d"]);
+        let f = decide(&o, &stable());
+        assert!(f.refused[0].1.contains("learner"), "{f:?}");
     }
 
     #[test]
@@ -235,7 +313,7 @@ mod tests {
         fenced_before(&mut o, "b");
         o.etcd = None;
         ask(&mut o, &["b", "c"]);
-        let f = decide(&o);
+        let f = decide(&o, &stable());
         assert_eq!(f.kept, vec!["b"]);
         assert!(f.unfence.is_empty() && f.fence.is_empty());
         assert_eq!(refused(&f), vec!["c"]);
@@ -246,7 +324,7 @@ mod tests {
         let mut o = cluster(&["a", "b", "c"]);
         fenced_before(&mut o, "b");
         ask(&mut o, &[]);
-        let f = decide(&o);
+        let f = decide(&o, &stable());
         assert_eq!(f.unfence, vec!["b"]);
         assert!(f.kept.is_empty() && f.fence.is_empty() && f.refused.is_empty());
     }
@@ -256,7 +334,7 @@ mod tests {
         let mut o = cluster(&["a", "b", "c"]);
         fenced_before(&mut o, "b");
         o.fence_request = parse_request(Some("b,c"));
-        let f = decide(&o);
+        let f = decide(&o, &stable());
         assert_eq!(f.kept, vec!["b"]);
         assert!(f.unfence.is_empty() && f.fence.is_empty());
         assert!(f.refused[0].1.contains("JSON list"), "{:?}", f.refused);
@@ -266,7 +344,7 @@ mod tests {
     fn unknown_names_are_refused_by_name() {
         let mut o = cluster(&["a", "b", "c"]);
         ask(&mut o, &["zz"]);
-        let f = decide(&o);
+        let f = decide(&o, &stable());
         assert!(f.fence.is_empty());
         assert!(f.refused[0].1.contains("no member pod of cluster ex is named zz"));
     }
@@ -277,5 +355,7 @@ mod tests {
         assert_eq!(parse_request(Some("  ")), Ok(vec![]));
         assert_eq!(parse_request(Some(r#"["b","c","b"]"#)), Ok(vec!["b".to_string(), "c".to_string()]));
         assert!(parse_request(Some(r#"{"b":1}"#)).is_err());
+        let many: Vec<String> = (0..=MAX_NAMES).map(|i| format!("p{i}")).collect();
+        assert!(parse_request(Some(&serde_json::to_string(&many).unwrap())).is_err());
     }
 }

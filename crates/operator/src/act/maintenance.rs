@@ -13,8 +13,9 @@ use crate::planner::maintenance::bytes;
 
 /// How a defragmentation call went.
 pub(super) enum Defragmented {
-    /// File size before and after, and how long the call took.
-    Done((i64, i64, std::time::Duration)),
+    /// File size before and after, how long the call took, and the time written on the pod
+    /// (`DEFRAGMENTED_AT`), which the controller waits to see in its cache.
+    Done((i64, i64, std::time::Duration), String),
     /// The member did not answer before: nothing was started.
     NotStarted(Error),
 }
@@ -38,8 +39,9 @@ impl Target<'_> {
         let now = || k8s_openapi::jiff::Timestamp::now().to_string();
         self.pod_annotation(pod, naming::DEFRAG_STARTED_ANNOTATION, now()).await?;
         let sizes = etcd::defragment(ep, self.endpoints.access()).await?;
-        self.pod_annotation(pod, naming::DEFRAGMENTED_AT_ANNOTATION, now()).await?;
-        Ok(Defragmented::Done(sizes))
+        let at = now();
+        self.pod_annotation(pod, naming::DEFRAGMENTED_AT_ANNOTATION, at.clone()).await?;
+        Ok(Defragmented::Done(sizes, at))
     }
 
     /// NOSPACE: compact (keeping the revision-mode retention), defragment every member that
@@ -56,7 +58,7 @@ impl Target<'_> {
         let mut defragmented = vec![];
         for pod in &r.members {
             match self.defragment(pod).await {
-                Ok(Defragmented::Done((before, after, took))) => {
+                Ok(Defragmented::Done((before, after, took), _)) => {
                     sizes.push(format!("{pod} {} → {} in {:.2}s", bytes(before), bytes(after), took.as_secs_f64()));
                     defragmented.push((pod.clone(), (before - after).max(0) as u64));
                 }

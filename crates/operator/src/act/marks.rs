@@ -38,8 +38,32 @@ pub async fn record_marks(
     // member counts as drained long ago should it leave later).
     let now = k8s_openapi::jiff::Timestamp::now().to_string();
     for p in &fencing.fence {
+        // Counted again on the pods as the API server has them now: the cache may not show a
+        // fence (or a drain) written a moment ago.
+        let selector: Vec<String> = crate::naming::selector_labels(&crate::naming::cluster_name(cluster))
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        let live = pods.list(&kube::api::ListParams::default().labels(&selector.join(","))).await?;
+        let serving = live
+            .items
+            .iter()
+            .filter(|x| fencing.voters.contains(&x.name_any()) && x.name_any() != *p)
+            .filter(|x| x.metadata.deletion_timestamp.is_none())
+            .filter(|x| x.labels().get(crate::naming::SERVING_LABEL).is_none_or(|v| v == "true"))
+            .filter(|x| {
+                let conditions = x.status.as_ref().and_then(|s| s.conditions.as_ref());
+                conditions.is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+            })
+            .count();
+        if serving < fencing.quorum {
+            tracing::warn!(pod = %p, serving, quorum = fencing.quorum, "not fenced: the pods as the API server has them leave too few serving");
+            continue;
+        }
+        let mut labels = labels.clone();
+        labels.insert(crate::naming::SERVING_LABEL.to_string(), "false".to_string());
         let patch = serde_json::json!({"metadata": {
-            "labels": {crate::naming::SERVING_LABEL: "false"},
+            "labels": labels,
             "annotations": {crate::naming::FENCED_AT_ANNOTATION: now, crate::naming::DRAINED_AT_ANNOTATION: now},
         }});
         ignore_404(pods.patch(p, &PatchParams::default(), &Patch::Merge(&patch)).await)?;

@@ -54,6 +54,9 @@ pub struct Done {
     pub deleted: Vec<String>,
     /// Members defragmented, with the bytes each returned to the disk (for metrics).
     pub defragmented: Vec<(String, u64)>,
+    /// Pod annotations written `(pod, key, value)`, so the controller can wait for its cache to
+    /// see them (a member defragmented is not defragmented again from a cache that lags).
+    pub annotated: Vec<(String, String, String)>,
     /// A NOSPACE alarm was disarmed.
     pub alarm_recovered: bool,
 }
@@ -278,10 +281,11 @@ pub async fn execute(t: &Target<'_>, step: &Step) -> Result<Option<Done>, Error>
             done("LeaderMoved", note)
         }
         Step::Defragment { pod, free_bytes } => {
-            let (before, after, took) = match t.defragment(pod).await? {
-                maintenance::Defragmented::Done(sizes) => sizes,
+            let ((before, after, took), at) = match t.defragment(pod).await? {
+                maintenance::Defragmented::Done(sizes, at) => (sizes, at),
                 maintenance::Defragmented::NotStarted(e) => return Err(e),
             };
+            let annotated = vec![(pod.clone(), naming::DEFRAGMENTED_AT_ANNOTATION.to_string(), at)];
             let reclaimed = vec![(pod.clone(), (before - after).max(0) as u64)];
             let note = format!(
                 "defragmented member {pod} ({} of its database was unused): {} → {}, {} reclaimed in {:.2}s",
@@ -291,7 +295,7 @@ pub async fn execute(t: &Target<'_>, step: &Step) -> Result<Option<Done>, Error>
                 bytes(before - after),
                 took.as_secs_f64()
             );
-            Done { defragmented: reclaimed, ..done("MemberDefragmented", note) }
+            Done { defragmented: reclaimed, annotated, ..done("MemberDefragmented", note) }
         }
         Step::RecoverSpace(r) => t.recover_space(r).await?,
         Step::Auth(a) => Box::pin(t.auth(*a)).await?,

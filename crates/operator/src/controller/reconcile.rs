@@ -151,7 +151,7 @@ async fn reconcile_one(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
     match &outcome {
         Ok(Some(done)) => {
             tracing::info!(cluster = %key, reason = done.reason, "{}", done.note);
-            ctx.expectations.expect(&key, &done.created, &done.deleted);
+            ctx.expectations.expect(&key, &done.created, &done.deleted, &done.annotated);
             let (ns, name) = (cluster.namespace().unwrap_or_default(), cluster.name_any());
             for (member, reclaimed) in &done.defragmented {
                 ctx.metrics.record_defrag(&ns, &name, member, *reclaimed);

@@ -73,7 +73,7 @@ pub fn decide(o: &Observed, cluster: &EtcdCluster, spec_json: &str, now: &str) -
     let certificates = planner::certificates::plan(o);
     let prev = cluster.status.clone().unwrap_or_default();
     let mut status = crate::status::compute_planned(o, &step, &certificates, &prev, cluster.metadata.generation, now);
-    let fencing = crate::fencing::decide(o);
+    let fencing = crate::fencing::decide(o, &step);
     let switchover = planner::switchover::judge(o);
     crate::status::requests::update(&mut status.conditions, &fencing, &switchover, &step, now);
     let mut marks = crate::marks::cluster_annotations(o, cluster.annotations(), spec_json, now);
@@ -119,7 +119,9 @@ pub fn decide(o: &Observed, cluster: &EtcdCluster, spec_json: &str, now: &str) -
             marks.insert(crate::naming::DEFRAGMENT_ASKED_AT_ANNOTATION.into(), None);
         }
         // First seen: a member counts as done once defragmented after now.
-        planner::maintenance::DefragRequest::Pending(_) if o.defrag_asked_secs.is_none() => {
+        // A mark in the future (written by a clock ahead, or by hand) would keep every member
+        // "not done since": written again.
+        planner::maintenance::DefragRequest::Pending(_) if o.defrag_asked_secs.is_none_or(|s| s < 0) => {
             marks.insert(crate::naming::DEFRAGMENT_ASKED_AT_ANNOTATION.into(), Some(now.to_string()));
         }
         planner::maintenance::DefragRequest::Done(_) | planner::maintenance::DefragRequest::Refused(_)

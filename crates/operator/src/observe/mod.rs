@@ -287,7 +287,8 @@ pub async fn observe(
         defrag_asked_secs: annotations
             .get(naming::DEFRAGMENT_ASKED_AT_ANNOTATION)
             .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok())
-            .map(|t| (now.as_second() - t.as_second()).max(0)),
+            // Unclamped: a mark in the future (a clock ahead) is written again (`decide`).
+            .map(|t| now.as_second() - t.as_second()),
     };
     // Only when a member is due for defragmentation: is a backup of this cluster running?
     if crate::planner::may_defragment(&o) {

@@ -61,7 +61,7 @@ pub fn judge(o: &Observed, d: &Desired) -> Hibernation {
             if o.paused {
                 return Hibernation::Pending("spec.paused is true: the operator changes nothing".into());
             }
-            match settled(o) {
+            match settled(o, d) {
                 Ok(()) => Hibernation::Begin,
                 Err(why) => Hibernation::Pending(why),
             }
@@ -91,8 +91,10 @@ fn on_claims(o: &Observed, d: &Desired) -> Result<(), String> {
     Ok(())
 }
 
-/// Every voter healthy, no learner, no recovery, no pod going.
-fn settled(o: &Observed) -> Result<(), String> {
+/// Every voter healthy, no learner, no recovery, no pod going, and nothing else to do: no
+/// upgrade, rollout, TLS step or other change half-way (a member upgraded alone would be
+/// restarted at the cluster's version on resume), under a valid spec.
+fn settled(o: &Observed, d: &Desired) -> Result<(), String> {
     let Some(e) = &o.etcd else { return Err("no member answers: hibernation begins with every member healthy".into()) };
     if o.recovery_record.is_some() {
         return Err("a quorum-loss recovery is under way".into());
@@ -106,7 +108,17 @@ fn settled(o: &Observed) -> Result<(), String> {
     if let Some(p) = o.pods.values().find(|p| p.deleting || !p.ready) {
         return Err(format!("pod {} is not Ready or is going", p.name));
     }
-    Ok(())
+    if o.spec_refused.is_some() || o.no_valid_spec {
+        return Err("the spec is refused: hibernation begins under a valid spec".into());
+    }
+    let rest = super::volumes::restart(o, d)
+        .or_else(|| super::failing::remake_on_volume(o, d))
+        .unwrap_or_else(|| super::membership::with_etcd(o, d, e));
+    match rest {
+        Step::Wait(w) if w.reason == WaitReason::Stable => Ok(()),
+        Step::Wait(w) => Err(format!("the cluster is not settled: {}", w.message)),
+        step => Err(format!("a change is in progress ({})", step.name())),
+    }
 }
 
 /// The step hibernation takes over with, if any: the next pod to stop, or the wait while
@@ -244,6 +256,20 @@ mod tests {
         let mut o = pvc_cluster();
         o.recovery_record = Some(Default::default());
         assert!(matches!(judge(&o, &d(&o)), Hibernation::Pending(_)));
+    }
+
+    #[test]
+    fn it_never_begins_half_way_through_an_upgrade_or_under_a_refused_spec() {
+        // The spec asks for a newer patch: the upgrade goes first, hibernation waits.
+        let mut o = pvc_cluster();
+        let mut d = d(&o);
+        d.version = crate::version::Version::parse("3.5.34").unwrap();
+        o.desired = Ok(d.clone());
+        assert!(matches!(judge(&o, &d), Hibernation::Pending(w) if w.contains("in progress")), "{:?}", judge(&o, &d));
+        assert!(deleted(&plan(&o)).is_none(), "{:?}", plan(&o));
+        let mut o = pvc_cluster();
+        o.spec_refused = Some(vec!["size: must be positive".into()]);
+        assert!(matches!(judge(&o, &self::d(&o)), Hibernation::Pending(w) if w.contains("refused")));
     }
 
     #[test]

@@ -159,11 +159,17 @@ pub(super) fn defragment(o: &Observed, d: &Desired, etcd: &EtcdState) -> Option<
 /// not been defragmented since it was first seen, by pod. Empty when none was asked for.
 pub fn asked_not_done<'a>(o: &Observed, etcd: &'a EtcdState) -> Vec<&'a str> {
     let Some(asked) = &o.defrag_asked else { return Vec::new() };
+    // Nothing until the request's first sighting is on record (and not in the future): "done"
+    // is measured from it, and one written again later would make a member defragmented
+    // meanwhile count as not done.
+    if o.defrag_asked_secs.is_none_or(|a| a < 0) {
+        return Vec::new();
+    }
     let done = |pod: &str| {
         let defragmented = o.pods.get(pod).and_then(|p| p.defragmented_secs);
         // Defragmented at or after the request (whole seconds: the same second counts, or a
         // member defragmented in the request's second would be defragmented again and again).
-        matches!((defragmented, o.defrag_asked_secs), (Some(d), Some(a)) if d <= a)
+        matches!((defragmented, o.defrag_asked_secs), (Some(d), Some(a)) if a >= 0 && d <= a)
     };
     etcd.voters()
         .filter(|m| asked.as_deref().is_none_or(|p| p == m.pod))
@@ -192,14 +198,13 @@ pub fn judge_request(o: &Observed) -> DefragRequest {
     {
         return DefragRequest::Refused(format!("no voting member of this cluster is named {pod}"));
     }
-    let left: Vec<String> = asked_not_done(o, etcd).into_iter().map(str::to_string).collect();
-    if left.is_empty() {
-        let all: Vec<String> =
-            etcd.voters().filter(|m| asked.as_deref().is_none_or(|p| p == m.pod)).map(|m| m.pod.clone()).collect();
-        DefragRequest::Done(all)
-    } else {
-        DefragRequest::Pending(left)
+    let all: Vec<String> =
+        etcd.voters().filter(|m| asked.as_deref().is_none_or(|p| p == m.pod)).map(|m| m.pod.clone()).collect();
+    if o.defrag_asked_secs.is_none_or(|a| a < 0) {
+        return DefragRequest::Pending(all);
     }
+    let left: Vec<String> = asked_not_done(o, etcd).into_iter().map(str::to_string).collect();
+    if left.is_empty() { DefragRequest::Done(all) } else { DefragRequest::Pending(left) }
 }
 
 /// The least database space any voter reports in use. Every member holds the same keys and

@@ -429,8 +429,16 @@ fn resize(o: &Observed, d: &Desired, etcd: &EtcdState, healthy_voters: usize, vo
         return step;
     }
     // A switchover asked for: only here, where nothing else is changing.
-    if let super::switchover::Switchover::Move { from, to, to_pod } = super::switchover::judge(o) {
-        return Step::MoveLeader { from_pod: from, to, to_pod, purpose: super::Purpose::Switchover };
+    match super::switchover::judge(o) {
+        super::switchover::Switchover::Move { from, to, to_pod } => {
+            return Step::MoveLeader { from_pod: from, to, to_pod, purpose: super::Purpose::Switchover };
+        }
+        // Done, not yet taken off: nothing moves leadership away meanwhile (a defragmentation
+        // of the new leader would, and the switchover would move it back, and again).
+        super::switchover::Switchover::Done(leader) => {
+            return wait(WaitReason::Stable, format!("{members} members healthy; {leader} leads as asked"));
+        }
+        _ => {}
     }
     if let Some(step) = super::maintenance::defragment(o, d, etcd) {
         return step;
@@ -444,7 +452,9 @@ fn resize(o: &Observed, d: &Desired, etcd: &EtcdState, healthy_voters: usize, vo
 /// removal, one at a time), and the members that stay serve the clients meanwhile.
 fn scale_down(o: &Observed, etcd: &EtcdState, healthy_voters: usize, voters: usize, size: usize) -> Step {
     let mut leaving: Vec<&MemberState> = etcd.voters().filter(|m| Some(m.id) != etcd.leader).collect();
-    leaving.sort_by(|a, b| b.pod.cmp(&a.pod));
+    // Fenced members first (they serve no client), then the newest-named.
+    let fenced = |m: &MemberState| o.pods.get(&m.pod).is_some_and(|p| p.fenced);
+    leaving.sort_by(|a, b| fenced(b).cmp(&fenced(a)).then(b.pod.cmp(&a.pod)));
     leaving.truncate(voters.saturating_sub(size).max(1));
     let Some(&v) = leaving.first() else {
         return wait(WaitReason::WouldLoseQuorum, "the only member left to remove is the leader");

@@ -31,9 +31,9 @@ pub fn judge(o: &Observed) -> Switchover {
     let Some(leader) = etcd.leader_member() else {
         return Switchover::Waiting("the cluster has no leader now".into());
     };
-    let fenced = |pod: &str| {
-        o.pods.get(pod).is_some_and(|p| p.fenced) || o.fence_request.as_ref().is_ok_and(|r| r.iter().any(|n| n == pod))
-    };
+    // Asked to be fenced: refused. Fenced but no longer asked (being served again): waited for
+    // (`ready_to_lead`).
+    let fenced = |pod: &str| o.fence_request.as_ref().is_ok_and(|r| r.iter().any(|n| n == pod));
     if asked.is_empty() {
         if etcd.voters().count() < 2 {
             return Switchover::Refused("the cluster has one voting member: no other member can lead".into());
@@ -79,15 +79,22 @@ fn ready_to_lead(o: &Observed, etcd: &EtcdState, m: &MemberState) -> Result<(), 
     if !m.is_healthy() {
         return Err(format!("{} is not healthy", m.pod));
     }
-    if !o.pods.get(&m.pod).is_some_and(|p| p.ready && !p.deleting) {
+    let Some(p) = o.pods.get(&m.pod).filter(|p| p.ready && !p.deleting) else {
         return Err(format!("pod {} is not Ready", m.pod));
+    };
+    // Out of the client Service (fenced, drained, or being served again) or maybe still
+    // defragmenting: not now.
+    if p.fenced || p.serving == Some(false) {
+        return Err(format!("{} is out of the client Service", m.pod));
     }
+    if p.defrag_unfinished_secs.is_some_and(|s| s < super::maintenance::DEFRAG_GUARD_SECS) {
+        return Err(format!("{} may still be defragmenting", m.pod));
+    }
+    // No numbers in the message: a condition's, it would change (and be an Event) every time.
     let leader_index = etcd.leader_member().and_then(|l| l.status.as_ref()).map(|s| s.raft_index);
     match leader_index {
         Some(li) if applied(m) + super::upgrade::CATCH_UP_MAX_LAG >= li => Ok(()),
-        Some(li) => {
-            Err(format!("{} has applied raft index {}, the leader is at {li}: not caught up", m.pod, applied(m)))
-        }
+        Some(_) => Err(format!("{} is not caught up with the leader", m.pod)),
         None => Err("the leader's raft index is not known".into()),
     }
 }
@@ -150,7 +157,7 @@ mod tests {
         let mut o = cluster();
         applied_at(&mut o, 3, 5000 - CATCH_UP_MAX_LAG - 1);
         ask(&mut o, "ex-m3");
-        assert!(matches!(judge(&o), Switchover::Waiting(w) if w.contains("not caught up")));
+        assert!(matches!(judge(&o), Switchover::Waiting(w) if w.contains("not caught up")), "{:?}", judge(&o));
         assert!(!matches!(plan(&o), Step::MoveLeader { .. }), "{:?}", plan(&o));
         // Within the bound it moves.
         applied_at(&mut o, 3, 5000 - CATCH_UP_MAX_LAG);
@@ -225,6 +232,38 @@ mod tests {
         let mut o = running(3, 1);
         ask(&mut o, "ex-m2");
         assert!(!matches!(plan(&o), Step::MoveLeader { purpose: Purpose::Switchover, .. }), "{:?}", plan(&o));
+    }
+
+    #[test]
+    fn done_and_not_yet_taken_off_nothing_moves_leadership_away() {
+        // ex-m2 leads as asked and is due for defragmentation: the leader's defragmentation
+        // would hand leadership away and the switchover take it back, again and again.
+        let mut o = cluster();
+        etcd(&mut o).leader = Some(2);
+        for m in &mut etcd(&mut o).members {
+            m.status.as_mut().unwrap().leader = 2;
+        }
+        o.defrag_asked = Some(Some("ex-m2".into()));
+        o.defrag_asked_secs = Some(0);
+        ask(&mut o, "ex-m2");
+        assert_eq!(judge(&o), Switchover::Done("ex-m2".into()));
+        assert!(matches!(plan(&o), Step::Wait(_)), "{:?}", plan(&o));
+        // Once the request is off, the defragmentation goes on (leadership handed away first).
+        o.switchover = None;
+        assert!(matches!(plan(&o), Step::MoveLeader { purpose: Purpose::Defragment, .. }), "{:?}", plan(&o));
+    }
+
+    #[test]
+    fn a_member_out_of_the_client_service_or_still_defragmenting_is_waited_for() {
+        let mut o = cluster();
+        o.pods.get_mut("ex-m2").unwrap().fenced = true;
+        o.pods.get_mut("ex-m2").unwrap().serving = Some(false);
+        ask(&mut o, "ex-m2");
+        assert!(matches!(judge(&o), Switchover::Waiting(w) if w.contains("out of the client Service")));
+        let mut o = cluster();
+        o.pods.get_mut("ex-m2").unwrap().defrag_unfinished_secs = Some(5);
+        ask(&mut o, "ex-m2");
+        assert!(matches!(judge(&o), Switchover::Waiting(w) if w.contains("defragmenting")));
     }
 
     #[test]

@@ -276,11 +276,15 @@ fn asked_for_every_member_without_a_policy_each_is_defragmented_once_leader_last
     let mut o = running(3, 3);
     db_all(&mut o, 100 * MIB, 100 * MIB);
     o.defrag_asked = Some(None);
+    // Not on record yet: nothing is done until it is (the decision writes it).
+    assert_eq!(wait_reason(&plan(&o)), WaitReason::Stable);
+    let all = vec!["ex-m1".to_string(), "ex-m2".into(), "ex-m3".into()];
+    assert_eq!(maintenance::judge_request(&o), maintenance::DefragRequest::Pending(all));
+    // A record in the future (a clock ahead) counts as none.
+    o.defrag_asked_secs = Some(-50);
+    assert_eq!(wait_reason(&plan(&o)), WaitReason::Stable);
+    o.defrag_asked_secs = Some(0);
     assert!(matches!(plan(&o), Step::Defragment { pod, .. } if pod == "ex-m2"));
-    assert_eq!(
-        maintenance::judge_request(&o),
-        maintenance::DefragRequest::Pending(vec!["ex-m1".into(), "ex-m2".into(), "ex-m3".into()])
-    );
     // Seen 30 s ago; ex-m2 defragmented 20 s ago (after it), ex-m3 40 s ago (before it).
     o.defrag_asked_secs = Some(30);
     o.pods.get_mut("ex-m2").unwrap().defragmented_secs = Some(20);
@@ -311,14 +315,17 @@ fn asked_for_one_member_only_that_one_even_inside_the_cool_down() {
 fn an_asked_defragmentation_never_runs_beside_a_change_or_a_backup() {
     let mut o = running(3, 3);
     o.defrag_asked = Some(None);
+    o.defrag_asked_secs = Some(0);
     unhealthy(&mut o, 3);
     assert_eq!(wait_reason(&plan(&o)), WaitReason::MemberStarting);
     let mut o = running(3, 4);
     o.defrag_asked = Some(None);
+    o.defrag_asked_secs = Some(0);
     add_learner(&mut o, 4, "ex-m4", 10);
     assert_eq!(wait_reason(&plan(&o)), WaitReason::LearnerCatchingUp);
     let mut o = running(3, 3);
     o.defrag_asked = Some(None);
+    o.defrag_asked_secs = Some(0);
     o.backup_running = Some("ex-backup-1".into());
     assert_eq!(wait_reason(&plan(&o)), WaitReason::MaintenanceDeferred);
     assert!(may_defragment(&o));

@@ -31,11 +31,14 @@ fn cond(type_: &str, status: bool, reason: &str, message: String) -> Condition {
 pub fn update(cs: &mut Vec<Condition>, fencing: &Fencing, switchover: &Switchover, step: &Step, now: &str) {
     let fenced: Vec<&str> = fencing.fenced().map(String::as_str).collect();
     let refused: Vec<String> = fencing.refused.iter().map(|(n, why)| format!("{n}: {why}")).collect();
-    let what = if fenced.is_empty() {
+    let mut what = if fenced.is_empty() {
         "no member is fenced".to_string()
     } else {
         format!("{} out of the client Service on request (still voting members)", fenced.join(", "))
     };
+    if !fencing.later.is_empty() {
+        what.push_str(&format!("; next: {}", fencing.later.join(", ")));
+    }
     if !refused.is_empty() {
         let message = format!("{what}; refused: {}", refused.join("; "));
         condition::upsert(cs, cond(FENCED, !fenced.is_empty(), "FenceRefused", message), now);
