@@ -42,6 +42,9 @@ pub struct WriterStats {
 /// election, and a client of etcd is expected to retry that refusal.
 pub struct Writer {
     stop: Arc<AtomicBool>,
+    /// Asked to hold its puts (`pause`), and whether its loop holds them now.
+    paused: Arc<AtomicBool>,
+    idle: Arc<AtomicBool>,
     stats: Arc<Mutex<WriterStats>>,
     thread: Option<JoinHandle<Result<()>>>,
 }
@@ -106,6 +109,8 @@ impl Writer {
         let stop = Arc::new(AtomicBool::new(false));
         let stats = Arc::new(Mutex::new(WriterStats::default()));
         let (stop2, stats2, prefix2) = (stop.clone(), stats.clone(), prefix.to_string());
+        let (paused, idle) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
+        let (paused2, idle2) = (paused.clone(), idle.clone());
         let thread = std::thread::spawn(move || -> Result<()> {
             let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
             rt.block_on(async move {
@@ -137,6 +142,12 @@ impl Writer {
                 let n = clients.len();
                 let mut i: u64 = 0;
                 while !stop2.load(Ordering::Relaxed) {
+                    if paused2.load(Ordering::SeqCst) {
+                        idle2.store(true, Ordering::SeqCst);
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        continue;
+                    }
+                    idle2.store(false, Ordering::SeqCst);
                     let (key, value) = (format!("{prefix2}/{i:08}"), format!("value-{i}"));
                     let first = (i as usize) % n;
                     let mut ok = false;
@@ -190,7 +201,20 @@ impl Writer {
                 Ok(())
             })
         });
-        Ok(Writer { stop, stats, thread: Some(thread) })
+        Ok(Writer { stop, paused, idle, stats, thread: Some(thread) })
+    }
+
+    /// Holds the puts: returns once no put is in flight (so the members' raft indexes stay
+    /// where they are, as far as this writer goes).
+    pub fn pause(&self) -> Result<()> {
+        self.paused.store(true, Ordering::SeqCst);
+        wait_until(Duration::from_secs(15), "the writer to hold its puts", || {
+            Ok(self.idle.load(Ordering::SeqCst).then_some(()))
+        })
+    }
+
+    pub fn resume(&self) {
+        self.paused.store(false, Ordering::SeqCst);
     }
 
     pub fn stats(&self) -> WriterStats {
