@@ -66,6 +66,20 @@ fn the_next_member_waits_until_the_upgraded_one_has_caught_up() {
     assert!(matches!(plan(&o), Step::UpgradeMember { pod, .. } if pod == "ex-m3"));
 }
 
+/// Healthy and caught up in etcd, but its pod not Ready yet (its readiness probe has not passed
+/// since the restart): not back in the client Service, so the next member waits for it.
+#[test]
+fn the_next_member_waits_until_the_upgraded_ones_pod_is_ready_again() {
+    let mut o = running(3, 3);
+    at(&mut o, "3.5.0");
+    want(&mut o, 3, "3.5.1");
+    upgraded(&mut o, 2, "3.5.1", 5, "3.5.1");
+    o.pods.get_mut("ex-m2").unwrap().ready = false;
+    assert_eq!(wait_reason(&plan(&o)), WaitReason::MemberUpgrading);
+    o.pods.get_mut("ex-m2").unwrap().ready = true;
+    assert!(matches!(plan(&o), Step::UpgradeMember { pod, .. } if pod == "ex-m3"));
+}
+
 #[test]
 fn leadership_moves_to_an_upgraded_member_before_the_leader_is_upgraded() {
     let mut o = running(3, 3);

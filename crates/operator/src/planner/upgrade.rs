@@ -120,7 +120,10 @@ pub(super) fn in_flight(o: &Observed, d: &Desired, etcd: &EtcdState) -> Option<S
             (Some(li), Some(s)) => s.raft_applied_index + CATCH_UP_MAX_LAG >= li,
             _ => false,
         };
-        if reports.as_ref() != Some(target) || !m.is_healthy() || !caught_up {
+        // Its pod Ready too: back in the client Service before the next member restarts, or
+        // members restarting faster than their readiness probes leave the Service with no
+        // endpoint (seen: clients refused for a second during a 3.5 → 3.6 upgrade).
+        if reports.as_ref() != Some(target) || !m.is_healthy() || !caught_up || !p.ready {
             if p.version_age_secs.unwrap_or(0) > UPGRADE_DEADLINE_SECS {
                 return Some(wait(
                     WaitReason::UpgradeFailed,
