@@ -27,6 +27,10 @@ pub const SCOPE_CLUSTERWIDE: &str = "clusterwide";
 /// of the client Service while they stay members (a JSON list of pod names, as CloudNativePG's
 /// `cnpg.io/fencedInstances`). The operator fences no more than leaves a quorum of voters
 /// serving; removing a name serves the member again.
+/// Member pod label the client Service selects on: `true` while the member takes client
+/// traffic, `false` while it is drained before it leaves (removal, a restart by a rollout) or
+/// fenced ([`FENCED_MEMBERS_ANNOTATION`]).
+pub const SERVING_LABEL: &str = "etcd.database.coreos.com/serving";
 pub const FENCED_MEMBERS_ANNOTATION: &str = "etcd.database.coreos.com/fenced-members";
 /// EtcdCluster annotation, set by a person or `kubectl etcd switchover`: move raft leadership
 /// to this member pod, or to the most caught-up healthy voter when empty. One-shot: the

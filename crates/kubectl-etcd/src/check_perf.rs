@@ -55,8 +55,6 @@ const CLEANUP_TIMEOUT: Duration = Duration::from_secs(30);
 /// up a lateness of one request; this process also carries the port-forwards, so its timer may
 /// wake several milliseconds late. A longer stall (every client busy) is lost, as with etcdctl.
 const LIMITER_SLACK: Duration = Duration::from_millis(50);
-/// The member pod label the client Service selects on (`false`: fenced).
-const SERVING_LABEL: &str = "etcd.database.coreos.com/serving";
 
 #[derive(Args, Debug)]
 pub struct CheckPerfArgs {
@@ -380,14 +378,9 @@ pub async fn run(client: &kube::Client, ns: &str, a: &CheckPerfArgs) -> Result<i
     let selector = crate::status::gather::member_selector(&a.name);
     let mut pods = pods_api.list(&ListParams::default().labels(&selector)).await?.items;
     pods.retain(|p| {
-        let ready = p
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .into_iter()
-            .flatten()
-            .any(|c| c.type_ == "Ready" && c.status == "True");
-        ready && p.metadata.deletion_timestamp.is_none() && p.labels().get(SERVING_LABEL).is_none_or(|v| v != "false")
+        crate::status::gather::is_ready(p)
+            && p.metadata.deletion_timestamp.is_none()
+            && p.labels().get(etcd_operator_api::SERVING_LABEL).is_none_or(|v| v != "false")
     });
     pods.sort_by_key(|p| p.name_any());
     if pods.is_empty() {

@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use etcd_operator_api::cluster::EtcdCluster;
 use etcd_operator_api::{
-    Condition, DEFRAGMENT_ANNOTATION, FENCED_MEMBERS_ANNOTATION, HIBERNATION_ANNOTATION, SWITCHOVER_ANNOTATION,
+    Condition, DEFRAGMENT_ANNOTATION, FENCED_MEMBERS_ANNOTATION, HIBERNATION_ANNOTATION, SERVING_LABEL,
+    SWITCHOVER_ANNOTATION,
 };
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
@@ -16,12 +17,10 @@ use kube::api::{Api, Patch, PatchParams};
 
 use crate::cli::{DefragArgs, FenceArgs, SwitchoverArgs, WaitArgs};
 
-/// The member pod label the client Service selects on (the operator's `naming::SERVING_LABEL`).
-const SERVING_LABEL: &str = "etcd.database.coreos.com/serving";
 const POLL: Duration = Duration::from_millis(500);
 
 fn condition<'a>(c: &'a EtcdCluster, type_: &str) -> Option<&'a Condition> {
-    c.status.as_ref()?.conditions.iter().find(|x| x.type_ == type_)
+    etcd_operator_api::condition::find(&c.status.as_ref()?.conditions, type_)
 }
 
 pub async fn switchover(client: &kube::Client, ns: &str, a: &SwitchoverArgs) -> Result<i32> {

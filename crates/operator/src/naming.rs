@@ -73,15 +73,12 @@ pub const MEMBER_ANNOTATION: &str = "etcd.database.coreos.com/member";
 /// PVC annotation: that member's peer URL, to name it in `--initial-cluster` when no member
 /// answers.
 pub const PEER_URL_ANNOTATION: &str = "etcd.database.coreos.com/peer-url";
-/// Member pod label the client Service selects on: `true` while the member takes client
-/// traffic, `false` once it is drained before it leaves (removal, a restart by a rollout).
-pub const SERVING_LABEL: &str = "etcd.database.coreos.com/serving";
 /// Member pod annotation: when the member was drained from the client Service (RFC 3339).
 pub const DRAINED_AT_ANNOTATION: &str = "etcd.database.coreos.com/drained-at";
 /// The requests a person (or `kubectl etcd`) writes on an EtcdCluster (part of the API).
 pub use etcd_operator_api::{
     DEFRAGMENT_ANNOTATION, FENCED_MEMBERS_ANNOTATION, HIBERNATION_ANNOTATION, RESTORE_BUMP_REVISION_ANNOTATION,
-    SWITCHOVER_ANNOTATION,
+    SERVING_LABEL, SWITCHOVER_ANNOTATION,
 };
 /// EtcdCluster annotation: when the operator first saw the [`DEFRAGMENT_ANNOTATION`] request
 /// (RFC 3339); a member counts as done once defragmented after it.

@@ -19,6 +19,12 @@ use crate::connect::{self, Access, Answer};
 /// Conditions whose `True` means the operator is busy with something.
 const BUSY: &[&str] = &["Scaling", "Upgrading", "Recovering", "TLSTransition", "Degraded", "NoSpace", "Corrupt"];
 
+/// The pod's Ready condition is True.
+pub fn is_ready(pod: &Pod) -> bool {
+    let conditions = pod.status.as_ref().and_then(|s| s.conditions.as_ref());
+    conditions.into_iter().flatten().any(|c| c.type_ == "Ready" && c.status == "True")
+}
+
 /// The label selector of a cluster's member pods.
 pub fn member_selector(name: &str) -> String {
     format!("app=etcd,etcd_cluster={name}")
@@ -173,7 +179,7 @@ pub fn members(s: &mut Status, pods: &[Pod], answers: Vec<Result<Answer, String>
     }
     for (pod, answer) in pods.iter().zip(&answers) {
         let st = pod.status.clone().unwrap_or_default();
-        let ready = st.conditions.iter().flatten().any(|c| c.type_ == "Ready" && c.status == "True");
+        let ready = is_ready(pod);
         let phase =
             if pod.metadata.deletion_timestamp.is_some() { "Terminating".into() } else { st.phase.unwrap_or_default() };
         let mut m = Member {

@@ -37,24 +37,25 @@ pub async fn record_marks(
     // Fencing: the label the client Service selects on, and the marks that say why (a fenced
     // member counts as drained long ago should it leave later).
     let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    // Counted again on the pods as the API server has them now: the cache may not show a fence
+    // (or a drain) written a moment ago. (At most one fence per reconcile: one list.)
+    let live = match fencing.fence.is_empty() {
+        true => Vec::new(),
+        false => {
+            let lp = kube::api::ListParams::default().labels(&format!(
+                "{}={}",
+                crate::naming::CLUSTER_LABEL,
+                crate::naming::cluster_name(cluster)
+            ));
+            pods.list(&lp).await?.items
+        }
+    };
     for p in &fencing.fence {
-        // Counted again on the pods as the API server has them now: the cache may not show a
-        // fence (or a drain) written a moment ago.
-        let selector: Vec<String> = crate::naming::selector_labels(&crate::naming::cluster_name(cluster))
-            .iter()
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect();
-        let live = pods.list(&kube::api::ListParams::default().labels(&selector.join(","))).await?;
         let serving = live
-            .items
             .iter()
             .filter(|x| fencing.voters.contains(&x.name_any()) && x.name_any() != *p)
-            .filter(|x| x.metadata.deletion_timestamp.is_none())
+            .filter(|x| x.metadata.deletion_timestamp.is_none() && crate::observe::is_ready(x))
             .filter(|x| x.labels().get(crate::naming::SERVING_LABEL).is_none_or(|v| v == "true"))
-            .filter(|x| {
-                let conditions = x.status.as_ref().and_then(|s| s.conditions.as_ref());
-                conditions.is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-            })
             .count();
         if serving < fencing.quorum {
             tracing::warn!(pod = %p, serving, quorum = fencing.quorum, "not fenced: the pods as the API server has them leave too few serving");

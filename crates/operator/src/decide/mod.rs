@@ -17,6 +17,7 @@ use crate::observed::Observed;
 use crate::planner::{self, Step, WaitReason};
 use crate::tls::auto::decision::Decision;
 
+mod requests;
 #[cfg(test)]
 mod tests;
 
@@ -74,64 +75,8 @@ pub fn decide(o: &Observed, cluster: &EtcdCluster, spec_json: &str, now: &str) -
     let prev = cluster.status.clone().unwrap_or_default();
     let mut status = crate::status::compute_planned(o, &step, &certificates, &prev, cluster.metadata.generation, now);
     let fencing = crate::fencing::decide(o, &step);
-    let switchover = planner::switchover::judge(o);
-    crate::status::requests::update(&mut status.conditions, &fencing, &switchover, &step, now);
     let mut marks = crate::marks::cluster_annotations(o, cluster.annotations(), spec_json, now);
-    match &switchover {
-        // A request for any member names the one chosen, so that the next reconcile sees it done.
-        planner::switchover::Switchover::Move { to_pod, .. }
-            if o.switchover.as_deref() == Some("")
-                && matches!(step, Step::MoveLeader { purpose: planner::Purpose::Switchover, .. }) =>
-        {
-            marks.insert(crate::naming::SWITCHOVER_ANNOTATION.into(), Some(to_pod.clone()));
-        }
-        // The request goes once its outcome is in the status the cluster had (this reconcile's
-        // status patch may not happen: a reconcile can end before it), so that whoever asked
-        // always finds the answer.
-        planner::switchover::Switchover::Done(_) | planner::switchover::Switchover::Refused(_)
-            if recorded(&prev.conditions, &status.conditions, crate::status::requests::SWITCHOVER) =>
-        {
-            marks.insert(crate::naming::SWITCHOVER_ANNOTATION.into(), None);
-        }
-        _ => {}
-    }
-    let hibernation = o.desired.as_ref().map(|d| planner::hibernation::judge(o, d));
-    if let Ok(h) = &hibernation {
-        crate::status::requests::update_hibernation(&mut status.conditions, h, now);
-    }
-    match &hibernation {
-        // Recorded before the first pod is deleted: from then on the pods go, whatever else.
-        Ok(planner::hibernation::Hibernation::Begin) => {
-            marks.insert(crate::naming::HIBERNATED_AT_ANNOTATION.into(), Some(now.to_string()));
-        }
-        // Cleared once the status says so (as for the switchover above).
-        Ok(planner::hibernation::Hibernation::Resuming)
-            if recorded(&prev.conditions, &status.conditions, crate::status::requests::HIBERNATED) =>
-        {
-            marks.insert(crate::naming::HIBERNATED_AT_ANNOTATION.into(), None);
-        }
-        _ => {}
-    }
-    let defrag = planner::maintenance::judge_request(o);
-    crate::status::requests::update_defrag(&mut status.conditions, &defrag, now);
-    match &defrag {
-        planner::maintenance::DefragRequest::NotAsked if o.defrag_asked_secs.is_some() => {
-            marks.insert(crate::naming::DEFRAGMENT_ASKED_AT_ANNOTATION.into(), None);
-        }
-        // First seen: a member counts as done once defragmented after now.
-        // A mark in the future (written by a clock ahead, or by hand) would keep every member
-        // "not done since": written again.
-        planner::maintenance::DefragRequest::Pending(_) if o.defrag_asked_secs.is_none_or(|s| s < 0) => {
-            marks.insert(crate::naming::DEFRAGMENT_ASKED_AT_ANNOTATION.into(), Some(now.to_string()));
-        }
-        planner::maintenance::DefragRequest::Done(_) | planner::maintenance::DefragRequest::Refused(_)
-            if recorded(&prev.conditions, &status.conditions, crate::status::requests::DEFRAGMENTATION) =>
-        {
-            marks.insert(crate::naming::DEFRAGMENT_ANNOTATION.into(), None);
-            marks.insert(crate::naming::DEFRAGMENT_ASKED_AT_ANNOTATION.into(), None);
-        }
-        _ => {}
-    }
+    requests::answer(o, &step, &fencing, &prev, &mut status.conditions, &mut marks, now);
     let unlabelled = crate::marks::pods_to_label(o)
         .into_iter()
         .filter(|p| !fencing.fenced().any(|f| f == p) && !fencing.unfence.contains(p))
@@ -158,15 +103,6 @@ pub fn decide(o: &Observed, cluster: &EtcdCluster, spec_json: &str, now: &str) -
         status,
         step,
     }
-}
-
-/// Condition `type_` is in the previous status as this reconcile computed it (status, reason
-/// and message).
-fn recorded(prev: &[etcd_operator_api::Condition], new: &[etcd_operator_api::Condition], type_: &str) -> bool {
-    let find = |cs: &[etcd_operator_api::Condition]| {
-        cs.iter().find(|c| c.type_ == type_).map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
-    };
-    find(new).is_some() && find(prev) == find(new)
 }
 
 /// When to look again after `step` went as planned.

@@ -26,6 +26,7 @@ pub mod auth_secrets;
 mod backups;
 mod desired;
 mod pods;
+pub use pods::is_ready;
 mod tls;
 pub mod tls_auto;
 pub mod tls_probe;

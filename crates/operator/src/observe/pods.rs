@@ -57,11 +57,16 @@ fn problem_of(statuses: &[ContainerStatus]) -> Option<(String, String)> {
     })
 }
 
+/// The pod's Ready condition is True.
+pub fn is_ready(p: &Pod) -> bool {
+    let conditions = p.status.as_ref().and_then(|s| s.conditions.as_ref());
+    conditions.is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
 /// Kubernetes' view of a member pod, in planner terms.
 pub fn pod_state(p: &Pod, now: k8s_openapi::jiff::Timestamp) -> PodState {
     let status = p.status.clone().unwrap_or_default();
-    let ready =
-        status.conditions.as_ref().is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+    let ready = is_ready(p);
     let containers = status.container_statuses.clone().unwrap_or_default();
     let inits = status.init_container_statuses.clone().unwrap_or_default();
     let etcd_container = p.spec.as_ref().and_then(|s| s.containers.iter().find(|c| c.name == "etcd"));

@@ -29,7 +29,7 @@ pub const ETCD_FLAGS_TRANSLATED: &str = "EtcdFlagsTranslated";
 /// reason, the member being moved and what clients see in the message.
 pub const TLS_TRANSITION: &str = "TLSTransition";
 
-fn cond(type_: &str, ok: bool, reason: &str, message: impl Into<String>) -> Condition {
+pub(super) fn cond(type_: &str, ok: bool, reason: &str, message: impl Into<String>) -> Condition {
     Condition {
         type_: type_.into(),
         status: if ok { "True" } else { "False" }.into(),

@@ -17,15 +17,7 @@ pub const FENCED: &str = "Fenced";
 /// the last outcome once the request is gone.
 pub const SWITCHOVER: &str = "Switchover";
 
-fn cond(type_: &str, status: bool, reason: &str, message: String) -> Condition {
-    Condition {
-        type_: type_.into(),
-        status: if status { "True" } else { "False" }.into(),
-        reason: reason.into(),
-        message,
-        ..Default::default()
-    }
-}
+use super::conditions::cond;
 
 /// Sets or removes both conditions for this reconcile's fencing, switchover and step.
 pub fn update(cs: &mut Vec<Condition>, fencing: &Fencing, switchover: &Switchover, step: &Step, now: &str) {
@@ -85,7 +77,7 @@ pub fn update_hibernation(cs: &mut Vec<Condition>, h: &Hibernation, now: &str) {
             HIBERNATED,
             false,
             "Hibernating",
-            "member pods stop one at a time, the leader last; volumes and membership are kept".into(),
+            "member pods stop one at a time, the leader last; volumes and membership are kept",
         )),
         Hibernation::Stopping(left) => Some(cond(
             HIBERNATED,
@@ -99,9 +91,7 @@ pub fn update_hibernation(cs: &mut Vec<Condition>, h: &Hibernation, now: &str) {
             "Hibernated",
             format!("no member runs; {claims} volumes and the membership are kept"),
         )),
-        Hibernation::Resuming => {
-            Some(cond(HIBERNATED, false, "Resumed", "members start again on their volumes".into()))
-        }
+        Hibernation::Resuming => Some(cond(HIBERNATED, false, "Resumed", "members start again on their volumes")),
     };
     if let Some(c) = c {
         condition::upsert(cs, c, now);
@@ -119,7 +109,7 @@ pub fn update_defrag(cs: &mut Vec<Condition>, r: &DefragRequest, now: &str) {
         DefragRequest::NotAsked => return,
         DefragRequest::Refused(why) => cond(DEFRAGMENTATION, false, "DefragmentRefused", why.clone()),
         DefragRequest::Pending(left) if left.is_empty() => {
-            cond(DEFRAGMENTATION, false, "Pending", "waiting: no member answers the operator".into())
+            cond(DEFRAGMENTATION, false, "Pending", "waiting: no member answers the operator")
         }
         DefragRequest::Pending(left) => cond(
             DEFRAGMENTATION,
