@@ -65,9 +65,30 @@ pub struct EtcdBackupSpec {
     /// Additive: the continuous archive. Enabled (with periodic backups), an archiver pod
     /// follows every change of the cluster after the newest snapshot and writes it, at least
     /// every `flushIntervalInSecond`, as checksummed segments under `<path>.archive/` next to the
-    /// snapshots. Point-in-time restores from it are not available yet.
+    /// snapshots. An EtcdRestore with `pointInTime` restores any revision or moment it holds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub continuous: Option<ContinuousArchive>,
+    /// Additive: restore drills. Set, the newest restorable point (the newest snapshot and the
+    /// archive after it) is restored on a schedule into a throw-away one-member etcd, and its
+    /// key space at that revision is compared with the live cluster's at the same revision; the
+    /// result is in `status.lastDrill`, an Event (a failure is a Warning) and a metric.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restore_drill: Option<RestoreDrill>,
+}
+
+/// Restore drills of an EtcdBackup.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RestoreDrill {
+    /// Seconds between the start of two drills, 0 to 31536000 (a year); 0 means the default,
+    /// 86400 (daily). The first drill runs once the first backup succeeded.
+    #[schemars(range(min = 0, max = 31536000))]
+    #[serde(default)]
+    pub interval_in_second: i64,
+    /// Time limit of one drill, in seconds, 0 to 86400; 0 means the default, 600.
+    #[schemars(range(min = 0, max = 86400))]
+    #[serde(default)]
+    pub timeout_in_second: i64,
 }
 
 /// The continuous archive of an EtcdBackup.
@@ -124,6 +145,12 @@ pub struct BackupPolicy {
     #[schemars(range(min = 0, max = 10000))]
     #[serde(default)]
     pub max_backups: i32,
+    /// Additive: keep every moment of this window restorable, a duration such as `168h` or
+    /// `90m` (units `h`, `m`, `s`). The newest snapshot taken at or before the window's start
+    /// and everything after it are kept. With `maxBackups` as well, a backup is deleted only
+    /// when both allow it. Empty (the default): no window.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub retention: String,
 }
 
 /// S3 or an S3-compatible store.
@@ -259,6 +286,57 @@ pub struct EtcdBackupStatus {
     /// reported it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub archive: Option<ArchiveStatus>,
+    /// Additive: the revisions (and moments) a restore can go to, oldest first: each from a
+    /// kept snapshot through the unbroken chain of archive segments after it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub restorable_ranges: Vec<RestorableRange>,
+    /// Additive: the last restore drill (`spec.restoreDrill`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_drill: Option<DrillResult>,
+}
+
+/// Revisions `fromRevision..=toRevision` can be restored.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RestorableRange {
+    /// The etcd cluster ID (hex) of this history.
+    pub cluster_id: String,
+    /// Revision of the full snapshot the range starts from.
+    pub from_revision: i64,
+    /// Last revision restorable from it (its own revision without archive segments).
+    pub to_revision: i64,
+    /// RFC 3339 time the snapshot was taken.
+    pub from_time: String,
+    /// RFC 3339 time the last change of the range was received.
+    pub to_time: String,
+    /// Where the snapshot is, e.g. `s3://bucket/key_v1234_2026-11-23-020000`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub snapshot: String,
+}
+
+/// The outcome of one restore drill.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DrillResult {
+    /// RFC 3339 time the drill started.
+    pub time: String,
+    /// The restored key space equals the live cluster's at `revision`.
+    pub succeeded: bool,
+    /// The revision restored and compared.
+    #[serde(default)]
+    pub revision: i64,
+    /// The snapshot the drill restored, e.g. `s3://bucket/key_v1234_2026-11-23-020000`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub snapshot: String,
+    /// How many archive segments it replayed after the snapshot.
+    #[serde(default)]
+    pub segments: i64,
+    /// How long the drill took, in seconds.
+    #[serde(default)]
+    pub duration_seconds: f64,
+    /// What was compared (keys, digest), or why the drill failed.
+    #[serde(default)]
+    pub message: String,
 }
 
 /// Where the continuous archive stands.

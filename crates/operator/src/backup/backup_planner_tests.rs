@@ -17,6 +17,7 @@ fn spec(interval: i64, max: i32) -> EtcdBackupSpec {
             backup_interval_in_second: interval,
             max_backups: max,
             timeout_in_second: 0,
+            retention: String::new(),
         }),
         source: BackupSource {
             s3: Some(S3Source { path: "b/k".into(), aws_secret: "aws".into(), ..Default::default() }),
