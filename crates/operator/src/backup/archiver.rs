@@ -198,6 +198,13 @@ async fn follow(
         Ok(s) => s,
         Err(e) => return Followed::Broken(format!("watch: {e}")),
     };
+    // Watching again: a broken watch is no longer the archive's problem (a store error stays
+    // until a write succeeds).
+    update(here.status, |s| {
+        if s.last_error.starts_with("watch") {
+            s.last_error.clear();
+        }
+    });
     let mut tick = tokio::time::interval(flush_every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -248,9 +255,13 @@ async fn flush(here: &Here<'_>, pos: &Position, pending: &mut Vec<Event>) {
         Ok(_) => {
             eprintln!("durable up to revision {} ({} events in {key})", seg.header.to, seg.header.events);
             pending.clear();
+            // The moment the newest durable change was received (whole seconds, rounded down):
+            // every change received up to it is in the store, and a restore to it is accepted
+            // (`point_in_time::lookup_time` goes by the segments' receipt times).
+            let received = super::restorable::whole_seconds(seg.header.last_ms);
             update(here.status, |s| {
                 s.durable_revision = seg.header.to;
-                s.durable_time = Some(now_rfc3339());
+                s.durable_time = Some(received);
                 s.base_revision = pos.base;
                 s.pending_events = 0;
                 s.last_error.clear();
@@ -321,6 +332,7 @@ fn snapshot_args(a: &ArchiveArgs) -> save::SaveArgs {
         endpoints: a.endpoints.clone(),
         periodic: true,
         max_backups: 0,
+        retention_secs: 0,
         timeout_secs: SNAPSHOT_TIMEOUT_SECS,
         owner_uid: a.owner_uid.clone(),
         tls: a.tls.clone(),

@@ -51,6 +51,8 @@ pub struct BackupTarget {
     pub endpoints: Vec<String>,
     pub interval: Option<Duration>,
     pub max_backups: i32,
+    /// `backupPolicy.retention` in seconds: keep every moment of this window restorable.
+    pub retention_secs: Option<u64>,
     pub timeout_secs: i64,
     /// The continuous archive's flush interval (`spec.continuous`), when enabled.
     pub archive_flush_secs: Option<u64>,
@@ -130,12 +132,16 @@ pub fn check_spec(spec: &EtcdBackupSpec, namespace: &str) -> Result<BackupTarget
             return Err(format!("backupPolicy.{field} {value} is out of range: it must be between 0 and {max}"));
         }
     }
+    let retention_secs = super::archive::retention::parse_window(&policy.retention)?;
     let timeout_secs = if policy.timeout_in_second == 0 { DEFAULT_TIMEOUT_SECS } else { policy.timeout_in_second };
     // An interval shorter than the time limit is accepted (the CoreOS upgrade guide runs
     // backups every 30 s with the default 60 s limit): a backup still running when the next is
     // due delays it, never two at once (`delayed_note` says so in status).
     let interval =
         (policy.backup_interval_in_second > 0).then(|| Duration::from_secs(policy.backup_interval_in_second as u64));
+    if retention_secs.is_some() && interval.is_none() {
+        return Err("backupPolicy.retention needs periodic backups (backupIntervalInSecond > 0): it decides which of them are kept".into());
+    }
     let archive_flush_secs = match spec.continuous.as_ref().filter(|c| c.enabled) {
         None => None,
         Some(_) if interval.is_none() => {
@@ -156,6 +162,7 @@ pub fn check_spec(spec: &EtcdBackupSpec, namespace: &str) -> Result<BackupTarget
         endpoints,
         interval,
         max_backups: policy.max_backups,
+        retention_secs,
         timeout_secs,
         archive_flush_secs,
     })
@@ -213,6 +220,9 @@ pub fn record(st: &mut EtcdBackupStatus, result: Result<SaveReport, String>) -> 
             st.sha256 = b.sha256.clone();
             st.cluster_id = b.cluster_id.clone();
             st.consecutive_failures = 0;
+            if let Some(ranges) = &r.restorable {
+                st.restorable_ranges = ranges.clone();
+            }
             st.history = r
                 .kept
                 .iter()

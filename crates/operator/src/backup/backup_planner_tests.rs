@@ -311,6 +311,64 @@ fn an_invalid_spec_changes_nothing_and_says_why_once() {
     assert!(plan(&o).status.reason.contains("cannot be read"));
 }
 
+/// `retention` is a window such as `168h`: anything else is refused before any backup pod
+/// runs, so nothing is deleted on a misread window; said once, as every invalid spec.
+#[test]
+fn an_unreadable_retention_window_is_refused_and_nothing_runs() {
+    for (window, says) in
+        [("7d", "not a duration such as 168h"), ("0s", "no time at all"), ("1 week", "not a duration such as 168h")]
+    {
+        let mut o = observed(60);
+        let mut s = spec(60, 2);
+        s.backup_policy.as_mut().unwrap().retention = window.into();
+        o.spec = Ok(s);
+        let p = plan(&o);
+        assert_eq!(p.step, BackupStep::Nothing, "{window}");
+        assert!(
+            p.status.reason.starts_with("invalid spec, no backup taken: backupPolicy.retention"),
+            "{}",
+            p.status.reason
+        );
+        assert!(p.status.reason.contains(says), "{window}: {}", p.status.reason);
+        assert_eq!(reasons(&p), ["InvalidSpec"]);
+        o.status = p.status;
+        assert!(plan(&o).events.is_empty(), "said once");
+    }
+    // A window without periodic backups decides nothing: refused too.
+    let mut s = spec(0, 0);
+    s.backup_policy.as_mut().unwrap().retention = "168h".into();
+    assert!(check_spec(&s, "ns").unwrap_err().contains("needs periodic backups"));
+    // Read, it goes to the backup pod in seconds.
+    let mut s = spec(60, 2);
+    s.backup_policy.as_mut().unwrap().retention = "1h30m".into();
+    assert_eq!(check_spec(&s, "ns").map(|t| t.retention_secs), Ok(Some(5400)));
+    assert_eq!(check_spec(&spec(60, 2), "ns").map(|t| t.retention_secs), Ok(None));
+}
+
+/// A periodic backup's report says what the series restores: status takes it whole; a
+/// report without it (a one-shot backup, a listing that failed) leaves status as it was.
+#[test]
+fn restorable_ranges_come_from_the_last_report_that_listed_them() {
+    use etcd_operator_api::backup::RestorableRange;
+    let range = |from: i64, to: i64| RestorableRange {
+        cluster_id: "c1".into(),
+        from_revision: from,
+        to_revision: to,
+        ..Default::default()
+    };
+    let mut st = EtcdBackupStatus::default();
+    let mut r = SaveReport::default();
+    r.restorable = Some(vec![range(100, 250), range(300, 300)]);
+    record(&mut st, Ok(r.clone()));
+    assert_eq!(st.restorable_ranges, [range(100, 250), range(300, 300)]);
+    r.restorable = None;
+    record(&mut st, Ok(r.clone()));
+    assert_eq!(st.restorable_ranges.len(), 2, "not listed: kept as it was");
+    r.restorable = Some(vec![range(300, 420)]);
+    record(&mut st, Ok(r));
+    assert_eq!(st.restorable_ranges, [range(300, 420)], "retention deleted the older snapshot");
+}
+
 #[test]
 fn a_failure_keeps_the_last_good_backup_in_status() {
     let mut st = EtcdBackupStatus::default();

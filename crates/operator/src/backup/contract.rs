@@ -307,6 +307,10 @@ pub struct SaveReport {
     /// a cluster not recorded, sidecars from before), which retention keeps: cluster ID → count.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub other_clusters: std::collections::BTreeMap<String, usize>,
+    /// What the series restores after retention, oldest first (`restorable::for_status`);
+    /// `None`: not known (a one-shot backup, or the series could not be listed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restorable: Option<Vec<etcd_operator_api::backup::RestorableRange>>,
 }
 
 /// The report as JSON that fits in a termination message: history entries are dropped from
@@ -335,6 +339,12 @@ pub fn report_json(mut r: SaveReport) -> String {
                 entry.truncate(cut);
                 entry.push_str("...");
             }
+        }
+    }
+    // The restorable ranges, oldest first, down to the newest one.
+    while len(&r) > BUDGET && r.restorable.as_ref().is_some_and(|v| v.len() > 1) {
+        if let Some(v) = r.restorable.as_mut() {
+            v.remove(0);
         }
     }
     // Other clusters' backups kept: the 3 with most backups, should a series hold many.
@@ -517,6 +527,18 @@ mod tests {
             kept: vec![meta; HISTORY_LIMIT],
             uid: Some(65532),
             other_clusters: (0..200).map(|i| (format!("{i:016x}"), i)).collect(),
+            restorable: Some(
+                (0..20)
+                    .map(|i| etcd_operator_api::backup::RestorableRange {
+                        cluster_id: "c0ffee".into(),
+                        from_revision: i * 100,
+                        to_revision: i * 100 + 99,
+                        from_time: "2026-01-01T00:00:00Z".into(),
+                        to_time: "2026-01-01T00:10:00Z".into(),
+                        snapshot: format!("s3://b/{}_v{i}", "k".repeat(100)),
+                    })
+                    .collect(),
+            ),
         };
         let j = report_json(r.clone());
         assert!(j.len() < TERMINATION_MESSAGE_LIMIT, "{} bytes", j.len());
@@ -525,6 +547,9 @@ mod tests {
         assert_eq!(back.kept.len(), 1);
         assert_eq!(back.deleted.len(), 4);
         assert_eq!(back.deleted[3], "... and 37 more");
+        let ranges = back.restorable.expect("ranges reported");
+        assert!(!ranges.is_empty() && ranges.len() < 20, "{} ranges", ranges.len());
+        assert_eq!(ranges.last().map(|r| r.from_revision), Some(1900), "the newest ones are kept");
         // A short report is left alone.
         let small = SaveReport { backup: r.backup.clone(), ..Default::default() };
         assert_eq!(serde_json::from_str::<SaveReport>(&report_json(small.clone())).unwrap(), small);

@@ -13,6 +13,8 @@
 //! - [`backup_planner`] / [`restore_planner`]: the decisions of the two controllers;
 //!   [`archiver_plan`]: the continuous archiver's pod and its `Archiving` condition;
 //!   [`restore_wait`]: how long a restore waits for a cluster of its name to go.
+//! - [`restorable`]: what status says can be restored (`restorableRanges`, the
+//!   `ArchiveCurrent` condition, gap Events).
 //! - [`verify_policy`]: when a failed verify pod is retried and with how much time.
 //! - [`volume_owner`]: who job pods run as on a PVC; the root mark and what it says.
 //! - [`job_pods`]: what a job pod in the cache says.
@@ -23,6 +25,7 @@
 //!   [`restore_controller`]: observe and execute.
 //! - Pod commands: [`save`] (`backup-save`, with [`one_shot`]), [`archiver`] (`archive-follow`), [`fetch`] (`backup-verify`,
 //!   `restore-prepare`, `restore-finish`, `seed-from-member`); [`store`] opens a location,
+//!   [`series`] lists a snapshot series and its archive (segment headers read by first line),
 //!   [`pod_secrets`] reads the etcd login and client certificate mounted into the pod;
 //!   [`volume_access`] checks up front that the pod's user may use a PVC location. They fail
 //!   with [`contract::PodError`]: refused (final), access denied (on a PVC), or transient.
@@ -39,10 +42,12 @@ pub mod location;
 pub mod one_shot;
 pub mod pod_secrets;
 pub mod pods;
+pub mod restorable;
 pub mod restore_init;
 pub mod restore_planner;
 pub mod restore_wait;
 pub mod save;
+pub mod series;
 pub mod store;
 pub mod verify_policy;
 pub mod volume_access;

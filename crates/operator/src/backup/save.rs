@@ -7,7 +7,6 @@
 use std::time::{Duration, Instant};
 
 use etcd_client::ConnectOptions;
-use futures::StreamExt;
 use object_store::{ObjectStoreExt, WriteMultipart};
 use sha2::{Digest, Sha256};
 
@@ -15,6 +14,7 @@ use super::contract::{HISTORY_LIMIT, PodError, SaveReport, StorageArgs};
 use super::location::{self, BackupMeta};
 use super::one_shot;
 use super::pod_secrets;
+use super::series;
 use super::store;
 use crate::auth::Credentials;
 use crate::auth::connect::connect;
@@ -34,6 +34,10 @@ pub struct SaveArgs {
     /// Periodic backups to keep (0: all).
     #[arg(long, default_value_t = 0)]
     pub max_backups: i32,
+    /// Keep every moment of this many seconds restorable (`backupPolicy.retention`; 0: no
+    /// window). With `--max-backups` too, a backup goes only when both let it.
+    #[arg(long, default_value_t = 0)]
+    pub retention_secs: u64,
     /// Give up after this long.
     #[arg(long, default_value_t = 60)]
     pub timeout_secs: u64,
@@ -235,11 +239,13 @@ async fn save(args: &SaveArgs) -> Result<SaveReport, PodError> {
 }
 
 /// Retention and the history of kept backups, after a complete periodic backup and its sidecar
-/// exist. Only backups whose sidecar names this EtcdBackup and the etcd cluster just backed up
-/// count (`location::to_delete`); this EtcdBackup's backups of other clusters are reported as
-/// kept. Listing or deleting may fail
-/// (a write-only credential, a transient error): the backup itself succeeded, so that is a
-/// warning in the report, never a failed backup.
+/// exist: `maxBackups` and the window (`archive::retention::plan`: a snapshot goes only when
+/// every rule configured lets it, never one a kept segment needs; segments before the oldest
+/// kept snapshot go with them). Only backups whose sidecar names this EtcdBackup and the etcd
+/// cluster just backed up are deleted; this EtcdBackup's backups of other clusters are reported
+/// as kept. Then what the series can restore, for status. Listing or deleting may fail (a
+/// write-only credential, a transient error): the backup itself succeeded, so that is a warning
+/// in the report, never a failed backup.
 async fn retention(
     store: &dyn object_store::ObjectStore,
     args: &SaveArgs,
@@ -248,13 +254,19 @@ async fn retention(
     meta: &BackupMeta,
     report: &mut SaveReport,
 ) {
+    use super::archive::restorable_ranges::SnapshotRef;
+    use super::archive::retention;
     let base = loc.key.as_str();
-    let series = match list_series(store, base).await {
+    let listed = match series::list_keys(store, base).await {
         Err(e) => {
             report.warnings.push(format!("retention skipped: {e}"));
-            vec![key.to_string()]
+            None
         }
-        Ok(keys) => keys.into_iter().filter(|k| location::parse_periodic(base, k).is_some()).collect(),
+        Ok(keys) => Some(keys),
+    };
+    let series: Vec<String> = match &listed {
+        Some(keys) => keys.iter().filter(|k| location::parse_periodic(base, k).is_some()).cloned().collect(),
+        None => vec![key.to_string()],
     };
     let mut sidecars = std::collections::BTreeMap::new();
     for k in series.iter().filter(|k| k.as_str() != key) {
@@ -262,14 +274,49 @@ async fn retention(
             sidecars.insert(k.clone(), m);
         }
     }
-    let origins = sidecars.iter().map(|(k, m)| (k.clone(), location::Origin::of(m))).collect();
+    let origins: std::collections::BTreeMap<String, location::Origin> =
+        sidecars.iter().map(|(k, m)| (k.clone(), location::Origin::of(m))).collect();
     let mine = location::Origin::of(meta);
-    if !mine.known() && args.max_backups > 0 {
+    let rules = args.max_backups > 0 || args.retention_secs > 0;
+    if !mine.known() && rules {
         report.warnings.push("retention skipped: the etcd cluster ID of this backup is not known".into());
     }
-    let deleted = location::to_delete(base, &series, args.max_backups, key, &mine, &origins);
-    report.other_clusters = location::kept_of_other_clusters(base, &origins, &mine);
-    for old in &deleted {
+    let snapshots: Vec<SnapshotRef> = sidecars
+        .iter()
+        .chain(std::iter::once((&key.to_string(), meta)))
+        .map(|(k, m)| SnapshotRef {
+            key: k.clone(),
+            cluster_id: m.cluster_id.clone(),
+            revision: m.etcd_revision,
+            taken_ms: m.time.parse::<k8s_openapi::jiff::Timestamp>().map(|t| t.as_millisecond()).unwrap_or(0),
+        })
+        .collect();
+    let segments = listed.as_deref().map(|keys| series::segments_by_key(base, keys)).unwrap_or_default();
+    let mine_keys: std::collections::BTreeSet<String> = origins
+        .iter()
+        .filter(|(_, o)| **o == mine)
+        .map(|(k, _)| k.clone())
+        .chain(std::iter::once(key.to_string()))
+        .collect();
+    let by_count =
+        (args.max_backups > 0).then(|| location::to_delete(base, &series, args.max_backups, key, &mine, &origins));
+    let now_ms = meta.time.parse::<k8s_openapi::jiff::Timestamp>().map(|t| t.as_millisecond()).unwrap_or(0);
+    let doomed = if mine.known() && rules {
+        retention::plan(&retention::Inputs {
+            cluster_id: &meta.cluster_id,
+            mine: &mine_keys,
+            snapshots: &snapshots,
+            segments: &segments,
+            by_count: by_count.as_deref(),
+            window_ms: (args.retention_secs > 0)
+                .then(|| i64::try_from(args.retention_secs.saturating_mul(1000)).unwrap_or(i64::MAX)),
+            now_ms,
+        })
+    } else {
+        retention::Deletions::default()
+    };
+    let mut deleted: Vec<String> = Vec::new();
+    for old in doomed.snapshots.iter().filter(|k| k.as_str() != key) {
         let mut ok = true;
         for k in [old.clone(), location::sidecar_key(old)] {
             if let Ok(p) = object_store::path::Path::parse(&k)
@@ -282,18 +329,36 @@ async fn retention(
         if ok {
             report.deleted.push(loc.with_key(old.clone()).url());
         }
+        deleted.push(old.clone());
     }
-    // Segments of the continuous archive that no kept snapshot continues go with them.
-    if args.max_backups > 0 && mine.known() {
-        let oldest = series
-            .iter()
-            .filter(|k| !deleted.contains(k))
-            .filter(|k| k.as_str() == key || sidecars.get(k.as_str()).is_some_and(|m| m.cluster_id == meta.cluster_id))
-            .filter_map(|k| location::parse_periodic(base, k).map(|(_, rev)| rev))
-            .min();
-        if let Some(oldest) = oldest {
-            prune_archive(store, loc, &meta.cluster_id, oldest, report).await;
+    let mut segments_deleted = std::collections::BTreeSet::new();
+    for k in &doomed.segments {
+        match object_store::path::Path::parse(k) {
+            Ok(p) => match store.delete(&p).await {
+                Ok(()) => {
+                    segments_deleted.insert(k.clone());
+                }
+                Err(e) => report.warnings.push(format!("archive retention could not delete {k}: {}", store::why(&e))),
+            },
+            Err(e) => report.warnings.push(format!("archive retention: {k}: {e}")),
         }
+    }
+    if !segments_deleted.is_empty() {
+        let prefix = super::archive::layout::prefix(base, &meta.cluster_id);
+        let upto =
+            segments.iter().filter(|s| segments_deleted.contains(&s.key)).map(|s| s.header.to).max().unwrap_or(0);
+        report.deleted.push(format!(
+            "{} ({} archive segments up to revision {upto})",
+            loc.with_key(prefix).url(),
+            segments_deleted.len()
+        ));
+    }
+    report.other_clusters = location::kept_of_other_clusters(base, &origins, &mine);
+    // What the series restores now, when it could be listed.
+    if listed.is_some() {
+        let kept_snapshots: Vec<SnapshotRef> = snapshots.into_iter().filter(|s| !deleted.contains(&s.key)).collect();
+        let kept_segments: Vec<_> = segments.into_iter().filter(|s| !segments_deleted.contains(&s.key)).collect();
+        report.restorable = Some(restorable(store, loc, &kept_snapshots, &kept_segments, &mut report.warnings).await);
     }
     // The history: this owner's kept backups of this cluster, the one just written first
     // whatever its name's time says.
@@ -309,65 +374,49 @@ async fn retention(
     }
 }
 
-/// Deletes the archive segments of `cluster_id` that end at or before `oldest` (the oldest kept
-/// snapshot's revision): no restore can use them any more. Failures are warnings.
-async fn prune_archive(
+/// What the kept snapshots and segments restore, per etcd cluster, as status shows it
+/// (`restorable::for_status`). Revisions come from the names alone; the last moment of a
+/// range that continues into segments from the header of the segment it ends with: one read of
+/// a first line per distinct chain end, however many segments there are. A header that cannot
+/// be read shortens its range to the snapshot (and is a warning): a moment is never claimed
+/// without a segment that shows it.
+async fn restorable(
     store: &dyn object_store::ObjectStore,
     loc: &location::Location,
-    cluster_id: &str,
-    oldest: i64,
-    report: &mut SaveReport,
-) {
-    use super::archive::{layout, retention};
-    let prefix = layout::prefix(&loc.key, cluster_id);
-    let mut listed = Vec::new();
-    let mut list = store.list(Some(&object_store::path::Path::from(prefix.trim_end_matches('/'))));
-    while let Some(item) = list.next().await {
-        match item {
-            Ok(m) => {
-                let k = m.location.to_string();
-                if let Some((_, to)) = layout::parse_segment_key(&prefix, &k) {
-                    listed.push((k, to));
-                }
-            }
+    snapshots: &[super::archive::restorable_ranges::SnapshotRef],
+    segments: &[super::archive::restorable_ranges::SegmentRef],
+    warnings: &mut Vec<String>,
+) -> Vec<etcd_operator_api::backup::RestorableRange> {
+    use super::archive::restorable_ranges::{ranges, runs};
+    let runs = runs(segments);
+    let mut clusters: Vec<&str> = snapshots.iter().map(|s| s.cluster_id.as_str()).filter(|c| !c.is_empty()).collect();
+    clusters.sort();
+    clusters.dedup();
+    let all: Vec<_> = clusters.iter().flat_map(|c| ranges(c, snapshots, &runs)).collect();
+    let mut out = super::restorable::for_status(&all, |k| loc.with_key(k.to_string()).url());
+    let mut headers: std::collections::BTreeMap<String, Result<i64, String>> = std::collections::BTreeMap::new();
+    for r in out.iter_mut().filter(|r| r.to_revision > r.from_revision) {
+        let Some(end) = runs.iter().find(|s| s.header.cluster_id == r.cluster_id && s.header.to == r.to_revision)
+        else {
+            continue;
+        };
+        if !headers.contains_key(&end.key) {
+            let read = series::read_header(store, &end.key).await.map(|h| h.last_ms).map_err(|e| e.to_string());
+            headers.insert(end.key.clone(), read);
+        }
+        match &headers[&end.key] {
+            Ok(ms) => r.to_time = super::restorable::whole_seconds(*ms).max(r.from_time.clone()),
             Err(e) => {
-                report.warnings.push(format!("archive retention skipped: list {prefix}: {}", store::why(&e)));
-                return;
+                warnings.push(format!(
+                    "restorable ranges: {e}; the range from revision {} is shown up to its snapshot",
+                    r.from_revision
+                ));
+                r.to_revision = r.from_revision;
+                r.to_time = r.from_time.clone();
             }
         }
     }
-    let gone = retention::before_oldest_snapshot(oldest, &listed);
-    let mut deleted = 0;
-    for k in &gone {
-        match object_store::path::Path::parse(k) {
-            Ok(p) => match store.delete(&p).await {
-                Ok(()) => deleted += 1,
-                Err(e) => report.warnings.push(format!("archive retention could not delete {k}: {}", store::why(&e))),
-            },
-            Err(e) => report.warnings.push(format!("archive retention: {k}: {e}")),
-        }
-    }
-    if deleted > 0 {
-        report
-            .deleted
-            .push(format!("{} ({deleted} archive segments up to revision {oldest})", loc.with_key(prefix).url()));
-    }
-}
-
-/// Keys next to `base` (same directory) that start with its file name.
-async fn list_series(store: &dyn object_store::ObjectStore, base: &str) -> Result<Vec<String>, PodError> {
-    let dir = base.rsplit_once('/').map(|(d, _)| d);
-    let prefix = dir.map(object_store::path::Path::from);
-    let mut out = Vec::new();
-    let mut list = store.list(prefix.as_ref());
-    while let Some(item) = list.next().await {
-        let meta = item.map_err(|e| format!("list backups: {}", store::why(&e)))?;
-        let k = meta.location.to_string();
-        if k.starts_with(base) {
-            out.push(k);
-        }
-    }
-    Ok(out)
+    out
 }
 
 /// sha256 of the whole stream, and of everything but its last 32 bytes: etcd appends the

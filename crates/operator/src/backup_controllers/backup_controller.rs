@@ -17,6 +17,7 @@ use crate::backup::archiver_plan;
 use crate::backup::backup_planner::{self, BackupObserved, BackupStep, BackupTarget, POD_START_SLACK_SECS};
 use crate::backup::contract::{BACKUP_LABEL, BACKUP_OF_LABEL, SaveReport};
 use crate::backup::pods::{self, JobPod};
+use crate::backup::restorable;
 
 fn backup_ar() -> ApiResource {
     ApiResource::erase::<EtcdBackup>(&())
@@ -77,6 +78,7 @@ async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<JobContext>) -> Result<Acti
             let last_success = crate::backup::parse_time(&plan.status.last_success_date).map(|t| t.as_second());
             ctx.metrics.observe_backup(&ns, &o.name, last_success, target.interval);
             ctx.metrics.observe_archive(&ns, &o.name, plan.status.archive.as_ref());
+            ctx.metrics.observe_restorable(&ns, &o.name, &plan.status.restorable_ranges);
         }
     }
     jobs::write_back(&ctx, &obj, &ar, (&o.status, &plan.status), &plan.events, &plan.delete_pods).await?;
@@ -120,14 +122,55 @@ async fn archive(
     }
     // Where the archive stands, as the running archiver says (kept as last reported when it
     // cannot be asked now).
-    plan.status.archive = match wanted {
+    let reported = match wanted {
         Some(false) => None,
         _ => match archivers.iter().find(|p| archiver_plan::observe(p).ready) {
-            Some(p) => archive_status(p).await.or_else(|| plan.status.archive.take()),
-            None => plan.status.archive.take(),
+            Some(p) => archive_status(p).await,
+            None => None,
         },
     };
+    let answered = reported.is_some();
+    plan.status.archive = match wanted {
+        Some(false) => None,
+        _ => reported.or_else(|| plan.status.archive.take()),
+    };
     let now = crate::backup::rfc3339(o.now);
+    // What can be restored, the archive's progress since the last backup listed it included;
+    // a gap said once; whether the archive is current.
+    plan.events.extend(restorable::new_gaps(o.status.archive.as_ref(), plan.status.archive.as_ref()));
+    plan.status.restorable_ranges = restorable::extend(&plan.status.restorable_ranges, plan.status.archive.as_ref());
+    match (&target, wanted) {
+        (Some(Ok(t)), Some(true)) if has_snapshot => {
+            let flush = t.archive_flush_secs.unwrap_or(archiver_plan::DEFAULT_FLUSH_SECS);
+            let last_success = crate::backup::parse_time(&plan.status.last_success_date);
+            let (ok, reason, message) = restorable::condition(
+                plan.status.archive.as_ref(),
+                answered,
+                flush,
+                last_success,
+                &plan.status.restorable_ranges,
+                o.now,
+            );
+            let c = etcd_operator_api::Condition {
+                type_: restorable::CONDITION.into(),
+                status: if ok { "True" } else { "False" }.into(),
+                reason: reason.into(),
+                message,
+                ..Default::default()
+            };
+            etcd_operator_api::condition::upsert(&mut plan.status.conditions, c, &now);
+            ctx.metrics.observe_archive_lag(
+                &ns,
+                &o.name,
+                plan.status.archive.as_ref().and_then(|a| restorable::lag_secs(a, answered, o.now)),
+            );
+        }
+        (_, Some(false)) => {
+            etcd_operator_api::condition::remove(&mut plan.status.conditions, restorable::CONDITION);
+            ctx.metrics.observe_archive_lag(&ns, &o.name, None);
+        }
+        _ => {}
+    }
     let settled =
         !matches!(d.action, archiver_plan::Action::Delete(_)) && matches!(d.condition, Some((true, ..)) | None);
     match d.condition {
@@ -236,6 +279,9 @@ fn backup_pod(
     if target.interval.is_some() {
         args.push("--periodic".into());
         args.push(format!("--max-backups={}", target.max_backups));
+        if let Some(secs) = target.retention_secs {
+            args.push(format!("--retention-secs={secs}"));
+        }
     }
     let run = PodRun {
         name: name.to_string(),

@@ -24,16 +24,14 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use etcd_client::{Client, Txn, TxnOp};
-use futures::StreamExt;
 use object_store::{ObjectStore, ObjectStoreExt};
 
-use crate::backup::archive::layout;
 use crate::backup::archive::point_in_time::{self, Plan, Refusal, Target, TimeLookup};
 use crate::backup::archive::restorable_ranges::{self, SegmentRef, SnapshotRef};
-use crate::backup::archive::segment::{Event, Header, Op, Segment};
+use crate::backup::archive::segment::{Event, Op, Segment};
 use crate::backup::contract::{PodError, SNAPSHOT_FILE, StorageArgs};
 use crate::backup::location::{self, BackupMeta};
-use crate::backup::{fetch, one_shot, save, store};
+use crate::backup::{fetch, one_shot, save, series, store};
 use crate::version::Version;
 
 #[derive(clap::Args, Debug, Clone)]
@@ -148,6 +146,7 @@ pub async fn run(args: RestorePointArgs) -> Result<BackupMeta, PodError> {
         endpoints: vec![CLIENT_URL.to_string()],
         periodic: false,
         max_backups: 0,
+        retention_secs: 0,
         timeout_secs: 1800,
         owner_uid: args.owner_uid.clone(),
         tls: Default::default(),
@@ -173,19 +172,13 @@ pub async fn run(args: RestorePointArgs) -> Result<BackupMeta, PodError> {
 }
 
 /// Every snapshot of the series with a sidecar, and every segment header under the series'
-/// archive, of any cluster.
+/// archive, of any cluster (`series`: one listing, each header read from its first line).
 async fn list(store: &dyn ObjectStore, base_key: &str) -> Result<Listed, PodError> {
-    let dir = base_key.rsplit_once('/').map(|(d, _)| object_store::path::Path::from(d));
-    let mut keys = Vec::new();
-    let mut items = store.list(dir.as_ref());
-    while let Some(item) = items.next().await {
-        keys.push(item.map_err(|e| format!("list {base_key}: {}", store::why(&e)))?.location.to_string());
-    }
-    let archive = format!("{base_key}.archive/");
+    let keys = series::list_keys(store, base_key).await?;
     let mut listed = Listed { snapshots: vec![], segments: vec![] };
-    for key in keys {
-        if key == base_key || location::parse_periodic(base_key, &key).is_some() {
-            let Some(meta) = one_shot::read_sidecar(store, &key).await? else { continue };
+    for key in &keys {
+        if key == base_key || location::parse_periodic(base_key, key).is_some() {
+            let Some(meta) = one_shot::read_sidecar(store, key).await? else { continue };
             let taken_ms = meta.time.parse::<k8s_openapi::jiff::Timestamp>().map(|t| t.as_millisecond()).unwrap_or(0);
             let snap = SnapshotRef {
                 key: key.clone(),
@@ -194,15 +187,14 @@ async fn list(store: &dyn ObjectStore, base_key: &str) -> Result<Listed, PodErro
                 taken_ms,
             };
             listed.snapshots.push((snap, meta));
-        } else if let Some(cluster) = key.strip_prefix(&archive).and_then(|rest| rest.split_once('/')).map(|(c, _)| c)
-            && layout::parse_segment_key(&layout::prefix(base_key, cluster), &key).is_some()
-        {
-            let bytes = get(store, &key).await?;
-            let first = bytes.split(|b| *b == b'\n').next().unwrap_or_default();
-            let header = Header::parse(first)
-                .map_err(|e| PodError::Refused(format!("segment {key} has a damaged header: {e}; nothing restored")))?;
-            listed.segments.push(SegmentRef { key, header });
         }
+    }
+    for s in series::segments_by_key(base_key, &keys) {
+        let header = series::read_header(store, &s.key).await.map_err(|e| match e {
+            PodError::Refused(why) => PodError::Refused(format!("{why}; nothing restored")),
+            other => other,
+        })?;
+        listed.segments.push(SegmentRef { key: s.key, header });
     }
     Ok(listed)
 }

@@ -90,6 +90,38 @@ pub fn ranges(cluster_id: &str, snapshots: &[SnapshotRef], segments: &[SegmentRe
         .collect()
 }
 
+/// The segments merged into unbroken runs (per cluster, in revision order): one segment per
+/// run, from its first to its last revision, named by the key of the segment reaching furthest,
+/// with the earliest `first_ms` and the latest `last_ms`. [`ranges`] over runs gives the same
+/// revisions as over the segments (not the segments to replay): for a listing of thousands of
+/// segments, and for segments known only by their keys.
+pub fn runs(segments: &[SegmentRef]) -> Vec<SegmentRef> {
+    let mut sorted: Vec<&SegmentRef> = segments.iter().collect();
+    sorted.sort_by(|a, b| {
+        (&a.header.cluster_id, a.header.from, a.header.to).cmp(&(&b.header.cluster_id, b.header.from, b.header.to))
+    });
+    let mut out: Vec<SegmentRef> = Vec::new();
+    for s in sorted {
+        match out.last_mut() {
+            Some(run) if run.header.cluster_id == s.header.cluster_id && s.header.from <= run.header.to + 1 => {
+                if s.header.to > run.header.to {
+                    run.header.to = s.header.to;
+                    run.key = s.key.clone();
+                }
+                run.header.first_ms = run.header.first_ms.min(s.header.first_ms);
+                run.header.last_ms = run.header.last_ms.max(s.header.last_ms);
+                run.header.events += s.header.events;
+            }
+            _ => {
+                let mut run = s.clone();
+                run.header.sha256.clear();
+                out.push(run);
+            }
+        }
+    }
+    out
+}
+
 /// The revisions between the ranges that none of them restores, oldest first. Ranges that
 /// overlap or touch leave no gap.
 pub fn gaps(ranges: &[Range]) -> Vec<Gap> {
@@ -174,6 +206,33 @@ mod tests {
     fn overlapping_segments_after_an_archiver_restart_still_make_one_chain() {
         let rs = ranges("c1", &[snap(100, 1000)], &[seg(100, 101, 150), seg(100, 140, 180), seg(100, 181, 190)]);
         assert_eq!(spans(&rs), vec![(100, 190)]);
+    }
+
+    #[test]
+    fn runs_restore_the_same_revisions_as_their_segments() {
+        let mut other = seg(100, 151, 500);
+        other.header.cluster_id = "c2".into();
+        let segs = [
+            seg(100, 101, 150),
+            seg(100, 140, 180),
+            seg(100, 181, 190),
+            seg(100, 201, 300),
+            seg(400, 401, 450),
+            seg(400, 451, 460),
+            other,
+        ];
+        let r = runs(&segs);
+        let spans_of = |rs: &[SegmentRef]| {
+            rs.iter().map(|s| (s.header.cluster_id.clone(), s.header.from, s.header.to)).collect::<Vec<_>>()
+        };
+        assert_eq!(
+            spans_of(&r),
+            [("c1".into(), 101, 190), ("c1".into(), 201, 300), ("c1".into(), 401, 460), ("c2".into(), 151, 500)]
+        );
+        assert_eq!(r[0].key, segs[2].key, "named by the segment reaching furthest");
+        assert_eq!((r[0].header.first_ms, r[0].header.last_ms), (1010, 1900));
+        let snaps = [snap(100, 1000), snap(160, 1600), snap(250, 2500), snap(400, 4000), snap(470, 4700)];
+        assert_eq!(spans(&ranges("c1", &snaps, &r)), spans(&ranges("c1", &snaps, &segs)));
     }
 
     #[test]

@@ -1,5 +1,6 @@
-//! The per-EtcdBackup series: the last successful backup and the interval; dropped when the
-//! EtcdBackup is gone. No I/O: only the in-memory registry.
+//! The per-EtcdBackup series: the last successful backup and the interval, the continuous
+//! archive (durable time and revision, lag, gaps), the newest restorable revision and moment;
+//! dropped when the EtcdBackup is gone. No I/O: only the in-memory registry.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -52,9 +53,48 @@ impl Metrics {
         match archive {
             Some(a) => {
                 self.archive_gaps.get_or_create(&l).set(i64::try_from(a.gaps.len()).unwrap_or(i64::MAX));
+                self.archive_durable_revision.get_or_create(&l).set(a.durable_revision);
             }
             None => {
                 self.archive_gaps.remove(&l);
+                self.archive_durable_revision.remove(&l);
+            }
+        }
+    }
+
+    /// Record how far behind an EtcdBackup's archive is (`restorable::lag_secs`; `None`: no
+    /// archive, or nothing durable to measure from yet: no series).
+    pub fn observe_archive_lag(&self, namespace: &str, name: &str, lag_secs: Option<i64>) {
+        let l = cluster(namespace, name);
+        match lag_secs {
+            Some(s) => {
+                self.archive_lag.get_or_create(&l).set(s);
+            }
+            None => {
+                self.archive_lag.remove(&l);
+            }
+        }
+    }
+
+    /// Record the newest restorable revision and moment of an EtcdBackup (`status.restorableRanges`:
+    /// the range reaching furthest; none: no series).
+    pub fn observe_restorable(
+        &self,
+        namespace: &str,
+        name: &str,
+        ranges: &[etcd_operator_api::backup::RestorableRange],
+    ) {
+        let l = cluster(namespace, name);
+        let newest = ranges.iter().max_by(|a, b| (&a.to_time, a.to_revision).cmp(&(&b.to_time, b.to_revision)));
+        let at = newest.and_then(|r| r.to_time.parse::<k8s_openapi::jiff::Timestamp>().ok());
+        match (newest, at) {
+            (Some(r), Some(t)) => {
+                self.restorable_revision.get_or_create(&l).set(r.to_revision);
+                self.restorable_time.get_or_create(&l).set(t.as_second());
+            }
+            _ => {
+                self.restorable_revision.remove(&l);
+                self.restorable_time.remove(&l);
             }
         }
     }
@@ -69,6 +109,10 @@ impl Metrics {
             self.backup_interval.remove(&l);
             self.archive_durable.remove(&l);
             self.archive_gaps.remove(&l);
+            self.archive_durable_revision.remove(&l);
+            self.archive_lag.remove(&l);
+            self.restorable_revision.remove(&l);
+            self.restorable_time.remove(&l);
         }
     }
 }

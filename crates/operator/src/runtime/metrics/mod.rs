@@ -90,6 +90,10 @@ pub struct Metrics {
     backup_interval: Family<ClusterLabels, Gauge>,
     archive_durable: Family<ClusterLabels, Gauge>,
     archive_gaps: Family<ClusterLabels, Gauge>,
+    archive_durable_revision: Family<ClusterLabels, Gauge>,
+    archive_lag: Family<ClusterLabels, Gauge>,
+    restorable_revision: Family<ClusterLabels, Gauge>,
+    restorable_time: Family<ClusterLabels, Gauge>,
     /// Which series exist, to remove them when a label changes or the object is gone.
     known: Mutex<Known>,
     /// The clusters that exist now (the controller's cache), consulted at scrape time.
@@ -143,6 +147,10 @@ impl Default for Metrics {
             backup_interval: Family::default(),
             archive_durable: Family::default(),
             archive_gaps: Family::default(),
+            archive_durable_revision: Family::default(),
+            archive_lag: Family::default(),
+            restorable_revision: Family::default(),
+            restorable_time: Family::default(),
             known: Mutex::default(),
             live: Mutex::default(),
             live_backups: Mutex::default(),
@@ -191,6 +199,26 @@ impl Default for Metrics {
             "Revision ranges the EtcdBackup's continuous archive lost to compaction since its archiver started",
             m.archive_gaps.clone(),
         );
+        registry.register(
+            "archive_durable_revision",
+            "Every change of the etcd cluster up to this revision is in the EtcdBackup's continuous archive",
+            m.archive_durable_revision.clone(),
+        );
+        registry.register(
+            "archive_lag_seconds",
+            "0 while every change the EtcdBackup's archiver received is in the store; while writes fail or its pod does not answer, the age of the newest durable change",
+            m.archive_lag.clone(),
+        );
+        registry.register(
+            "backup_restorable_revision",
+            "The newest revision the EtcdBackup's snapshots and archive can restore (status.restorableRanges)",
+            m.restorable_revision.clone(),
+        );
+        registry.register(
+            "backup_restorable_timestamp_seconds",
+            "Unix time of the newest moment the EtcdBackup's snapshots and archive can restore (status.restorableRanges)",
+            m.restorable_time.clone(),
+        );
         Metrics { registry, ..m }
     }
 }
@@ -238,6 +266,15 @@ impl Metrics {
         m.set_alarms("ns", "ex", false, false);
         m.record_alarm_recovery("ns", "ex");
         m.observe_backup("ns", "b", Some(1), None);
+        let archive = etcd_operator_api::backup::ArchiveStatus {
+            durable_time: Some("2026-01-01T00:00:00Z".into()),
+            ..Default::default()
+        };
+        m.observe_archive("ns", "b", Some(&archive));
+        m.observe_archive_lag("ns", "b", Some(0));
+        let range =
+            etcd_operator_api::backup::RestorableRange { to_time: "2026-01-01T00:00:00Z".into(), ..Default::default() };
+        m.observe_restorable("ns", "b", &[range]);
         m
     }
 

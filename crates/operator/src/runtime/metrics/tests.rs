@@ -171,8 +171,50 @@ fn archive_series_follow_the_reported_archive_and_go_with_it() {
         "{text}"
     );
     assert!(text.contains(r#"etcd_operator_archive_gaps{namespace="ns",name="nightly"} 1"#), "{text}");
-    m.observe_archive("ns", "nightly", None);
+    assert!(text.contains(r#"etcd_operator_archive_durable_revision{namespace="ns",name="nightly"} 0"#), "{text}");
+    m.observe_archive_lag("ns", "nightly", Some(42));
+    m.observe_restorable(
+        "ns",
+        "nightly",
+        &[
+            etcd_operator_api::backup::RestorableRange {
+                cluster_id: "c1".into(),
+                from_revision: 100,
+                to_revision: 250,
+                from_time: "2025-12-31T23:00:00Z".into(),
+                to_time: "2026-01-01T00:00:00Z".into(),
+                snapshot: String::new(),
+            },
+            etcd_operator_api::backup::RestorableRange {
+                cluster_id: "c1".into(),
+                from_revision: 10,
+                to_revision: 90,
+                from_time: "2025-12-30T00:00:00Z".into(),
+                to_time: "2025-12-30T01:00:00Z".into(),
+                snapshot: String::new(),
+            },
+        ],
+    );
     let text = m.encode();
-    assert!(!text.contains(r#"etcd_operator_archive_durable_timestamp_seconds{"#), "{text}");
-    assert!(!text.contains(r#"etcd_operator_archive_gaps{"#), "{text}");
+    for line in [
+        r#"etcd_operator_archive_lag_seconds{namespace="ns",name="nightly"} 42"#,
+        r#"etcd_operator_backup_restorable_revision{namespace="ns",name="nightly"} 250"#,
+        r#"etcd_operator_backup_restorable_timestamp_seconds{namespace="ns",name="nightly"} 1767225600"#,
+    ] {
+        assert!(text.contains(line), "{line} missing from\n{text}");
+    }
+    m.observe_archive("ns", "nightly", None);
+    m.observe_archive_lag("ns", "nightly", None);
+    m.observe_restorable("ns", "nightly", &[]);
+    let text = m.encode();
+    for gone in [
+        "archive_durable_timestamp_seconds{",
+        "archive_gaps{",
+        "archive_durable_revision{",
+        "archive_lag_seconds{",
+        "backup_restorable_revision{",
+        "backup_restorable_timestamp_seconds{",
+    ] {
+        assert!(!text.contains(gone), "{gone} in {text}");
+    }
 }
