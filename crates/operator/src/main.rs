@@ -37,7 +37,7 @@ enum Command {
     /// Take a snapshot and store it with its checksum (what backup pods run).
     BackupSave(etcd_operator::backup::save::SaveArgs),
     /// Follow a cluster's changes into segments next to its snapshots (the continuous archive of
-    /// point-in-time restores; not yet started by the operator itself).
+    /// point-in-time restores: what an EtcdBackup's archiver pod runs).
     ArchiveFollow(etcd_operator::backup::archiver::ArchiveArgs),
     /// Check a stored backup against its checksum (what restore verify pods run).
     BackupVerify(etcd_operator::backup::fetch::VerifyArgs),
