@@ -302,6 +302,27 @@ fn monitoring_alerts_pass_promtool_unit_tests() {
             ],
         },
         {
+            "name": "continuous archive behind",
+            "interval": "1m",
+            "input_series": [
+                // Writes fail from minute 2 on: the newest durable change ages.
+                s("etcd_operator_archive_lag_seconds", operator("behind"), "0 0 60+60x20"),
+                // Current throughout.
+                s("etcd_operator_archive_lag_seconds", operator("current"), "0x22"),
+                // Behind for 3 minutes only, then current again.
+                s("etcd_operator_archive_lag_seconds", operator("blip"), "0 400 460 520 0x18"),
+            ],
+            "alert_rule_test": [
+                { "eval_time": "8m", "alertname": "EtcdBackupArchiveBehind", "exp_alerts": [] },
+                {
+                    "eval_time": "12m",
+                    "alertname": "EtcdBackupArchiveBehind",
+                    "exp_alerts": [expect(&g, "EtcdBackupArchiveBehind", &[warning, ns, ("name", "behind")],
+                        "The continuous archive of EtcdBackup ns/behind is 11m 0s behind")],
+                },
+            ],
+        },
+        {
             "name": "member down, database near its quota, upgrade stopped",
             "interval": "1m",
             "input_series": [

@@ -91,6 +91,18 @@ pub fn alerts() -> Vec<Alert> {
                           BackupFailed Events.",
         },
         Alert {
+            name: "EtcdBackupArchiveBehind",
+            severity: "warning",
+            for_: "5m",
+            expr: format!("{}\n  > 300", op("etcd_operator_archive_lag_seconds")),
+            summary: "The continuous archive of EtcdBackup {{ $labels.namespace }}/{{ $labels.name }} is \
+                      {{ $value | humanizeDuration }} behind",
+            description: "Changes the archiver of the EtcdBackup {{ $labels.namespace }}/{{ $labels.name }} received \
+                          have not been written to the store for more than 5 minutes, or its pod does not answer: a \
+                          point-in-time restore reaches only the newest durable change. See its ArchiveCurrent \
+                          condition and status.archive.lastError.",
+        },
+        Alert {
             name: "EtcdDatabaseNearQuota",
             severity: "warning",
             for_: "10m",
