@@ -357,8 +357,7 @@ fn restorable_ranges_come_from_the_last_report_that_listed_them() {
         ..Default::default()
     };
     let mut st = EtcdBackupStatus::default();
-    let mut r = SaveReport::default();
-    r.restorable = Some(vec![range(100, 250), range(300, 300)]);
+    let mut r = SaveReport { restorable: Some(vec![range(100, 250), range(300, 300)]), ..Default::default() };
     record(&mut st, Ok(r.clone()));
     assert_eq!(st.restorable_ranges, [range(100, 250), range(300, 300)]);
     r.restorable = None;

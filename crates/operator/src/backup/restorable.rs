@@ -353,7 +353,7 @@ mod tests {
 
         let notes = new_gaps(Some(&archive()), Some(&a));
         assert_eq!(notes.len(), 1);
-        assert_eq!((notes[0].0.clone(), notes[0].1), (EventType::Warning, "ArchiveGap"));
+        assert_eq!((notes[0].0, notes[0].1), (EventType::Warning, "ArchiveGap"));
         assert!(notes[0].2.contains("301..=420"), "{}", notes[0].2);
         assert!(new_gaps(Some(&a), Some(&a)).is_empty(), "once");
         let later = ArchiveStatus {
