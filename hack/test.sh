@@ -190,7 +190,7 @@ run_leg() {
     specs+=(in-cluster@lifecycle in-cluster@coreos_adoption "in-cluster@backup_restore:~s3_backup"
       "in-cluster@tls_static:~certificates")
   fi
-  phase "[$tag] end-to-end tests (${E2E_JOBS:-3} at a time)"
+  phase "[$tag] end-to-end tests (${E2E_JOBS:-4} at a time)"
   log "[$tag] end-to-end tests on Kubernetes $server with KUBECONFIG=$KUBECONFIG"
   E2E_SKIP="monitoring_ helm_chart_" bash hack/e2e-pool.sh "$out/e2e-$tag" "${specs[@]}" || status=1
   local p f

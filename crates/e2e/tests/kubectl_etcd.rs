@@ -539,3 +539,82 @@ fn hibernate_and_resume_keep_every_key_and_member_id() -> Result<()> {
         Ok(())
     })
 }
+
+/// A fenced PVC member whose pod is deleted is made again on its volume out of the client
+/// Service from its first moment: a `kubectl get --watch` of the pods that carry the serving
+/// label never sees the new pod, it comes back as the same voter, the request stays as asked
+/// (no refusal while the pod is gone) and `unfence` serves it again.
+#[test]
+fn a_fenced_pvc_member_made_again_never_serves() -> Result<()> {
+    const PVC_SPEC: &str = "  pod:\n    persistentVolumeClaimSpec:\n      accessModes: [ReadWriteOnce]\n      resources: {requests: {storage: 64Mi}}\n";
+    with_operator("e2e-kubectl-etcd-refence", |ns, _op| {
+        ns.apply(&cluster_manifest(&ns.name, "fx", 3, VERSION, PVC_SPEC))?;
+        wait_healthy(ns, "fx", 3, CREATE)?;
+        let leader = leader_of(ns, "fx")?;
+        let pods: Vec<String> = member_endpoints(ns, "fx")?.into_iter().map(|(p, _)| p).collect();
+        let fenced = pods.iter().find(|p| **p != leader).context("a follower")?.clone();
+        let (code, out, err) = plugin_code(ns, &["fence", "fx", &fenced])?;
+        ensure!(code == 0, "fence: {code}\n{out}\n{err}");
+        let old_uid = ns.json(&["get", "pod", &fenced])?["metadata"]["uid"].as_str().unwrap_or_default().to_string();
+        let ids_before = member_list(&client_endpoint(ns, "fx")?)?;
+
+        // Every pod version with the serving label on, from now on, name and UID.
+        let selector = "etcd_cluster=fx,etcd.database.coreos.com/serving=true";
+        let mut cmd = Command::new(&ns.kubectl.kubectl);
+        cmd.arg("--kubeconfig")
+            .arg(&ns.kubectl.kubeconfig)
+            .args(["-n", &ns.name, "get", "pods", "-l", selector, "--watch", "--no-headers"])
+            .args(["-o", "custom-columns=N:.metadata.name,U:.metadata.uid"])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null());
+        let mut watch = e2e::process::Supervised::spawn(cmd, "kubectl --watch", Duration::ZERO)?;
+        let out = watch.child_mut().and_then(|c| c.stdout.take()).context("kubectl stdout")?;
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+        let seen2 = seen.clone();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+                seen2.lock().unwrap_or_else(|e| e.into_inner()).push(line);
+            }
+        });
+        wait_until(Duration::from_secs(20), "the watch listing the serving pods", || {
+            Ok((seen.lock().unwrap_or_else(|e| e.into_inner()).len() >= 2).then_some(()))
+        })?;
+
+        let marks = event_marks(ns, "fx")?;
+        ns.kubectl.run(&["-n", &ns.name, "delete", "pod", &fenced, "--wait=false"])?;
+        let new_uid = wait_until(Duration::from_secs(120), "the fenced member's pod made again and Ready", || {
+            let p = ns.json(&["get", "pod", &fenced]).ok();
+            Ok(p.filter(|p| p["metadata"]["uid"].as_str().is_some_and(|u| u != old_uid))
+                .filter(|p| {
+                    p["status"]["conditions"]
+                        .as_array()
+                        .is_some_and(|c| c.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"))
+                })
+                .map(|p| p["metadata"]["uid"].as_str().unwrap_or_default().to_string()))
+        })?;
+        // A few reconciles later: still never seen serving, still out of the Service.
+        std::thread::sleep(Duration::from_secs(5));
+        let lines = seen.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        eprintln!("serving pods seen: {lines:?}");
+        ensure!(!lines.iter().any(|l| l.contains(&new_uid)), "the re-made fenced pod served: {lines:?}");
+        ensure!(!service_addresses(ns, "fx")?.contains(&pod_ip(ns, &fenced)?), "the re-made pod is in the Service");
+        let ids_after = member_list(&client_endpoint(ns, "fx")?)?;
+        ensure!(ids_after == ids_before, "membership changed: {ids_before:?} → {ids_after:?}");
+        let refusals: Vec<_> =
+            events_since(ns, "fx", &marks)?.into_iter().filter(|e| e.reason == "FenceRefused").collect();
+        ensure!(refusals.is_empty(), "refused while the pod was gone: {refusals:?}");
+        let c = cluster(ns, "fx")?;
+        let asked = c["metadata"]["annotations"]["etcd.database.coreos.com/fenced-members"].as_str().unwrap_or("");
+        ensure!(asked.contains(&fenced), "the request changed: {asked}");
+
+        let (code, out, err) = plugin_code(ns, &["unfence", "fx", &fenced])?;
+        ensure!(code == 0, "unfence: {code}\n{out}\n{err}");
+        let ip = pod_ip(ns, &fenced)?;
+        wait_until(Duration::from_secs(30), "the member back in the client Service", || {
+            Ok(service_addresses(ns, "fx")?.contains(&ip).then_some(()))
+        })?;
+        Ok(())
+    })
+}

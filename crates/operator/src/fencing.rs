@@ -104,6 +104,13 @@ pub fn decide(o: &Observed, step: &Step) -> Fencing {
         _ => None,
     };
     for name in requested.iter().filter(|n| !out.kept.contains(n)) {
+        // A member whose pod is gone or going (deleted, evicted, rolled): its pod is made again
+        // fenced (`start_fenced`), or judged once it runs; not a refusal.
+        let member = o.etcd.as_ref().and_then(|e| e.member_for_pod(name)).is_some();
+        if member && o.pods.get(name).is_none_or(|p| p.deleting) {
+            out.later.push(name.clone());
+            continue;
+        }
         // One new fence per reconcile: the next one is judged on a cache that shows it.
         if !out.fence.is_empty() {
             out.later.push(name.clone());
@@ -118,6 +125,26 @@ pub fn decide(o: &Observed, step: &Step) -> Fencing {
         (out.voters, out.quorum) = (Vec::new(), 0);
     }
     out
+}
+
+/// A member a person fenced whose pod the step makes again (a PVC member restarting on its
+/// volume after its pod was deleted, evicted or rolled) starts out of the client Service, so it
+/// never serves between its start and the next reconcile's fence. The same rule as a new
+/// fence: only while a quorum of the voters serves without it; else it starts serving, and the
+/// fence is judged again once it runs. A bootstrap, a recovery or a learner (a new member) is
+/// never started fenced.
+pub fn start_fenced(o: &Observed, step: &mut Step) {
+    let Step::CreatePod(m) = step else { return };
+    let Ok(requested) = &o.fence_request else { return };
+    if !m.restart || !requested.contains(&m.name) {
+        return;
+    }
+    let Some(etcd) = &o.etcd else { return };
+    if etcd.member_for_pod(&m.name).is_none_or(|member| member.is_learner) {
+        return;
+    }
+    let serving = serving_voters(o, etcd, None).iter().filter(|p| **p != m.name).count();
+    m.fenced = serving >= EtcdState::quorum_of(etcd.voters().count());
 }
 
 /// Whether `name` can be fenced beside the pod the step drains.
@@ -338,6 +365,81 @@ mod tests {
         assert_eq!(f.kept, vec!["b"]);
         assert!(f.unfence.is_empty() && f.fence.is_empty());
         assert!(f.refused[0].1.contains("JSON list"), "{:?}", f.refused);
+    }
+
+    fn remade(name: &str) -> Step {
+        let mut m = crate::planner::NewMember::joining(
+            name.into(),
+            vec![],
+            crate::version::Version::parse("3.6.0").unwrap(),
+            true,
+        );
+        m.restart = true;
+        Step::CreatePod(m)
+    }
+
+    fn starts_fenced(step: &Step) -> bool {
+        matches!(step, Step::CreatePod(m) if m.fenced)
+    }
+
+    #[test]
+    fn a_fenced_member_whose_pod_is_made_again_starts_out_of_the_service() {
+        let mut o = cluster(&["a", "b", "c"]);
+        ask(&mut o, &["b"]);
+        o.pods.remove("b");
+        let mut step = remade("b");
+        start_fenced(&o, &mut step);
+        assert!(starts_fenced(&step), "{step:?}");
+        // Meanwhile the request waits for the pod: not refused, nothing else fenced.
+        let f = decide(&o, &step);
+        assert_eq!((refused(&f), f.later.clone(), f.fence.clone()), (vec![], vec!["b".to_string()], vec![]));
+    }
+
+    #[test]
+    fn a_pod_being_deleted_keeps_its_request_waiting_not_refused() {
+        let mut o = cluster(&["a", "b", "c"]);
+        fenced_before(&mut o, "b");
+        o.pods.get_mut("b").unwrap().deleting = true;
+        ask(&mut o, &["b"]);
+        let f = decide(&o, &stable());
+        assert!(f.refused.is_empty() && f.later == ["b"], "{f:?}");
+    }
+
+    #[test]
+    fn a_remade_fenced_member_serves_when_the_others_are_fewer_than_a_quorum() {
+        // c is down: a alone serves; b must serve again rather than leave one of three.
+        let mut o = cluster(&["a", "b", "c"]);
+        ask(&mut o, &["b"]);
+        o.pods.remove("b");
+        o.pods.get_mut("c").unwrap().ready = false;
+        let mut step = remade("b");
+        start_fenced(&o, &mut step);
+        assert!(!starts_fenced(&step), "{step:?}");
+    }
+
+    #[test]
+    fn only_a_restart_of_a_fenced_voter_starts_fenced() {
+        let mut o = cluster(&["a", "b", "c"]);
+        ask(&mut o, &["b", "d"]);
+        o.pods.remove("b");
+        // Not named in the request.
+        let mut other = remade("c");
+        start_fenced(&o, &mut other);
+        assert!(!starts_fenced(&other));
+        // A new member (not a restart) that happens to carry an asked name.
+        let mut new = Step::CreatePod(crate::planner::NewMember::joining(
+            "d".into(),
+            vec![],
+            crate::version::Version::parse("3.6.0").unwrap(),
+            true,
+        ));
+        start_fenced(&o, &mut new);
+        assert!(!starts_fenced(&new));
+        // Without etcd's answer nobody can count who serves.
+        o.etcd = None;
+        let mut b = remade("b");
+        start_fenced(&o, &mut b);
+        assert!(!starts_fenced(&b));
     }
 
     #[test]

@@ -28,7 +28,15 @@ impl Target<'_> {
                 }
             }
         }
-        let pod = pod_spec::member_pod(self.cluster, self.desired(), m, self.init_image);
+        let mut pod = pod_spec::member_pod(self.cluster, self.desired(), m, self.init_image);
+        if m.fenced {
+            // The marks a fence writes (`act::marks`): fenced now, and drained long ago should
+            // it leave later.
+            let now = k8s_openapi::jiff::Timestamp::now().to_string();
+            let a = pod.metadata.annotations.get_or_insert_default();
+            a.insert(naming::FENCED_AT_ANNOTATION.into(), now.clone());
+            a.insert(naming::DRAINED_AT_ANNOTATION.into(), now);
+        }
         Api::<Pod>::namespaced(self.client.clone(), &ns).create(&PostParams::default(), &pod).await?;
         Ok(())
     }

@@ -70,7 +70,8 @@ pub struct Plan {
 /// the last-valid-spec mark records it.
 pub fn decide(o: &Observed, cluster: &EtcdCluster, spec_json: &str, now: &str) -> Plan {
     use kube::ResourceExt;
-    let step = planner::plan(o);
+    let mut step = planner::plan(o);
+    crate::fencing::start_fenced(o, &mut step);
     let certificates = planner::certificates::plan(o);
     let prev = cluster.status.clone().unwrap_or_default();
     let mut status = crate::status::compute_planned(o, &step, &certificates, &prev, cluster.metadata.generation, now);

@@ -196,6 +196,7 @@ fn a_missing_member_is_added_back_as_a_learner_and_its_policy_restored() {
             root_data: false,
             claim: None,
             acknowledged_index: 0,
+            fenced: false,
         }),
         // Counts the learner's pod before it exists: 2 of the 3 pods a drain must leave.
         min_available: Some(2),

@@ -130,6 +130,7 @@ fn bootstrap_member(name: String, initial_cluster: Vec<(String, String)>, d: &De
         root_data: false,
         claim: None,
         acknowledged_index: 0,
+        fenced: false,
     }
 }
 

@@ -203,6 +203,7 @@ fn seed_member(o: &Observed, d: &Desired, version: Version, seed: Seed) -> NewMe
         root_data,
         claim: None,
         acknowledged_index: 0,
+        fenced: false,
     }
 }
 

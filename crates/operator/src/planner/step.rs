@@ -178,6 +178,9 @@ pub struct NewMember {
     /// `member-progress` mark, set by [`plan`]); its data check refuses data that ends before
     /// it (a volume rolled back to an older snapshot). 0: none recorded.
     pub acknowledged_index: u64,
+    /// Its pod starts out of the client Service: a member a person fenced whose pod is made
+    /// again (`fencing::start_fenced`, set by `decide`), so that it never serves in between.
+    pub fenced: bool,
 }
 
 impl NewMember {
@@ -195,6 +198,7 @@ impl NewMember {
             root_data: false,
             claim: None,
             acknowledged_index: 0,
+            fenced: false,
         }
     }
 }

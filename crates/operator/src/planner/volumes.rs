@@ -82,6 +82,7 @@ pub(super) fn restart(o: &Observed, d: &Desired) -> Option<Step> {
                         root_data: false,
                         claim: None,
                         acknowledged_index: 0,
+                        fenced: false,
                     }));
                 }
             }
@@ -147,6 +148,7 @@ fn on_volume(o: &Observed, d: &Desired, v: &PvcState, initial_cluster: Vec<(Stri
         root_data: false,
         claim: None,
         acknowledged_index: 0,
+        fenced: false,
     }
 }
 

@@ -102,6 +102,11 @@ pub fn member_pod(c: &EtcdCluster, d: &Desired, m: &NewMember, init_image: &str)
     let host = naming::member_host(&m.name, &name, &ns, &d.pod.cluster_domain);
     let mut labels = d.pod.labels.clone();
     labels.extend(serving_labels(c));
+    if m.fenced {
+        // Fenced by a person before this pod was made again: out of the client Service from
+        // the start (`fencing::start_fenced`); `act` adds the fence's marks.
+        labels.insert(naming::SERVING_LABEL.into(), "false".into());
+    }
     let mut annotations = d.pod.annotations.clone();
     annotations.insert(VERSION_ANNOTATION.into(), m.version.to_string());
     annotations.insert(naming::POD_SPEC_HASH_ANNOTATION.into(), d.pod_hash_for(m.root_data));

@@ -33,7 +33,22 @@ fn member(existing: bool, pvc: bool) -> NewMember {
         root_data: false,
         claim: None,
         acknowledged_index: 0,
+        fenced: false,
     }
+}
+
+#[test]
+fn a_member_fenced_before_its_pod_is_made_again_starts_out_of_the_client_service() {
+    let (c, d) = cluster("size: 3\nversion: 3.5.1");
+    let serving =
+        |m: &NewMember| member_pod(&c, &d, m, "op:1").metadata.labels.unwrap()[crate::naming::SERVING_LABEL].clone();
+    let mut m = member(true, true);
+    assert_eq!(serving(&m), "true");
+    m.fenced = true;
+    assert_eq!(serving(&m), "false");
+    // The client Service selects the serving label (`pod_spec::services`).
+    let sel = crate::pod_spec::client_service(&c).spec.and_then(|s| s.selector).unwrap_or_default();
+    assert_eq!(sel.get(crate::naming::SERVING_LABEL).map(String::as_str), Some("true"));
 }
 
 #[test]
