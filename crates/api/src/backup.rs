@@ -352,7 +352,8 @@ pub struct ArchiveStatus {
     /// Every change up to this revision is in a segment written to the store.
     #[serde(default)]
     pub durable_revision: i64,
-    /// RFC 3339 time the last segment was written.
+    /// RFC 3339 time (whole seconds, rounded down) the newest durable change was received: a
+    /// moment a point-in-time restore accepts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub durable_time: Option<String>,
     /// Changes received and not yet written.
