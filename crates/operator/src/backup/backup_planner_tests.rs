@@ -36,6 +36,7 @@ fn observed(interval: i64) -> BackupObserved {
         spec: Ok(spec(interval, 2)),
         status: EtcdBackupStatus::default(),
         pods: vec![],
+        drill_pods: vec![],
         volume_root: false,
         now: t("2026-01-01T00:10:00Z"),
     }

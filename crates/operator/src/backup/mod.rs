@@ -14,6 +14,7 @@
 //!   [`archiver_plan`]: the continuous archiver's pod and its `Archiving` condition;
 //!   [`restore_wait`]: how long a restore waits for a cluster of its name to go.
 //! - [`verify_policy`]: when a failed verify pod is retried and with how much time.
+//! - [`drill`]: restore drills: the key-space digest they compare and when one is due.
 //! - [`volume_owner`]: who job pods run as on a PVC; the root mark and what it says.
 //! - [`job_pods`]: what a job pod in the cache says.
 //! - [`pods`], [`restore_init`]: builders of job pods and of a restored member's init containers.
@@ -32,6 +33,7 @@ pub mod archiver;
 pub mod archiver_plan;
 pub mod backup_planner;
 pub mod contract;
+pub mod drill;
 pub mod fetch;
 pub mod identity;
 pub mod job_pods;

@@ -1,5 +1,6 @@
-//! The per-EtcdBackup series: the last successful backup and the interval; dropped when the
-//! EtcdBackup is gone. No I/O: only the in-memory registry.
+//! The per-EtcdBackup series: the last successful backup and the interval, the continuous
+//! archive, the last restore drill; dropped when the EtcdBackup is gone. No I/O: only the
+//! in-memory registry.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -59,6 +60,28 @@ impl Metrics {
         }
     }
 
+    /// Record an EtcdBackup's last restore drill from its status (`None`: none yet, no series).
+    pub fn observe_drill(&self, namespace: &str, name: &str, drill: Option<&etcd_operator_api::backup::DrillResult>) {
+        let l = cluster(namespace, name);
+        let Some(d) = drill else {
+            self.drill_success.remove(&l);
+            self.drill_duration.remove(&l);
+            self.drill_time.remove(&l);
+            return;
+        };
+        self.drill_success.get_or_create(&l).set(i64::from(d.succeeded));
+        self.drill_duration.get_or_create(&l).set(d.duration_seconds);
+        match d.time.parse::<k8s_openapi::jiff::Timestamp>() {
+            Ok(t) => {
+                self.drill_time.get_or_create(&l).set(t.as_second());
+            }
+            Err(_) => {
+                self.drill_time.remove(&l);
+            }
+        }
+        self.known.lock().unwrap_or_else(PoisonError::into_inner).backups.insert(l);
+    }
+
     /// Drop the series of EtcdBackups that no longer exist.
     pub fn retain_backups(&self, live: &BTreeSet<ClusterLabels>) {
         let mut known = self.known.lock().unwrap_or_else(PoisonError::into_inner);
@@ -69,6 +92,9 @@ impl Metrics {
             self.backup_interval.remove(&l);
             self.archive_durable.remove(&l);
             self.archive_gaps.remove(&l);
+            self.drill_success.remove(&l);
+            self.drill_duration.remove(&l);
+            self.drill_time.remove(&l);
         }
     }
 }

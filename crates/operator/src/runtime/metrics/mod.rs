@@ -1,7 +1,7 @@
 //! Prometheus metrics: reconcile counts, errors and durations per controller; per EtcdCluster
 //! gauges (desired size, ready members, leader present, learners, db size, version, what the
 //! planner waits for, when the first static TLS certificate expires), defragmentation and alarm series; per EtcdBackup the last success and the
-//! interval. Series of deleted clusters and backups are dropped at scrape time. No I/O: `http`
+//! interval, the continuous archive and the last restore drill. Series of deleted clusters and backups are dropped at scrape time. No I/O: `http`
 //! serves `encode`. Here: the label sets, the families and their registration; the recording is
 //! in `clusters` and `backups`.
 
@@ -11,6 +11,7 @@ mod clusters;
 mod tests;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
@@ -90,6 +91,9 @@ pub struct Metrics {
     backup_interval: Family<ClusterLabels, Gauge>,
     archive_durable: Family<ClusterLabels, Gauge>,
     archive_gaps: Family<ClusterLabels, Gauge>,
+    drill_success: Family<ClusterLabels, Gauge>,
+    drill_duration: Family<ClusterLabels, Gauge<f64, AtomicU64>>,
+    drill_time: Family<ClusterLabels, Gauge>,
     /// Which series exist, to remove them when a label changes or the object is gone.
     known: Mutex<Known>,
     /// The clusters that exist now (the controller's cache), consulted at scrape time.
@@ -143,6 +147,9 @@ impl Default for Metrics {
             backup_interval: Family::default(),
             archive_durable: Family::default(),
             archive_gaps: Family::default(),
+            drill_success: Family::default(),
+            drill_duration: Family::default(),
+            drill_time: Family::default(),
             known: Mutex::default(),
             live: Mutex::default(),
             live_backups: Mutex::default(),
@@ -191,6 +198,21 @@ impl Default for Metrics {
             "Revision ranges the EtcdBackup's continuous archive lost to compaction since its archiver started",
             m.archive_gaps.clone(),
         );
+        registry.register(
+            "backup_drill_last_success",
+            "1 when the EtcdBackup's last restore drill passed (its restore equals the live cluster), 0 when it failed",
+            m.drill_success.clone(),
+        );
+        registry.register(
+            "backup_drill_duration_seconds",
+            "How long the EtcdBackup's last restore drill took",
+            m.drill_duration.clone(),
+        );
+        registry.register(
+            "backup_drill_last_timestamp_seconds",
+            "Unix time the EtcdBackup's last restore drill started",
+            m.drill_time.clone(),
+        );
         Metrics { registry, ..m }
     }
 }
@@ -238,6 +260,9 @@ impl Metrics {
         m.set_alarms("ns", "ex", false, false);
         m.record_alarm_recovery("ns", "ex");
         m.observe_backup("ns", "b", Some(1), None);
+        let drill =
+            etcd_operator_api::backup::DrillResult { time: "2026-01-01T00:00:00Z".into(), ..Default::default() };
+        m.observe_drill("ns", "b", Some(&drill));
         m
     }
 
