@@ -100,10 +100,12 @@ fn started(d: &Value) -> Option<jiff::Timestamp> {
 
 /// The first drill that started after `after` and ended (`status.lastDrill` then says so).
 fn drill_after(ns: &TestNamespace, after: jiff::Timestamp, what: &str) -> Result<Value> {
-    wait_until(Duration::from_secs(240), &format!("a drill started after {after} ({what})"), || {
+    let d = wait_until(Duration::from_secs(240), &format!("a drill started after {after} ({what})"), || {
         let d = last_drill(ns)?;
         Ok(started(&d).is_some_and(|t| t > after).then_some(d))
-    })
+    })?;
+    eprintln!("drill ({what}): {d}");
+    Ok(d)
 }
 
 /// The operator's `/metrics`, from the address its log says it listens on (a process
