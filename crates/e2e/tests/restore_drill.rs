@@ -323,3 +323,61 @@ fn a_drill_passes_on_a_healthy_archive_and_fails_on_a_damaged_one() -> Result<()
         Ok(())
     })
 }
+
+/// Without a continuous archive the newest restorable point is the newest snapshot: a drill
+/// restores it and compares at its revision. Once the live cluster has compacted past that
+/// revision nothing can be compared, and a drill that verified nothing is a failed drill, not a
+/// pass.
+#[test]
+fn a_drill_of_snapshots_alone_passes_then_cannot_verify_past_compaction() -> Result<()> {
+    let moto = MotoServer::start()?;
+    moto.create_bucket(BUCKET)?;
+    with_operator("e2e-drill-compacted", |ns, op| {
+        ns.apply(&moto.secret_manifest(&ns.name, "creds"))?;
+        ns.apply(&cluster_manifest(&ns.name, "ex", 1, VERSION, ""))?;
+        wait_healthy(ns, "ex", 1, CREATE)?;
+        let ep = client_endpoint(ns, "ex")?;
+        let rt = tokio::runtime::Runtime::new()?;
+        let mut client = rt.block_on(Client::connect([ep.as_str()], None))?;
+        rt.block_on(async {
+            for n in 0..50 {
+                client.put(format!("{PREFIX}s{n:02}"), format!("v{n}"), None).await?;
+            }
+            anyhow::Ok(())
+        })?;
+        let storage = storage_block(&moto, BASE_KEY, "creds");
+        let policy = "  backupPolicy: {backupIntervalInSecond: 3600}\n  restoreDrill: {intervalInSecond: 15}\n";
+        ns.apply(&backup_manifest(&ns.name, "series", "ex", "S3", &storage, policy))?;
+        let b = wait_backup_succeeded(ns, "series")?;
+        let snapshot = b["status"]["etcdRevision"].as_i64().context("no etcdRevision")?;
+        let d = wait_until(Duration::from_secs(180), "a drill of the snapshot", || {
+            let d = last_drill(ns)?;
+            Ok(started(&d).is_some().then_some(d))
+        })?;
+        eprintln!("drill (the snapshot alone): {d}");
+        ensure!(d["succeeded"] == true, "the drill of a healthy snapshot failed: {d}");
+        ensure!(d["revision"] == snapshot && d["segments"] == 0, "{d}");
+        check_metric(op, ns, true)?;
+
+        // Writes after the snapshot, then a compaction of everything before them.
+        let head = rt.block_on(async {
+            let mut head = 0;
+            for n in 0..10 {
+                head =
+                    client.put(format!("{PREFIX}later{n}"), "x", None).await?.header().context("no header")?.revision();
+            }
+            client.compact(head, None).await?;
+            anyhow::Ok(head)
+        })?;
+        ensure!(head > snapshot, "no write after the snapshot");
+        let d = drill_after(ns, jiff::Timestamp::now(), "after a compaction past the snapshot")?;
+        let why = d["message"].as_str().unwrap_or_default();
+        ensure!(d["succeeded"] == false, "a drill that could not compare passed: {d}");
+        ensure!(
+            why.contains(&format!("compacted past revision {snapshot}")) && why.contains("nothing was verified"),
+            "{why}"
+        );
+        check_metric(op, ns, false)?;
+        Ok(())
+    })
+}
