@@ -278,6 +278,26 @@ fn monitoring_alerts_pass_promtool_unit_tests() {
             }],
         },
         {
+            "name": "a failed restore drill",
+            "interval": "1m",
+            "input_series": [
+                // Passed, then the drill at minute 3 failed, then one passed again at minute 8.
+                s("etcd_operator_backup_drill_last_success", operator("drilled"), "1 1 1 0 0 0 0 0 1x4"),
+                // Always passed.
+                s("etcd_operator_backup_drill_last_success", operator("healthy"), "1x12"),
+            ],
+            "alert_rule_test": [
+                { "eval_time": "3m", "alertname": "EtcdBackupDrillFailed", "exp_alerts": [] },
+                {
+                    "eval_time": "5m",
+                    "alertname": "EtcdBackupDrillFailed",
+                    "exp_alerts": [expect(&g, "EtcdBackupDrillFailed", &[warning, ns, ("name", "drilled")],
+                        "EtcdBackup ns/drilled: the last restore drill failed")],
+                },
+                { "eval_time": "9m", "alertname": "EtcdBackupDrillFailed", "exp_alerts": [] },
+            ],
+        },
+        {
             "name": "backup older than twice its interval",
             "interval": "1m",
             "input_series": [

@@ -44,6 +44,9 @@ enum Command {
     /// Replay a continuous archive to a revision or a moment into a new snapshot (the verify
     /// pod of a point-in-time restore).
     RestorePoint(etcd_operator::pod_commands::restore_point::RestorePointArgs),
+    /// Restore the newest restorable point into a throw-away etcd and compare its key space with
+    /// the live cluster's at that revision (the pod of a restore drill).
+    RestoreDrill(etcd_operator::pod_commands::restore_drill::RestoreDrillArgs),
     /// Copy the static restore step into a work directory (init container).
     StageRestoreStep(etcd_operator::backup::fetch::StageArgs),
     /// Fetch and check a backup into a restoring member's volume (its first init container).
@@ -92,6 +95,13 @@ fn main() {
             etcd_operator::pod_commands::restore_point::run(a).await.and_then(|m| {
                 serde_json::to_string(&m).map_err(|e| etcd_operator::backup::contract::PodError::from(e.to_string()))
             })
+        }),
+        Some(Command::RestoreDrill(a)) => pod_command(|| async {
+            // The report either way; a failed drill exits with 1.
+            let report = etcd_operator::pod_commands::restore_drill::run(a).await;
+            let passed = report.succeeded;
+            let json = etcd_operator::backup::contract::drill_report_json(report);
+            if passed { Ok(json) } else { Err(etcd_operator::backup::contract::PodError::Transient(json)) }
         }),
         Some(Command::StageRestoreStep(a)) => pod_command(|| async { etcd_operator::backup::fetch::stage_step(a) }),
         Some(Command::RestorePrepare(a)) => pod_command(|| etcd_operator::backup::fetch::prepare(a)),

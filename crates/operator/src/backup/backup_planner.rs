@@ -23,7 +23,8 @@ use etcd_operator_api::backup::{BackupRecord, EtcdBackupSpec, EtcdBackupStatus};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::runtime::events::EventType;
 
-use super::contract::SaveReport;
+use super::contract::{DrillReport, SaveReport};
+use super::drill::{self, DrillStart};
 use super::identity;
 use super::job_pods::{JobPodState, PodResult};
 use super::location::{Kind, Location};
@@ -39,8 +40,7 @@ pub const MAX_INTERVAL_SECS: i64 = 365 * 24 * 3600;
 pub const MAX_TIMEOUT_SECS: i64 = 24 * 3600;
 /// Most backups kept by retention.
 pub const MAX_BACKUPS: i64 = 10_000;
-/// Pod names kept in `status.recordedPods`.
-pub const RECORDED_PODS: usize = 10;
+pub use super::job_pods::RECORDED_PODS;
 /// Prefix of the status reason while a due backup waits for a running one.
 const DELAYED: &str = "the backup due at ";
 
@@ -56,6 +56,8 @@ pub struct BackupTarget {
     pub timeout_secs: i64,
     /// The continuous archive's flush interval (`spec.continuous`), when enabled.
     pub archive_flush_secs: Option<u64>,
+    /// Restore drills (`spec.restoreDrill`), when set.
+    pub drill: Option<super::drill::Schedule>,
 }
 
 /// An EtcdBackup as observed.
@@ -69,6 +71,8 @@ pub struct BackupObserved {
     pub status: EtcdBackupStatus,
     /// This backup's pods, oldest first.
     pub pods: Vec<JobPodState<SaveReport>>,
+    /// Its restore drill pods (`drill`), oldest first.
+    pub drill_pods: Vec<JobPodState<DrillReport>>,
     /// The destination is a PVC marked as root's (`volume_owner`): its backup pods run as root.
     pub volume_root: bool,
     pub now: Timestamp,
@@ -98,6 +102,8 @@ pub struct BackupPlan {
     pub delete_pods: Vec<String>,
     /// Mark this PVC as root's (`volume_owner`) before the step.
     pub mark_root_volume: Option<String>,
+    /// Start this restore drill pod (besides the step: a drill only reads the backups).
+    pub drill: Option<DrillStart>,
     /// None: wait for a change.
     pub requeue: Option<Duration>,
 }
@@ -157,6 +163,7 @@ pub fn check_spec(spec: &EtcdBackupSpec, namespace: &str) -> Result<BackupTarget
         Some(c) if c.flush_interval_in_second == 0 => Some(super::archiver_plan::DEFAULT_FLUSH_SECS),
         Some(c) => Some(c.flush_interval_in_second as u64),
     };
+    let drill = drill::schedule(spec.restore_drill.as_ref())?;
     Ok(BackupTarget {
         location,
         endpoints,
@@ -165,6 +172,7 @@ pub fn check_spec(spec: &EtcdBackupSpec, namespace: &str) -> Result<BackupTarget
         retention_secs,
         timeout_secs,
         archive_flush_secs,
+        drill,
     })
 }
 
@@ -259,12 +267,6 @@ pub fn record(st: &mut EtcdBackupStatus, result: Result<SaveReport, String>) -> 
     }
 }
 
-fn remember(st: &mut EtcdBackupStatus, pod: &str) {
-    st.recorded_pods.push(pod.to_string());
-    let extra = st.recorded_pods.len().saturating_sub(RECORDED_PODS);
-    st.recorded_pods.drain(..extra);
-}
-
 /// The backup pod created at `now`.
 pub fn pod_name(backup: &str, now: Timestamp) -> String {
     format!("{backup}-{}", now.as_second())
@@ -290,6 +292,7 @@ pub fn plan(o: &BackupObserved) -> BackupPlan {
                 step: BackupStep::Nothing,
                 delete_pods: vec![],
                 mark_root_volume: None,
+                drill: None,
                 requeue: None,
             };
         }
@@ -327,7 +330,7 @@ pub fn plan(o: &BackupObserved) -> BackupPlan {
         }
         events.push(record(&mut st, result));
         events.extend(changed);
-        remember(&mut st, &p.name);
+        super::job_pods::remember(&mut st.recorded_pods, &p.name);
         delete_pods.push(p.name.clone());
     }
 
@@ -381,7 +384,18 @@ pub fn plan(o: &BackupObserved) -> BackupPlan {
         None if running.is_some() => requeue = Duration::from_secs(30),
         None => {}
     }
-    BackupPlan { status: st, events, step, delete_pods, mark_root_volume, requeue: Some(requeue) }
+    // Restore drills, after the backups' results: a backup that just succeeded makes the first
+    // one due.
+    let d = drill::plan(
+        &drill::DrillObserved { backup: &o.name, schedule: target.drill, pods: &o.drill_pods, now },
+        &mut st,
+    );
+    events.extend(d.events);
+    delete_pods.extend(d.delete_pods);
+    if let Some(r) = d.requeue {
+        requeue = requeue.min(r);
+    }
+    BackupPlan { status: st, events, step, delete_pods, mark_root_volume, drill: d.start, requeue: Some(requeue) }
 }
 
 /// What a backup is taken of, for Events (which more people may read than the spec): the

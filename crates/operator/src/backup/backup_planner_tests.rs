@@ -36,6 +36,7 @@ fn observed(interval: i64) -> BackupObserved {
         spec: Ok(spec(interval, 2)),
         status: EtcdBackupStatus::default(),
         pods: vec![],
+        drill_pods: vec![],
         volume_root: false,
         now: t("2026-01-01T00:10:00Z"),
     }
@@ -541,4 +542,31 @@ fn only_a_fresh_denial_to_the_non_root_user_marks_and_skips_the_back_off() {
     o.pods = vec![failed("b-1", DENIED)];
     let p = plan(&o);
     assert_eq!((p.step.clone(), p.mark_root_volume.clone()), (BackupStep::Nothing, None));
+}
+
+/// Restore drills through the planner: the backup that just succeeded makes the first drill
+/// due in the same reconcile (`drill::plan` has the drill's own table), besides the backup's
+/// result; a `restoreDrill` out of range refuses the spec like any other field.
+#[test]
+fn the_first_drill_starts_in_the_reconcile_that_records_the_first_success() {
+    use etcd_operator_api::backup::RestoreDrill;
+    let mut o = observed(3600);
+    if let Ok(s) = o.spec.as_mut() {
+        s.restore_drill = Some(RestoreDrill { interval_in_second: 60, timeout_in_second: 0 });
+    }
+    o.status.last_attempt_date = Some("2026-01-01T00:09:00Z".into());
+    o.status.observed_generation = 1;
+    let p = plan(&o);
+    assert_eq!(p.drill, None, "no backup has succeeded yet");
+    o.pods = vec![succeeded("b-1767225540", "aa")];
+    let p = plan(&o);
+    // Named after the success it follows (00:09:30): the same name however often it is planned.
+    assert_eq!(p.drill.map(|d| (d.pod, d.timeout_secs)), Some(("b-drill-1767226170".to_string(), 600)));
+    assert!(p.events.iter().any(|e| e.1 == "BackupSucceeded") && p.events.iter().any(|e| e.1 == "DrillStarted"));
+    if let Ok(s) = o.spec.as_mut() {
+        s.restore_drill = Some(RestoreDrill { interval_in_second: -5, timeout_in_second: 0 });
+    }
+    let p = plan(&o);
+    assert_eq!(p.drill, None);
+    assert!(p.status.reason.contains("restoreDrill.intervalInSecond -5 is out of range"), "{}", p.status.reason);
 }

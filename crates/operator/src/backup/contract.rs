@@ -356,6 +356,58 @@ pub fn report_json(mut r: SaveReport) -> String {
     serde_json::to_string(&r).unwrap_or_default()
 }
 
+/// A key space as a restore drill compares it (`drill::digest`): how many keys, and the
+/// sha256 over all of them in key order.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KeySpace {
+    pub keys: u64,
+    pub sha256: String,
+}
+
+/// What a restore drill pod (`restore-drill`) reports: always JSON, passed or failed (a failed
+/// drill exits with 1). Whatever it learnt before a failure is filled in.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DrillReport {
+    /// The restored key space equals the live cluster's at `revision`.
+    pub succeeded: bool,
+    /// The live etcd cluster (hex ID) whose history was restored.
+    #[serde(default)]
+    pub cluster_id: String,
+    /// The revision restored and compared.
+    #[serde(default)]
+    pub revision: i64,
+    /// Where the snapshot the drill restored is (`s3://bucket/key_v…`).
+    #[serde(default)]
+    pub snapshot: String,
+    #[serde(default)]
+    pub snapshot_revision: i64,
+    /// Archive segments replayed after the snapshot.
+    #[serde(default)]
+    pub segments: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restored: Option<KeySpace>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub live: Option<KeySpace>,
+    #[serde(default)]
+    pub duration_seconds: f64,
+    /// What was compared, or why the drill failed.
+    #[serde(default)]
+    pub message: String,
+}
+
+/// The drill report as JSON that fits in a termination message (a long message is cut).
+pub fn drill_report_json(mut r: DrillReport) -> String {
+    const MESSAGE_LIMIT: usize = 2048;
+    if r.message.len() > MESSAGE_LIMIT {
+        let cut = (0..=MESSAGE_LIMIT).rev().find(|i| r.message.is_char_boundary(*i)).unwrap_or(0);
+        r.message.truncate(cut);
+        r.message.push_str("...");
+    }
+    serde_json::to_string(&r).unwrap_or_default()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

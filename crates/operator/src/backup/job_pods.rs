@@ -104,6 +104,17 @@ fn pending_reason(p: &Pod) -> String {
     waiting.or(unscheduled).unwrap_or_else(|| "still Pending".into()).trim().to_string()
 }
 
+/// Pod names kept in `status.recordedPods`.
+pub const RECORDED_PODS: usize = 10;
+
+/// Note in `recorded` (a status' `recordedPods`) that the result of `pod` is in the status
+/// being written, keeping the newest [`RECORDED_PODS`].
+pub fn remember(recorded: &mut Vec<String>, pod: &str) {
+    recorded.push(pod.to_string());
+    let extra = recorded.len().saturating_sub(RECORDED_PODS);
+    recorded.drain(..extra);
+}
+
 /// The pods among `pods` that carry `label=<name>` in `namespace` and are owned by `uid`,
 /// oldest first.
 pub fn owned(pods: Vec<Arc<Pod>>, label: &str, namespace: &str, name: &str, uid: &str) -> Vec<Arc<Pod>> {

@@ -16,6 +16,7 @@
 //! - [`restorable`]: what status says can be restored (`restorableRanges`, the
 //!   `ArchiveCurrent` condition, gap Events).
 //! - [`verify_policy`]: when a failed verify pod is retried and with how much time.
+//! - [`drill`]: restore drills: the key-space digest they compare and when one is due.
 //! - [`volume_owner`]: who job pods run as on a PVC; the root mark and what it says.
 //! - [`job_pods`]: what a job pod in the cache says.
 //! - [`pods`], [`restore_init`]: builders of job pods and of a restored member's init containers.
@@ -35,6 +36,7 @@ pub mod archiver;
 pub mod archiver_plan;
 pub mod backup_planner;
 pub mod contract;
+pub mod drill;
 pub mod fetch;
 pub mod identity;
 pub mod job_pods;

@@ -15,7 +15,8 @@ use kube::{Resource, ResourceExt};
 use super::jobs::{self, Error, JobContext, Options};
 use crate::backup::archiver_plan;
 use crate::backup::backup_planner::{self, BackupObserved, BackupStep, BackupTarget, POD_START_SLACK_SECS};
-use crate::backup::contract::{BACKUP_LABEL, BACKUP_OF_LABEL, SaveReport};
+use crate::backup::contract::{BACKUP_LABEL, BACKUP_OF_LABEL, DrillReport, SaveReport};
+use crate::backup::drill::{self, DrillStart};
 use crate::backup::pods::{self, JobPod};
 use crate::backup::restorable;
 
@@ -39,11 +40,19 @@ async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<JobContext>) -> Result<Acti
         Some(claim) => jobs::volume_marked_root(&ctx, &ns, &claim).await?,
         None => false,
     };
-    // The archiver pod carries the backup's label too (so it is in the cache) and a role of its own.
-    let (archivers, job_pods): (Vec<_>, Vec<_>) = jobs::job_pods(&ctx, BACKUP_LABEL, &obj).into_iter().partition(|p| {
-        p.metadata.labels.as_ref().and_then(|l| l.get(archiver_plan::ROLE_LABEL)).map(String::as_str)
-            == Some(archiver_plan::ROLE_ARCHIVER)
-    });
+    // The archiver and drill pods carry the backup's label too (so they are in the cache) and a
+    // role of their own.
+    let role = |p: &Pod| p.metadata.labels.as_ref().and_then(|l| l.get(archiver_plan::ROLE_LABEL)).cloned();
+    let mut archivers = Vec::new();
+    let mut drills = Vec::new();
+    let mut job_pods = Vec::new();
+    for p in jobs::job_pods(&ctx, BACKUP_LABEL, &obj) {
+        match role(&p).as_deref() {
+            Some(archiver_plan::ROLE_ARCHIVER) => archivers.push(p),
+            Some(drill::ROLE_DRILL) => drills.push(p),
+            _ => job_pods.push(p),
+        }
+    }
     let o = BackupObserved {
         name: obj.name_any(),
         namespace: ns.clone(),
@@ -51,6 +60,7 @@ async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<JobContext>) -> Result<Acti
         spec,
         status: jobs::status_of::<EtcdBackupStatus>(&obj),
         pods: job_pods.iter().map(|p| crate::backup::job_pods::observe::<SaveReport>(p)).collect(),
+        drill_pods: drills.iter().map(|p| crate::backup::job_pods::observe::<DrillReport>(p)).collect(),
         volume_root,
         now: k8s_openapi::jiff::Timestamp::now(),
     };
@@ -70,6 +80,27 @@ async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<JobContext>) -> Result<Acti
             backup_planner::start_failed(&mut plan, &pod, e.to_string());
         }
     }
+    if let (Some(start), Ok(spec)) = (plan.drill.clone(), &o.spec)
+        && let Ok(target) = backup_planner::check_spec(spec, &ns)
+    {
+        let auth = auth_secret(&ctx, &ns, spec).await;
+        let created = match drill_tools(&ctx, &ns, spec, &plan.status).await {
+            Ok(tools) => {
+                let made = drill_pod(&obj, &target, &ctx.init_image, &start, &tools, auth.as_deref(), o.volume_root)?;
+                jobs::create_pod(&ctx, &made).await.map_err(|e| e.to_string())
+            }
+            Err(why) => Err(why),
+        };
+        if let Err(e) = created {
+            // Refused by admission (a quota, a policy): said, and tried again shortly.
+            plan.events.push((
+                kube::runtime::events::EventType::Warning,
+                "DrillFailed",
+                format!("could not create the drill pod {}: {e}", start.pod),
+            ));
+            plan.requeue = Some(plan.requeue.map_or(DRILL_RETRY, |r| r.min(DRILL_RETRY)));
+        }
+    }
     archive(&ctx, &obj, &o, &mut plan, &archivers).await?;
     // From status, not only from a result just recorded: after an operator restart the series
     // come back at the first reconcile.
@@ -79,6 +110,7 @@ async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<JobContext>) -> Result<Acti
             ctx.metrics.observe_backup(&ns, &o.name, last_success, target.interval);
             ctx.metrics.observe_archive(&ns, &o.name, plan.status.archive.as_ref());
             ctx.metrics.observe_restorable(&ns, &o.name, &plan.status.restorable_ranges);
+            ctx.metrics.observe_drill(&ns, &o.name, plan.status.last_drill.as_ref());
         }
     }
     jobs::write_back(&ctx, &obj, &ar, (&o.status, &plan.status), &plan.events, &plan.delete_pods).await?;
@@ -240,6 +272,7 @@ fn archiver_pod(
         args: vec![format!("--flush-interval-secs={flush}")],
         role: Some(archiver_plan::ROLE_ARCHIVER),
         deadline_secs: None,
+        writes: true,
     };
     job_pod_for(obj, target, image, run, auth, as_root)
 }
@@ -289,8 +322,74 @@ fn backup_pod(
         args,
         role: None,
         deadline_secs: Some(target.timeout_secs + POD_START_SLACK_SECS),
+        writes: true,
     };
     job_pod_for(obj, target, image, run, auth, as_root)
+}
+
+/// How soon a drill pod that could not be created is tried again.
+const DRILL_RETRY: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// The etcd a drill replays with: the version of the etcd that took the last backup (the
+/// snapshot it restores), else the EtcdCluster's; the EtcdCluster's repository (a mirror),
+/// else the default.
+struct DrillTools {
+    version: crate::version::Version,
+    repository: String,
+}
+
+async fn drill_tools(
+    ctx: &JobContext,
+    ns: &str,
+    spec: &EtcdBackupSpec,
+    st: &EtcdBackupStatus,
+) -> Result<DrillTools, String> {
+    let cluster = if spec.cluster_name.is_empty() {
+        None
+    } else {
+        let api: kube::Api<etcd_operator_api::EtcdCluster> = kube::Api::namespaced(ctx.client.clone(), ns);
+        api.get_opt(&spec.cluster_name).await.ok().flatten()
+    };
+    let version = [st.etcd_version.as_str(), cluster.as_ref().map(|c| c.spec.version.as_str()).unwrap_or_default()]
+        .into_iter()
+        .find_map(|v| crate::version::Version::parse(v).ok())
+        .or_else(|| crate::version::Version::parse(etcd_operator_api::cluster::DEFAULT_VERSION).ok());
+    let repository = cluster
+        .map(|c| c.spec.repository)
+        .filter(|r| !r.is_empty())
+        .unwrap_or_else(|| etcd_operator_api::cluster::DEFAULT_REPOSITORY.to_string());
+    let version = version.ok_or("no etcd version to restore with")?;
+    Ok(DrillTools { version, repository })
+}
+
+/// The drill pod (`etcd-operator restore-drill`): reads the series (a PVC mounted read-only)
+/// and the live cluster (its client certificate and login mounted as the backup pods'), with
+/// the etcd image's `etcd` and `etcdutl` copied onto its scratch volume by init containers.
+fn drill_pod(
+    obj: &DynamicObject,
+    target: &BackupTarget,
+    image: &str,
+    start: &DrillStart,
+    tools: &DrillTools,
+    auth: Option<&str>,
+    as_root: bool,
+) -> Result<Pod, Error> {
+    let run = PodRun {
+        name: start.pod.clone(),
+        subcommand: "restore-drill",
+        args: vec![
+            format!("--etcd-version={}", tools.version),
+            format!("--work-dir={}", pods::REPLAY_WORK_DIR),
+            format!("--timeout-secs={}", start.timeout_secs),
+        ],
+        role: Some(drill::ROLE_DRILL),
+        deadline_secs: Some(start.deadline_secs),
+        writes: false,
+    };
+    let mut pod = job_pod_for(obj, target, image, run, auth, as_root)?;
+    let etcd_image = crate::validation::image_for(&tools.repository, &tools.version);
+    pods::with_replay_tools(&mut pod, image, &etcd_image, tools.version.minor_line() >= (3, 5));
+    Ok(pod)
 }
 
 /// What differs between an EtcdBackup's pods.
@@ -303,6 +402,8 @@ struct PodRun {
     role: Option<&'static str>,
     /// `None`: runs until it fails, restarted in place.
     deadline_secs: Option<i64>,
+    /// It writes to the destination (a PVC is mounted read-only otherwise).
+    writes: bool,
 }
 
 /// A pod of the EtcdBackup for `target`, owned by it: the operator's image running `run`, with
@@ -342,7 +443,7 @@ fn job_pod_for(
         loc: &target.location,
         source: &backup.spec.source,
         deadline_secs: run.deadline_secs.unwrap_or(0),
-        writes: true,
+        writes: run.writes,
         as_root,
     });
     if run.deadline_secs.is_none()

@@ -52,12 +52,47 @@ pub(super) async fn volume_marked_root(
 }
 
 /// A backup pod of this cluster that runs now (an API read, not the watch caches: backup pods
-/// are not watched by this controller). An error counts as one running: maintenance waits.
+/// are not watched by this controller). An error counts as one running: maintenance waits. The
+/// continuous archiver runs all the time and takes no snapshot: it does not count (maintenance
+/// would never run beside an archive).
 pub(super) async fn running_backup(client: &kube::Client, namespace: &str, cluster: &str) -> Option<String> {
     let api: kube::Api<Pod> = kube::Api::namespaced(client.clone(), namespace);
     let lp = kube::api::ListParams::default().labels(&format!("{}={cluster}", crate::backup::pods::BACKUP_OF_LABEL));
     match api.list_metadata(&lp).await {
-        Ok(l) => l.items.iter().find(|p| p.metadata.deletion_timestamp.is_none()).map(|p| p.name_any()),
+        Ok(l) => l.items.iter().find(|p| holds_maintenance_back(&p.metadata)).map(|p| p.name_any()),
         Err(e) => Some(format!("(unknown: listing backup pods failed: {e})")),
+    }
+}
+
+/// A pod of an EtcdBackup of the cluster that maintenance waits for: not being deleted, and not
+/// the continuous archiver (a snapshot or a restore drill: short, and each streams or ranges
+/// the whole key space).
+fn holds_maintenance_back(m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> bool {
+    let role = m.labels.as_ref().and_then(|l| l.get(crate::backup::archiver_plan::ROLE_LABEL));
+    m.deletion_timestamp.is_none() && role.map(String::as_str) != Some(crate::backup::archiver_plan::ROLE_ARCHIVER)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+
+    fn pod(role: Option<&str>) -> ObjectMeta {
+        let mut labels =
+            std::collections::BTreeMap::from([(crate::backup::pods::BACKUP_OF_LABEL.to_string(), "ex".to_string())]);
+        if let Some(r) = role {
+            labels.insert(crate::backup::archiver_plan::ROLE_LABEL.to_string(), r.to_string());
+        }
+        ObjectMeta { name: Some("p".into()), labels: Some(labels), ..Default::default() }
+    }
+
+    #[test]
+    fn maintenance_waits_for_snapshots_and_drills_not_for_the_archiver() {
+        assert!(holds_maintenance_back(&pod(None)), "a backup pod");
+        assert!(holds_maintenance_back(&pod(Some(crate::backup::drill::ROLE_DRILL))), "a drill pod");
+        assert!(!holds_maintenance_back(&pod(Some(crate::backup::archiver_plan::ROLE_ARCHIVER))), "the archiver");
+        let mut going = pod(None);
+        going.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::now()));
+        assert!(!holds_maintenance_back(&going), "a pod being deleted");
     }
 }

@@ -20,7 +20,7 @@
 //! (lease grants and expiries are not in the watch history). Users, roles and the auth switch
 //! come from the snapshot.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use etcd_client::{Client, Txn, TxnOp};
@@ -30,7 +30,7 @@ use crate::backup::archive::point_in_time::{self, Plan, Refusal, Target, TimeLoo
 use crate::backup::archive::restorable_ranges::{self, SegmentRef, SnapshotRef};
 use crate::backup::archive::segment::{Event, Op, Segment};
 use crate::backup::contract::{PodError, SNAPSHOT_FILE, StorageArgs};
-use crate::backup::location::{self, BackupMeta};
+use crate::backup::location::{self, BackupMeta, Location};
 use crate::backup::{fetch, one_shot, save, series, store};
 use crate::version::Version;
 
@@ -74,9 +74,9 @@ const MAX_TXN_OPS: u64 = 1_000_000;
 const MAX_REQUEST_BYTES: u64 = 256 << 20;
 
 /// A snapshot as listed: its reference for the ranges, and its sidecar.
-struct Listed {
-    snapshots: Vec<(SnapshotRef, BackupMeta)>,
-    segments: Vec<SegmentRef>,
+pub(crate) struct Listed {
+    pub snapshots: Vec<(SnapshotRef, BackupMeta)>,
+    pub segments: Vec<SegmentRef>,
 }
 
 pub async fn run(args: RestorePointArgs) -> Result<BackupMeta, PodError> {
@@ -88,56 +88,17 @@ pub async fn run(args: RestorePointArgs) -> Result<BackupMeta, PodError> {
         (None, Some(ms)) => Target::Time(ms),
         (None, None) => return Err(PodError::Refused("give --revision or --time-ms".into())),
     };
-    let (cluster_id, plan) = choose(&*store, &listed, target, args.cluster_id.as_deref()).await?;
-    let (snapshot, meta) = listed
-        .snapshots
-        .iter()
-        .find(|(s, _)| s.key == plan.snapshot.key)
-        .ok_or_else(|| format!("snapshot {} vanished from the listing", plan.snapshot.key))?;
-    eprintln!(
-        "restoring cluster {cluster_id} to revision {}: snapshot {} (revision {}), {} segments",
-        plan.revision,
-        snapshot.key,
-        snapshot.revision,
-        plan.segments.len()
-    );
-    let tools = Version::parse(&args.etcd_version).map_err(|e| format!("--etcd-version: {e}"))?;
-    if let Ok(taken) = Version::parse(&meta.etcd_version) {
-        crate::version::check_change(&taken, &tools).map_err(|e| {
-            PodError::Refused(format!(
-                "the snapshot {} was taken by etcd {taken}; replaying it with etcd {tools} is refused ({e}): set etcdCluster.spec.version",
-                snapshot.key
-            ))
-        })?;
-    }
-    let events = read_segments(&*store, &plan, &cluster_id).await?;
-    let work = &args.work_dir;
-    let file = work.join(SNAPSHOT_FILE);
-    fetch::download_checked(&*store, &base.with_key(snapshot.key.clone()), &meta.sha256, &file).await?;
-    let data = work.join("replay");
-    restore_snapshot(work, &tools, &file, &data).await?;
-    let mut etcd = start_etcd(work, &data)?;
-    let mut client = match connect().await {
-        Ok(c) => c,
-        Err(e) => {
-            let _ = etcd.start_kill();
-            return Err(e);
-        }
-    };
-    // The snapshot's leases run in the replay's etcd too: kept alive until its snapshot is
-    // saved, so that none expires and deletes keys in between.
-    let keeping = match keep_leases_alive(&mut client).await {
-        Ok(k) => k,
-        Err(e) => {
-            let _ = etcd.start_kill();
-            return Err(e);
-        }
-    };
-    if let Err(e) = replay(&mut client, &events, snapshot.revision, plan.revision).await {
-        keeping.abort();
-        let _ = etcd.start_kill();
-        return Err(e);
-    }
+    let mut replayed = replay_point(Replay {
+        store: &*store,
+        base: &base,
+        listed: &listed,
+        target,
+        cluster_id: args.cluster_id.as_deref(),
+        etcd_version: &args.etcd_version,
+        work_dir: &args.work_dir,
+        snapshot_past_target_ok: false,
+    })
+    .await?;
     // The replayed state, snapshotted the way every backup is.
     let mut out = args.storage.clone();
     out.key = args.output_key.clone();
@@ -155,25 +116,128 @@ pub async fn run(args: RestorePointArgs) -> Result<BackupMeta, PodError> {
     .await;
     // Nothing changed while the snapshot streamed (the sidecar's revision is read before it):
     // revisions only grow, so the same revision after it proves the snapshot is the target.
-    let after = revision_of(&mut client).await;
-    keeping.abort();
-    let _ = etcd.start_kill();
-    let _ = etcd.wait().await;
+    let after = revision_of(&mut replayed.client).await;
+    let want = replayed.plan.revision;
+    replayed.stop().await;
     let report = saved?;
     let after = after?;
-    if report.backup.etcd_revision != plan.revision || after != plan.revision {
+    if report.backup.etcd_revision != want || after != want {
         return Err(format!(
-            "the replayed snapshot is at revision {} (etcd {after} after it), the restore asked for {}",
-            report.backup.etcd_revision, plan.revision
+            "the replayed snapshot is at revision {} (etcd {after} after it), the restore asked for {want}",
+            report.backup.etcd_revision
         )
         .into());
     }
     Ok(report.backup)
 }
 
+/// What to replay, and where.
+pub(crate) struct Replay<'a> {
+    pub store: &'a dyn ObjectStore,
+    /// The series (its base key).
+    pub base: &'a Location,
+    pub listed: &'a Listed,
+    pub target: Target,
+    /// The etcd cluster (hex ID) whose history to replay; None: the only one covering the target.
+    pub cluster_id: Option<&'a str>,
+    /// The version of the etcd tools in `work_dir`.
+    pub etcd_version: &'a str,
+    /// Scratch directory holding `etcd` and `etcdutl` (or `etcdctl` before 3.5).
+    pub work_dir: &'a Path,
+    /// A snapshot that already holds the target or more, with nothing to replay after it, is
+    /// taken as it is (`Replayed::revision` says where it stands): a drill compares whatever
+    /// revision the restore reaches. A restore to a point refuses it (it would overshoot).
+    pub snapshot_past_target_ok: bool,
+}
+
+/// A throw-away one-member etcd on loopback holding a restored point; [`Replayed::stop`] ends it.
+pub(crate) struct Replayed {
+    pub plan: Plan,
+    /// The sidecar of the snapshot the replay started from.
+    pub snapshot: BackupMeta,
+    /// The revision the replay's etcd holds (the plan's, but for `snapshot_past_target_ok`).
+    pub revision: i64,
+    /// A client of the replay's etcd.
+    pub client: Client,
+    etcd: tokio::process::Child,
+    keeping: tokio::task::JoinHandle<()>,
+}
+
+impl Replayed {
+    pub(crate) async fn stop(mut self) {
+        self.keeping.abort();
+        let _ = self.etcd.start_kill();
+        let _ = self.etcd.wait().await;
+    }
+}
+
+/// Steps 1 to 3: the plan, every object fetched and checked, the snapshot restored into a
+/// one-member etcd on loopback and the archive replayed into it, revision for revision. Reads
+/// the store, never writes it.
+pub(crate) async fn replay_point(r: Replay<'_>) -> Result<Replayed, PodError> {
+    let (cluster_id, plan) = choose(r.store, r.listed, r.target, r.cluster_id).await?;
+    let (snapshot, meta) = r
+        .listed
+        .snapshots
+        .iter()
+        .find(|(s, _)| s.key == plan.snapshot.key)
+        .ok_or_else(|| format!("snapshot {} vanished from the listing", plan.snapshot.key))?;
+    eprintln!(
+        "restoring cluster {cluster_id} to revision {}: snapshot {} (revision {}), {} segments",
+        plan.revision,
+        snapshot.key,
+        snapshot.revision,
+        plan.segments.len()
+    );
+    let tools = Version::parse(r.etcd_version).map_err(|e| format!("--etcd-version: {e}"))?;
+    if let Ok(taken) = Version::parse(&meta.etcd_version) {
+        crate::version::check_change(&taken, &tools).map_err(|e| {
+            PodError::Refused(format!(
+                "the snapshot {} was taken by etcd {taken}; replaying it with etcd {tools} is refused ({e}): set etcdCluster.spec.version",
+                snapshot.key
+            ))
+        })?;
+    }
+    let events = read_segments(r.store, &plan, &cluster_id).await?;
+    let work = r.work_dir;
+    let file = work.join(SNAPSHOT_FILE);
+    fetch::download_checked(r.store, &r.base.with_key(snapshot.key.clone()), &meta.sha256, &file).await?;
+    let data = work.join("replay");
+    restore_snapshot(work, &tools, &file, &data).await?;
+    let mut etcd = start_etcd(work, &data)?;
+    let mut client = match connect().await {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = etcd.start_kill();
+            return Err(e);
+        }
+    };
+    // The snapshot's leases run in the replay's etcd too: kept alive until it is stopped, so
+    // that none expires and deletes keys in between.
+    let keeping = match keep_leases_alive(&mut client).await {
+        Ok(k) => k,
+        Err(e) => {
+            let _ = etcd.start_kill();
+            return Err(e);
+        }
+    };
+    let mut replayed = Replayed { plan, snapshot: meta.clone(), revision: 0, client, etcd, keeping };
+    let (from, to) = (snapshot.revision, replayed.plan.revision);
+    match replay(&mut replayed.client, &events, from, to, r.snapshot_past_target_ok).await {
+        Ok(reached) => {
+            replayed.revision = reached;
+            Ok(replayed)
+        }
+        Err(e) => {
+            replayed.stop().await;
+            Err(e)
+        }
+    }
+}
+
 /// Every snapshot of the series with a sidecar, and every segment header under the series'
 /// archive, of any cluster (`series`: one listing, each header read from its first line).
-async fn list(store: &dyn ObjectStore, base_key: &str) -> Result<Listed, PodError> {
+pub(crate) async fn list(store: &dyn ObjectStore, base_key: &str) -> Result<Listed, PodError> {
     let keys = series::list_keys(store, base_key).await?;
     let mut listed = Listed { snapshots: vec![], segments: vec![] };
     for key in &keys {
@@ -400,8 +464,12 @@ fn refused_if_auth(why: String) -> PodError {
 /// checking that etcd lands on each archived revision. The snapshot may be a little past the
 /// revision its sidecar records (`backup-save` reads it before streaming): the archive starts
 /// after the sidecar's, so it holds what comes after either.
-async fn replay(client: &mut Client, events: &[Event], from: i64, to: i64) -> Result<(), PodError> {
+async fn replay(client: &mut Client, events: &[Event], from: i64, to: i64, past_ok: bool) -> Result<i64, PodError> {
     let start = revision_of(client).await?;
+    if start >= to && past_ok && start >= from {
+        eprintln!("the snapshot holds revision {start} (its sidecar records {from}): nothing to replay up to {to}");
+        return Ok(start);
+    }
     if start < from {
         return Err(PodError::Refused(format!(
             "the snapshot restores revision {start}, before the {from} its sidecar records: nothing restored"
@@ -446,10 +514,10 @@ async fn replay(client: &mut Client, events: &[Event], from: i64, to: i64) -> Re
         return Err(format!("the archive ends at revision {reached}, before {to}: nothing restored").into());
     }
     eprintln!("replayed {} revisions ({}..={to})", batches.len(), start + 1);
-    Ok(())
+    Ok(to)
 }
 
-async fn revision_of(client: &mut Client) -> Result<i64, PodError> {
+pub(crate) async fn revision_of(client: &mut Client) -> Result<i64, PodError> {
     let s = client.status().await.map_err(|e| refused_if_auth(format!("status of the replay's etcd: {e}")))?;
     Ok(s.header().map(|h| h.revision()).unwrap_or_default())
 }

@@ -73,7 +73,9 @@ pub async fn serve(
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {addr} for /healthz, /readyz, /metrics: {e}"))?;
     let who = if auth.is_some() { "a token allowed to get /metrics" } else { "anyone" };
-    tracing::info!(%addr, "serving /healthz, /readyz and /metrics (metrics for {who})");
+    // The bound address: with port 0 (tests) the one the system picked.
+    let bound = listener.local_addr().unwrap_or(addr);
+    tracing::info!(addr = %bound, "serving /healthz, /readyz and /metrics (metrics for {who})");
     axum::serve(listener, router(ready, metrics, auth)).with_graceful_shutdown(shutdown).await?;
     Ok(())
 }

@@ -103,6 +103,18 @@ pub fn alerts() -> Vec<Alert> {
                           condition and status.archive.lastError.",
         },
         Alert {
+            name: "EtcdBackupDrillFailed",
+            severity: "warning",
+            for_: "1m",
+            expr: format!("{} == 0", op("etcd_operator_backup_drill_last_success")),
+            summary: "EtcdBackup {{ $labels.namespace }}/{{ $labels.name }}: the last restore drill failed",
+            description: "The last restore drill of the EtcdBackup {{ $labels.namespace }}/{{ $labels.name }} did not \
+                          give back the live cluster's data: a damaged or missing snapshot or archive segment, a \
+                          restore that differs from the live cluster, or a drill that could not verify (the live \
+                          cluster compacted past the restored revision). Its status.lastDrill.message and \
+                          DrillFailed Event say which.",
+        },
+        Alert {
             name: "EtcdDatabaseNearQuota",
             severity: "warning",
             for_: "10m",

@@ -1,6 +1,7 @@
 //! The per-EtcdBackup series: the last successful backup and the interval, the continuous
-//! archive (durable time and revision, lag, gaps), the newest restorable revision and moment;
-//! dropped when the EtcdBackup is gone. No I/O: only the in-memory registry.
+//! archive (durable time and revision, lag, gaps), the newest restorable revision and moment,
+//! the last restore drill; dropped when the EtcdBackup is gone. No I/O: only the in-memory
+//! registry.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -99,6 +100,28 @@ impl Metrics {
         }
     }
 
+    /// Record an EtcdBackup's last restore drill from its status (`None`: none yet, no series).
+    pub fn observe_drill(&self, namespace: &str, name: &str, drill: Option<&etcd_operator_api::backup::DrillResult>) {
+        let l = cluster(namespace, name);
+        let Some(d) = drill else {
+            self.drill_success.remove(&l);
+            self.drill_duration.remove(&l);
+            self.drill_time.remove(&l);
+            return;
+        };
+        self.drill_success.get_or_create(&l).set(i64::from(d.succeeded));
+        self.drill_duration.get_or_create(&l).set(d.duration_seconds);
+        match d.time.parse::<k8s_openapi::jiff::Timestamp>() {
+            Ok(t) => {
+                self.drill_time.get_or_create(&l).set(t.as_second());
+            }
+            Err(_) => {
+                self.drill_time.remove(&l);
+            }
+        }
+        self.known.lock().unwrap_or_else(PoisonError::into_inner).backups.insert(l);
+    }
+
     /// Drop the series of EtcdBackups that no longer exist.
     pub fn retain_backups(&self, live: &BTreeSet<ClusterLabels>) {
         let mut known = self.known.lock().unwrap_or_else(PoisonError::into_inner);
@@ -113,6 +136,9 @@ impl Metrics {
             self.archive_lag.remove(&l);
             self.restorable_revision.remove(&l);
             self.restorable_time.remove(&l);
+            self.drill_success.remove(&l);
+            self.drill_duration.remove(&l);
+            self.drill_time.remove(&l);
         }
     }
 }

@@ -1,7 +1,7 @@
 //! Prometheus metrics: reconcile counts, errors and durations per controller; per EtcdCluster
 //! gauges (desired size, ready members, leader present, learners, db size, version, what the
 //! planner waits for, when the first static TLS certificate expires), defragmentation and alarm series; per EtcdBackup the last success and the
-//! interval. Series of deleted clusters and backups are dropped at scrape time. No I/O: `http`
+//! interval, the continuous archive and the last restore drill. Series of deleted clusters and backups are dropped at scrape time. No I/O: `http`
 //! serves `encode`. Here: the label sets, the families and their registration; the recording is
 //! in `clusters` and `backups`.
 
@@ -11,6 +11,7 @@ mod clusters;
 mod tests;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
@@ -94,6 +95,9 @@ pub struct Metrics {
     archive_lag: Family<ClusterLabels, Gauge>,
     restorable_revision: Family<ClusterLabels, Gauge>,
     restorable_time: Family<ClusterLabels, Gauge>,
+    drill_success: Family<ClusterLabels, Gauge>,
+    drill_duration: Family<ClusterLabels, Gauge<f64, AtomicU64>>,
+    drill_time: Family<ClusterLabels, Gauge>,
     /// Which series exist, to remove them when a label changes or the object is gone.
     known: Mutex<Known>,
     /// The clusters that exist now (the controller's cache), consulted at scrape time.
@@ -151,6 +155,9 @@ impl Default for Metrics {
             archive_lag: Family::default(),
             restorable_revision: Family::default(),
             restorable_time: Family::default(),
+            drill_success: Family::default(),
+            drill_duration: Family::default(),
+            drill_time: Family::default(),
             known: Mutex::default(),
             live: Mutex::default(),
             live_backups: Mutex::default(),
@@ -219,6 +226,21 @@ impl Default for Metrics {
             "Unix time of the newest moment the EtcdBackup's snapshots and archive can restore (status.restorableRanges)",
             m.restorable_time.clone(),
         );
+        registry.register(
+            "backup_drill_last_success",
+            "1 when the EtcdBackup's last restore drill passed (its restore equals the live cluster), 0 when it failed",
+            m.drill_success.clone(),
+        );
+        registry.register(
+            "backup_drill_duration_seconds",
+            "How long the EtcdBackup's last restore drill took",
+            m.drill_duration.clone(),
+        );
+        registry.register(
+            "backup_drill_last_timestamp_seconds",
+            "Unix time the EtcdBackup's last restore drill started",
+            m.drill_time.clone(),
+        );
         Metrics { registry, ..m }
     }
 }
@@ -275,6 +297,9 @@ impl Metrics {
         let range =
             etcd_operator_api::backup::RestorableRange { to_time: "2026-01-01T00:00:00Z".into(), ..Default::default() };
         m.observe_restorable("ns", "b", &[range]);
+        let drill =
+            etcd_operator_api::backup::DrillResult { time: "2026-01-01T00:00:00Z".into(), ..Default::default() };
+        m.observe_drill("ns", "b", Some(&drill));
         m
     }
 

@@ -218,3 +218,33 @@ fn archive_series_follow_the_reported_archive_and_go_with_it() {
         assert!(!text.contains(gone), "{gone} in {text}");
     }
 }
+
+#[test]
+fn drill_series_follow_the_last_drill_and_go_with_the_backup() {
+    use etcd_operator_api::backup::DrillResult;
+    let m = Metrics::default();
+    let passed = DrillResult {
+        time: "2026-01-01T00:00:00Z".into(),
+        succeeded: true,
+        duration_seconds: 12.5,
+        ..Default::default()
+    };
+    m.observe_drill("ns", "nightly", Some(&passed));
+    let text = m.encode();
+    for line in [
+        r#"etcd_operator_backup_drill_last_success{namespace="ns",name="nightly"} 1"#,
+        r#"etcd_operator_backup_drill_duration_seconds{namespace="ns",name="nightly"} 12.5"#,
+        r#"etcd_operator_backup_drill_last_timestamp_seconds{namespace="ns",name="nightly"} 1767225600"#,
+    ] {
+        assert!(text.contains(line), "{line} in {text}");
+    }
+    let failed = DrillResult { succeeded: false, duration_seconds: 3.0, ..passed };
+    m.observe_drill("ns", "nightly", Some(&failed));
+    let text = m.encode();
+    assert!(text.contains(r#"etcd_operator_backup_drill_last_success{namespace="ns",name="nightly"} 0"#), "{text}");
+    m.observe_drill("ns", "nightly", None);
+    assert!(!m.encode().contains("etcd_operator_backup_drill_"), "no drill, no series");
+    m.observe_drill("ns", "nightly", Some(&failed));
+    m.retain_backups(&BTreeSet::new());
+    assert!(!m.encode().contains("etcd_operator_backup_drill_"), "gone with the EtcdBackup");
+}
