@@ -269,9 +269,17 @@ async fn retention(
         None => vec![key.to_string()],
     };
     let mut sidecars = std::collections::BTreeMap::new();
+    // A sidecar that cannot be read hides its snapshot from the plan, which would then take the
+    // oldest kept snapshot to be a later one and delete segments the hidden one still needs:
+    // nothing is deleted this time (as for a failed listing).
+    let mut unreadable: Vec<String> = Vec::new();
     for k in series.iter().filter(|k| k.as_str() != key) {
-        if let Ok(Some(m)) = one_shot::read_sidecar(store, k).await {
-            sidecars.insert(k.clone(), m);
+        match one_shot::read_sidecar(store, k).await {
+            Ok(Some(m)) => {
+                sidecars.insert(k.clone(), m);
+            }
+            Ok(None) => {}
+            Err(e) => unreadable.push(e.to_string()),
         }
     }
     let origins: std::collections::BTreeMap<String, location::Origin> =
@@ -280,6 +288,9 @@ async fn retention(
     let rules = args.max_backups > 0 || args.retention_secs > 0;
     if !mine.known() && rules {
         report.warnings.push("retention skipped: the etcd cluster ID of this backup is not known".into());
+    }
+    if !unreadable.is_empty() && rules {
+        report.warnings.push(format!("retention skipped: {}", unreadable.join("; ")));
     }
     let snapshots: Vec<SnapshotRef> = sidecars
         .iter()
@@ -301,7 +312,7 @@ async fn retention(
     let by_count =
         (args.max_backups > 0).then(|| location::to_delete(base, &series, args.max_backups, key, &mine, &origins));
     let now_ms = meta.time.parse::<k8s_openapi::jiff::Timestamp>().map(|t| t.as_millisecond()).unwrap_or(0);
-    let doomed = if mine.known() && rules {
+    let doomed = if mine.known() && rules && unreadable.is_empty() {
         retention::plan(&retention::Inputs {
             cluster_id: &meta.cluster_id,
             mine: &mine_keys,
