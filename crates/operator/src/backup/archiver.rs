@@ -279,10 +279,20 @@ async fn flush(here: &Here<'_>, pos: &Position, pending: &mut Vec<Event>) {
 
 /// The etcd cluster ID (hex) the endpoints answer with.
 async fn cluster_id(endpoints: &[String], dialer: &Dialer, creds: Option<&Credentials>) -> Result<String, PodError> {
+    live_cluster(endpoints, dialer, creds).await.map(|(_, id)| id)
+}
+
+/// A client of the live cluster and its etcd cluster ID (hex), as the endpoints answer (also
+/// the restore drill's).
+pub(crate) async fn live_cluster(
+    endpoints: &[String],
+    dialer: &Dialer,
+    creds: Option<&Credentials>,
+) -> Result<(etcd_client::Client, String), PodError> {
     let (mut c, _) = connect(endpoints, dialer, creds).await.map_err(|e| format!("connect to {endpoints:?}: {e}"))?;
-    let s = c.status().await.map_err(|e| format!("status: {e}"))?;
+    let s = c.status().await.map_err(|e| format!("status of {endpoints:?}: {e}"))?;
     match s.header().map(|h| h.cluster_id()) {
-        Some(id) if id != 0 => Ok(crate::naming::hex(id)),
+        Some(id) if id != 0 => Ok((c, crate::naming::hex(id))),
         _ => Err("the cluster answered without a cluster ID".into()),
     }
 }

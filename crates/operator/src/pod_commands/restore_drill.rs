@@ -23,7 +23,6 @@ use std::time::{Duration, Instant};
 use etcd_client::{ConnectOptions, GetOptions, KvClient};
 
 use super::restore_point::{self, Replay};
-use crate::auth::connect::connect;
 use crate::backup::archive::point_in_time::Target;
 use crate::backup::archive::restorable_ranges;
 use crate::backup::contract::{AuthArgs, ClientTlsArgs, DrillReport, KeySpace, PodError, StorageArgs};
@@ -101,14 +100,7 @@ async fn drill(args: &RestoreDrillArgs, report: &mut DrillReport) -> Result<Stri
     let creds = pod_secrets::login(&args.auth)?;
     let dialer =
         Dialer::new(ConnectOptions::new().with_connect_timeout(CONNECT_TIMEOUT), tls.as_ref(), CONNECT_TIMEOUT, None);
-    let (mut live, _) = connect(&args.endpoints, &dialer, creds.as_ref())
-        .await
-        .map_err(|e| format!("connect to the live cluster {:?}: {e}", args.endpoints))?;
-    let status = live.status().await.map_err(|e| format!("status of the live cluster: {e}"))?;
-    let cluster_id = match status.header().map(|h| h.cluster_id()) {
-        Some(id) if id != 0 => crate::naming::hex(id),
-        _ => return Err("the live cluster answered without a cluster ID".into()),
-    };
+    let (live, cluster_id) = crate::backup::archiver::live_cluster(&args.endpoints, &dialer, creds.as_ref()).await?;
     report.cluster_id = cluster_id.clone();
 
     let listed = restore_point::list(&*store, &base.key).await?;
