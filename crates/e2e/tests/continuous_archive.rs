@@ -480,19 +480,7 @@ fn retention_deletes_the_segments_no_kept_snapshot_continues() -> Result<()> {
                 let mut spans: Vec<(i64, i64)> =
                     segs.iter().filter_map(|(h, _)| Some((h["from"].as_i64()?, h["to"].as_i64()?))).collect();
                 spans.sort();
-                if let Some(s) = spans.iter().find(|(_, to)| *to <= oldest) {
-                    bail!("segment {}..={} ends before the only snapshot kept ({oldest})", s.0, s.1);
-                }
-                let mut reach = oldest;
-                for (from, to) in &spans {
-                    ensure!(
-                        *from <= reach + 1,
-                        "revisions {}..{} missing after snapshot {oldest}: {spans:?}",
-                        reach + 1,
-                        from - 1
-                    );
-                    reach = reach.max(*to);
-                }
+                let reach = chain_reach(oldest, &spans)?;
                 Ok((reach >= last).then_some(()))
             },
         )?;

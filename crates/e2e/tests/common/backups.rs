@@ -169,3 +169,23 @@ pub fn with_failpoints(prefix: &str, failpoints: &str, body: impl FnOnce(&TestNa
         ))
     })
 }
+
+/// How far an archive restores from the snapshot at `snapshot`: `spans` are its segments'
+/// revision ranges, sorted. An error when a segment ends at or before the snapshot (retention
+/// should have taken it) or revisions are missing between the snapshot and a later segment.
+pub fn chain_reach(snapshot: i64, spans: &[(i64, i64)]) -> Result<i64> {
+    if let Some(s) = spans.iter().find(|(_, to)| *to <= snapshot) {
+        anyhow::bail!("segment {}..={} ends at or before the snapshot {snapshot}: {spans:?}", s.0, s.1);
+    }
+    let mut reach = snapshot;
+    for (from, to) in spans {
+        anyhow::ensure!(
+            *from <= reach + 1,
+            "revisions {}..{} missing after the snapshot {snapshot}: {spans:?}",
+            reach + 1,
+            from - 1
+        );
+        reach = reach.max(*to);
+    }
+    Ok(reach)
+}
