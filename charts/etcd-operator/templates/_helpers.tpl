@@ -83,8 +83,12 @@ The rules of crates/operator/src/rbac.rs, by scope (tests/helm_chart.rs compares
   resourceNames: [etcd-operator, etcd-operator-cluster-wide]
 {{- end }}
 
-{{/* Cluster-scoped: the CRDs, changed only by name (the operator's own three). */}}
+{{/* Cluster-scoped: Nodes, read one by one when a member is not Ready (spec.recovery.nodeLoss);
+the CRDs, changed only by name (the operator's own three). */}}
 {{- define "etcd-operator.clusterRules" -}}
+- apiGroups: [""]
+  resources: [nodes]
+  verbs: [get]
 - apiGroups: [apiextensions.k8s.io]
   resources: [customresourcedefinitions]
   verbs: [get, list, watch, create]

@@ -235,6 +235,37 @@ pub struct RecoveryPolicy {
     /// restores (checked against its sha256). Required with `FromBackup`. Additive.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub backup: String,
+    /// What happens to a member whose node stopped answering (its Node is not Ready):
+    /// replaced on a live node after a grace period, or, with a volume, waited for. Additive.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_loss: Option<NodeLossPolicy>,
+}
+
+/// `spec.recovery.nodeLoss`. A member counts as lost with its node only while etcd's health
+/// check through the operator fails, its pod is not Ready and its Node is not Ready; a
+/// replacement is a membership change like any other (a learner first, one at a time, only with
+/// a quorum of healthy voters left). Additive.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeLossPolicy {
+    /// How long the node of a member without a volume (emptyDir) must have been not Ready
+    /// before the member is removed and a new one joins on a live node, in seconds, 0 to 86400;
+    /// default 60 (Kubernetes marks a node not Ready about 40-50 s after it stops answering).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 86400))]
+    pub after_seconds: Option<i64>,
+    /// Members with a volume: `Wait` (the default) waits for the node to come back, since the
+    /// volume cannot move with the member; `Replace` replaces the member like one without a
+    /// volume after `volumeAfterSeconds`, its claim kept (annotated retired, named in the
+    /// `VolumesRetired` condition) for a person to delete.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[schemars(extend("enum" = ["", "Wait", "Replace"]))]
+    pub volume_members: String,
+    /// With `volumeMembers: Replace`: how long the node must have been not Ready, in seconds,
+    /// 0 to 604800 (a week); default 600.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 604800))]
+    pub volume_after_seconds: Option<i64>,
 }
 
 /// Observed state, in the CoreOS shape plus additive fields. Every field is always serialized:

@@ -40,7 +40,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("the observation and the desired state", &["observed", "validation", "progress"]),
     (
         "features: each one's data and pure functions over it",
-        &["tls", "auth", "pod_security", "coreos", "etcd_flags", "backup", "pod"],
+        &["tls", "auth", "pod_security", "coreos", "etcd_flags", "nodes", "backup", "pod"],
     ),
     ("leaves: names and version facts", &["naming", "version", "failpoints", "lib"]),
 ];

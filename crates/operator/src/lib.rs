@@ -19,6 +19,7 @@ pub mod install;
 pub mod marks;
 pub mod naming;
 pub mod network_policy;
+pub mod nodes;
 pub mod observe;
 pub mod observed;
 pub mod planner;

@@ -15,6 +15,8 @@
 //!   past it (`planner::replay`);
 //! - the Secrets of a TLS side being turned off while members still use them
 //!   (`tls::transition::Leaving`);
+//! - the node each member pod was last seen on (`nodes`), kept after its object is gone while it
+//!   may be a member: only that node can show its process stopped;
 //! - who the NetworkPolicy admits while `spec.networkPolicy.clients` is unset, set once when the
 //!   operator first sees the cluster (`network_policy::DefaultClients::first`).
 
@@ -22,8 +24,8 @@ use std::collections::BTreeMap;
 
 use crate::naming::{
     CLUSTER_ID_ANNOTATION, FORMED_ANNOTATION, LAST_RECOVERY_ANNOTATION, LAST_VALID_SPEC_ANNOTATION,
-    MEMBER_PROGRESS_ANNOTATION, MINOR_SINCE_ANNOTATION, QUORUM_LOST_AT_ANNOTATION, RECOVERY_ANNOTATION,
-    SURVIVOR_LOOKS_ANNOTATION, TLS_LEAVING_ANNOTATION,
+    MEMBER_NODES_ANNOTATION, MEMBER_PROGRESS_ANNOTATION, MINOR_SINCE_ANNOTATION, QUORUM_LOST_AT_ANNOTATION,
+    RECOVERY_ANNOTATION, SURVIVOR_LOOKS_ANNOTATION, TLS_LEAVING_ANNOTATION,
 };
 use crate::network_policy;
 use crate::observed::{MinorSince, Observed, Since};
@@ -121,7 +123,20 @@ pub fn cluster_annotations(
     if next != progress {
         set(MEMBER_PROGRESS_ANNOTATION, (!next.0.is_empty()).then(|| serde_json::to_string(&next).unwrap_or_default()));
     }
+    let nodes = member_nodes(o);
+    if nodes != o.member_nodes {
+        set(MEMBER_NODES_ANNOTATION, (!nodes.is_empty()).then(|| serde_json::to_string(&nodes).unwrap_or_default()));
+    }
     out
+}
+
+/// The node of every member pod, kept after its object is gone while it may be a member.
+fn member_nodes(o: &Observed) -> crate::nodes::MemberNodes {
+    let placed = o.pods.values().filter_map(|p| Some((p.name.as_str(), p.node.as_deref()?)));
+    let present = |pod: &str| o.pods.contains_key(pod);
+    let member = |pod: &str| o.etcd.as_ref().is_some_and(|e| e.member_for_pod(pod).is_some());
+    let members: Option<&dyn Fn(&str) -> bool> = o.etcd.is_some().then_some(&member as &dyn Fn(&str) -> bool);
+    crate::nodes::next_member_nodes(&o.member_nodes, placed, &present, members)
 }
 
 /// The value annotation `key` has once `changes` are written over `current`.

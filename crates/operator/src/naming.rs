@@ -40,6 +40,10 @@ pub const SURVIVOR_LOOKS_ANNOTATION: &str = "etcd.database.coreos.com/survivor-l
 /// EtcdCluster annotation: per member, the raft index the operator saw it acknowledge (JSON
 /// `progress::Progress`). A member restarts on its volume only if the data there reaches it.
 pub const MEMBER_PROGRESS_ANNOTATION: &str = "etcd.database.coreos.com/member-progress";
+/// EtcdCluster annotation: the node each member pod was last seen on (JSON, pod to node), kept
+/// after a pod object is gone while it may still be a member (`nodes`): a gone pod's process is
+/// known to have stopped only from its node.
+pub const MEMBER_NODES_ANNOTATION: &str = "etcd.database.coreos.com/member-nodes";
 /// EtcdCluster annotation: the last spec that passed validation (JSON). An invalid edit is
 /// refused while the cluster keeps healing under this one.
 pub const LAST_VALID_SPEC_ANNOTATION: &str = "etcd.database.coreos.com/last-valid-spec";

@@ -104,6 +104,14 @@ pub struct Observed {
     pub defrag_asked: Option<Option<String>>,
     /// Seconds since the operator first saw that request (`naming::DEFRAGMENT_ASKED_AT_ANNOTATION`).
     pub defrag_asked_secs: Option<i64>,
+    /// The node each member pod was last seen on (`nodes`: the `member-nodes` mark), including
+    /// pods whose object is gone.
+    pub member_nodes: crate::nodes::MemberNodes,
+    /// The Nodes read for this look, by name: those of member pods that are not Ready and of
+    /// members whose pod object is gone (none read while every pod is Ready).
+    pub nodes: BTreeMap<String, crate::nodes::NodeState>,
+    /// Why Nodes could not be read (no permission, say): node loss is then never assumed.
+    pub nodes_error: Option<String>,
 }
 
 impl Default for Observed {
@@ -146,6 +154,9 @@ impl Default for Observed {
             hibernation_started: false,
             defrag_asked: None,
             defrag_asked_secs: None,
+            member_nodes: Default::default(),
+            nodes: BTreeMap::new(),
+            nodes_error: None,
         }
     }
 }
@@ -175,6 +186,8 @@ pub enum Since {
 pub struct PodState {
     pub name: String,
     pub ip: Option<String>,
+    /// The node it was scheduled to (`spec.nodeName`), once scheduled.
+    pub node: Option<String>,
     /// Pod phase: Pending, Running, Succeeded, Failed, Unknown.
     pub phase: String,
     /// The Ready condition is True.

@@ -174,6 +174,14 @@ pub const PERMISSIONS: &[Permission] = &[
         why: "leader election: read and renew the operator's Lease and the cluster-wide one",
     },
     Permission {
+        group: "",
+        resource: "nodes",
+        verbs: &["get"],
+        scope: Scope::Cluster,
+        names: &[],
+        why: "read the Node of a member that is not Ready (is it lost, cut off, or declared out of service?) before replacing or recovering anything (spec.recovery.nodeLoss)",
+    },
+    Permission {
         group: "apiextensions.k8s.io",
         resource: "customresourcedefinitions",
         verbs: &["get", "list", "watch", "create"],

@@ -25,6 +25,7 @@ use crate::validation::QuorumLossPolicy;
 pub mod auth_secrets;
 mod backups;
 mod desired;
+mod nodes;
 mod pods;
 pub use pods::is_ready;
 mod tls;
@@ -290,7 +291,17 @@ pub async fn observe(
             .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok())
             // Unclamped: a mark in the future (a clock ahead) is written again (`decide`).
             .map(|t| now.as_second() - t.as_second()),
+        member_nodes: crate::nodes::parse_member_nodes(annotations.get(naming::MEMBER_NODES_ANNOTATION)),
+        nodes: BTreeMap::new(),
+        nodes_error: None,
     };
+    let wanted = nodes::wanted(&o);
+    if !wanted.is_empty() {
+        match nodes::read(client, &wanted, now.as_second()).await {
+            Ok(n) => o.nodes = n,
+            Err(e) => o.nodes_error = Some(e),
+        }
+    }
     // Only when a member is due for defragmentation: is a backup of this cluster running?
     if crate::planner::may_defragment(&o) {
         o.backup_running = backups::running_backup(client, &o.namespace, &o.name).await;

@@ -73,6 +73,7 @@ pub fn pod_state(p: &Pod, now: k8s_openapi::jiff::Timestamp) -> PodState {
     PodState {
         name: p.name_any(),
         ip: status.pod_ip.clone().filter(|ip| !ip.is_empty()),
+        node: p.spec.as_ref().and_then(|s| s.node_name.clone()).filter(|n| !n.is_empty()),
         phase: status.phase.clone().unwrap_or_else(|| "Pending".into()),
         ready,
         deleting: p.metadata.deletion_timestamp.is_some(),

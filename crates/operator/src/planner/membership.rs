@@ -234,6 +234,10 @@ pub(super) fn with_etcd(o: &Observed, d: &Desired, etcd: &EtcdState) -> Step {
         return step;
     }
 
+    // Members out of reach on a node that has not been Ready for the grace period.
+    if let Some(step) = super::node_loss::replace(o, d, etcd, healthy_voters) {
+        return step;
+    }
     if let Some(step) = heal(o, etcd) {
         return step;
     }
@@ -382,6 +386,9 @@ fn resize(o: &Observed, d: &Desired, etcd: &EtcdState, healthy_voters: usize, vo
     // Every voter must be healthy before the next membership change; one whose pod cannot run
     // holds up only what needs it (`failing::beside`).
     if let Some(m) = etcd.voters().find(|m| !healthy(o, m) && !super::failing::is_failing(o, m)) {
+        if let Some(step) = super::node_loss::waiting_for(o, d, m) {
+            return step;
+        }
         let what = if m.started() { "is not healthy yet" } else { "has not started yet" };
         return wait(WaitReason::MemberStarting, format!("member {} {what}; the next change waits for it", m.pod));
     }

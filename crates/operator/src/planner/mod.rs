@@ -24,6 +24,7 @@ pub mod failing;
 pub mod hibernation;
 pub mod maintenance;
 mod membership;
+mod node_loss;
 #[cfg(test)]
 mod proptests;
 #[cfg(test)]
@@ -50,6 +51,8 @@ mod tests_failures;
 mod tests_healing;
 #[cfg(test)]
 mod tests_membership;
+#[cfg(test)]
+mod tests_node_loss;
 #[cfg(test)]
 mod tests_pod_security;
 #[cfg(test)]

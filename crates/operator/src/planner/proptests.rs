@@ -82,6 +82,28 @@ impl Gen {
             .collect();
         (looks, seen, 950 + (l as i64 * 7) % 100)
     }
+
+    /// The node of voter `i` (`n<i>`, recorded for gone pods too) as read: for a pod that is not
+    /// healthy, 0 Ready, 1 not Ready for 30 s, 2 not Ready for 900 s, 3 not Ready for 900 s and
+    /// declared out of service; derived from `lost_for` like the looks.
+    fn node_of(&self, i: usize) -> crate::nodes::NodeState {
+        let mode = if self.pods[i] == Pod::Healthy { 0 } else { (self.lost_for.unwrap_or(0) as usize / 7 + i) % 4 };
+        crate::nodes::NodeState {
+            exists: true,
+            ready: mode == 0,
+            not_ready_secs: match mode {
+                0 => None,
+                1 => Some(30),
+                _ => Some(900),
+            },
+            out_of_service: mode == 3,
+        }
+    }
+
+    /// Members with a volume are replaced after their node's loss (`volumeMembers: Replace`).
+    fn replace_volume_members(&self) -> bool {
+        self.lost_for.unwrap_or(0) % 3 == 0
+    }
 }
 
 fn pod_state() -> impl Strategy<Value = Pod> {
@@ -168,6 +190,7 @@ fn observed(g: &Gen) -> Observed {
     let mut desired = validate("ex", &spec);
     if let Ok(d) = desired.as_mut() {
         d.recovery.after_secs = 60;
+        d.recovery.node_loss.volume_after_secs = g.replace_volume_members().then_some(600);
         d.recovery.quorum_loss = match g.policy {
             0 => QuorumLossPolicy::Wait,
             1 => QuorumLossPolicy::FromSurvivor,
@@ -203,6 +226,7 @@ fn observed(g: &Gen) -> Observed {
                     PodState {
                         name: n.clone(),
                         ip: Some(format!("10.0.0.{i}")),
+                        node: Some(format!("n{i}")),
                         phase: if state == Pod::Dead { "Failed" } else { "Running" }.into(),
                         ready: state == Pod::Healthy,
                         deleting: state == Pod::Terminating,
@@ -286,6 +310,8 @@ fn observed(g: &Gen) -> Observed {
             o.survivor_looks.members.insert(name(i), seen);
         }
         add(&mut o, i, i as u64 + 1, state, false, true, 1000, g.old_version[i]);
+        o.member_nodes.insert(name(i), format!("n{i}"));
+        o.nodes.insert(format!("n{i}"), g.node_of(i));
         let (present, deleting) = g.volumes[i];
         if g.pvc && present {
             o.pvcs.insert(

@@ -123,16 +123,29 @@ pub(super) fn check(o: &Observed, step: &Step) -> Result<(), TestCaseError> {
             let running = |p: &&crate::observed::PodState| {
                 is_voter && !p.deleting && !p.is_dead() && p.volume_refused.is_none() && members <= size
             };
+            // Out of reach on a node that has not been Ready for the grace period (the pod not
+            // Ready, etcd giving no healthy status): lost with its node.
+            let grace = o.desired.as_ref().map_or(i64::MAX, |d| d.recovery.node_loss.after_secs);
+            let node_lost = |p: &crate::observed::PodState| {
+                !p.ready
+                    && !healthy.contains(id)
+                    && p.node
+                        .as_ref()
+                        .and_then(|n| o.nodes.get(n))
+                        .is_some_and(|n| n.exists && !n.ready && n.not_ready_secs.is_some_and(|s| s >= grace))
+            };
             if let Some(p) = pod.filter(running) {
                 // A claim the pod mounts counts unless the cache shows it being deleted.
                 let live_volume = p.uses_pvc && o.pvcs.get(&p.name).is_none_or(|v| !v.deleting);
+                prop_assert!(!live_volume, "removed {} with the volume that may hold its data", p.name);
+            }
+            if let Some(p) = pod.filter(running).filter(|p| !node_lost(p)) {
                 let current = o.desired.as_ref().is_ok_and(|d| {
                     p.spec_hash.as_ref() == Some(&d.pod_hash_for(o.pvcs.get(&p.name).is_some_and(|v| v.root_data)))
                 });
                 let long = p.restarts >= super::failing::CRASH_LOOP_RESTARTS
                     && p.unready_secs.is_some_and(|s| s >= super::failing::CRASH_LOOP_SECS);
                 prop_assert!(p.problem.is_some(), "removed {} whose pod runs", p.name);
-                prop_assert!(!live_volume, "removed {} with the volume that may hold its data", p.name);
                 prop_assert!(
                     long || !current || p.uses_pvc,
                     "replaced {}, which crashed only briefly under the current spec",
@@ -206,8 +219,24 @@ pub(super) fn check(o: &Observed, step: &Step) -> Result<(), TestCaseError> {
             );
         }
         Step::RetireVolume { pod, claim, .. } => {
+            // Refused by its data check, or its member lost with its node under
+            // `volumeMembers: Replace` (with a quorum: it is then replaced).
             let p = o.pods.get(pod);
-            prop_assert!(p.is_some_and(|p| p.volume_refused.is_some()), "retired {pod}'s volume, not refused");
+            let d = o.desired.as_ref().expect("valid");
+            let node_lost = p.is_some_and(|p| {
+                !p.ready
+                    && p.node.as_ref().and_then(|n| o.nodes.get(n)).is_some_and(|n| {
+                        !n.ready
+                            && d.recovery
+                                .node_loss
+                                .volume_after_secs
+                                .is_some_and(|a| n.not_ready_secs.is_some_and(|s| s >= a))
+                    })
+            });
+            prop_assert!(
+                p.is_some_and(|p| p.volume_refused.is_some()) || node_lost && had_quorum,
+                "retired {pod}'s volume, not refused nor lost with its node under a quorum"
+            );
             prop_assert!(o.pvcs.get(pod).is_some_and(|v| v.name == *claim), "retired a claim not {pod}'s");
         }
         Step::RestartAsRoot { pod, .. } => {
@@ -238,6 +267,18 @@ pub(super) fn check(o: &Observed, step: &Step) -> Result<(), TestCaseError> {
         }
         Step::Recover(r) => {
             prop_assert!(!had_quorum, "disaster recovery with a healthy quorum");
+            // Never beside a member whose pod object is gone while its node, not Ready and not
+            // declared out of service, may still run it (a partition's majority side).
+            for m in
+                o.etcd.iter().flat_map(|e| e.members.iter()).filter(|m| !m.is_learner && !o.pods.contains_key(&m.pod))
+            {
+                let node = o.member_nodes.get(&m.pod).and_then(|n| o.nodes.get(n));
+                prop_assert!(
+                    !node.is_some_and(|n| n.exists && !n.ready && !n.out_of_service),
+                    "recovered while {} may still run on a node that is not Ready",
+                    m.pod
+                );
+            }
             let d = o.desired.as_ref().expect("valid");
             prop_assert!(d.recovery.quorum_loss != QuorumLossPolicy::Wait, "recovered without the user opting in");
             prop_assert!(o.quorum_lost_secs.unwrap_or(0) >= d.recovery.after_secs, "recovered before afterSeconds");

@@ -35,7 +35,8 @@ impl RecoveryRecord {
 
 /// Voters that can never come back, each with why: no pod and no volume (a retired one is none),
 /// a pod that ended without a volume, or a volume its data check refused. (A pod still being
-/// deleted is not counted: it may still run.)
+/// deleted is not counted: it may still run. Nor is a pod object that is gone while its node
+/// gives no evidence that the process stopped: `nodes::stopped_evidence`.)
 pub fn cannot_return(o: &Observed, etcd: &EtcdState) -> Vec<String> {
     etcd.voters().filter_map(|m| lost_why(o, m).map(|why| format!("{}: {why}", m.pod))).collect()
 }
@@ -51,10 +52,45 @@ pub(super) fn lost_why(o: &Observed, m: &MemberState) -> Option<String> {
         // reported as such.
         Some(p) if !p.is_dead() => None,
         _ if volume.is_some() => None,
-        _ if o.retired_pvcs.contains_key(&m.pod) => Some("its volume was retired (its data check refused it)".into()),
+        // The kubelet reported the end: the process is gone.
+        Some(p) if o.retired_pvcs.contains_key(&m.pod) => {
+            Some(format!("its pod ended ({}) and its volume was retired", p.phase))
+        }
         Some(p) => Some(format!("its pod ended ({}) and it had no volume", p.phase)),
-        None => Some("its pod is gone and it had no volume".into()),
+        // The object is gone: only its node tells whether the process stopped (a pod
+        // force-deleted on a node cut off from the API server keeps running there).
+        None => {
+            let what = if o.retired_pvcs.contains_key(&m.pod) { "its volume was retired" } else { "it had no volume" };
+            match gone_pod_stopped(o, &m.pod) {
+                Ok(evidence) if evidence.is_empty() => Some(format!("its pod is gone and {what}")),
+                Ok(evidence) => Some(format!("its pod is gone and {what}; {evidence}")),
+                Err(_) => None,
+            }
+        }
     }
+}
+
+/// Whether a voter whose pod object is gone certainly stopped: the evidence, or why it may
+/// still run. A pod the operator never saw on a node (never scheduled, or gone before this
+/// operator version recorded nodes) ran nowhere it knows of: taken as stopped, as before
+/// (empty evidence).
+pub(super) fn gone_pod_stopped(o: &Observed, pod: &str) -> Result<String, String> {
+    let Some(node) = o.member_nodes.get(pod) else {
+        return Ok(String::new());
+    };
+    if let Some(e) = &o.nodes_error {
+        return Err(format!("it ran on node {node}, which could not be read ({e}), so it may still run there"));
+    }
+    crate::nodes::stopped_evidence(node, o.nodes.get(node))
+}
+
+/// Voters whose pod object is gone but that may still run on a node that is not Ready, each
+/// with why: a quorum loss they make is not one to recover from.
+pub fn may_still_run(o: &Observed, etcd: &EtcdState) -> Vec<String> {
+    etcd.voters()
+        .filter(|m| !o.pods.contains_key(&m.pod) && o.pvcs.get(&m.pod).is_none_or(|v| v.deleting))
+        .filter_map(|m| gone_pod_stopped(o, &m.pod).err().map(|why| format!("{}: {why}", m.pod)))
+        .collect()
 }
 
 /// True when the cluster formed, has no quorum, and fewer than a quorum of its voters can ever
@@ -113,6 +149,16 @@ pub(super) fn no_quorum(o: &Observed, d: &Desired, etcd: &EtcdState, healthy: us
             ),
         );
     }
+    let uncertain = may_still_run(o, etcd);
+    if voters - lost.len() >= quorum && !uncertain.is_empty() {
+        return wait(
+            WaitReason::NoQuorum,
+            format!(
+                "only {healthy} of {voters} voting members are healthy, a quorum needs {quorum}; members whose pod objects are gone may still run on nodes that are not Ready, where the other side of a partition may hold the quorum and serve clients: no recovery and no membership change while they may ({})",
+                uncertain.join("; ")
+            ),
+        );
+    }
     if voters - lost.len() >= quorum {
         return wait(
             WaitReason::NoQuorum,
@@ -165,6 +211,22 @@ pub(super) fn all_lost(o: &Observed, d: &Desired) -> Step {
     }
     lost += "; the operator does not start an empty cluster in its place";
     let lost = lost.as_str();
+    // Every pod object is gone, but not necessarily every process: one force-deleted on a node
+    // cut off from the API server may serve on there. No second cluster beside it.
+    let uncertain: Vec<String> = o
+        .member_nodes
+        .keys()
+        .filter_map(|pod| gone_pod_stopped(o, pod).err().map(|why| format!("{pod}: {why}")))
+        .collect();
+    if !uncertain.is_empty() {
+        return wait(
+            WaitReason::DataLost,
+            format!(
+                "{lost}; members may still run on nodes that are not Ready, so no cluster is started in their place ({})",
+                uncertain.join("; ")
+            ),
+        );
+    }
     match &d.recovery.quorum_loss {
         QuorumLossPolicy::FromBackup { backup } if o.quorum_lost_secs.unwrap_or(0) >= d.recovery.after_secs => {
             from_backup(o, d, backup, &[], vec!["every member: pod and data gone".into()], 0).unwrap_or_else(|why| {

@@ -221,12 +221,15 @@ pub enum Removal {
     LearnerLost,
     /// It cannot run: crash-looping, made from an earlier spec, or a learner that cannot start.
     CannotRun,
+    /// Out of reach on a node that has not been Ready for longer than `spec.recovery.nodeLoss`
+    /// allows (its data, on that node, with it).
+    NodeLost,
 }
 
 impl Removal {
     /// A replacement after its data was lost: what status reports as `Recovering`.
     pub fn replaces_a_loss(self) -> bool {
-        matches!(self, Removal::PodGone | Removal::VolumeLost)
+        matches!(self, Removal::PodGone | Removal::VolumeLost | Removal::NodeLost)
     }
 }
 
@@ -317,6 +320,9 @@ pub enum WaitReason {
     Hibernating,
     /// Hibernated: no member runs; the volumes and the membership are kept.
     Hibernated,
+    /// A member is out of reach on a node that is not Ready: replaced after the grace of
+    /// `spec.recovery.nodeLoss`, or (with a volume, by default) waited for (`planner::node_loss`).
+    NodeNotReady,
 }
 
 impl WaitReason {
@@ -349,6 +355,7 @@ impl WaitReason {
             WaitReason::MembersUnreachable => "MembersUnreachable",
             WaitReason::Hibernating => "Hibernating",
             WaitReason::Hibernated => "Hibernated",
+            WaitReason::NodeNotReady => "NodeNotReady",
         }
     }
 
@@ -368,6 +375,7 @@ impl WaitReason {
                 | WaitReason::Corrupt
                 | WaitReason::AuthRefused
                 | WaitReason::TlsMaterialRefused
+                | WaitReason::NodeNotReady
         )
     }
 }

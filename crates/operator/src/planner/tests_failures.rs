@@ -31,7 +31,7 @@ pub(super) fn lose_pods(o: &mut Observed, ids: &[u64]) {
 }
 
 pub(super) fn with_policy(o: &mut Observed, quorum_loss: QuorumLossPolicy, lost_for: Option<i64>) {
-    o.desired.as_mut().unwrap().recovery = Policy { quorum_loss, after_secs: 60 };
+    o.desired.as_mut().unwrap().recovery = Policy { quorum_loss, after_secs: 60, ..Default::default() };
     o.quorum_lost_secs = lost_for;
 }
 

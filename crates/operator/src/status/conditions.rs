@@ -28,6 +28,10 @@ pub const ETCD_FLAGS_TRANSLATED: &str = "EtcdFlagsTranslated";
 /// A running cluster turns TLS on or off (`planner::tls_transition::progress`): the phase as
 /// reason, the member being moved and what clients see in the message.
 pub const TLS_TRANSITION: &str = "TLSTransition";
+/// Claims the operator retired (kept, never used or deleted again: their data check refused
+/// them, or their member was replaced after its node was lost): each named, with why. True
+/// while one exists; a person deletes them.
+pub const VOLUMES_RETIRED: &str = "VolumesRetired";
 
 pub(super) fn cond(type_: &str, ok: bool, reason: &str, message: impl Into<String>) -> Condition {
     Condition {
@@ -276,6 +280,10 @@ pub(super) fn update(
         Some((reason, msg)) => condition::upsert(cs, cond(ETCD_ADVISORY, true, reason, msg), now),
         None => condition::remove(cs, ETCD_ADVISORY),
     }
+    match retired_volumes(o) {
+        Some(msg) => condition::upsert(cs, cond(VOLUMES_RETIRED, true, "ClaimsKept", msg), now),
+        None => condition::remove(cs, VOLUMES_RETIRED),
+    }
     match translated_flags(o) {
         Some(msg) => condition::upsert(cs, cond(ETCD_FLAGS_TRANSLATED, true, "ExperimentalFlagsRenamed", msg), now),
         None => condition::remove(cs, ETCD_FLAGS_TRANSLATED),
@@ -329,6 +337,22 @@ fn advisory(o: &Observed) -> Option<(&'static str, String)> {
             "{} run etcd 3.5.0-3.5.2: a member killed under load can come back without writes it had applied and serve stale or divergent data (etcd#13766, fixed in 3.5.3); set spec.version to 3.5.3 or later",
             list.join(", ")
         ),
+    ))
+}
+
+/// The retired claims, each with its member and why.
+fn retired_volumes(o: &Observed) -> Option<String> {
+    if o.retired_pvcs.is_empty() {
+        return None;
+    }
+    let each: Vec<String> = o
+        .retired_pvcs
+        .values()
+        .map(|v| format!("{} (member {}: {})", v.name, v.member, v.retired.as_deref().unwrap_or("retired")))
+        .collect();
+    Some(format!(
+        "claims kept but no longer used, never deleted by the operator: {}; delete each once its data is no longer needed",
+        each.join("; ")
     ))
 }
 

@@ -18,7 +18,10 @@ pub use maintenance::{
 };
 pub use network_policy::{NetworkAccess, same_namespace as default_clients};
 pub use pod_policy::{ETCD_ENV_PREFIX, MAX_DNS_TIMEOUT_SECS, is_dns1035_label, is_dns1123_label};
-pub use recovery::{DEFAULT_RECOVERY_AFTER_SECS, MAX_RECOVERY_AFTER_SECS, QuorumLossPolicy, RecoverySettings};
+pub use recovery::{
+    DEFAULT_NODE_LOSS_AFTER_SECS, DEFAULT_RECOVERY_AFTER_SECS, DEFAULT_VOLUME_NODE_LOSS_AFTER_SECS,
+    MAX_RECOVERY_AFTER_SECS, NodeLossSettings, QuorumLossPolicy, RecoverySettings,
+};
 
 use etcd_operator_api::EtcdClusterSpec;
 use etcd_operator_api::cluster::{DEFAULT_REPOSITORY, DEFAULT_VERSION, PodPolicy};

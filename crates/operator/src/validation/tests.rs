@@ -353,3 +353,41 @@ fn the_trust_bundle_is_part_of_the_pod_hash_only_with_auto_tls() {
     d.tls_trust = Some("bbbb".into());
     assert!(a != plain && a != d.pod_hash());
 }
+
+#[test]
+fn node_loss_defaults_to_a_minute_for_members_without_a_volume_and_waiting_for_the_others() {
+    let d = validate("a", &spec(3, "")).unwrap();
+    assert_eq!(d.recovery.node_loss, NodeLossSettings { after_secs: 60, volume_after_secs: None });
+    let mut s = spec(3, "");
+    s.recovery = Some(etcd_operator_api::cluster::RecoveryPolicy {
+        node_loss: Some(etcd_operator_api::cluster::NodeLossPolicy {
+            volume_members: "Replace".into(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    let d = validate("a", &s).unwrap();
+    assert_eq!(d.recovery.node_loss, NodeLossSettings { after_secs: 60, volume_after_secs: Some(600) });
+}
+
+#[test]
+fn node_loss_settings_out_of_range_or_unknown_are_refused() {
+    let with = |n: etcd_operator_api::cluster::NodeLossPolicy| {
+        let mut s = spec(3, "");
+        s.recovery = Some(etcd_operator_api::cluster::RecoveryPolicy { node_loss: Some(n), ..Default::default() });
+        validate("a", &s)
+    };
+    use etcd_operator_api::cluster::NodeLossPolicy as N;
+    let e = with(N { after_seconds: Some(-1), ..Default::default() }).unwrap_err();
+    assert!(e[0].contains("nodeLoss.afterSeconds -1"), "{e:?}");
+    let e = with(N { volume_members: "Delete".into(), ..Default::default() }).unwrap_err();
+    assert!(e[0].contains("\"Delete\" is not one of Wait, Replace"), "{e:?}");
+    // A time for volume members that would never be used is a mistake worth saying.
+    let e = with(N { volume_after_seconds: Some(30), ..Default::default() }).unwrap_err();
+    assert!(e[0].contains("only with volumeMembers: Replace"), "{e:?}");
+    let e = with(N { volume_members: "Replace".into(), volume_after_seconds: Some(604_801), ..Default::default() })
+        .unwrap_err();
+    assert!(e[0].contains("volumeAfterSeconds 604801"), "{e:?}");
+    let d = with(N { volume_members: "Replace".into(), volume_after_seconds: Some(0), ..Default::default() }).unwrap();
+    assert_eq!(d.recovery.node_loss.volume_after_secs, Some(0));
+}

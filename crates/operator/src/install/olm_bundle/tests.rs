@@ -300,11 +300,16 @@ fn the_install_strategy_is_the_manifests_deployment_and_rbac() {
     }
     assert_eq!(ours, theirs);
     // Permissions: rbac.rs's namespaced table for the operator's ServiceAccount; no
-    // cluster-scoped permission without the CRD install.
+    // cluster-scoped permission without the CRD install but reading Nodes by name.
     let [p] = &st.spec.permissions[..] else { panic!("one permissions entry") };
     assert_eq!(p.service_account_name, OPERATOR_NAME);
     assert_eq!(p.rules, crate::install::manifests::rules(|p| p.scope == Scope::Namespaced));
-    assert!(st.spec.cluster_permissions.is_empty(), "{:?}", st.spec.cluster_permissions);
+    let [c] = &st.spec.cluster_permissions[..] else { panic!("one clusterPermissions entry") };
+    assert_eq!(
+        c.rules,
+        crate::install::manifests::rules(|p| p.scope == Scope::Cluster && p.resource == "nodes"),
+        "{c:?}"
+    );
     // The namespaced verbs the start-up check asks for when `-create-crd=false` are all there.
     for perm in crate::install::rbac::PERMISSIONS.iter().filter(|p| p.scope == Scope::Namespaced) {
         assert!(p.rules.iter().any(|r| r.resources.as_deref() == Some(&[perm.resource.to_string()][..])), "{perm:?}");
