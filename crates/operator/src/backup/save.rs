@@ -257,12 +257,15 @@ async fn retention(
     use super::archive::restorable_ranges::SnapshotRef;
     use super::archive::retention;
     let base = loc.key.as_str();
-    let listed = match series::list_keys(store, base).await {
+    let (listed, modified_ms) = match series::list_objects(store, base).await {
         Err(e) => {
             report.warnings.push(format!("retention skipped: {e}"));
-            None
+            (None, std::collections::BTreeMap::new())
         }
-        Ok(keys) => Some(keys),
+        Ok(objects) => {
+            let modified: std::collections::BTreeMap<String, i64> = objects.iter().cloned().collect();
+            (Some(objects.into_iter().map(|(k, _)| k).collect::<Vec<String>>()), modified)
+        }
     };
     let series: Vec<String> = match &listed {
         Some(keys) => keys.iter().filter(|k| location::parse_periodic(base, k).is_some()).cloned().collect(),
@@ -311,21 +314,26 @@ async fn retention(
         .collect();
     let by_count =
         (args.max_backups > 0).then(|| location::to_delete(base, &series, args.max_backups, key, &mine, &origins));
-    let now_ms = meta.time.parse::<k8s_openapi::jiff::Timestamp>().map(|t| t.as_millisecond()).unwrap_or(0);
-    let doomed = if mine.known() && rules && unreadable.is_empty() {
-        retention::plan(&retention::Inputs {
-            cluster_id: &meta.cluster_id,
-            mine: &mine_keys,
-            snapshots: &snapshots,
-            segments: &segments,
-            by_count: by_count.as_deref(),
-            window_ms: (args.retention_secs > 0)
-                .then(|| i64::try_from(args.retention_secs.saturating_mul(1000)).unwrap_or(i64::MAX)),
-            now_ms,
-        })
-    } else {
-        retention::Deletions::default()
-    };
+    // The window on the store's clock (`retention::on_store_clock`), not this pod's.
+    let on_store_clock = retention::on_store_clock(&snapshots, &modified_ms, key);
+    if on_store_clock.is_none() && listed.is_some() && rules {
+        report.warnings.push(format!("retention skipped: the snapshot just written ({key}) is not listed yet"));
+    }
+    let doomed =
+        if let Some((timed, now_ms)) = on_store_clock.filter(|_| mine.known() && rules && unreadable.is_empty()) {
+            retention::plan(&retention::Inputs {
+                cluster_id: &meta.cluster_id,
+                mine: &mine_keys,
+                snapshots: &timed,
+                segments: &segments,
+                by_count: by_count.as_deref(),
+                window_ms: (args.retention_secs > 0)
+                    .then(|| i64::try_from(args.retention_secs.saturating_mul(1000)).unwrap_or(i64::MAX)),
+                now_ms,
+            })
+        } else {
+            retention::Deletions::default()
+        };
     let mut deleted: Vec<String> = Vec::new();
     for old in doomed.snapshots.iter().filter(|k| k.as_str() != key) {
         let mut ok = true;

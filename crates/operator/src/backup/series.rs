@@ -17,6 +17,12 @@ use super::store;
 /// Every key next to `base` (same directory) that starts with its name: snapshots, sidecars,
 /// and the archive's segments.
 pub async fn list_keys(store: &dyn ObjectStore, base: &str) -> Result<Vec<String>, PodError> {
+    Ok(list_objects(store, base).await?.into_iter().map(|(k, _)| k).collect())
+}
+
+/// [`list_keys`] with each object's last-modified time (milliseconds) on the store's clock:
+/// times of one clock, whatever the clocks of the pods that wrote them say.
+pub async fn list_objects(store: &dyn ObjectStore, base: &str) -> Result<Vec<(String, i64)>, PodError> {
     let dir = base.rsplit_once('/').map(|(d, _)| d);
     let prefix = dir.map(object_store::path::Path::from);
     let mut out = Vec::new();
@@ -25,7 +31,7 @@ pub async fn list_keys(store: &dyn ObjectStore, base: &str) -> Result<Vec<String
         let meta = item.map_err(|e| format!("list {base}: {}", store::why(&e)))?;
         let k = meta.location.to_string();
         if k.starts_with(base) {
-            out.push(k);
+            out.push((k, meta.last_modified.timestamp_millis()));
         }
     }
     Ok(out)

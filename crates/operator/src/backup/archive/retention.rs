@@ -135,6 +135,25 @@ pub fn plan(i: &Inputs) -> Deletions {
     }
 }
 
+/// The window's inputs on the store's clock: each snapshot's time is its object's
+/// last-modified time and "now" the one of the snapshot just written (`just_written`), so that
+/// a backup pod whose node's clock is off (or two EtcdBackups' pods on nodes whose clocks
+/// differ) cannot put kept snapshots outside the window. A snapshot's upload ends after etcd
+/// took it: on this clock it looks younger, which keeps more, never less. `None` when the
+/// snapshot just written is not listed: no "now" on that clock, so nothing may be deleted.
+pub fn on_store_clock(
+    snapshots: &[SnapshotRef],
+    modified_ms: &std::collections::BTreeMap<String, i64>,
+    just_written: &str,
+) -> Option<(Vec<SnapshotRef>, i64)> {
+    let now = *modified_ms.get(just_written)?;
+    let snaps = snapshots
+        .iter()
+        .map(|s| SnapshotRef { taken_ms: modified_ms.get(&s.key).copied().unwrap_or(now), ..s.clone() })
+        .collect();
+    Some((snaps, now))
+}
+
 /// Keys to delete so that every moment since `now_ms - window_ms` stays restorable. Nothing is
 /// deleted without a floor (no snapshot old enough yet: everything is still inside the window).
 pub fn by_window(snapshots: &[SnapshotRef], segments: &[SegmentRef], now_ms: i64, window_ms: i64) -> Deletions {
@@ -242,6 +261,49 @@ mod tests {
         let snaps = (0..hours).map(|h| snap(100 * (h + 1), h)).collect();
         let segs = (0..(hours - 1) * 10).map(|i| seg(100, 101 + i * 10, 110 + i * 10, i / 10)).collect();
         (snaps, segs)
+    }
+
+    /// A backup pod whose clock is three days ahead: on its own clock (its sidecar times) the
+    /// two snapshots of the last two hours look three days old and one of them goes although a
+    /// 24 h window must keep both; on the store's clock nothing is outside the window.
+    #[test]
+    fn a_pod_clock_ahead_deletes_nothing_inside_the_window_on_the_stores_clock() {
+        let now = 1000 * H;
+        let snaps = [snap(100, 998), snap(200, 999), SnapshotRef { taken_ms: now + 72 * H, ..snap(300, 0) }];
+        let on_pod_clock = run(&snaps, &[], None, Some(24), 1000 + 72);
+        assert_eq!(on_pod_clock.snapshots, ["b_v100"], "the skewed clock deletes inside the window");
+        let modified = std::collections::BTreeMap::from([
+            ("b_v100".to_string(), 998 * H + 5),
+            ("b_v200".to_string(), 999 * H + 5),
+            ("b_v300".to_string(), now + 5),
+        ]);
+        let (store_snaps, store_now) = on_store_clock(&snaps, &modified, "b_v300").unwrap();
+        assert_eq!(store_now, now + 5);
+        let d = plan(&Inputs {
+            cluster_id: "c1",
+            mine: &keys(&snaps),
+            snapshots: &store_snaps,
+            segments: &[],
+            by_count: None,
+            window_ms: Some(24 * H),
+            now_ms: store_now,
+        });
+        assert_eq!(d, Deletions::default());
+        // Days later on the store's clock the window does apply.
+        let later: std::collections::BTreeMap<String, i64> =
+            modified.iter().map(|(k, v)| (k.clone(), if k == "b_v300" { v + 48 * H } else { *v })).collect();
+        let (s, n) = on_store_clock(&snaps, &later, "b_v300").unwrap();
+        let d = plan(&Inputs {
+            cluster_id: "c1",
+            mine: &keys(&snaps),
+            snapshots: &s,
+            segments: &[],
+            by_count: None,
+            window_ms: Some(24 * H),
+            now_ms: n,
+        });
+        assert_eq!(d.snapshots, ["b_v100"]);
+        assert!(on_store_clock(&snaps, &modified, "b_v400").is_none(), "not listed: no now");
     }
 
     /// `maxBackups` as `location::to_delete` decides it: all but the `max` newest.
