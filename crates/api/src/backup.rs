@@ -312,6 +312,10 @@ pub struct RestorableRange {
     /// Where the snapshot is, e.g. `s3://bucket/key_v1234_2026-11-23-020000`.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub snapshot: String,
+    /// The range ends at its snapshot because the archive segment it continued into could not
+    /// be read when it was listed: the archiver's progress does not extend it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cut_short: bool,
 }
 
 /// The outcome of one restore drill.

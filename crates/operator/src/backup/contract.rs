@@ -588,6 +588,7 @@ mod tests {
                         from_time: "2026-01-01T00:00:00Z".into(),
                         to_time: "2026-01-01T00:10:00Z".into(),
                         snapshot: format!("s3://b/{}_v{i}", "k".repeat(100)),
+                        cut_short: true,
                     })
                     .collect(),
             ),

@@ -37,6 +37,7 @@ pub fn for_status(ranges: &[Range], url: impl Fn(&str) -> String) -> Vec<Restora
             from_time: whole_seconds(r.from_ms),
             to_time: whole_seconds(r.to_ms),
             snapshot: url(&r.snapshot.key),
+            cut_short: false,
         })
         .collect();
     tidy(out)
@@ -70,7 +71,9 @@ fn tidy(mut rs: Vec<RestorableRange>) -> Vec<RestorableRange> {
 
 /// The ranges with the archiver's progress since they were listed: a range of the archived
 /// cluster that ends inside the archiver's current chain (at or after the snapshot it continues)
-/// reaches its durable revision and time now. Others are left as they are.
+/// reaches its durable revision and time now. Others are left as they are, and so is a range
+/// the backup pod cut short at its snapshot (a segment after it could not be read): the
+/// archiver's word does not make that segment readable.
 pub fn extend(ranges: &[RestorableRange], archive: Option<&ArchiveStatus>) -> Vec<RestorableRange> {
     let Some(a) = archive.filter(|a| !a.cluster_id.is_empty()) else { return ranges.to_vec() };
     let Some(durable_time) = a.durable_time.as_deref().filter(|t| t.parse::<Timestamp>().is_ok()) else {
@@ -80,7 +83,11 @@ pub fn extend(ranges: &[RestorableRange], archive: Option<&ArchiveStatus>) -> Ve
         .iter()
         .map(|r| {
             let mut r = r.clone();
-            if r.cluster_id == a.cluster_id && a.base_revision <= r.to_revision && r.to_revision < a.durable_revision {
+            if !r.cut_short
+                && r.cluster_id == a.cluster_id
+                && a.base_revision <= r.to_revision
+                && r.to_revision < a.durable_revision
+            {
                 r.to_revision = a.durable_revision;
                 r.to_time = durable_time.to_string();
             }
@@ -217,6 +224,7 @@ mod tests {
             from_time: from_time.into(),
             to_time: to_time.into(),
             snapshot: format!("s3://b/k_v{from}"),
+            cut_short: false,
         }
     }
 
@@ -297,6 +305,17 @@ mod tests {
         // A chain the archiver started after a gap (base 450) does not extend ranges before it.
         let after_gap = ArchiveStatus { base_revision: 450, ..archive() };
         assert_eq!(spans(&extend(&listed, Some(&after_gap))), [(100, 900), (50, 80), (100, 300), (400, 400)]);
+        // A range the backup pod cut short at its snapshot (the segment after it unreadable)
+        // stays so, although the archiver's chain starts there.
+        let cut = [RestorableRange {
+            cut_short: true,
+            ..range("c1", 100, 100, "2026-01-01T11:00:00Z", "2026-01-01T11:00:00Z")
+        }];
+        assert_eq!(spans(&extend(&cut, Some(&archive()))), [(100, 100)]);
+        assert_eq!(
+            spans(&extend(&[RestorableRange { cut_short: false, ..cut[0].clone() }], Some(&archive()))),
+            [(100, 500)]
+        );
     }
 
     #[test]

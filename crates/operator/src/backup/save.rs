@@ -432,6 +432,7 @@ async fn restorable(
                 ));
                 r.to_revision = r.from_revision;
                 r.to_time = r.from_time.clone();
+                r.cut_short = true;
             }
         }
     }

@@ -184,6 +184,7 @@ fn archive_series_follow_the_reported_archive_and_go_with_it() {
                 from_time: "2025-12-31T23:00:00Z".into(),
                 to_time: "2026-01-01T00:00:00Z".into(),
                 snapshot: String::new(),
+                cut_short: false,
             },
             etcd_operator_api::backup::RestorableRange {
                 cluster_id: "c1".into(),
@@ -192,6 +193,7 @@ fn archive_series_follow_the_reported_archive_and_go_with_it() {
                 from_time: "2025-12-30T00:00:00Z".into(),
                 to_time: "2025-12-30T01:00:00Z".into(),
                 snapshot: String::new(),
+                cut_short: false,
             },
         ],
     );
