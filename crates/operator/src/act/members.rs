@@ -11,6 +11,9 @@ use crate::naming;
 use crate::planner::NewMember;
 use crate::pod_spec;
 
+/// How long a member leaving gracefully is given to stop before it is removed anyway.
+pub(super) const LEAVE_STOP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(15);
+
 impl Target<'_> {
     pub(super) async fn create_member(&self, m: &NewMember) -> Result<(), Error> {
         let ns = self.ns();
@@ -104,6 +107,25 @@ impl Target<'_> {
     pub(super) fn claim_of(&self, pod: &str) -> String {
         let o = self.observed;
         o.pvcs.get(pod).or(o.retired_pvcs.get(pod)).map(|v| v.name.clone()).unwrap_or_else(|| naming::pvc_name(pod))
+    }
+
+    /// A member that leaves gracefully (`Removal::Leave`): its pod is deleted (its volume kept:
+    /// the member is still one), and the member's own endpoint is polled until etcd no longer
+    /// answers, at most [`LEAVE_STOP_TIMEOUT`]. Stopped with SIGTERM, etcd finishes the requests
+    /// in flight and closes its client connections with a GOAWAY, so a client on it moves to
+    /// another member without a failed request. (If it takes longer, the removal that follows
+    /// stops it as before.)
+    pub(super) async fn stop_gracefully(&self, pod: &str) -> Result<std::time::Duration, Error> {
+        let started = std::time::Instant::now();
+        self.delete_pod(pod, false).await?;
+        let Some(ep) = self.endpoints.get(pod).cloned() else { return Ok(started.elapsed()) };
+        while started.elapsed() < LEAVE_STOP_TIMEOUT {
+            if crate::etcd::maintenance::db_size(&ep, self.endpoints.access()).await.is_err() {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+        Ok(started.elapsed())
     }
 
     /// Deletes a member's pod and, `with_volume`, its claim, unless the API server shows that

@@ -237,16 +237,25 @@ pub async fn execute(t: &Target<'_>, step: &Step) -> Result<Option<Done>, Error>
                 format!("learner {pod} (ID {}) caught up and is now a voting member", etcd::hex(*id)),
             )
         }
-        Step::RemoveMember { id, pod, why, .. } => {
+        Step::RemoveMember { id, pod, why, cause } => {
             // Never through the member that leaves: it stops as soon as it applies its own
             // removal and answers "server stopped" although the removal went through.
             let others: Vec<String> =
                 t.change_endpoints().into_iter().filter(|ep| t.endpoints.get(pod) != Some(ep)).collect();
+            // Leaving gracefully: stopped first, so that its clients move off without a failed
+            // request (a member removed first exits at once: "raft: stopped").
+            let stopped = match cause {
+                crate::planner::Removal::Leave => {
+                    let took = t.stop_gracefully(pod).await?;
+                    format!(" (stopped first, in {:.1}s)", took.as_secs_f64())
+                }
+                _ => String::new(),
+            };
             etcd::remove(&others, t.endpoints.access(), *id).await?;
             t.delete_pod(pod, true).await?;
             Done {
                 reason: "MemberRemoved",
-                note: format!("removed member {pod} (ID {}): {why}", etcd::hex(*id)),
+                note: format!("removed member {pod} (ID {}): {why}{stopped}", etcd::hex(*id)),
                 created: vec![],
                 deleted: vec![pod.clone()],
                 ..Default::default()

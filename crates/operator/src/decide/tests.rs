@@ -314,7 +314,7 @@ fn a_scale_down_drains_first_then_plans_a_typed_removal_and_no_recovery() {
     p.serving = Some(false);
     p.drained_secs = Some(60);
     let plan = decide(&o, &c, "{}", NOW);
-    assert!(matches!(&plan.step, Step::RemoveMember { cause: Removal::ScaleDown, .. }), "{:?}", plan.step);
+    assert!(matches!(&plan.step, Step::RemoveMember { cause: Removal::Leave, .. }), "{:?}", plan.step);
     assert!(
         !plan.status.conditions.iter().any(|c| c.type_ == crate::status::RECOVERING),
         "{:?}",

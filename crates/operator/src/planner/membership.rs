@@ -480,10 +480,13 @@ fn scale_down(o: &Observed, etcd: &EtcdState, healthy_voters: usize, voters: usi
     if let Some(step) = super::drained_first(o, &v.pod) {
         return step;
     }
+    // A healthy voter stopped first stays a voter until its removal: only while the others
+    // hold a quorum of the current voters without it.
+    let graceful = v.is_healthy() && healthy_voters - 1 >= EtcdState::quorum_of(voters);
     Step::RemoveMember {
         id: v.id,
         pod: v.pod.clone(),
         why: format!("scaling down to {} members", voters - 1),
-        cause: Removal::ScaleDown,
+        cause: if graceful { Removal::Leave } else { Removal::ScaleDown },
     }
 }

@@ -100,8 +100,18 @@ pub(super) fn check(o: &Observed, step: &Step) -> Result<(), TestCaseError> {
                 prop_assert_eq!(learners, 0, "a second learner while one exists");
             }
         }
-        Step::RemoveMember { id, .. } => {
+        Step::RemoveMember { id, cause, .. } => {
             prop_assert!(had_quorum, "removed a member without a quorum: {step:?}");
+            // Stopped before its removal, it is a voter that does not answer for a moment: the
+            // others must hold a quorum of the voters as they are.
+            if *cause == Removal::Leave {
+                let others = healthy.iter().filter(|h| *h != id).count();
+                prop_assert!(
+                    others >= majority(voters.len()),
+                    "stopped {id} first with {others} of {} voters healthy",
+                    voters.len()
+                );
+            }
             let is_voter = voters.contains(id);
             let after_healthy = healthy.iter().filter(|h| *h != id).count();
             let after_voters = voters.len() - usize::from(is_voter);

@@ -209,6 +209,12 @@ impl NewMember {
 pub enum Removal {
     /// Scaling down (a learner, a member that cannot run, or the member chosen first).
     ScaleDown,
+    /// Scaling down a healthy voter that leaves gracefully: its pod is deleted first (etcd,
+    /// stopped with SIGTERM, finishes the requests in flight and closes its client connections
+    /// with an HTTP/2 GOAWAY, so clients move to another member without a failed request),
+    /// then it is removed through the others. Planned only while the others hold a quorum
+    /// without it, since it is a stopped voter until its removal.
+    Leave,
     /// Replaced by a member made from the current spec (a rollout).
     Rollout,
     /// Its pod is gone or ended without a volume, and its data with it (a learner's too).

@@ -102,9 +102,45 @@ fn scale_down_removes_one_non_leader_after_draining_it_from_the_client_service()
             id: 5,
             pod: "ex-m5".into(),
             why: "scaling down to 4 members".into(),
-            cause: crate::planner::Removal::ScaleDown
+            cause: crate::planner::Removal::Leave
         }
     );
+}
+
+/// A healthy voter leaves gracefully (stopped first, then removed: its clients move off
+/// without a failed request) only while the others hold a quorum of the voters as they are;
+/// otherwise it is removed first, as etcd's own `member remove` does.
+#[test]
+fn a_leaving_member_is_stopped_first_only_while_the_others_hold_a_quorum() {
+    use crate::planner::Removal;
+    // (voters, spec size, members not answering besides the leaving one) → the removal's cause.
+    // (A scale-down starts with every voter healthy: one that is not holds every change.)
+    let rows: &[(u64, i32, &[u64], Option<Removal>)] = &[
+        (5, 4, &[], Some(Removal::Leave)), // 4 of 5 stay healthy while it is stopped
+        (5, 3, &[], Some(Removal::Leave)),
+        (4, 3, &[], Some(Removal::Leave)),     // 3 of 4
+        (3, 2, &[], Some(Removal::Leave)),     // 2 of 3
+        (2, 1, &[], Some(Removal::ScaleDown)), // 1 of 2 is no quorum: removed first
+        (5, 3, &[2], None),                    // a voter not answering holds the change
+    ];
+    for (n, size, down, want) in rows {
+        let mut o = running(*n, *size);
+        let leaving = format!("ex-m{n}");
+        for id in *down {
+            unhealthy(&mut o, *id);
+        }
+        for i in (*size as u64 + 1)..=*n {
+            drained(&mut o, &format!("ex-m{i}"));
+        }
+        let s = plan(&o);
+        match want {
+            Some(cause) => assert!(
+                matches!(&s, Step::RemoveMember { pod, cause: c, .. } if *pod == leaving && c == cause),
+                "{n} → {size}, down {down:?}: {s:?}"
+            ),
+            None => assert!(!matches!(s, Step::RemoveMember { .. }), "{n} → {size}, down {down:?}: {s:?}"),
+        }
+    }
 }
 
 /// Draining is no membership change: every member that leaves is taken out of the client
