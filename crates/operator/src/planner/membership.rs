@@ -482,7 +482,7 @@ fn scale_down(o: &Observed, etcd: &EtcdState, healthy_voters: usize, voters: usi
     }
     // A healthy voter stopped first stays a voter until its removal: only while the others
     // hold a quorum of the current voters without it.
-    let graceful = v.is_healthy() && healthy_voters - 1 >= EtcdState::quorum_of(voters);
+    let graceful = v.is_healthy() && healthy_voters > EtcdState::quorum_of(voters);
     Step::RemoveMember {
         id: v.id,
         pod: v.pod.clone(),
