@@ -1,0 +1,209 @@
+//! What the operator does when a node is lost (issue 28; `spec.recovery.nodeLoss`, docs:
+//! operations.md "Node loss and partitions"), on a local cluster of three nodes
+//! (`NODES=3 hack/cluster.sh up`; the fault tools are `hack/cluster.sh node`). Node faults hit
+//! every pod on the node, so hack/test.sh runs this file alone, after the parallel suite. On a
+//! cluster of fewer than three nodes each test prints why and passes without doing anything.
+//!
+//! - an emptyDir member on a lost node is replaced on a live node once its node has not been
+//!   Ready for `afterSeconds`, and writes go on;
+//! - a PVC member on a lost node waits for it (`Degraded=NodeNotReady` names the claim) and comes
+//!   back with it as the same member;
+//! - two of three nodes lost and their pods force-deleted: the survivor is never recovered from
+//!   on the pods' disappearance alone (they may still run, as on the far side of a partition);
+//!   only once the nodes are declared out of service.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, ensure};
+use common::*;
+use e2e::nodes::Nodes;
+use e2e::{Kubectl, TestNamespace, wait_until};
+use serde_json::Value;
+
+const CREATE: Duration = Duration::from_secs(240);
+const VERSION: &str = "3.6.15";
+/// The node controller's grace before a silent node turns NotReady, plus margin.
+const NOT_READY: Duration = Duration::from_secs(150);
+
+/// (pod, node) of every member pod.
+fn placement(ns: &TestNamespace, name: &str) -> Result<Vec<(String, String)>> {
+    Ok(member_pods(ns, name)?
+        .iter()
+        .map(|p| {
+            (
+                p["metadata"]["name"].as_str().unwrap_or_default().to_string(),
+                p["spec"]["nodeName"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect())
+}
+
+/// A member that does not lead, and its node.
+fn follower(ns: &TestNamespace, name: &str) -> Result<(String, String)> {
+    let leader = cluster(ns, name)?["status"]["leader"].as_str().unwrap_or_default().to_string();
+    placement(ns, name)?.into_iter().find(|(p, _)| *p != leader).context("no member but the leader")
+}
+
+fn wait_not_ready(node: &str) -> Result<()> {
+    let kubectl = Kubectl::from_env()?;
+    wait_until(NOT_READY, &format!("node {node} NotReady"), || {
+        Ok(Nodes::list(&kubectl)?.into_iter().find(|n| n.name == node).filter(|n| !n.ready).map(drop))
+    })
+}
+
+fn ids(ep: &str) -> Result<Vec<String>> {
+    let mut v: Vec<String> = member_list(ep)?.into_iter().filter_map(|m| m.first().cloned()).collect();
+    v.sort();
+    Ok(v)
+}
+
+#[test]
+fn an_emptydir_member_on_a_lost_node_is_replaced_on_a_live_node_after_the_grace() -> Result<()> {
+    let Some(nodes) = Nodes::detect(&Kubectl::from_env()?, 3)? else { return Ok(()) };
+    with_operator("e2e-node-lost", |ns, _op| {
+        let spec = "  recovery:\n    nodeLoss: {afterSeconds: 10}\n";
+        ns.apply(&cluster_manifest(&ns.name, "ex", 3, VERSION, spec))?;
+        wait_healthy(ns, "ex", 3, CREATE)?;
+        let ep = client_endpoint(ns, "ex")?;
+        write_keys(&ep, "before", 20)?;
+        let (victim_pod, victim) = follower(ns, "ex")?;
+        let _undo = nodes.guard();
+        let t0 = Instant::now();
+        nodes.lose(&victim)?;
+        wait_not_ready(&victim)?;
+        println!("{victim} NotReady after {:?}", t0.elapsed());
+        // Replaced: a new member on a live node, three healthy voters again, the lost one gone
+        // from the membership.
+        let c = wait_until(Duration::from_secs(240), "a replacement on a live node", || {
+            let c = cluster(ns, "ex")?;
+            let ready: Vec<&str> =
+                c["status"]["members"]["ready"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+            Ok((ready.len() == 3 && !ready.contains(&victim_pod.as_str())).then_some(c))
+        })?;
+        println!("replaced after {:?}: {}", t0.elapsed(), c["status"]["members"]);
+        let evs = e2e_events(ns, "EtcdCluster", "ex")?;
+        ensure!(
+            evs.iter().any(|(r, m)| r == "MemberRemoved" && m.contains(&victim_pod) && m.contains(&format!("node {victim}"))),
+            "no MemberRemoved naming {victim_pod} and its node: {evs:?}"
+        );
+        for (p, n) in placement(ns, "ex")? {
+            ensure!(p == victim_pod || n != victim, "member {p} placed on the lost node {n}");
+        }
+        check_keys(&ep, "before", 20)?;
+        write_keys(&ep, "after", 20)?;
+        // The node comes back: its old pod goes (its member is gone), nothing else changes.
+        nodes.restore(&victim, false)?;
+        wait_until(Duration::from_secs(120), &format!("the old pod {victim_pod} gone"), || {
+            Ok(placement(ns, "ex")?.iter().all(|(p, _)| *p != victim_pod).then_some(()))
+        })?;
+        wait_healthy(ns, "ex", 3, Duration::from_secs(60))?;
+        check_keys(&ep, "after", 20)?;
+        Ok(())
+    })
+}
+
+#[test]
+fn a_pvc_member_on_a_lost_node_waits_for_it_and_comes_back_as_the_same_member() -> Result<()> {
+    let Some(nodes) = Nodes::detect(&Kubectl::from_env()?, 3)? else { return Ok(()) };
+    with_operator("e2e-node-pvc", |ns, _op| {
+        let spec = "  pod:\n    persistentVolumeClaimSpec:\n      accessModes: [ReadWriteOnce]\n      resources: {requests: {storage: 64Mi}}\n  recovery:\n    nodeLoss: {afterSeconds: 0}\n";
+        ns.apply(&cluster_manifest(&ns.name, "ex", 3, VERSION, spec))?;
+        wait_healthy(ns, "ex", 3, CREATE)?;
+        let ep = client_endpoint(ns, "ex")?;
+        write_keys(&ep, "before", 20)?;
+        let members = ids(&ep)?;
+        let (victim_pod, victim) = follower(ns, "ex")?;
+        let _undo = nodes.guard();
+        nodes.lose(&victim)?;
+        wait_not_ready(&victim)?;
+        // Waits, saying why and naming the claim; the membership is unchanged.
+        let c = wait_until(Duration::from_secs(90), "Degraded=NodeNotReady", || {
+            let c = cluster(ns, "ex")?;
+            Ok((cond_str(&c, "Degraded", "reason") == "NodeNotReady").then_some(c))
+        })?;
+        let msg = cond_str(&c, "Degraded", "message");
+        ensure!(msg.contains(&victim_pod) && msg.contains(&victim) && msg.contains("waiting for the node"), "{msg}");
+        std::thread::sleep(Duration::from_secs(20));
+        ensure!(ids(&ep)? == members, "the membership changed while waiting for the node");
+        write_keys(&ep, "during", 20)?;
+        // Back with its disk: the same member, every key.
+        nodes.restore(&victim, false)?;
+        wait_healthy(ns, "ex", 3, Duration::from_secs(300))?;
+        ensure!(ids(&ep)? == members, "not the same members after the node came back");
+        let evs = e2e_events(ns, "EtcdCluster", "ex")?;
+        ensure!(!evs.iter().any(|(r, _)| r == "MemberRemoved"), "{evs:?}");
+        check_keys(&ep, "before", 20)?;
+        check_keys(&ep, "during", 20)?;
+        Ok(())
+    })
+}
+
+#[test]
+fn force_deleted_pods_of_lost_nodes_are_not_recovered_from_until_the_nodes_are_declared_out_of_service()
+-> Result<()> {
+    let Some(nodes) = Nodes::detect(&Kubectl::from_env()?, 3)? else { return Ok(()) };
+    let kubectl = Kubectl::from_env()?;
+    with_operator("e2e-node-split", |ns, _op| {
+        let spec = "  recovery:\n    quorumLoss: FromSurvivor\n    afterSeconds: 0\n";
+        ns.apply(&cluster_manifest(&ns.name, "ex", 3, VERSION, spec))?;
+        wait_healthy(ns, "ex", 3, CREATE)?;
+        let ep = client_endpoint(ns, "ex")?;
+        write_keys(&ep, "before", 20)?;
+        let placed = placement(ns, "ex")?;
+        let leader = cluster(ns, "ex")?["status"]["leader"].as_str().unwrap_or_default().to_string();
+        // Two nodes go, not the leader's: the survivor is a minority of one.
+        let lost: Vec<(String, String)> = placed.iter().filter(|(p, _)| *p != leader).cloned().collect();
+        ensure!(lost.len() == 2, "{placed:?}");
+        let _undo = nodes.guard();
+        let untaint = Untaint(lost.iter().map(|(_, n)| n.clone()).collect());
+        for (_, n) in &lost {
+            nodes.lose(n)?;
+        }
+        for (_, n) in &lost {
+            wait_not_ready(n)?;
+        }
+        // What a person does to "free" the pods: force-delete them. On the far side of a
+        // partition they would still run, and serve.
+        for (p, _) in &lost {
+            ns.run(&["delete", "pod", p, "--force", "--grace-period=0"])?;
+        }
+        let c = wait_until(Duration::from_secs(60), "Degraded=NoQuorum naming the nodes", || {
+            let c = cluster(ns, "ex")?;
+            Ok(cond_str(&c, "Degraded", "message").contains("may still run").then_some(c))
+        })?;
+        println!("{}", cond_str(&c, "Degraded", "message"));
+        std::thread::sleep(Duration::from_secs(30));
+        let evs = e2e_events(ns, "EtcdCluster", "ex")?;
+        ensure!(!evs.iter().any(|(r, _)| r == "QuorumLossRecoveryStarted"), "recovered a minority: {evs:?}");
+        // Declared out of service (Kubernetes' non-graceful node shutdown): now the recovery.
+        for (_, n) in &lost {
+            kubectl.run(&["taint", "node", n, "node.kubernetes.io/out-of-service=nodeshutdown:NoExecute"])?;
+        }
+        wait_until(Duration::from_secs(180), "the recovery from the survivor", || {
+            let evs = e2e_events(ns, "EtcdCluster", "ex")?;
+            Ok(evs.iter().any(|(r, _)| r == "QuorumLossRecoveryStarted").then_some(()))
+        })?;
+        drop(untaint);
+        for (_, n) in &lost {
+            nodes.restore(n, true)?;
+        }
+        wait_healthy(ns, "ex", 3, Duration::from_secs(300))?;
+        check_keys(&client_endpoint(ns, "ex")?, "before", 20)?;
+        Ok(())
+    })
+}
+
+/// Takes the out-of-service taint off the nodes again, also when the test failed.
+struct Untaint(Vec<String>);
+
+impl Drop for Untaint {
+    fn drop(&mut self) {
+        if let Ok(k) = Kubectl::from_env() {
+            for n in &self.0 {
+                let _ = k.run(&["taint", "node", n, "node.kubernetes.io/out-of-service-"]);
+            }
+        }
+    }
+}
