@@ -78,7 +78,7 @@ is_running() { [ -n "$(component_pid "$1")" ]; }
 start() {
   local name=$1; shift
   if is_running "$name"; then
-    log "$name already running (pid $(component_pid "$name"))"
+    log "${COMPONENT_PREFIX:-}$name already running (pid $(component_pid "$name"))"
     return 0
   fi
   local full=${COMPONENT_PREFIX:-}$name ns=()
@@ -1462,7 +1462,7 @@ node_heal() {
       node_scope "$n"
       node_netns_mounted || exit 0
       local rule
-      nodex iptables -w -t mangle -S 2>/dev/null | grep -E -- "^-A DEV-FAULT-(IN|OUT) .*\"?partition " |
+      { nodex iptables -w -t mangle -S 2>/dev/null | grep -E -- "^-A DEV-FAULT-(IN|OUT) .*\"?partition " || true; } |
         while read -r rule; do eval "nodex iptables -w -t mangle ${rule/-A /-D }"; done
     )
   done
@@ -1491,7 +1491,7 @@ node_netem() {
   nodex tc qdisc del dev eth0 root 2>/dev/null || true
   ensure_fault_chains
   local rule
-  nodex iptables -w -t mangle -S | grep -E -- '^-A DEV-FAULT-(IN|OUT) .*"?netem' |
+  { nodex iptables -w -t mangle -S | grep -E -- '^-A DEV-FAULT-(IN|OUT) .*"?netem' || true; } |
     while read -r rule; do eval "nodex iptables -w -t mangle ${rule/-A /-D }"; done
   if [ "$delay" = off ]; then log "$NODE_NAME: no latency or loss"; return 0; fi
   [[ $loss =~ ^[0-9]+(\.[0-9]+)?$ ]] || die "netem: LOSS is a percentage (e.g. 5 or 0.5)"
@@ -1535,8 +1535,10 @@ cmd_node() {
   shift || true
   [ -n "$verb" ] || die "$usage"
   multi_node || die "node faults need several nodes: this cluster runs one ($(node_name)); \`cluster.sh down\`, then NODES=3 \`cluster.sh up\`"
-  local n
-  for n in "$@"; do [[ $n == -* ]] || ( node_env "$n" ) || exit 1; done
+  # The node arguments name nodes of this cluster (node_env says which there are).
+  local n names=()
+  case $verb in partition) names=("${@:1:2}") ;; heal) names=("$@") ;; list) ;; *) names=("${@:1:1}") ;; esac
+  for n in "${names[@]}"; do ( node_env "$n" ) || exit 1; done
   case $verb in
     list)
       for n in $(node_names); do
