@@ -9,6 +9,11 @@
 #   cluster.sh status       state of each component, node readiness, kubeconfig path
 #   cluster.sh kubeconfig   print the admin kubeconfig path (export KUBECONFIG=$(cluster.sh kubeconfig))
 #   cluster.sh logs [COMPONENT] [LINES]   tail the logs (all components' last lines without COMPONENT)
+#   cluster.sh node list|lose|restore|partition|heal|netem|fill|unfill ...   node faults (NODES>1;
+#                           see cmd_node below and docs/src development pages)
+#
+# NODES=N at the first `up` (1 by default; 2..9 on the modern leg): N nodes, each a network
+# namespace with its own containerd, kubelet and kube-proxy (layout in cluster-env.sh).
 #
 # NETPOL=1 at `up`: NetworkPolicy enforcement (kube-router's firewall, component `netpol`; 1.37
 # leg only; off by default); NETPOL=0 (the default) stops a running one and removes its rules.
@@ -35,11 +40,21 @@ case $NETPOL in 0 | 1) ;; *) die "NETPOL=$NETPOL: 1 (enforce NetworkPolicies) or
 # Start order; `down` stops them in reverse (and always stops netpol, whatever NETPOL says).
 COMPONENTS=(etcd containerd dnsmasq kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy dns-sync provisioner)
 if [ "$NETPOL" = 1 ]; then COMPONENTS+=(netpol); fi
+# Several nodes (NODES=N, see cluster-env.sh): the control plane and the host's helpers, then
+# each node's agents, named NODE.COMPONENT (node-1.kubelet: pid file, log, `restart` argument).
+NODE_COMPONENTS=(containerd kubelet kube-proxy)
+if [ "$NETPOL" = 1 ]; then NODE_COMPONENTS+=(netpol); fi
+if multi_node; then
+  COMPONENTS=(etcd dnsmasq kube-apiserver kube-controller-manager kube-scheduler dns-sync provisioner)
+  for n in $(node_names); do for c in "${NODE_COMPONENTS[@]}"; do COMPONENTS+=("$n.$c"); done; done
+fi
 
 # ---------------------------------------------------------------------------------------------
 # processes
 
-pidfile() { echo "$PID_DIR/$1.pid"; }
+# COMPONENT_PREFIX (node_scope: "node-1.") names a node's components; SCOPE_NETNS (node_scope) is
+# the network namespace its processes start in.
+pidfile() { echo "$PID_DIR/${COMPONENT_PREFIX:-}$1.pid"; }
 
 # The pid of a running component, or nothing. The command line must still mention the
 # component's own state paths, so a recycled pid is never taken for ours.
@@ -63,12 +78,15 @@ is_running() { [ -n "$(component_pid "$1")" ]; }
 start() {
   local name=$1; shift
   if is_running "$name"; then
-    log "$name already running (pid $(component_pid "$name"))"
+    log "${COMPONENT_PREFIX:-}$name already running (pid $(component_pid "$name"))"
     return 0
   fi
-  log "starting $name"
-  printf '\n===== %s starting: %s\n' "$(date -Is)" "$*" >>"$LOG_DIR/$name.log"
-  setsid nohup "$@" >>"$LOG_DIR/$name.log" 2>&1 </dev/null &
+  local full=${COMPONENT_PREFIX:-}$name ns=()
+  # nsenter --net only: the node's processes keep the host's mount namespace (see cluster-env.sh).
+  [ -z "${SCOPE_NETNS:-}" ] || ns=(nsenter --net="$SCOPE_NETNS" --)
+  log "starting $full"
+  printf '\n===== %s starting: %s\n' "$(date -Is)" "$*" >>"$LOG_DIR/$full.log"
+  setsid nohup "${ns[@]}" "$@" >>"$LOG_DIR/$full.log" 2>&1 </dev/null &
   echo $! >"$(pidfile "$name")"
 }
 
@@ -91,7 +109,7 @@ start_supervised() {
 }
 
 fail_component() {
-  local name=$1 why=$2
+  local name=${COMPONENT_PREFIX:-}$1 why=$2
   printf 'error: %s %s; last lines of %s:\n' "$name" "$why" "$LOG_DIR/$name.log" >&2
   tail -n 15 "$LOG_DIR/$name.log" 2>/dev/null | sed 's/^/  | /' >&2
   exit 1
@@ -114,7 +132,7 @@ stop() {
   pid=$(component_pid "$name")
   rm -f "$(pidfile "$name")"
   [ -n "$pid" ] || return 0
-  log "stopping $name (pid $pid)"
+  log "stopping ${COMPONENT_PREFIX:-}$name (pid $pid)"
   kill_pids TERM "$pid"
 }
 
@@ -142,6 +160,7 @@ port_free() { [ -z "$(ss -Hltun "( sport = :$1 )" 2>/dev/null)" ]; }
 need_ports() {
   local name=$1 p; shift
   is_running "$name" && return 0
+  [ -z "${SCOPE_NETNS:-}" ] || return 0   # a node's ports are its network namespace's own
   for p in "$@"; do
     port_free "$p" || die "port $p (needed by $name) is in use: $(ss -Hltunp "( sport = :$p )" | awk '{print $NF}' | sort -u | tr '\n' ' ')"
   done
@@ -296,6 +315,12 @@ EOF
   # The apiserver's client identity towards kubelet (logs, exec, port-forward), as kubeadm does it.
   sign apiserver-kubelet-client kube-apiserver-kubelet-client system:masters "" clientAuth
   sign kubelet "system:node:$NODE_NAME" system:nodes "IP:$NODE_IP, IP:127.0.0.1, DNS:$NODE_NAME, DNS:localhost" serverAuth
+  # Several nodes: each kubelet serves with its own certificate (the apiserver dials its node IP).
+  local n
+  for n in $(multi_node && node_names); do
+    node_env "$n"
+    sign "kubelet-$n" "system:node:$n" system:nodes "IP:$N_IP, IP:127.0.0.1, DNS:$n, DNS:localhost" serverAuth
+  done
   # Service-account token signing key pair.
   openssl genrsa -out "$PKI_DIR/sa.key" 2048 2>/dev/null
   openssl rsa -in "$PKI_DIR/sa.key" -pubout -out "$PKI_DIR/sa.pub" 2>/dev/null
@@ -308,6 +333,7 @@ EOF
     echo "$(new_token),system:kube-proxy,kube-proxy"
     echo "$(new_token),system:kube-controller-manager,kube-controller-manager"
     echo "$(new_token),system:kube-scheduler,kube-scheduler"
+    for n in $(multi_node && node_names); do echo "$(new_token),system:node:$n,kubelet-$n,\"system:nodes\""; done
   } >"$PKI_DIR/tokens.csv"
   chmod 0600 "$PKI_DIR"/*.key "$PKI_DIR/tokens.csv"
   touch "$PKI_DIR/done"
@@ -325,7 +351,7 @@ kind: Config
 clusters:
 - name: $CLUSTER_NAME
   cluster:
-    server: https://$NODE_IP:$APISERVER_PORT
+    server: https://${APISERVER_IP:-$NODE_IP}:$APISERVER_PORT
     certificate-authority-data: $(base64 -w0 "$PKI_DIR/ca.crt")
 users:
 - name: $user
@@ -454,7 +480,7 @@ write_containerd_config() {
       "type": "bridge",
       "bridge": "$BRIDGE",
       "isGateway": true,
-      "ipMasq": true,
+      "ipMasq": ${CNI_IPMASQ:-true},
       "hairpinMode": true,
       "ipam": {
         "type": "host-local",
@@ -479,8 +505,8 @@ port: 10250
 readOnlyPort: 0
 healthzBindAddress: 127.0.0.1
 healthzPort: 10248
-tlsCertFile: $PKI_DIR/kubelet.crt
-tlsPrivateKeyFile: $PKI_DIR/kubelet.key
+tlsCertFile: $PKI_DIR/${KUBELET_CERT:-kubelet}.crt
+tlsPrivateKeyFile: $PKI_DIR/${KUBELET_CERT:-kubelet}.key
 # The apiserver calls kubelet (logs, exec) with its client certificate; others need a token
 # that passes a SubjectAccessReview.
 authentication:
@@ -498,7 +524,7 @@ failSwapOn: false
 evictionHard: {}
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
-clusterDNS: [$POD_GATEWAY]
+clusterDNS: [$DNS_IP]
 clusterDomain: $CLUSTER_DOMAIN
 resolvConf: /etc/resolv.conf
 volumePluginDir: $STATE_DIR/kubelet-plugins
@@ -518,6 +544,8 @@ containerRuntimeEndpoint: unix://$CONTAINERD_SOCK
 # unless told to carry on (cgroup v1 is deprecated, kept working until its removal).
 failCgroupV1: false
 EOF
+  # A node of several: kubelets sharing /var/log/pods remove each other's pods' log directories.
+  [ -z "${SCOPE_NETNS:-}" ] || echo "podLogsDirectory: $STATE_DIR/pod-logs"
 }
 
 write_kube_proxy_config() {
@@ -530,7 +558,7 @@ hostnameOverride: $NODE_NAME
 # Also kube-proxy's node IP: without it kube-proxy waits for the Node object to appear.
 bindAddress: $NODE_IP
 mode: iptables
-clusterCIDR: $POD_CIDR
+clusterCIDR: ${CLUSTER_CIDR:-$POD_CIDR}
 healthzBindAddress: 127.0.0.1:10256
 metricsBindAddress: 127.0.0.1:10249
 iptables:
@@ -648,7 +676,7 @@ start_kubelet() {
     --root-dir="$STATE_DIR/kubelet" --cert-dir="$PKI_DIR" \
     $(legacy_flag --container-runtime=remote --container-runtime-endpoint="unix://$CONTAINERD_SOCK" \
       --pod-infra-container-image="$PAUSE_IMAGE") \
-    --hostname-override="$NODE_NAME" --node-ip="$NODE_IP" --v=1
+    --hostname-override="$NODE_NAME" --node-ip="$NODE_IP" ${NODE_LABELS:+--node-labels="$NODE_LABELS"} --v=1
 }
 
 start_kube_proxy() {
@@ -666,7 +694,9 @@ start_dns_sync() {
 # 0750 directories are not writable by non-root pods, which real storage (CSI drivers apply
 # fsGroup) is. See crates/devkit/src/provision.rs.
 start_provisioner() {
-  start provisioner "$DEVKIT" provision --kubeconfig "$KUBECONFIG_PATH" --root "$PV_DIR" --provisioner "$PV_PROVISIONER"
+  # Several nodes: a volume lives on the node the scheduler picked, under $PV_DIR/<node>/.
+  start provisioner "$DEVKIT" provision --kubeconfig "$KUBECONFIG_PATH" --root "$PV_DIR" --provisioner "$PV_PROVISIONER" \
+    $(multi_node && echo --per-node)
 }
 
 # NetworkPolicy enforcement: kube-router's firewall (network policy) controller alone, built
@@ -686,7 +716,7 @@ kind: Config
 clusters:
 - name: $CLUSTER_NAME
   cluster:
-    server: https://$NODE_IP:$APISERVER_PORT
+    server: https://${APISERVER_IP:-$NODE_IP}:$APISERVER_PORT
     certificate-authority-data: $(base64 -w0 "$PKI_DIR/ca.crt")
 users:
 - name: system:kube-router
@@ -744,7 +774,7 @@ start_netpol() {
 }
 
 # Its first full sync made the top-level chain FORWARD jumps to.
-netpol_synced() { iptables -w -t filter -S FORWARD 2>/dev/null | grep -F -- '-j KUBE-ROUTER-FORWARD' >/dev/null; }
+netpol_synced() { nodex iptables -w -t filter -S FORWARD 2>/dev/null | grep -F -- '-j KUBE-ROUTER-FORWARD' >/dev/null; }
 
 # Removes what kube-router added and nothing else (kube-proxy's KUBE-* chains stay): the jumps
 # from INPUT/FORWARD/OUTPUT, its chains, then its ipsets (unreferenced once the chains are gone).
@@ -755,7 +785,7 @@ clean_netpol() {
   local fam rules set
   for fam in iptables ip6tables; do
     command -v "$fam-save" >/dev/null || continue
-    rules=$("$fam-save" -t filter 2>/dev/null) || continue
+    rules=$(nodex "$fam-save" -t filter 2>/dev/null) || continue
     grep -E "$NETPOL_CHAINS" <<<"$rules" >/dev/null || continue
     {
       echo "*filter"
@@ -763,12 +793,143 @@ clean_netpol() {
       grep -oE "^:$NETPOL_CHAINS[^ ]*" <<<"$rules" | sed 's/^:/-F /' || true
       grep -oE "^:$NETPOL_CHAINS[^ ]*" <<<"$rules" | sed 's/^:/-X /' || true
       echo COMMIT
-    } | "$fam-restore" -w --noflush 2>/dev/null || log "warning: could not remove kube-router's $fam rules"
+    } | nodex "$fam-restore" -w --noflush 2>/dev/null || log "warning: could not remove kube-router's $fam rules"
   done
   command -v ipset >/dev/null || return 0
-  for set in $(ipset list -n 2>/dev/null | grep -E "$NETPOL_IPSETS" || true); do
-    ipset destroy "$set" 2>/dev/null || log "warning: could not destroy ipset $set"
+  for set in $(nodex ipset list -n 2>/dev/null | grep -E "$NETPOL_IPSETS" || true); do
+    nodex ipset destroy "$set" 2>/dev/null || log "warning: could not destroy ipset $set"
   done
+}
+
+# ---------------------------------------------------------------------------------------------
+# nodes (NODES=N > 1; the layout is described in cluster-env.sh)
+
+# node_scope NAME: in a subshell, makes the one-node functions above act on node NAME: its state
+# and run directories stand where the host's are, its components are named NAME.COMPONENT and
+# start in its network namespace.
+node_scope() {
+  node_env "$1"
+  # Not N_NETNS: node_env also runs outside a scope (for a node's addresses), and must not make
+  # the host's components start in that node.
+  SCOPE_NETNS=$N_NETNS
+  COMPONENT_PREFIX=$1.
+  # The apiserver stays at the machine's address (reached through the host bridge).
+  APISERVER_IP=$(node_ip)
+  NODE_NAME=$1 NODE_IP=$N_IP
+  STATE_DIR=$N_STATE RUN_DIR=$N_RUN
+  CONTAINERD_CONFIG=$N_STATE/containerd/config.toml CONTAINERD_ROOT=$N_CONTAINERD_ROOT
+  CONTAINERD_STATE=$N_RUN/containerd CONTAINERD_SOCK=$N_CONTAINERD_SOCK
+  POD_CIDR=$N_POD_CIDR POD_GATEWAY=$N_POD_GATEWAY
+  # Pod-to-pod traffic keeps its source address (NetworkPolicies match on it); kube-proxy takes
+  # every node's pods as cluster traffic.
+  CNI_IPMASQ=false CLUSTER_CIDR=$NODES_POD_CIDRS
+  KUBELET_CERT=kubelet-$1
+  NODE_LABELS=topology.kubernetes.io/zone=zone-$N_INDEX,topology.kubernetes.io/region=$NODES_REGION
+}
+
+# nodex CMD...: CMD in the current node's network namespace (the host's outside node_scope).
+nodex() { if [ -n "${SCOPE_NETNS:-}" ]; then nsenter --net="$SCOPE_NETNS" -- "$@"; else "$@"; fi; }
+
+# each_node CMD...: CMD in node_scope of every live node, one after the other.
+each_node() {
+  local n
+  for n in $(live_nodes); do ( node_scope "$n" && "$@" ) || exit 1; done
+}
+
+# The host bridge: the nodes' links, and the cluster DNS address pods use on one node too.
+setup_nodes_bridge() {
+  ip link show "$NODES_BRIDGE" >/dev/null 2>&1 || ip link add "$NODES_BRIDGE" type bridge
+  ip addr show dev "$NODES_BRIDGE" | grep -F "inet $DNS_IP/" >/dev/null || ip addr add "$DNS_IP/24" dev "$NODES_BRIDGE"
+  ip link set "$NODES_BRIDGE" up
+  # Node-to-node traffic crosses this bridge, and with br_netfilter the host's FORWARD chain:
+  # accepted whatever its policy (the comment's CNI- prefix lets `down` remove the rules).
+  local d
+  for d in -i -o; do
+    iptables -w -C FORWARD "$d" "$NODES_BRIDGE" -m comment --comment CNI-DEV-NODES -j ACCEPT 2>/dev/null ||
+      iptables -w -I FORWARD "$d" "$NODES_BRIDGE" -m comment --comment CNI-DEV-NODES -j ACCEPT
+  done
+}
+
+node_netns_mounted() { awk -v m="$N_NETNS" '$5 == m { found = 1 } END { exit !found }' /proc/self/mountinfo; }
+
+# The node's network namespace, its link to the host bridge (eth0 inside, veth-NODE outside),
+# its routes and sysctls; idempotent, and brings a cut link (`node lose`) up again.
+setup_node_net() {
+  local host_if=veth-$NODE_NAME m
+  mkdir -p "$N_RUN"
+  if ! node_netns_mounted; then
+    : >"$N_NETNS"
+    unshare --net="$N_NETNS" true
+  fi
+  if ! ip link show "$host_if" >/dev/null 2>&1; then
+    # Made inside, its peer moved to the host's namespace ($$ is this script, on the host).
+    nodex ip link add eth0 type veth peer name "$host_if" netns $$
+  fi
+  ip link set "$host_if" master "$NODES_BRIDGE" up
+  nodex ip link set lo up
+  nodex ip addr show dev eth0 | grep -F "inet $N_IP/" >/dev/null || nodex ip addr add "$N_IP/24" dev eth0
+  nodex ip link set eth0 up
+  nodex ip route replace default via "$DNS_IP" dev eth0
+  # Each other node's pods directly through that node (the host bridge is one L2 segment).
+  for m in $(node_names); do
+    [ "$m" = "$NODE_NAME" ] && continue
+    ( local ns=$N_NETNS && node_env "$m" && nsenter --net="$ns" -- ip route replace "$N_POD_CIDR" via "$N_IP" dev eth0 )
+  done
+  # The namespace's own sysctls (br_netfilter's are per namespace on this kernel).
+  nodex sysctl -qw net.ipv4.ip_forward=1 net.bridge.bridge-nf-call-iptables=1 net.bridge.bridge-nf-call-ip6tables=1
+  # The host (operator, tests, apiserver webhooks) reaches Services through a node: when this node
+  # sends such a connection on to a pod of another node, the reply must come back through here.
+  local masq=(POSTROUTING -s "$DNS_IP/24" -m conntrack --ctstate DNAT -m comment --comment "host to a Service" -j MASQUERADE)
+  nodex iptables -w -t nat -C "${masq[@]}" 2>/dev/null || nodex iptables -w -t nat -A "${masq[@]}"
+  # The host reaches this node's pods through it.
+  ip route replace "$N_POD_CIDR" via "$N_IP" dev "$NODES_BRIDGE"
+}
+
+# The node's volume filesystem at $PV_DIR/NODE (see NODE_PV_SIZE): the sparse file is the disk
+# (`node restore --wipe` empties it, `down` removes it).
+setup_node_pv() {
+  local img=$N_STATE/pv.img
+  mkdir -p "$N_PV_DIR"
+  mountpoint -q "$N_PV_DIR" && return 0
+  if [ ! -f "$img" ]; then
+    truncate -s "$NODE_PV_SIZE" "$img.tmp"
+    # No blocks reserved for root: `node fill` leaves a full disk to every writer.
+    mkfs.ext4 -q -F -m 0 "$img.tmp"
+    mv "$img.tmp" "$img"
+  fi
+  mount -o loop "$img" "$N_PV_DIR"
+  chmod 0755 "$N_PV_DIR"
+}
+
+setup_node() {
+  mkdir -p "$N_STATE" "$N_RUN"
+  setup_node_net
+  setup_node_pv
+  write_kubeconfig "$STATE_DIR/kubelet.kubeconfig" "system:node:$NODE_NAME"
+  write_kubeconfig "$STATE_DIR/kube-proxy.kubeconfig" system:kube-proxy
+  write_containerd_config
+  write_kubelet_config
+  write_kube_proxy_config
+}
+
+# The host's route to Services: through every live node (flows spread by address), so that
+# the operator and the tests on the host, and the apiserver's webhooks, reach ClusterIPs.
+set_service_route() {
+  local n hops=()
+  for n in $(live_nodes); do
+    node_env "$n"
+    hops+=(nexthop via "$N_IP" dev "$NODES_BRIDGE")
+  done
+  if ((${#hops[@]})); then
+    ip route replace "$SERVICE_CIDR" "${hops[@]}"
+  else
+    ip route del "$SERVICE_CIDR" 2>/dev/null || true
+  fi
+}
+
+nodes_ready() {
+  local n
+  for n in $(live_nodes); do ( node_scope "$n" && node_ready ) || return 1; done
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -785,11 +946,14 @@ node_ready() {
   [ "$(kubectl_ get node "$NODE_NAME" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" = True ]
 }
 dns_answers() {
-  [ "$("$DEVKIT" dns-query --server "$POD_GATEWAY:53" "kubernetes.default.svc.$CLUSTER_DOMAIN" 2>/dev/null)" = "$KUBERNETES_SVC_IP" ]
+  [ "$("$DEVKIT" dns-query --server "$DNS_IP:53" "kubernetes.default.svc.$CLUSTER_DOMAIN" 2>/dev/null)" = "$KUBERNETES_SVC_IP" ]
 }
 all_running() {
   local c
-  for c in "${COMPONENTS[@]}"; do is_running "$c" || return 1; done
+  for c in "${COMPONENTS[@]}"; do
+    [[ $c == node-*.* ]] && node_lost "${c%%.*}" && continue
+    is_running "$c" || return 1
+  done
 }
 # Pods can be created in namespace default (its ServiceAccount exists; on 1.20 with its token).
 default_sa_ready() {
@@ -798,7 +962,8 @@ default_sa_ready() {
   [ "$K8S_VERSION" = "$K8S_MODERN" ] || jq -e '.secrets[0].name' <<<"$sa" >/dev/null
 }
 healthy() {
-  [ -f "$PKI_DIR/done" ] && all_running && apiserver_ready && node_ready && dns_answers && default_sa_ready
+  [ -f "$PKI_DIR/done" ] && all_running && apiserver_ready && if multi_node; then nodes_ready; else node_ready; fi &&
+    dns_answers && default_sa_ready
 }
 
 apply_defaults() {
@@ -807,10 +972,13 @@ apply_defaults() {
   # in-tree plugin deletes them when their claims go while the old controller-manager runs with
   # --enable-hostpath-provisioner; after a restart without it they turn Failed instead, and
   # their directories in $HOSTPATH_PV_DIR stay until `down`).
-  local current
-  current=$(kubectl_ get storageclass standard -o jsonpath='{.provisioner}' --ignore-not-found)
-  if [ -n "$current" ] && [ "$current" != "$PV_PROVISIONER" ]; then
-    log "replacing StorageClass standard ($current -> $PV_PROVISIONER)"
+  # Likewise its binding mode: Immediate on one node, WaitForFirstConsumer on several (a volume
+  # is a directory of one node, made once the scheduler has picked the node for the pod).
+  local current mode=Immediate
+  multi_node && mode=WaitForFirstConsumer
+  current=$(kubectl_ get storageclass standard -o jsonpath='{.provisioner} {.volumeBindingMode}' --ignore-not-found)
+  if [ -n "$current" ] && [ "$current" != "$PV_PROVISIONER $mode" ]; then
+    log "replacing StorageClass standard ($current -> $PV_PROVISIONER $mode)"
     kubectl_ delete storageclass standard >/dev/null
   fi
   kubectl_ apply -f - >/dev/null <<EOF
@@ -822,8 +990,9 @@ metadata:
     storageclass.kubernetes.io/is-default-class: "true"
 provisioner: $PV_PROVISIONER
 reclaimPolicy: Delete
-# One node: nothing to wait for (and the operator's PVC members are tested the way most clusters bind).
-volumeBindingMode: Immediate
+$(if multi_node; then echo "volumeBindingMode: WaitForFirstConsumer"; else
+    echo "# One node: nothing to wait for (and the operator's PVC members are tested the way most clusters bind)."
+    echo "volumeBindingMode: Immediate"; fi)
 EOF
 }
 
@@ -838,6 +1007,12 @@ check_running_version() {
   if [ -n "$running" ] && [ "$running" != "$K8S_VERSION" ]; then
     die "the local cluster runs Kubernetes $running; \`hack/cluster.sh down\` first to start $K8S_VERSION"
   fi
+  # Likewise its node count (the nodes' certificates and tokens are made once, at the first `up`).
+  running=$(cat "$NODES_FILE" 2>/dev/null || true)
+  if [ -z "$running" ] && [ -f "$PKI_DIR/done" ]; then running=1; fi
+  if [ -n "$running" ] && [ "$running" != "$NODES" ]; then
+    die "the local cluster runs $running node(s); \`hack/cluster.sh down\` first to start NODES=$NODES"
+  fi
 }
 
 cmd_up() {
@@ -849,13 +1024,24 @@ cmd_up() {
   if [ "$NETPOL" = 1 ] && [ "$K8S_VERSION" != "$K8S_MODERN" ]; then
     die "NETPOL=1 needs the modern leg: kube-router v2 watches discovery.k8s.io/v1 (Kubernetes 1.21+)"
   fi
+  if multi_node && [ "$K8S_VERSION" != "$K8S_MODERN" ]; then
+    die "NODES=$NODES needs the modern leg (the legacy one runs one node)"
+  fi
   if [ "$NETPOL" = 0 ] && is_running netpol; then
     stop netpol
     clean_netpol
     log "NETPOL=0: NetworkPolicy enforcement stopped"
   fi
+  local n
+  for n in $(multi_node && [ "$NETPOL" = 0 ] && node_names); do
+    ( node_scope "$n" && is_running netpol && stop netpol && clean_netpol && log "NETPOL=0: $n's enforcement stopped" ) || true
+  done
   if healthy 2>/dev/null; then
-    log "cluster already up: Kubernetes $K8S_VERSION, node $NODE_NAME Ready; KUBECONFIG=$KUBECONFIG_PATH"
+    if multi_node; then
+      log "cluster already up: Kubernetes $K8S_VERSION, nodes $(live_nodes | tr '\n' ' ')Ready; KUBECONFIG=$KUBECONFIG_PATH"
+    else
+      log "cluster already up: Kubernetes $K8S_VERSION, node $NODE_NAME Ready; KUBECONFIG=$KUBECONFIG_PATH"
+    fi
     return 0
   fi
   local t0=$SECONDS
@@ -872,6 +1058,7 @@ cmd_up() {
   mkdir -p "$STATE_DIR" "$RUN_DIR" "$LOG_DIR" "$PID_DIR"
   chmod 0755 "$STATE_DIR"
   echo "$K8S_VERSION" >"$STATE_DIR/k8s-version"
+  echo "$NODES" >"$NODES_FILE"
   build_devkit
   bash "$HACK_DIR/images.sh" build
 
@@ -880,35 +1067,59 @@ cmd_up() {
   need_ports kube-apiserver "$APISERVER_PORT"
   need_ports kube-controller-manager 10257
   need_ports kube-scheduler 10259
-  need_ports kubelet 10250 10248
-  need_ports kube-proxy 10249 10256
+  if ! multi_node; then
+    need_ports kubelet 10250 10248
+    need_ports kube-proxy 10249 10256
+  fi
   save_host_state
   setup_sysctls
   make_pki
   write_kubeconfigs
   choose_snapshotter
-  write_containerd_config
-  write_kubelet_config
-  write_kube_proxy_config
-  setup_bridge
+  if multi_node; then
+    setup_nodes_bridge
+    each_node setup_node
+  else
+    write_containerd_config
+    write_kubelet_config
+    write_kube_proxy_config
+    setup_bridge
+  fi
 
   start_etcd
-  start_containerd
+  if multi_node; then each_node start_containerd; else start_containerd; fi
   start_dnsmasq
   wait_for etcd 30 "healthy" etcd_healthy
   start_apiserver
-  wait_for containerd 30 "its socket answering" containerd_healthy
+  if multi_node; then
+    each_node wait_for containerd 30 "its socket answering" containerd_healthy
+  else
+    wait_for containerd 30 "its socket answering" containerd_healthy
+  fi
   bash "$HACK_DIR/images.sh" load
   wait_for kube-apiserver 60 "ready" apiserver_ready
   apply_defaults
   start_controller_manager
   start_scheduler
-  start_kubelet
-  start_kube_proxy
+  if multi_node; then
+    each_node start_kubelet
+    each_node start_kube_proxy
+  else
+    start_kubelet
+    start_kube_proxy
+  fi
   start_dns_sync
   start_provisioner
-  wait_for kubelet 60 "node $NODE_NAME Ready" node_ready
-  if [ "$NETPOL" = 1 ]; then
+  if multi_node; then
+    each_node wait_for kubelet 60 "node Ready" node_ready
+    set_service_route
+  else
+    wait_for kubelet 60 "node $NODE_NAME Ready" node_ready
+  fi
+  if [ "$NETPOL" = 1 ] && multi_node; then
+    each_node start_netpol
+    each_node wait_for netpol 60 "its first NetworkPolicy sync" netpol_synced
+  elif [ "$NETPOL" = 1 ]; then
     start_netpol
     wait_for netpol 60 "its first NetworkPolicy sync" netpol_synced
   fi
@@ -919,7 +1130,11 @@ cmd_up() {
   if [ "$K8S_VERSION" = "$K8S_MODERN" ] && [ "$(stat -fc %T /sys/fs/cgroup)" != cgroup2fs ]; then
     log "note: this host has cgroup v1, deprecated by containerd 2.2 and kubelet 1.35 (kept working; see kubelet failCgroupV1)"
   fi
-  log "cluster up in $((SECONDS - t0))s: Kubernetes $K8S_VERSION, node $NODE_NAME Ready, DNS at $POD_GATEWAY"
+  if multi_node; then
+    log "cluster up in $((SECONDS - t0))s: Kubernetes $K8S_VERSION, nodes $(live_nodes | tr '\n' ' ')Ready, DNS at $DNS_IP"
+  else
+    log "cluster up in $((SECONDS - t0))s: Kubernetes $K8S_VERSION, node $NODE_NAME Ready, DNS at $POD_GATEWAY"
+  fi
   echo "export KUBECONFIG=$KUBECONFIG_PATH"
 }
 
@@ -999,6 +1214,13 @@ remove_network() {
     done
     ip link delete "$BRIDGE" 2>/dev/null || true
   fi
+  # Several nodes: the host bridge and the nodes' veths (their peers went with the namespaces),
+  # the routes through them with them.
+  for dev in $(ip -o link show type veth 2>/dev/null | awk -F': ' '{ print $2 }' | cut -d@ -f1 | grep '^veth-node-' || true); do
+    ip link delete "$dev" 2>/dev/null || true
+  done
+  ip link delete "$NODES_BRIDGE" 2>/dev/null || true
+  ip route del "$SERVICE_CIDR" 2>/dev/null || true
   # Pod namespaces are bind-mounted under $RUN_DIR (netns_mounts_under_state_dir); an older
   # layout or a failed unmount could leave cni-* entries in /var/run/netns.
   local ns
@@ -1041,26 +1263,40 @@ restore_host_state() {
   done <"$f"
 }
 
+# The nodes whose state exists (whatever NODES says now: `down` removes what an `up` made).
+made_nodes() { [ -d "$STATE_DIR/nodes" ] && ls "$STATE_DIR/nodes"; return 0; }
+
 cmd_down() {
   need_root
-  local c i
+  local c i n
   stop netpol   # whatever NETPOL says now: an earlier `up` may have started it
+  # The nodes' agents first (their kube-proxy and kube-router rules go with their namespaces).
+  for n in $(made_nodes); do
+    ( node_scope "$n" && for c in netpol kube-proxy kubelet; do stop "$c"; done )
+  done
   # Reverse start order: DNS first (dns-sync removes its /etc/hosts block on SIGTERM), then the
   # node agents, so nothing restarts pods while they are being killed.
   for ((i = ${#COMPONENTS[@]} - 1; i >= 0; i--)); do
     c=${COMPONENTS[i]}
-    case $c in kube-apiserver | etcd | containerd) continue ;; esac
+    case $c in kube-apiserver | etcd | containerd | node-*) continue ;; esac
     stop "$c"
   done
+  # A one-node layout's agents too when NODES says otherwise (and the reverse above).
+  for c in kube-proxy kubelet; do stop "$c"; done
   kill_pods
+  for n in $(made_nodes); do ( node_scope "$n" && kill_pods ); done
   for c in kube-apiserver etcd containerd; do stop "$c"; done
+  for n in $(made_nodes); do ( node_scope "$n" && stop containerd && kill_pods ); done
   kill_pods   # anything containerd started while it was going down
+  # Mounts: the nodes' network namespaces and volume filesystems (a loop device goes with its
+  # mount) are under these too.
   unmount_under "$STATE_DIR" "$RUN_DIR"
   remove_container_cgroups
   remove_network
   clean_netpol
   clean_iptables
   conntrack -D -s "$POD_CIDR" >/dev/null 2>&1 || true
+  conntrack -D -s "$NODES_POD_CIDRS" >/dev/null 2>&1 || true
   conntrack -D -d "$SERVICE_CIDR" >/dev/null 2>&1 || true
   # The /etc/hosts block, in case dns-sync could not remove it itself.
   if grep -q '^# BEGIN etcd-operator-dev cluster DNS' /etc/hosts 2>/dev/null; then
@@ -1092,16 +1328,29 @@ cmd_status() {
   if [ -f "$PKI_DIR/done" ] && apiserver_ready 2>/dev/null; then
     ready=$(kubectl_ get node "$NODE_NAME" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null || true)
     printf '%-24s %s\n' "apiserver" "ready (https://$NODE_IP:$APISERVER_PORT)"
-    printf '%-24s %s\n' "node $NODE_NAME" "Ready=${ready:-not registered}"
+    if multi_node; then
+      local n r all=True
+      for n in $(node_names); do
+        node_env "$n"
+        r=$(kubectl_ get node "$n" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null || true)
+        node_lost "$n" && r="${r:-not registered}, lost (cluster.sh node restore $n)"
+        [ "$r" = True ] || all=False
+        printf '%-24s %s\n' "node $n" "Ready=${r:-not registered} ip $N_IP pods $N_POD_CIDR zone zone-$N_INDEX"
+      done
+      ready=$all
+    else
+      printf '%-24s %s\n' "node $NODE_NAME" "Ready=${ready:-not registered}"
+    fi
   else
     printf '%-24s %s\n' "apiserver" "not ready"
   fi
   if [ -x "$DEVKIT" ] && dns_answers; then
-    printf '%-24s %s\n' "cluster DNS" "answers at $POD_GATEWAY"
+    printf '%-24s %s\n' "cluster DNS" "answers at $DNS_IP"
   else
     printf '%-24s %s\n' "cluster DNS" "not answering"
   fi
   printf '%-24s %s\n' "kubernetes" "$K8S_VERSION (K8S_VERSION=1.37|1.20 picks the leg at \`up\`)"
+  printf '%-24s %s\n' "nodes" "$NODES (NODES=N picks the count at the first \`up\`)"
   printf '%-24s %s\n' "kubeconfig" "$KUBECONFIG_PATH"
   [ "$ready" = True ] && all_running
 }
@@ -1118,6 +1367,194 @@ cmd_logs() {
     echo "===== $c"
     tail -n 5 "$LOG_DIR/$c.log"
   done
+}
+
+# ---------------------------------------------------------------------------------------------
+# node faults (`cluster.sh node ...`, several nodes only)
+
+# lose NODE: as when the machine dies. Its link is cut first (peers and the control plane hear
+# nothing more: no FIN, no RST, no last status), then its kubelet, kube-proxy, kube-router,
+# containerd, shims and every container process are SIGKILLed at once, and what a reboot clears
+# is cleared: its run directory (containerd's state, the pods' network namespaces, runc's
+# state) and the kubelet's mounts. Its disk stays (containerd's images, the kubelet's root with
+# the emptyDir volumes, its volume filesystem). The API keeps its Node and pods as they were:
+# the Node goes NotReady after the node-monitor grace period, its pods are marked for eviction
+# after their tolerationSeconds (300 s by default), and stay Terminating (nothing confirms their
+# end), as on a real cluster.
+node_lose() {
+  node_scope "$1"
+  if [ -f "$N_STATE/lost" ]; then log "$NODE_NAME is lost already"; return 0; fi
+  touch "$N_STATE/lost"   # first: an `up` from now on leaves this node alone
+  ip link set "veth-$NODE_NAME" down
+  local c p pids=() shims
+  for c in netpol kube-proxy kubelet containerd; do
+    p=$(component_pid "$c")
+    rm -f "$(pidfile "$c")"
+    [ -z "$p" ] || pids+=("$p" $(descendants "$p"))
+  done
+  shims=$(shim_pids)
+  pids+=($shims $( { [ -z "$shims" ] || descendants $shims; orphan_container_pids; } | sort -u))
+  if ((${#pids[@]})); then kill_pids KILL "${pids[@]}"; fi
+  unmount_under "$N_RUN/containerd" "$N_KUBELET_ROOT"
+  rm -rf "$N_RUN/containerd" "$N_RUN/runc"
+  log "$NODE_NAME lost: link cut, ${#pids[@]} processes killed (\`cluster.sh node restore $NODE_NAME [--wipe]\` brings it back)"
+}
+
+# restore NODE [--wipe]: boots the node again (link up, containerd, the images it misses,
+# kubelet, kube-proxy, kube-router), with its disk, or with --wipe a new disk: no images (imported
+# again), no containerd or kubelet state, no pod logs, an empty volume filesystem. A running node
+# is lost first (a restore is a reboot).
+node_restore() {
+  local name=$1 wipe=${2:-}
+  ( node_lost "$name" ) || ( node_lose "$name" )
+  if [ "$wipe" = --wipe ]; then
+    (
+      node_scope "$name"
+      log "wiping $NODE_NAME's disk"
+      unmount_under "$N_STATE" "$N_PV_DIR"
+      rm -rf "$N_STATE/containerd" "$N_KUBELET_ROOT" "$N_STATE/pod-logs" "$N_STATE/cni" "$N_STATE/pv.img"
+      rmdir "$N_PV_DIR" 2>/dev/null || true
+    )
+  fi
+  node_env "$name"
+  rm -f "$N_STATE/lost"
+  cmd_up
+}
+
+# The fault chains of a node's network namespace, in the mangle table: PREROUTING sees what
+# arrives before any NAT (its real source), POSTROUTING what leaves after kube-proxy's DNAT (its
+# real destination), and neither kube-proxy nor kube-router rewrites them.
+FAULT_IN=DEV-FAULT-IN FAULT_OUT=DEV-FAULT-OUT
+ensure_fault_chains() {
+  local c hook
+  for c in "$FAULT_IN:PREROUTING" "$FAULT_OUT:POSTROUTING"; do
+    hook=${c#*:} c=${c%%:*}
+    nodex iptables -w -t mangle -N "$c" 2>/dev/null || true
+    nodex iptables -w -t mangle -C "$hook" -j "$c" 2>/dev/null || nodex iptables -w -t mangle -I "$hook" 1 -j "$c"
+  done
+}
+
+# partition A B [--one-way]: A and B cannot reach each other (both directions), or with
+# --one-way nothing from A reaches B while B's packets still reach A. The rules sit in A's
+# namespace: B's node address and pod CIDR, comment "partition B".
+node_partition() {
+  local a=$1 b=$2 mode=${3:-} b_ip b_cidr
+  [ "$a" != "$b" ] || die "partition: two different nodes"
+  node_env "$b"; b_ip=$N_IP b_cidr=$N_POD_CIDR
+  (
+    node_scope "$a"
+    ensure_fault_chains
+    local d
+    for d in "$b_ip" "$b_cidr"; do
+      nodex iptables -w -t mangle -A "$FAULT_OUT" -d "$d" -m comment --comment "partition $b" -j DROP
+      [ "$mode" = --one-way ] || nodex iptables -w -t mangle -A "$FAULT_IN" -s "$d" -m comment --comment "partition $b" -j DROP
+    done
+  )
+  log "partition: $a $([ "$mode" = --one-way ] && echo '->' || echo '<->') $b (\`cluster.sh node heal\` ends it)"
+}
+
+# heal [NODE...]: removes every partition (of those nodes; all without one); latency and loss stay.
+node_heal() {
+  local n names=("$@")
+  ((${#names[@]})) || mapfile -t names < <(node_names)
+  for n in "${names[@]}"; do
+    (
+      node_scope "$n"
+      node_netns_mounted || exit 0
+      local rule
+      { nodex iptables -w -t mangle -S 2>/dev/null | grep -E -- "^-A DEV-FAULT-(IN|OUT) .*\"?partition " || true; } |
+        while read -r rule; do eval "nodex iptables -w -t mangle ${rule/-A /-D }"; done
+    )
+  done
+  log "healed: ${names[*]}"
+}
+
+# netem NODE DELAY [LOSS] | netem NODE off: DELAY (e.g. 100ms) on each direction of the node's
+# link and LOSS percent (e.g. 5) of its packets dropped, with tc's netem when this kernel has it.
+# Without netem (CONFIG_NET_SCH_NETEM), loss is made with iptables' statistic match in the
+# node's fault chains, and a DELAY other than 0 is refused (exit status 3): nothing here can hold
+# packets back.
+have_netem() {
+  [ -n "${HAVE_NETEM:-}" ] && return "$HAVE_NETEM"
+  HAVE_NETEM=1
+  ip link add devnetem0 type dummy 2>/dev/null || return 1
+  tc qdisc add dev devnetem0 root netem delay 1ms 2>/dev/null && HAVE_NETEM=0
+  ip link delete devnetem0 2>/dev/null || true
+  return "$HAVE_NETEM"
+}
+node_netem() {
+  local name=$1 delay=${2:-} loss=${3:-0}
+  [ -n "$delay" ] || die "usage: cluster.sh node netem NODE DELAY [LOSS%] | netem NODE off"
+  node_scope "$name"
+  # Off first: netem settings replace each other.
+  tc qdisc del dev "veth-$NODE_NAME" root 2>/dev/null || true
+  nodex tc qdisc del dev eth0 root 2>/dev/null || true
+  ensure_fault_chains
+  local rule
+  { nodex iptables -w -t mangle -S | grep -E -- '^-A DEV-FAULT-(IN|OUT) .*"?netem' || true; } |
+    while read -r rule; do eval "nodex iptables -w -t mangle ${rule/-A /-D }"; done
+  if [ "$delay" = off ]; then log "$NODE_NAME: no latency or loss"; return 0; fi
+  [[ $loss =~ ^[0-9]+(\.[0-9]+)?$ ]] || die "netem: LOSS is a percentage (e.g. 5 or 0.5)"
+  if have_netem; then
+    local args=(delay "$delay")
+    [ "$loss" = 0 ] || args+=(loss "$loss%")
+    tc qdisc add dev "veth-$NODE_NAME" root netem "${args[@]}"
+    nodex tc qdisc add dev eth0 root netem "${args[@]}"
+    log "$NODE_NAME: netem ${args[*]} on each direction of its link"
+    return 0
+  fi
+  if [ "$delay" != 0 ] && [ "$delay" != 0ms ]; then
+    log "this kernel has no netem qdisc (CONFIG_NET_SCH_NETEM is not set, and there are no modules to load): latency cannot be added here; loss can (DELAY 0)"
+    exit 3
+  fi
+  local p
+  p=$(awk -v l="$loss" 'BEGIN { printf "%.4f", l / 100 }')
+  nodex iptables -w -t mangle -A "$FAULT_IN" -i eth0 -m statistic --mode random --probability "$p" -m comment --comment "netem loss $loss%" -j DROP
+  nodex iptables -w -t mangle -A "$FAULT_OUT" -o eth0 -m statistic --mode random --probability "$p" -m comment --comment "netem loss $loss%" -j DROP
+  log "$NODE_NAME: $loss% of its link's packets dropped each way (iptables statistic; no netem in this kernel)"
+}
+
+# fill NODE / unfill NODE: the node's volume filesystem full (a file .fill takes every free
+# block), or that file removed.
+node_fill() {
+  node_env "$1"
+  mountpoint -q "$N_PV_DIR" || die "$1 has no volume filesystem at $N_PV_DIR"
+  fallocate -l "$(df -B1 --output=avail "$N_PV_DIR" | tail -n1)" "$N_PV_DIR/.fill" 2>/dev/null || true
+  # What fallocate could not take (metadata rounding), byte by byte writes do.
+  dd if=/dev/zero of="$N_PV_DIR/.fill" bs=64k oflag=append conv=notrunc status=none 2>/dev/null || true
+  log "$1's volumes are full: $(df -h --output=used,avail "$N_PV_DIR" | tail -n1 | awk '{ print $1 " used, " $2 " free" }')"
+}
+node_unfill() {
+  node_env "$1"
+  rm -f "$N_PV_DIR/.fill"
+  log "$1's volumes have room again"
+}
+
+cmd_node() {
+  local verb=${1:-} usage="usage: cluster.sh node list | lose NODE | restore NODE [--wipe] | partition A B [--one-way] | heal [NODE...] | netem NODE DELAY [LOSS%] | netem NODE off | fill NODE | unfill NODE"
+  shift || true
+  [ -n "$verb" ] || die "$usage"
+  multi_node || die "node faults need several nodes: this cluster runs one ($(node_name)); \`cluster.sh down\`, then NODES=3 \`cluster.sh up\`"
+  # The node arguments name nodes of this cluster (node_env says which there are).
+  local n names=()
+  case $verb in partition) names=("${@:1:2}") ;; heal) names=("$@") ;; list) ;; *) names=("${@:1:1}") ;; esac
+  for n in "${names[@]}"; do ( node_env "$n" ) || exit 1; done
+  case $verb in
+    list)
+      for n in $(node_names); do
+        node_env "$n"
+        printf '%s %s %s zone-%s %s\n' "$n" "$N_IP" "$N_POD_CIDR" "$N_INDEX" "$(node_lost "$n" && echo lost || echo up)"
+      done
+      ;;
+    lose) [ $# = 1 ] || die "$usage"; ( node_lose "$1" ); set_service_route ;;
+    restore) [ $# = 1 ] || { [ $# = 2 ] && [ "$2" = --wipe ]; } || die "$usage"; node_restore "$@" ;;
+    partition) [ $# = 2 ] || { [ $# = 3 ] && [ "$3" = --one-way ]; } || die "$usage"; node_partition "$@" ;;
+    heal) node_heal "$@" ;;
+    netem) [ $# = 2 ] || [ $# = 3 ] || die "$usage"; ( node_netem "$@" ) ;;
+    fill) [ $# = 1 ] || die "$usage"; node_fill "$1" ;;
+    unfill) [ $# = 1 ] || die "$usage"; node_unfill "$1" ;;
+    *) die "$usage" ;;
+  esac
 }
 
 # One `up`/`down`/`restart` at a time (several sessions share this machine): the script re-runs
@@ -1149,8 +1586,10 @@ case "${1:-}" in
   up) need_root; locked "$@"; cmd_up ;;
   restart) need_root; locked "$@"; shift; cmd_restart "$@" ;;
   down) need_root; locked "$@"; cmd_down ;;
+  # lose and restore start and stop components: one at a time with up/down/restart.
+  node) need_root; case ${2:-} in lose | restore) locked "$@" ;; esac; shift; cmd_node "$@" ;;
   status) cmd_status ;;
   kubeconfig) echo "$KUBECONFIG_PATH" ;;
   logs) shift; cmd_logs "$@" ;;
-  *) echo "usage: $0 up|down|restart [COMPONENT...]|status|kubeconfig|logs [COMPONENT] [LINES]" >&2; exit 2 ;;
+  *) echo "usage: $0 up|down|restart [COMPONENT...]|status|kubeconfig|logs [COMPONENT] [LINES]|node ..." >&2; exit 2 ;;
 esac

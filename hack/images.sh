@@ -11,6 +11,9 @@
 #   images.sh operator BIN IMAGE  image IMAGE with BIN at /usr/local/bin/etcd-operator (user 65532)
 #   images.sh broken              quay.io/coreos/etcd:v3.5.99-broken: its etcd exits at start
 #   images.sh list                the images in the cluster's containerd
+# Several nodes (NODES>1): every live node's containerd gets each image (imported in parallel),
+# and `load` also gives each node the images another node has (from their cached tarballs), so a
+# restored node catches up; a lost node is skipped (`cluster.sh node restore` runs `load`).
 set -euo pipefail
 HACK_DIR=$(cd "$(dirname "$0")" && pwd)
 source "$HACK_DIR/common.sh"
@@ -300,6 +303,34 @@ need_containerd() {
     || die "the cluster's containerd is not running at $CONTAINERD_SOCK (run hack/cluster.sh up)"
 }
 
+# on_each_containerd CMD...: CMD for the cluster's containerd, or with several nodes for each
+# live node's (CONTAINERD_SOCK set to it), in parallel; fails if one failed.
+WHERE=containerd
+on_each_containerd() {
+  if ! multi_node; then "$@"; return; fi
+  local n p pids=() rc=0
+  for n in $(live_nodes); do
+    ( node_env "$n" && CONTAINERD_SOCK=$N_CONTAINERD_SOCK WHERE="$n's containerd" && "$@" ) & pids+=($!)
+  done
+  for p in "${pids[@]}"; do wait "$p" || rc=1; done
+  return $rc
+}
+
+# Several nodes: the images any live node has whose tarball is cached, imported where missing.
+sync_nodes() {
+  multi_node || return 0
+  local n refs=() ref
+  for n in $(live_nodes); do
+    node_env "$n"
+    mapfile -t -O "${#refs[@]}" refs < <(CONTAINERD_SOCK=$N_CONTAINERD_SOCK ctr_k8s images ls -q 2>/dev/null | grep -v '^sha256:' || true)
+  done
+  mapfile -t refs < <(printf '%s\n' "${refs[@]}" | sort -u | while read -r ref; do [ -n "$ref" ] && [ -f "$(tarball_for "$ref")" ] && echo "$ref"; done)
+  ((${#refs[@]})) || return 0
+  # shellcheck disable=SC2317
+  import_all() { for ref in "$@"; do import_image "$ref" "$(tarball_for "$ref")"; done; }
+  on_each_containerd import_all "${refs[@]}"
+}
+
 # The config digest of REF in containerd, empty when REF is not there.
 imported_config_digest() {
   local digest
@@ -316,7 +347,7 @@ import_image() {
     return 0
   fi
   snapshotter=$(cat "$SNAPSHOTTER_FILE" 2>/dev/null || echo overlayfs)
-  log "importing $ref into containerd"
+  log "importing $ref into $WHERE"
   ctr_k8s images import --snapshotter "$snapshotter" "$tarball" >/dev/null \
     || die "ctr images import $tarball failed"
   [ "$(imported_config_digest "$ref")" = "$want" ] || die "$ref is not in containerd after importing $tarball"
@@ -352,12 +383,16 @@ load_etcd() {
     [ -n "$vt" ] || die "etcd $v is not one of this script's images"
     build_etcd_release "$v" "${vt#*:}"
   fi
-  need_containerd
-  import_image "$ref" "$(tarball_for "$ref")"
+  on_each_containerd need_containerd
+  on_each_containerd import_image "$ref" "$(tarball_for "$ref")"
 }
 
 load_defaults() {
   build_defaults
+  on_each_containerd import_defaults
+  sync_nodes
+}
+import_defaults() {
   need_containerd
   # The pause image first: kubelet cannot start a single pod without it.
   import_image "$PAUSE_IMAGE" "$(tarball_for "$PAUSE_IMAGE")"
@@ -387,17 +422,20 @@ main() {
       ;;
     operator)
       [ $# -eq 3 ] || die "usage: images.sh operator <path-to-binary> <image-name>"
-      need_containerd
+      on_each_containerd need_containerd
       local out
       out=$(build_operator "$2" "$3")
-      import_image "$3" "$out"
+      on_each_containerd import_image "$3" "$out"
       ;;
     broken)
-      need_containerd
+      on_each_containerd need_containerd
       build_broken
-      import_image quay.io/coreos/etcd:v3.5.99-broken "$(tarball_for quay.io/coreos/etcd:v3.5.99-broken)"
+      on_each_containerd import_image quay.io/coreos/etcd:v3.5.99-broken "$(tarball_for quay.io/coreos/etcd:v3.5.99-broken)"
       ;;
-    list) need_containerd; ctr_k8s images ls -q | grep -v '^sha256:' ;;
+    list)
+      # Several nodes: the first live node's (sync_nodes keeps them alike).
+      if multi_node; then node_env "$(live_nodes | head -n1)"; CONTAINERD_SOCK=$N_CONTAINERD_SOCK; fi
+      need_containerd; ctr_k8s images ls -q | grep -v '^sha256:' ;;
     *) die "usage: images.sh [load|build|etcd VERSION|operator BIN IMAGE|broken|list]" ;;
   esac
 }

@@ -3,7 +3,9 @@
 # no bridge/veths/network namespaces, no KUBE-*/CNI-* iptables chains or rules, no mounts, no
 # state directories, no /etc/hosts block, no host-path volumes (devkit provision's under
 # $PV_DIR, the in-tree provisioner's in /tmp/hostpath_pv), no devkit process, no kube-router
-# (NetworkPolicy enforcement) process, chain or ipset.
+# (NetworkPolicy enforcement) process, chain or ipset; for a cluster of several nodes (NODES>1)
+# no node network namespace (by its mount or a process in it), host bridge, veth, route to a pod
+# CIDR or the Service CIDR, loop device of a node's volume filesystem.
 #
 #   test-cluster-down.sh          check only (after you ran `cluster.sh down`)
 #   test-cluster-down.sh --down   run `cluster.sh down` first, then check
@@ -46,6 +48,7 @@ done
 
 # Network.
 ip link show "$BRIDGE" >/dev/null 2>&1 && leftover "bridge $BRIDGE"
+ip link show "$NODES_BRIDGE" >/dev/null 2>&1 && leftover "bridge $NODES_BRIDGE (several nodes)"
 while read -r dev; do
   [ -n "$dev" ] && leftover "veth $dev"
 done < <(ip -o link show type veth 2>/dev/null | awk -F': ' '{ print $2 }' | cut -d@ -f1)
@@ -53,6 +56,25 @@ while read -r ns _; do
   [[ $ns == cni-* ]] && leftover "network namespace $ns"
 done < <(ip netns list 2>/dev/null)
 ip -4 route show | grep -F "${POD_CIDR%/*}" >/dev/null && leftover "route to $POD_CIDR: $(ip -4 route show | grep -F "${POD_CIDR%/*}")"
+# Several nodes: the host's routes to each node's pod CIDR (10.244.K.0/24) and to the Services.
+while read -r r; do
+  [ -n "$r" ] && leftover "route $r"
+done < <(ip -4 route show | grep -E "^(10\.244\.[0-9]+\.0/24|${SERVICE_CIDR//./\\.}) " || true)
+# A process in a network namespace other than the host's whose namespace file was ours (the
+# nodes' namespaces are bind-mounted under $RUN_DIR/nodes; the mounts are checked below).
+host_ns=$(readlink /proc/self/ns/net)
+for p in /proc/[0-9]*; do
+  ns=$(readlink "$p/ns/net" 2>/dev/null) || continue
+  [ "$ns" = "$host_ns" ] && continue
+  comm=$(cat "$p/comm" 2>/dev/null) || continue
+  case $comm in kubelet | kube-proxy | kube-router | containerd | containerd-shim* | pause | nsenter)
+    leftover "process ${p#/proc/} ($comm) in network namespace $ns" ;;
+  esac
+done
+# Loop devices of the nodes' volume filesystems (detached when their mounts went).
+while read -r l; do
+  [ -n "$l" ] && leftover "loop device $l"
+done < <(losetup -a 2>/dev/null | grep -F "$STATE_DIR/" || true)
 
 # iptables (IPv4 and IPv6, all tables).
 for save in iptables-save ip6tables-save; do

@@ -15,6 +15,8 @@
 #   LEGACY_SMOKE=0  skip the legacy leg.
 #   E2E_FILTER=...  run only the e2e tests whose names contain this (skips the legacy leg).
 #   CHAOS=0         skip the short chaos run (hack/chaos.sh --ci, about 6 minutes).
+#   NODES=N         the modern leg's local cluster with N nodes (hack/cluster.sh; default: 1, or
+#                   the count of the cluster running); the legacy leg always runs one node.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 cd "$REPO_DIR"
@@ -153,7 +155,7 @@ fi
 run_leg() {
   local smoke=$1 tag=$2 was_up=0
   [ -f "$LOCAL_KUBECONFIG" ] && bash hack/cluster.sh status >/dev/null 2>&1 && was_up=1
-  phase "[$tag] local cluster up"
+  phase "[$tag] local cluster up${NODES:+ (NODES=$NODES)}"
   use_cluster
   # The image of in-cluster installs and of the members' init container. On the local cluster a
   # tag of its own holding this build (hack/up.sh and hack/bench.sh load theirs as
@@ -251,6 +253,8 @@ LEGACY_SMOKE_TESTS="process@lifecycle:create_resize_3_5_3_and_delete process@lif
   in-cluster@lifecycle:a_pvc_member_restarts_on_its_volume_as_the_same_member
   in-cluster@pod_security:the_operator_and_clusters_without_a_security_context_run_under_enforced_restricted"
 
+# The node count of the modern leg's local cluster (cluster.sh reads NODES).
+[ -z "${NODES:-}" ] || export NODES
 run_leg "" "$K8S_VERSION"
 if [ "${LEGACY_SMOKE:-1}" = 0 ] || [ -n "${E2E_FILTER:-}" ] || [ -n "${KEEP_CLUSTER:-}" ]; then
   log "legacy leg skipped (LEGACY_SMOKE=0, E2E_FILTER or KEEP_CLUSTER set)"
@@ -258,7 +262,7 @@ elif [ "$LOCAL_CLUSTER" != 1 ] || [ "$LEFT_DOWN" != 1 ] || [ "$K8S_VERSION" = "$
   log "legacy leg skipped: it needs the local cluster, brought up by this run on the modern leg"
 else
   log "legacy leg: Kubernetes $K8S_LEGACY smoke subset"
-  export K8S_VERSION=$K8S_LEGACY
+  export K8S_VERSION=$K8S_LEGACY NODES=1
   unset K8S_VERSION_CHECKED
   resolve_k8s_version
   unset KUBECONFIG

@@ -59,6 +59,10 @@ enum Command {
         /// The provisioner name the StorageClasses give.
         #[arg(long, default_value = "dev.etcd-operator/host-path")]
         provisioner: String,
+        /// Several nodes: a volume is ROOT/NODE/UID on the node selected for its claim, with a
+        /// node affinity for that node (the classes must bind WaitForFirstConsumer).
+        #[arg(long)]
+        per_node: bool,
     },
     /// Resolve NAME (A records) at a DNS server; exit status 1 unless it answers with an address.
     DnsQuery {
@@ -102,9 +106,10 @@ fn run(cli: Cli) -> Result<ExitCode> {
             rt.block_on(sync::run(opts))?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Provision { kubeconfig, root, provisioner } => {
+        Command::Provision { kubeconfig, root, provisioner, per_node } => {
+            let layout = if per_node { provision::Layout::PerNode } else { provision::Layout::Flat };
             let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build()?;
-            rt.block_on(provisioner::run(provisioner::Options { kubeconfig, root, provisioner }))?;
+            rt.block_on(provisioner::run(provisioner::Options { kubeconfig, root, provisioner, layout }))?;
             Ok(ExitCode::SUCCESS)
         }
         Command::DnsQuery { server, wait, name } => {

@@ -10,12 +10,19 @@
 //! ownership change (Rancher's local-path provisioner does the same), so the local cluster
 //! accepts what real storage accepts, and no more is claimed: the data is not chowned to the
 //! pod's group.
+//!
+//! On a cluster of several nodes (`Layout::PerNode`) a volume lives on one node, as a local disk
+//! does: `<root>/<node>/<claim uid>` on the node the scheduler selected for the claim's first pod
+//! (the class binds `WaitForFirstConsumer`), and the volume carries a node affinity for that
+//! node's `kubernetes.io/hostname`, so its pods are scheduled there only. Removing
+//! `<root>/<node>` is wiping that node's disk.
 
 use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
 
 use k8s_openapi::api::core::v1::{
-    HostPathVolumeSource, ObjectReference, PersistentVolume, PersistentVolumeClaim, PersistentVolumeSpec,
+    HostPathVolumeSource, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, ObjectReference, PersistentVolume,
+    PersistentVolumeClaim, PersistentVolumeSpec, VolumeNodeAffinity,
 };
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -29,6 +36,17 @@ const BETA_CLASS: &str = "volume.beta.kubernetes.io/storage-class";
 const SELECTED_NODE: &str = "volume.kubernetes.io/selected-node";
 /// The mode of each volume directory: writable by any pod user (see the module comment).
 pub const VOLUME_DIR_MODE: u32 = 0o777;
+/// The node label a volume's node affinity names (kubelet sets it to the node's name).
+const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
+
+/// Where volumes live.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Layout {
+    /// `<root>/<claim uid>`, usable from every node (the one-node local cluster).
+    Flat,
+    /// `<root>/<node>/<claim uid>` on the node selected for the claim, with a node affinity.
+    PerNode,
+}
 
 /// What to do with a claim.
 #[derive(Debug, PartialEq)]
@@ -62,6 +80,7 @@ pub fn decide_claim(
     class: Option<&StorageClass>,
     provisioner: &str,
     root: &Path,
+    layout: Layout,
 ) -> ClaimDecision {
     let Some(class) = class.filter(|c| c.provisioner == provisioner) else {
         return ClaimDecision::Ignore;
@@ -77,20 +96,23 @@ pub fn decide_claim(
     {
         return ClaimDecision::WaitForConsumer;
     }
-    match build_volume(pvc, class, provisioner, root) {
+    match build_volume(pvc, class, provisioner, root, layout) {
         Ok(p) => ClaimDecision::Provision(Box::new(p)),
         Err(why) => ClaimDecision::Refuse(why),
     }
 }
 
 /// The directory and the PersistentVolume for a claim of this provisioner: hostPath
-/// `<root>/<claim uid>`, the requested capacity, the claim's access modes, pre-bound to the claim
-/// (claimRef with its UID), the class's name and reclaim policy, and the provisioned-by annotation.
+/// `<root>/<claim uid>` (`<root>/<node>/<claim uid>` and a node affinity for the selected node
+/// with `Layout::PerNode`), the requested capacity, the claim's access modes, pre-bound to the
+/// claim (claimRef with its UID), the class's name and reclaim policy, and the provisioned-by
+/// annotation.
 pub fn build_volume(
     pvc: &PersistentVolumeClaim,
     class: &StorageClass,
     provisioner: &str,
     root: &Path,
+    layout: Layout,
 ) -> Result<Provision, String> {
     let spec = pvc.spec.as_ref().ok_or("the claim has no spec")?;
     let uid = pvc.metadata.uid.as_deref().ok_or("the claim has no UID yet")?;
@@ -114,7 +136,23 @@ pub fn build_volume(
         .ok_or("the claim requests no storage (spec.resources.requests.storage)")?;
     let access_modes = spec.access_modes.clone().filter(|m| !m.is_empty()).ok_or("the claim has no accessModes")?;
     let class_name = class.metadata.name.clone().ok_or("the StorageClass has no name")?;
-    let dir = root.join(uid);
+    let (dir, node_affinity) = match layout {
+        Layout::Flat => (root.join(uid), None),
+        Layout::PerNode => {
+            // Immediate binding has no node yet: a directory of some node would pin the claim's
+            // pods to it whatever else they need (anti-affinity, zones).
+            let node = pvc
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(SELECTED_NODE))
+                .ok_or("volumes live on one node here: the class must bind WaitForFirstConsumer (no node was selected)")?;
+            if !is_plain_name(node) {
+                return Err(format!("the selected node {node:?} cannot name a directory"));
+            }
+            (root.join(node).join(uid), Some(node_affinity(node)))
+        }
+    };
     let volume = PersistentVolume {
         metadata: ObjectMeta {
             name: Some(volume_name(uid)),
@@ -141,11 +179,28 @@ pub fn build_volume(
             storage_class_name: Some(class_name),
             persistent_volume_reclaim_policy: Some(class.reclaim_policy.clone().unwrap_or_else(|| "Delete".into())),
             volume_mode: Some("Filesystem".into()),
+            node_affinity,
             ..Default::default()
         }),
         status: None,
     };
     Ok(Provision { dir, volume })
+}
+
+/// Required: the node named `node` (its `kubernetes.io/hostname` label).
+fn node_affinity(node: &str) -> VolumeNodeAffinity {
+    VolumeNodeAffinity {
+        required: Some(NodeSelector {
+            node_selector_terms: vec![NodeSelectorTerm {
+                match_expressions: Some(vec![NodeSelectorRequirement {
+                    key: HOSTNAME_LABEL.into(),
+                    operator: "In".into(),
+                    values: Some(vec![node.into()]),
+                }]),
+                match_fields: None,
+            }],
+        }),
+    }
 }
 
 /// The volume of a claim: `pvc-<uid>`, as the in-tree and the CSI external provisioners name it.
@@ -168,7 +223,7 @@ pub enum VolumeDecision {
 
 /// Reclaims a volume of this provisioner once its claim is gone (phase Released) and its policy is
 /// Delete; volumes of others, bound ones and those to Retain are left alone.
-pub fn decide_volume(pv: &PersistentVolume, provisioner: &str, root: &Path) -> VolumeDecision {
+pub fn decide_volume(pv: &PersistentVolume, provisioner: &str, root: &Path, layout: Layout) -> VolumeDecision {
     let ours = pv.metadata.annotations.as_ref().and_then(|a| a.get(PROVISIONED_BY)).is_some_and(|p| p == provisioner);
     let released = pv.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Released");
     let spec = pv.spec.as_ref();
@@ -179,12 +234,22 @@ pub fn decide_volume(pv: &PersistentVolume, provisioner: &str, root: &Path) -> V
     let Some(path) = spec.and_then(|s| s.host_path.as_ref()).map(|h| Path::new(&h.path)) else {
         return VolumeDecision::Refuse("the volume has no hostPath".into());
     };
-    // Only `<root>/<one plain name>`: never remove anything else, whatever the object says.
+    // Only `<root>/<one plain name>` (`<root>/<node>/<one plain name>` per node): never remove
+    // anything else, whatever the object says.
+    let depth = match layout {
+        Layout::Flat => 1,
+        Layout::PerNode => 2,
+    };
+    let plain = |rest: &Path| {
+        let parts: Vec<_> = rest.components().collect();
+        parts.len() == depth && parts.iter().all(|c| c.as_os_str().to_str().is_some_and(is_plain_name))
+    };
     match path.strip_prefix(root) {
-        Ok(rest) if rest.to_str().is_some_and(is_plain_name) => VolumeDecision::Reclaim { dir: path.to_path_buf() },
+        Ok(rest) if plain(rest) => VolumeDecision::Reclaim { dir: path.to_path_buf() },
         _ => VolumeDecision::Refuse(format!(
-            "its hostPath {} is not a directory directly under {}: not removed",
+            "its hostPath {} is not a directory {} {}: not removed",
             path.display(),
+            if depth == 1 { "directly under" } else { "of a node under" },
             root.display()
         )),
     }
@@ -242,7 +307,7 @@ mod tests {
     }
 
     fn decide(pvc: &PersistentVolumeClaim, class: &StorageClass) -> ClaimDecision {
-        decide_claim(pvc, Some(class), OURS, Path::new(ROOT))
+        decide_claim(pvc, Some(class), OURS, Path::new(ROOT), Layout::Flat)
     }
 
     fn kind(d: &ClaimDecision) -> String {
@@ -362,7 +427,7 @@ mod tests {
             assert_eq!(kind(&decide(&pvc, &sc)), want, "{name}");
         }
         // No class (or one that does not exist): not ours.
-        assert_eq!(decide_claim(&claim(), None, OURS, Path::new(ROOT)), ClaimDecision::Ignore);
+        assert_eq!(decide_claim(&claim(), None, OURS, Path::new(ROOT), Layout::Flat), ClaimDecision::Ignore);
         let mut pvc = claim();
         pvc.spec.as_mut().unwrap().storage_class_name = Some(String::new());
         assert_eq!(claim_class(&pvc), None);
@@ -428,10 +493,94 @@ mod tests {
             ),
         ];
         for (name, pv, want) in cases {
-            assert_eq!(decide_volume(&pv, OURS, Path::new(ROOT)), want, "{name}");
+            assert_eq!(decide_volume(&pv, OURS, Path::new(ROOT), Layout::Flat), want, "{name}");
         }
         let mut unannotated = volume(OURS, "Released", "Delete", &ours);
         unannotated.metadata.annotations = None;
-        assert_eq!(decide_volume(&unannotated, OURS, Path::new(ROOT)), VolumeDecision::Ignore);
+        assert_eq!(decide_volume(&unannotated, OURS, Path::new(ROOT), Layout::Flat), VolumeDecision::Ignore);
+    }
+
+    fn wait_class() -> StorageClass {
+        let mut sc = class("standard", OURS);
+        sc.volume_binding_mode = Some("WaitForFirstConsumer".into());
+        sc
+    }
+
+    fn selected(node: &str) -> PersistentVolumeClaim {
+        let mut pvc = claim();
+        pvc.metadata.annotations = Some(BTreeMap::from([(SELECTED_NODE.to_string(), node.to_string())]));
+        pvc
+    }
+
+    #[test]
+    fn per_node_volume_lives_on_the_selected_node() {
+        let decide = |pvc: &PersistentVolumeClaim| decide_claim(pvc, Some(&wait_class()), OURS, Path::new(ROOT), Layout::PerNode);
+        let ClaimDecision::Provision(p) = decide(&selected("node-2")) else { panic!("{:?}", decide(&selected("node-2"))) };
+        assert_eq!(p.dir, Path::new(ROOT).join("node-2").join(UID));
+        let spec = p.volume.spec.unwrap();
+        assert_eq!(spec.host_path.unwrap().path, format!("{ROOT}/node-2/{UID}"));
+        let want: VolumeNodeAffinity = serde_json::from_value(serde_json::json!({
+            "required": { "nodeSelectorTerms": [
+                { "matchExpressions": [{ "key": "kubernetes.io/hostname", "operator": "In", "values": ["node-2"] }] },
+            ] },
+        }))
+        .unwrap();
+        assert_eq!(spec.node_affinity, Some(want));
+        // No node selected yet: wait for the scheduler, as with one node.
+        assert_eq!(decide(&claim()), ClaimDecision::WaitForConsumer);
+        // A node name that is not a plain directory name is refused, never joined into a path.
+        assert_eq!(
+            kind(&decide(&selected("../pki"))),
+            "refuse: the selected node \"../pki\" cannot name a directory"
+        );
+        // An Immediate class names no node: refused rather than pinned to some node.
+        assert_eq!(
+            kind(&decide_claim(&claim(), Some(&class("standard", OURS)), OURS, Path::new(ROOT), Layout::PerNode)),
+            "refuse: volumes live on one node here: the class must bind WaitForFirstConsumer (no node was selected)"
+        );
+        // The one-node layout ignores the selected node: the directory under the root, no affinity.
+        let ClaimDecision::Provision(flat) =
+            decide_claim(&selected("vm"), Some(&wait_class()), OURS, Path::new(ROOT), Layout::Flat)
+        else {
+            panic!()
+        };
+        assert_eq!(flat.dir, Path::new(ROOT).join(UID));
+        assert_eq!(flat.volume.spec.unwrap().node_affinity, None);
+    }
+
+    #[test]
+    fn per_node_volumes_are_reclaimed_only_from_a_node_directory() {
+        let on_node = format!("{ROOT}/node-1/{UID}");
+        let cases = [
+            ("a node's volume", on_node.clone(), VolumeDecision::Reclaim { dir: PathBuf::from(&on_node) }),
+            (
+                "directly under the root (one-node layout)",
+                format!("{ROOT}/{UID}"),
+                VolumeDecision::Refuse(format!("its hostPath {ROOT}/{UID} is not a directory of a node under {ROOT}: not removed")),
+            ),
+            (
+                "a node's whole disk",
+                format!("{ROOT}/node-1"),
+                VolumeDecision::Refuse(format!("its hostPath {ROOT}/node-1 is not a directory of a node under {ROOT}: not removed")),
+            ),
+            (
+                "through ..",
+                format!("{ROOT}/node-1/../../pki"),
+                VolumeDecision::Refuse(format!(
+                    "its hostPath {ROOT}/node-1/../../pki is not a directory of a node under {ROOT}: not removed"
+                )),
+            ),
+            (
+                "three levels down",
+                format!("{ROOT}/node-1/a/b"),
+                VolumeDecision::Refuse(format!(
+                    "its hostPath {ROOT}/node-1/a/b is not a directory of a node under {ROOT}: not removed"
+                )),
+            ),
+        ];
+        for (name, path, want) in cases {
+            let pv = volume(OURS, "Released", "Delete", &path);
+            assert_eq!(decide_volume(&pv, OURS, Path::new(ROOT), Layout::PerNode), want, "{name}");
+        }
     }
 }

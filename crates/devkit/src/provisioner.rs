@@ -25,12 +25,13 @@ use kube::{Api, Resource, ResourceExt};
 use tokio::signal::unix::{SignalKind, signal};
 use tracing::{info, warn};
 
-use crate::provision::{self, ClaimDecision, VOLUME_DIR_MODE, VolumeDecision};
+use crate::provision::{self, ClaimDecision, Layout, VOLUME_DIR_MODE, VolumeDecision};
 
 pub struct Options {
     pub kubeconfig: PathBuf,
     pub root: PathBuf,
     pub provisioner: String,
+    pub layout: Layout,
 }
 
 /// Which watch completed a (re)list.
@@ -123,7 +124,7 @@ impl Provisioner {
         let existing: HashSet<String> = volumes.state().iter().map(|v| v.name_any()).collect();
         for pvc in claims.state() {
             let class = provision::claim_class(&pvc).and_then(|n| classes.get(n)).map(|c| c.as_ref());
-            match provision::decide_claim(&pvc, class, &self.opts.provisioner, &self.opts.root) {
+            match provision::decide_claim(&pvc, class, &self.opts.provisioner, &self.opts.root, self.opts.layout) {
                 ClaimDecision::Provision(p) => {
                     let made = existing.contains(&p.volume.name_any());
                     self.provision(&pvc, *p, made).await;
@@ -133,7 +134,7 @@ impl Provisioner {
             }
         }
         for pv in volumes.state() {
-            match provision::decide_volume(&pv, &self.opts.provisioner, &self.opts.root) {
+            match provision::decide_volume(&pv, &self.opts.provisioner, &self.opts.root, self.opts.layout) {
                 VolumeDecision::Reclaim { dir } => self.reclaim(&pv, &dir).await,
                 VolumeDecision::Refuse(why) => self.warn_once(&*pv, "VolumeFailedDelete", why).await,
                 VolumeDecision::Ignore => {}

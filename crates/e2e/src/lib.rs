@@ -10,6 +10,7 @@
 //! - [`kubectl`]: `Kubectl`, running commands, `wait_until`;
 //! - [`harness`]: namespaces, the operator under test, EtcdCluster/pod/Event helpers;
 //! - [`manifests`]: YAML the tests and the bench apply;
+//! - [`nodes`]: the local cluster's nodes and their faults (lose, restore, partition, latency, fill);
 //! - [`process`]: child processes that die with the test process;
 //! - [`objstore`]: real S3 (moto) and Azure Blob (Azurite) servers for backups.
 //!
@@ -18,6 +19,7 @@
 pub mod harness;
 pub mod kubectl;
 pub mod manifests;
+pub mod nodes;
 pub mod objstore;
 pub mod process;
 

@@ -12,18 +12,25 @@ use crate::TestNamespace;
 
 const WORKSPACE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
 
-/// `(ctr, containerd socket, state directory)` of the local cluster (`hack/cluster-env.sh`).
-fn local_cluster() -> Result<(String, String, String)> {
+/// `(ctr, containerd socket, kubelet root directory)` of node `node` of the local cluster
+/// (`node_env` in `hack/cluster-env.sh`: on one node the host's, on several the node's own).
+fn local_cluster(node: &str) -> Result<(String, String, String)> {
     let out = Command::new("bash")
         .arg("-c")
         .arg(format!(
-            "source {WORKSPACE}/hack/common.sh && source {WORKSPACE}/hack/cluster-env.sh && echo \"$RUNTIME_BIN/ctr\" && echo \"$CONTAINERD_SOCK\" && echo \"$STATE_DIR\""
+            "source {WORKSPACE}/hack/common.sh && source {WORKSPACE}/hack/cluster-env.sh && node_env \"$1\" && echo \"$RUNTIME_BIN/ctr\" && echo \"$N_CONTAINERD_SOCK\" && echo \"$N_KUBELET_ROOT\""
         ))
+        .arg("node_env")
+        .arg(node)
         .output()?;
     ensure!(out.status.success(), "hack/cluster-env.sh: {}", String::from_utf8_lossy(&out.stderr));
     let text = String::from_utf8(out.stdout)?;
     let mut l = text.lines().map(str::to_string);
-    Ok((l.next().context("ctr")?, l.next().context("socket")?, l.next().context("state dir")?))
+    Ok((l.next().context("ctr")?, l.next().context("socket")?, l.next().context("kubelet root")?))
+}
+
+fn node_of(pod: &Value) -> Result<&str> {
+    pod["spec"]["nodeName"].as_str().with_context(|| format!("pod {} is not scheduled", pod["metadata"]["name"]))
 }
 
 /// Sends `signal` (`SIGSTOP`, `SIGKILL`, ...) to the running container `container` of `pod`.
@@ -36,7 +43,7 @@ pub fn signal_container(pod: &Value, container: &str, signal: &str) -> Result<()
         .and_then(|s| s["containerID"].as_str())
         .and_then(|id| id.split_once("://").map(|(_, id)| id.to_string()))
         .with_context(|| format!("no {container} container ID in {}", pod["metadata"]["name"]))?;
-    let (ctr, sock, _) = local_cluster()?;
+    let (ctr, sock, _) = local_cluster(node_of(pod)?)?;
     let out =
         Command::new(ctr).args(["--address", &sock, "-n", "k8s.io", "tasks", "kill", "-s", signal, &id]).output()?;
     ensure!(out.status.success(), "ctr tasks kill -s {signal} {id}: {}", String::from_utf8_lossy(&out.stderr));
@@ -59,8 +66,8 @@ pub fn member_data_dir(ns: &TestNamespace, pod: &Value) -> Result<PathBuf> {
         PathBuf::from(v["spec"]["hostPath"]["path"].as_str().context("not a hostPath volume")?)
     } else {
         let uid = pod["metadata"]["uid"].as_str().context("pod uid")?;
-        let (_, _, state) = local_cluster()?;
-        PathBuf::from(state).join(format!("kubelet/pods/{uid}/volumes/kubernetes.io~empty-dir/etcd-data"))
+        let (_, _, kubelet) = local_cluster(node_of(pod)?)?;
+        PathBuf::from(kubelet).join(format!("pods/{uid}/volumes/kubernetes.io~empty-dir/etcd-data"))
     };
     let dir = root.join("data");
     ensure!(dir.join("member").is_dir(), "{} holds no member directory", dir.display());
