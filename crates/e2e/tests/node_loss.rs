@@ -17,6 +17,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
+use common::backups::e2e_events;
 use common::*;
 use e2e::nodes::Nodes;
 use e2e::{Kubectl, TestNamespace, wait_until};
@@ -85,7 +86,8 @@ fn an_emptydir_member_on_a_lost_node_is_replaced_on_a_live_node_after_the_grace(
         println!("replaced after {:?}: {}", t0.elapsed(), c["status"]["members"]);
         let evs = e2e_events(ns, "EtcdCluster", "ex")?;
         ensure!(
-            evs.iter().any(|(r, m)| r == "MemberRemoved" && m.contains(&victim_pod) && m.contains(&format!("node {victim}"))),
+            evs.iter()
+                .any(|(r, m)| r == "MemberRemoved" && m.contains(&victim_pod) && m.contains(&format!("node {victim}"))),
             "no MemberRemoved naming {victim_pod} and its node: {evs:?}"
         );
         for (p, n) in placement(ns, "ex")? {
@@ -141,8 +143,7 @@ fn a_pvc_member_on_a_lost_node_waits_for_it_and_comes_back_as_the_same_member() 
 }
 
 #[test]
-fn force_deleted_pods_of_lost_nodes_are_not_recovered_from_until_the_nodes_are_declared_out_of_service()
--> Result<()> {
+fn force_deleted_pods_of_lost_nodes_are_not_recovered_from_until_the_nodes_are_declared_out_of_service() -> Result<()> {
     let Some(nodes) = Nodes::detect(&Kubectl::from_env()?, 3)? else { return Ok(()) };
     let kubectl = Kubectl::from_env()?;
     with_operator("e2e-node-split", |ns, _op| {
