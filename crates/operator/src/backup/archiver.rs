@@ -85,6 +85,46 @@ async fn serve_status(port: u16, status: Shared) -> Result<(), PodError> {
 }
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// A watch silent this long is asked where it stands (an etcd progress request, answered at
+/// once with the store's revision by a watch that works).
+const PROGRESS_EVERY: Duration = Duration::from_secs(10);
+/// A watch that answers nothing this long after being asked is stalled: it is opened again.
+const STALLED_AFTER: Duration = Duration::from_secs(30);
+
+/// Whether a watch still answers: a stream can stop delivering without an error (a member
+/// that hangs, a connection a middlebox dropped silently), and with no writes to the cluster
+/// silence is no sign. So a silent watch is asked for its progress, and one that does not answer
+/// that counts as stalled.
+#[derive(Debug)]
+struct Liveness {
+    last_heard: std::time::Instant,
+    asked: Option<std::time::Instant>,
+}
+
+impl Liveness {
+    fn new(now: std::time::Instant) -> Self {
+        Liveness { last_heard: now, asked: None }
+    }
+
+    /// Anything arrived on the stream: events or a progress answer.
+    fn heard(&mut self, now: std::time::Instant) {
+        (self.last_heard, self.asked) = (now, None);
+    }
+
+    /// Whether to send a progress request now (silent for [`PROGRESS_EVERY`], not asked yet).
+    fn ask(&mut self, now: std::time::Instant) -> bool {
+        if self.asked.is_none() && now.duration_since(self.last_heard) >= PROGRESS_EVERY {
+            self.asked = Some(now);
+            return true;
+        }
+        false
+    }
+
+    /// Silent for [`STALLED_AFTER`] since it was asked: how long it has been silent.
+    fn stalled(&self, now: std::time::Instant) -> Option<Duration> {
+        self.asked.filter(|a| now.duration_since(*a) >= STALLED_AFTER).map(|_| now.duration_since(self.last_heard))
+    }
+}
 /// A snapshot taken because compaction overtook the archive gives up after this long.
 const SNAPSHOT_TIMEOUT_SECS: u64 = 300;
 
@@ -194,10 +234,13 @@ async fn follow(
         Err(e) => return Followed::Broken(format!("connect: {e}")),
     };
     let opts = WatchOptions::new().with_all_keys().with_start_revision(pos.next).with_progress_notify();
-    let mut stream = match client.watch("", Some(opts)).await {
-        Ok(s) => s,
+    let (mut requests, mut stream) = match client.watch("", Some(opts)).await {
+        Ok(s) => s.split(),
         Err(e) => return Followed::Broken(format!("watch: {e}")),
     };
+    let mut alive = Liveness::new(std::time::Instant::now());
+    let mut check = tokio::time::interval(Duration::from_secs(1));
+    check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // Watching again: a broken watch is no longer the archive's problem (a store error stays
     // until a write succeeds).
     update(here.status, |s| {
@@ -210,12 +253,28 @@ async fn follow(
     loop {
         tokio::select! {
             _ = tick.tick() => flush(here, pos, pending).await,
+            _ = check.tick() => {
+                let now = std::time::Instant::now();
+                if let Some(silent) = alive.stalled(now) {
+                    return Followed::Broken(format!(
+                        "stalled: no answer for {}s, {}s after a progress request",
+                        silent.as_secs(),
+                        STALLED_AFTER.as_secs()
+                    ));
+                }
+                if alive.ask(now)
+                    && let Err(e) = requests.request_progress().await
+                {
+                    return Followed::Broken(format!("progress request: {e}"));
+                }
+            }
             msg = stream.message() => {
                 let resp = match msg {
                     Ok(Some(r)) => r,
                     Ok(None) => return Followed::Broken("the stream ended".into()),
                     Err(e) => return Followed::Broken(e.to_string()),
                 };
+                alive.heard(std::time::Instant::now());
                 if resp.compact_revision() > 0 {
                     return Followed::Compacted(resp.compact_revision());
                 }
@@ -347,5 +406,29 @@ fn snapshot_args(a: &ArchiveArgs) -> save::SaveArgs {
         owner_uid: a.owner_uid.clone(),
         tls: a.tls.clone(),
         auth: a.auth.clone(),
+    }
+}
+
+#[cfg(test)]
+mod liveness_tests {
+    use super::*;
+    use std::time::Instant;
+
+    #[test]
+    fn a_silent_watch_is_asked_once_and_stalled_only_if_it_then_says_nothing() {
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        let mut l = Liveness::new(t0);
+        assert!(!l.ask(at(9)), "not silent long enough");
+        assert!(l.ask(at(10)));
+        assert!(!l.ask(at(11)), "asked once until it answers");
+        assert_eq!(l.stalled(at(39)), None);
+        assert_eq!(l.stalled(at(40)), Some(Duration::from_secs(40)));
+        // An answer (a progress response or events) resets it.
+        let mut l = Liveness::new(t0);
+        assert!(l.ask(at(10)));
+        l.heard(at(12));
+        assert_eq!(l.stalled(at(45)), None);
+        assert!(l.ask(at(22)), "silent again: asked again");
     }
 }
