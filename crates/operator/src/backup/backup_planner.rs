@@ -181,10 +181,17 @@ fn after(t: Timestamp, d: Duration) -> Option<Timestamp> {
     SignedDuration::try_from(d).ok().and_then(|d| t.checked_add(d).ok())
 }
 
-/// When the next backup is due but one is still running: what status says (the next starts once
-/// the running one ends; two never run at once).
+/// When the next backup is due but one is still running, or a restore drill: what status says
+/// (the next starts once the running one ends; two never run at once, nor a backup beside a
+/// drill, whose snapshot its retention may delete).
 pub fn delayed_note(running: Option<&str>, due: Option<Timestamp>, now: Timestamp) -> Option<String> {
     let (pod, due) = (running?, due.filter(|d| *d <= now)?);
+    if pod.contains("-drill-") {
+        return Some(format!(
+            "{DELAYED}{} waits for the restore drill still running (pod {pod}): a backup's retention could delete the snapshot the drill reads",
+            rfc3339(due)
+        ));
+    }
     Some(format!(
         "{DELAYED}{} waits for the backup still running (pod {pod}): backups never overlap, so one that takes longer than backupIntervalInSecond delays the next",
         rfc3339(due)
@@ -354,6 +361,15 @@ pub fn plan(o: &BackupObserved) -> BackupPlan {
     if volume_root && volume_owner::denied_to_non_root(&st.reason).is_some() && due.is_some_and(|d| d > now) {
         due = Some(now);
     }
+    // A restore drill reads snapshots this backup's retention may delete: never both at once
+    // (the drill waits for a running backup in `drill::plan`).
+    let drill_running = o
+        .drill_pods
+        .iter()
+        .find(|p| matches!(p.result, PodResult::Running) && !st.recorded_pods.contains(&p.name))
+        .map(|p| p.name.as_str());
+    let backup_running = running.is_some();
+    let running = running.or(drill_running);
     match delayed_note(running, due, now) {
         Some(note) => st.reason = note,
         None if st.reason.starts_with(DELAYED) => st.reason.clear(),
@@ -386,8 +402,15 @@ pub fn plan(o: &BackupObserved) -> BackupPlan {
     }
     // Restore drills, after the backups' results: a backup that just succeeded makes the first
     // one due.
+    let started_now = !matches!(step, BackupStep::Nothing);
     let d = drill::plan(
-        &drill::DrillObserved { backup: &o.name, schedule: target.drill, pods: &o.drill_pods, now },
+        &drill::DrillObserved {
+            backup: &o.name,
+            schedule: target.drill,
+            pods: &o.drill_pods,
+            now,
+            backup_running: backup_running || started_now,
+        },
         &mut st,
     );
     events.extend(d.events);

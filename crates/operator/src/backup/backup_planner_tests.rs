@@ -250,6 +250,25 @@ fn a_backup_due_while_one_runs_waits_and_status_says_so() {
     assert_eq!(p.status.reason, "");
 }
 
+/// A backup's retention could delete the snapshot a running restore drill reads (a false
+/// `DrillFailed` with `maxBackups: 1`): a due backup waits for the drill, and says so.
+#[test]
+fn a_backup_due_while_a_restore_drill_runs_waits_for_it() {
+    let mut o = observed(30);
+    o.status.last_attempt_date = Some("2026-01-01T00:09:00Z".into());
+    o.status.observed_generation = 1;
+    o.drill_pods = vec![JobPodState::running("b-drill-1767225600")];
+    let p = plan(&o);
+    assert_eq!(p.step, BackupStep::Nothing);
+    assert!(
+        p.status.reason.contains("restore drill") && p.status.reason.contains("b-drill-1767225600"),
+        "{}",
+        p.status.reason
+    );
+    o.drill_pods.clear();
+    assert!(matches!(plan(&o).step, BackupStep::StartBackup { .. }));
+}
+
 #[test]
 fn a_pod_that_never_started_is_given_up_with_its_reason() {
     let mut o = observed(0);

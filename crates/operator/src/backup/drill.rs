@@ -183,6 +183,9 @@ pub struct DrillObserved<'a> {
     /// This EtcdBackup's drill pods, oldest first.
     pub pods: &'a [JobPodState<DrillReport>],
     pub now: Timestamp,
+    /// A backup pod of this EtcdBackup is running: its retention may delete the snapshot a
+    /// drill would read (a false failure), so a due drill waits for it.
+    pub backup_running: bool,
 }
 
 /// A drill pod to create.
@@ -250,6 +253,10 @@ pub fn plan(o: &DrillObserved<'_>, st: &mut EtcdBackupStatus) -> DrillPlan {
     }
     if due > o.now {
         p.requeue = Duration::try_from(due.duration_since(o.now)).ok();
+        return p;
+    }
+    if o.backup_running {
+        p.requeue = Some(Duration::from_secs(5));
         return p;
     }
     let pod = pod_name(o.backup, due);

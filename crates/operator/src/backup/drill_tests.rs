@@ -131,7 +131,7 @@ fn run(
     now: &str,
 ) -> (EtcdBackupStatus, DrillPlan) {
     let mut st = st.clone();
-    let o = DrillObserved { backup: "b", schedule, pods, now: t(now) };
+    let o = DrillObserved { backup: "b", schedule, pods, now: t(now), backup_running: false };
     let p = plan(&o, &mut st);
     (st, p)
 }
@@ -188,6 +188,25 @@ fn a_drill_planned_twice_before_the_cache_shows_it_is_the_same_pod() {
     let (_, a) = run(&backed_up(), Some(HOURLY), &[], "2026-01-01T00:00:05Z");
     let (_, b) = run(&backed_up(), Some(HOURLY), &[], "2026-01-01T00:00:09Z");
     assert_eq!(a.start.unwrap().pod, b.start.unwrap().pod);
+}
+
+/// A backup's retention (`maxBackups: 1`, a window) may delete the snapshot a drill reads:
+/// a due drill waits for a running backup rather than report a false failure.
+#[test]
+fn a_due_drill_waits_for_a_running_backup() {
+    let mut st = backed_up();
+    let o = DrillObserved {
+        backup: "b",
+        schedule: Some(HOURLY),
+        pods: &[],
+        now: t("2026-01-01T00:00:05Z"),
+        backup_running: true,
+    };
+    let p = plan(&o, &mut st);
+    assert_eq!(p.start, None);
+    assert_eq!(p.requeue, Some(Duration::from_secs(5)));
+    let p = plan(&DrillObserved { backup_running: false, ..o }, &mut st);
+    assert!(p.start.is_some());
 }
 
 #[test]
