@@ -43,7 +43,7 @@ pub(super) fn without_etcd(o: &Observed, d: &Desired) -> Step {
         }
         return wait(WaitReason::MemberFailing, format!("member pod {pod} cannot run: {reason}: {msg}"));
     }
-    if let Some(step) = stuck_terminating(o) {
+    if let Some(step) = stuck_terminating(o, None) {
         return step;
     }
     // Ready members the operator's own calls did not get through to: its sight is lost.
@@ -135,9 +135,15 @@ fn bootstrap_member(name: String, initial_cluster: Vec<(String, String)>, d: &De
 }
 
 /// A member pod that has been terminating for long (its node stopped answering): reported, with
-/// what the user can do. Its volume stays attached to it until it is gone.
-fn stuck_terminating(o: &Observed) -> Option<Step> {
-    let p = o.pods.values().find(|p| p.deleting_secs.is_some_and(|s| s >= super::volumes::STUCK_TERMINATING_SECS))?;
+/// what the user can do. Its volume stays attached to it until it is gone. With etcd's member
+/// list (`etcd`), only a member's pod: the pod of a member removed already (replaced after its
+/// node was lost) holds nothing up while it waits for its node.
+fn stuck_terminating(o: &Observed, etcd: Option<&EtcdState>) -> Option<Step> {
+    let member = |p: &PodState| etcd.is_none_or(|e| e.member_for_pod(&p.name).is_some());
+    let p = o
+        .pods
+        .values()
+        .find(|p| member(p) && p.deleting_secs.is_some_and(|s| s >= super::volumes::STUCK_TERMINATING_SECS))?;
     let keep = if p.uses_pvc { "its volume is kept and the member restarts on it once the pod is gone" } else { "" };
     Some(wait(
         WaitReason::PodStuckTerminating,
@@ -269,7 +275,7 @@ fn heal(o: &Observed, etcd: &EtcdState) -> Option<Step> {
             });
         }
     }
-    if let Some(step) = stuck_terminating(o) {
+    if let Some(step) = stuck_terminating(o, Some(etcd)) {
         return Some(step);
     }
     if let Some(p) = o.pods.values().find(|p| p.deleting && etcd.member_for_pod(&p.name).is_some()) {

@@ -80,6 +80,25 @@ fn after_the_removal_a_learner_joins_and_the_old_pod_goes_as_an_orphan() {
     );
 }
 
+/// The old pod stays Terminating on the lost node for as long as the node is away; it belongs to
+/// no member any more and holds nothing up: the learner that replaces it is promoted.
+#[test]
+fn the_old_pod_stuck_terminating_on_the_lost_node_does_not_hold_the_replacement() {
+    let mut o = placed(3, 3);
+    node_down(&mut o, 3, 900);
+    etcd(&mut o).members.retain(|m| m.id != 3);
+    let old = o.pods.get_mut("ex-m3").unwrap();
+    (old.deleting, old.deleting_secs) = (true, Some(600));
+    add_learner(&mut o, 4, "ex-m4", 1000);
+    assert!(matches!(plan(&o), Step::Promote { id: 4, .. }), "{:?}", plan(&o));
+    // A member's own pod stuck terminating is still reported.
+    let mut o = placed(3, 3);
+    let p = o.pods.get_mut("ex-m3").unwrap();
+    (p.deleting, p.deleting_secs) = (true, Some(600));
+    add_pvc(&mut o, "ex-m3");
+    assert_eq!(wait_reason(&plan(&o)), WaitReason::PodStuckTerminating);
+}
+
 #[test]
 fn a_member_etcd_still_answers_for_or_whose_pod_is_ready_is_not_lost_with_its_node() {
     // The kubelet stopped (the Node is not Ready) but etcd runs and answers: nothing to do.
