@@ -141,12 +141,9 @@ pub fn build_volume(
         Layout::PerNode => {
             // Immediate binding has no node yet: a directory of some node would pin the claim's
             // pods to it whatever else they need (anti-affinity, zones).
-            let node = pvc
-                .metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(SELECTED_NODE))
-                .ok_or("volumes live on one node here: the class must bind WaitForFirstConsumer (no node was selected)")?;
+            let node = pvc.metadata.annotations.as_ref().and_then(|a| a.get(SELECTED_NODE)).ok_or(
+                "volumes live on one node here: the class must bind WaitForFirstConsumer (no node was selected)",
+            )?;
             if !is_plain_name(node) {
                 return Err(format!("the selected node {node:?} cannot name a directory"));
             }
@@ -514,8 +511,12 @@ mod tests {
 
     #[test]
     fn per_node_volume_lives_on_the_selected_node() {
-        let decide = |pvc: &PersistentVolumeClaim| decide_claim(pvc, Some(&wait_class()), OURS, Path::new(ROOT), Layout::PerNode);
-        let ClaimDecision::Provision(p) = decide(&selected("node-2")) else { panic!("{:?}", decide(&selected("node-2"))) };
+        let decide = |pvc: &PersistentVolumeClaim| {
+            decide_claim(pvc, Some(&wait_class()), OURS, Path::new(ROOT), Layout::PerNode)
+        };
+        let ClaimDecision::Provision(p) = decide(&selected("node-2")) else {
+            panic!("{:?}", decide(&selected("node-2")))
+        };
         assert_eq!(p.dir, Path::new(ROOT).join("node-2").join(UID));
         let spec = p.volume.spec.unwrap();
         assert_eq!(spec.host_path.unwrap().path, format!("{ROOT}/node-2/{UID}"));
@@ -529,10 +530,7 @@ mod tests {
         // No node selected yet: wait for the scheduler, as with one node.
         assert_eq!(decide(&claim()), ClaimDecision::WaitForConsumer);
         // A node name that is not a plain directory name is refused, never joined into a path.
-        assert_eq!(
-            kind(&decide(&selected("../pki"))),
-            "refuse: the selected node \"../pki\" cannot name a directory"
-        );
+        assert_eq!(kind(&decide(&selected("../pki"))), "refuse: the selected node \"../pki\" cannot name a directory");
         // An Immediate class names no node: refused rather than pinned to some node.
         assert_eq!(
             kind(&decide_claim(&claim(), Some(&class("standard", OURS)), OURS, Path::new(ROOT), Layout::PerNode)),
@@ -556,12 +554,16 @@ mod tests {
             (
                 "directly under the root (one-node layout)",
                 format!("{ROOT}/{UID}"),
-                VolumeDecision::Refuse(format!("its hostPath {ROOT}/{UID} is not a directory of a node under {ROOT}: not removed")),
+                VolumeDecision::Refuse(format!(
+                    "its hostPath {ROOT}/{UID} is not a directory of a node under {ROOT}: not removed"
+                )),
             ),
             (
                 "a node's whole disk",
                 format!("{ROOT}/node-1"),
-                VolumeDecision::Refuse(format!("its hostPath {ROOT}/node-1 is not a directory of a node under {ROOT}: not removed")),
+                VolumeDecision::Refuse(format!(
+                    "its hostPath {ROOT}/node-1 is not a directory of a node under {ROOT}: not removed"
+                )),
             ),
             (
                 "through ..",

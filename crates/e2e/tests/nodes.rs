@@ -43,11 +43,8 @@ fn three_members_spread_over_three_nodes_and_survive_losing_one() -> Result<()> 
         // Lose the node of a member that does not lead (the common case; the leader's node is
         // the same fault plus an election).
         let leader = cluster(ns, "ex")?["status"]["leader"].as_str().unwrap_or_default().to_string();
-        let (victim_pod, victim) = placed
-            .iter()
-            .find(|(p, _)| *p != leader)
-            .cloned()
-            .context("no member but the leader")?;
+        let (victim_pod, victim) =
+            placed.iter().find(|(p, _)| *p != leader).cloned().context("no member but the leader")?;
         let _undo = nodes.guard();
         println!("losing {victim} (member {victim_pod}; leader {leader})");
         nodes.lose(&victim)?;
