@@ -36,7 +36,9 @@ else
 fi
 mkdir -p target/chaos
 # The node's containerd (SIGKILL/SIGSTOP of etcd, the network namespace of a member).
-export CHAOS_CTR=$RUNTIME_BIN/ctr CHAOS_CONTAINERD_SOCK=$CONTAINERD_SOCK
+# Several nodes: every live node's containerd (a member's container is known to its node's only).
+export CHAOS_CTR=$RUNTIME_BIN/ctr CHAOS_CONTAINERD_SOCK
+CHAOS_CONTAINERD_SOCK=$(for n in $(live_nodes); do node_env "$n"; echo "$N_CONTAINERD_SOCK"; done | tr '\n' ' ')
 export E2E_OPERATOR_IMAGE=$CHAOS_IMAGE ETCD_OPERATOR_INIT_IMAGE=$CHAOS_IMAGE ETCD_OPERATOR_BIN=target/debug/etcd-operator
 if [ "${1:-}" = --ci ]; then
   shift

@@ -181,8 +181,9 @@ run_leg() {
     local f
     for f in crates/e2e/tests/*.rs; do
       f=$(basename "$f" .rs)
-      # network_policy_enforced: in its own phase below, with enforcement on.
-      case $f in monitoring | helm_chart | network_policy_enforced) continue ;; esac
+      # network_policy_enforced: in its own phase below, with enforcement on; nodes: node faults
+      # (a lost node takes other tests' pods with it), alone after the others.
+      case $f in monitoring | helm_chart | network_policy_enforced | nodes) continue ;; esac
       specs+=("process@$f")
     done
     # The operator installed in-cluster from its manifests: the lifecycle suite, CoreOS adoption
@@ -198,6 +199,15 @@ run_leg() {
   local p f
   read -r p f <"$out/e2e-$tag/count"
   passed=$((passed + p)); failed=$((failed + f))
+
+  # Node faults (issue 28): tests that lose, partition or slow down nodes, alone (they skip
+  # themselves, passing, on a cluster of fewer nodes than they need).
+  if [ -z "$smoke" ] && [ "$LOCAL_CLUSTER" = 1 ] && [ "$K8S_VERSION" = "$K8S_MODERN" ]; then
+    phase "[$tag] node faults (NODES=${NODES:-1})"
+    E2E_SKIP="" bash hack/e2e-pool.sh "$out/e2e-$tag-nodes" process@nodes || status=1
+    read -r p f <"$out/e2e-$tag-nodes/count"
+    passed=$((passed + p)); failed=$((failed + f))
+  fi
 
   # NetworkPolicy enforcement (issue 28): kube-router's firewall on (NETPOL=1, hack/cluster.sh)
   # for the enforcement tests alone, then off again (it can briefly restore kube-proxy REJECT

@@ -27,14 +27,22 @@ fn etcdctl_cmd<'a>(endpoint: &'a str, args: &[&'a str]) -> Vec<&'a str> {
     cmd
 }
 
+/// Every node is Ready, as many as the local cluster was started with (`NODES`, recorded by
+/// hack/cluster.sh in its state directory; one without the record).
 #[test]
 fn node_is_ready() -> Result<()> {
     let kubectl = Kubectl::from_env()?;
     let nodes = kubectl.node_ready_statuses()?;
-    ensure!(nodes.len() == 1, "expected one node, got {nodes:?}");
-    ensure!(nodes[0].1 == "True", "node {} is not Ready: {nodes:?}", nodes[0].0);
+    let want = std::fs::read_to_string(NODE_COUNT_FILE).ok().and_then(|n| n.trim().parse().ok()).unwrap_or(1usize);
+    ensure!(nodes.len() == want, "expected {want} node(s), got {nodes:?}");
+    for (name, ready) in &nodes {
+        ensure!(ready == "True", "node {name} is not Ready: {nodes:?}");
+    }
     Ok(())
 }
+
+/// hack/cluster-env.sh's NODES_FILE.
+const NODE_COUNT_FILE: &str = "/var/lib/etcd-operator-dev/node-count";
 
 /// etcd in one pod answers put/get from other pods by its cluster DNS name; the get goes
 /// through the resolver's search list (`<pod>.<svc>.<ns>.svc` first gets NXDOMAIN for
@@ -120,7 +128,8 @@ fn service_cluster_ip_reaches_pod_from_pods_and_host() -> Result<()> {
 }
 
 /// A PVC without a class gets the default StorageClass, binds to a host-path volume, and a pod
-/// writes to it (etcd's data directory); deleting the claim deletes the volume.
+/// writes to it (etcd's data directory); deleting the claim deletes the volume. The pod is made
+/// before the claim is waited for: with several nodes the class binds WaitForFirstConsumer.
 #[test]
 fn pvc_binds_and_pod_writes_to_it() -> Result<()> {
     let ns = TestNamespace::create("e2e-pvc")?;
@@ -134,6 +143,7 @@ spec:
 "#,
         ns.name
     ))?;
+    start_etcd(&ns, "persistentVolumeClaim: { claimName: data }")?;
     let pv = wait_until(Duration::from_secs(60), "the claim to bind", || {
         let pvc = ns.json(&["get", "pvc", "data"])?;
         Ok((pvc["status"]["phase"] == "Bound").then_some(pvc))
@@ -143,7 +153,6 @@ spec:
     let volume = ns.kubectl.json(&["get", "pv", &pv_name])?;
     let host_path = volume["spec"]["hostPath"]["path"].as_str().context("PV is not a hostPath volume")?.to_string();
 
-    start_etcd(&ns, "persistentVolumeClaim: { claimName: data }")?;
     let out = ns.exec("etcd-0", &etcdctl_cmd("--endpoints=http://127.0.0.1:2379", &["put", "on-disk", "yes"]))?;
     ensure!(out.trim() == "OK", "put printed {out:?}");
     let wal_dir = std::path::Path::new(&host_path).join("data/member/wal");

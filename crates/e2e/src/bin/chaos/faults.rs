@@ -54,8 +54,9 @@ pub struct Injector<'a> {
     pub mon: &'a Monitor,
     pub rt: &'a tokio::runtime::Handle,
     pub clusters: &'a [ClusterDesc],
-    /// `ctr` and its containerd socket (hack/cluster-env.sh).
-    pub ctr: (String, String),
+    /// `ctr` and the containerd sockets (hack/cluster-env.sh): the cluster's, or with several
+    /// nodes each live node's (`CHAOS_CONTAINERD_SOCK` separated by spaces).
+    pub ctr: (String, Vec<String>),
     pending: Mutex<Vec<Undo>>,
 }
 
@@ -76,21 +77,42 @@ impl<'a> Injector<'a> {
             (Ok(c), Ok(s)) if !c.is_empty() => (c, s),
             _ => {
                 let out = run(Command::new("bash").arg("-c").arg(format!(
-                    "source {WORKSPACE}/hack/common.sh && source {WORKSPACE}/hack/cluster-env.sh && echo \"$RUNTIME_BIN/ctr\" && echo \"$CONTAINERD_SOCK\""
+                    "source {WORKSPACE}/hack/common.sh && source {WORKSPACE}/hack/cluster-env.sh && echo \"$RUNTIME_BIN/ctr\" && for n in $(live_nodes); do node_env \"$n\"; echo \"$N_CONTAINERD_SOCK\"; done"
                 )))?;
                 let mut l = out.lines();
-                (l.next().unwrap_or("ctr").to_string(), l.next().unwrap_or("").to_string())
+                (l.next().unwrap_or("ctr").to_string(), l.collect::<Vec<_>>().join(" "))
             }
         };
+        let ctr = (ctr.0, ctr.1.split_whitespace().map(str::to_string).collect::<Vec<_>>());
         Ok(Injector { ns, op, mon, rt, clusters, ctr, pending: Mutex::default() })
     }
 
+    /// `ctr -n k8s.io ARGS` against each containerd (one per node): the first that succeeds
+    /// (a container's task is known to its node's only), or for `tasks ls` all of them.
     fn ctr(&self, args: &[&str]) -> Result<String> {
-        let mut c = Command::new(&self.ctr.0);
-        if !self.ctr.1.is_empty() {
-            c.args(["--address", &self.ctr.1]);
+        let socks: Vec<Option<&str>> =
+            if self.ctr.1.is_empty() { vec![None] } else { self.ctr.1.iter().map(|s| Some(s.as_str())).collect() };
+        let (mut out, mut last_err) = (String::new(), None);
+        let mut ok = false;
+        for sock in socks {
+            let mut c = Command::new(&self.ctr.0);
+            if let Some(sock) = sock {
+                c.args(["--address", sock]);
+            }
+            match run(c.args(["-n", "k8s.io"]).args(args)) {
+                Ok(o) if args.first() == Some(&"tasks") && args.get(1) == Some(&"ls") => {
+                    out.push_str(&o);
+                    ok = true;
+                }
+                Ok(o) => return Ok(o),
+                Err(e) => last_err = Some(e),
+            }
         }
-        run(c.args(["-n", "k8s.io"]).args(args))
+        match (ok, last_err) {
+            (true, _) => Ok(out),
+            (false, Some(e)) => Err(e),
+            (false, None) => Ok(out),
+        }
     }
 
     /// The operator pod that holds the lease, once the holder is a pod that exists and is not
