@@ -183,7 +183,7 @@ run_leg() {
       f=$(basename "$f" .rs)
       # network_policy_enforced: in its own phase below, with enforcement on; nodes: node faults
       # (a lost node takes other tests' pods with it), alone after the others.
-      case $f in monitoring | helm_chart | network_policy_enforced | nodes) continue ;; esac
+      case $f in monitoring | helm_chart | network_policy_enforced | nodes | node_loss) continue ;; esac
       specs+=("process@$f")
     done
     # The operator installed in-cluster from its manifests: the lifecycle suite, CoreOS adoption
@@ -204,7 +204,7 @@ run_leg() {
   # themselves, passing, on a cluster of fewer nodes than they need).
   if [ -z "$smoke" ] && [ "$LOCAL_CLUSTER" = 1 ] && [ "$K8S_VERSION" = "$K8S_MODERN" ]; then
     phase "[$tag] node faults (NODES=${NODES:-1})"
-    E2E_SKIP="" bash hack/e2e-pool.sh "$out/e2e-$tag-nodes" process@nodes || status=1
+    E2E_JOBS=1 E2E_SKIP="" bash hack/e2e-pool.sh "$out/e2e-$tag-nodes" process@nodes process@node_loss || status=1
     read -r p f <"$out/e2e-$tag-nodes/count"
     passed=$((passed + p)); failed=$((failed + f))
   fi
