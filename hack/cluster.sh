@@ -706,11 +706,12 @@ start_provisioner() {
 # br_netfilter. Routing and service proxy stay off (the bridge and kube-proxy do those); no
 # health or metrics port. Its identity is a client certificate (system:kube-router, accepted
 # without restarting the apiserver) bound to the read-only ClusterRole below.
-NETPOL_KUBECONFIG=$STATE_DIR/kube-router.kubeconfig
+# (In a node's scope the kubeconfig is the node's own copy: its path in kube-router's command line
+# is how component_pid knows the process for that node's.)
 write_netpol_credentials() {
   [ -f "$PKI_DIR/kube-router.crt" ] || sign kube-router system:kube-router "" "" clientAuth
   chmod 0600 "$PKI_DIR/kube-router.key"
-  update_file "$NETPOL_KUBECONFIG" 0600 <<EOF
+  update_file "$STATE_DIR/kube-router.kubeconfig" 0600 <<EOF
 apiVersion: v1
 kind: Config
 clusters:
@@ -768,7 +769,7 @@ start_netpol() {
   apply_netpol_rbac
   # Supervised: kube-router exits (klog.Fatal) on a failed iptables call, e.g. when kube-proxy
   # holds the xtables lock too long; started again, it syncs everything anew.
-  start_supervised netpol "$bin" --kubeconfig="$NETPOL_KUBECONFIG" --hostname-override="$NODE_NAME" \
+  start_supervised netpol "$bin" --kubeconfig="$STATE_DIR/kube-router.kubeconfig" --hostname-override="$NODE_NAME" \
     --run-firewall=true --run-router=false --run-service-proxy=false --run-loadbalancer=false \
     --service-cluster-ip-range="$SERVICE_CIDR" --health-port=0 --metrics-port=0 --v=1
 }
