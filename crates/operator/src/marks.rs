@@ -135,7 +135,10 @@ fn member_nodes(o: &Observed) -> crate::nodes::MemberNodes {
     let placed = o.pods.values().filter_map(|p| Some((p.name.as_str(), p.node.as_deref()?)));
     let present = |pod: &str| o.pods.contains_key(pod);
     let member = |pod: &str| o.etcd.as_ref().is_some_and(|e| e.member_for_pod(pod).is_some());
-    let members: Option<&dyn Fn(&str) -> bool> = o.etcd.is_some().then_some(&member as &dyn Fn(&str) -> bool);
+    // Only a leader's member list is the membership: a lagging member answering alone may not
+    // list a member added later, whose mark must not go.
+    let members: Option<&dyn Fn(&str) -> bool> =
+        o.etcd.as_ref().is_some_and(|e| e.leader.is_some()).then_some(&member as &dyn Fn(&str) -> bool);
     crate::nodes::next_member_nodes(&o.member_nodes, placed, &present, members)
 }
 
@@ -501,5 +504,29 @@ mod tests {
         assert!(upgrades_confirmed(&o).is_empty(), "still reports the old version");
         o.etcd.as_mut().unwrap().members[0].status = None;
         assert!(upgrades_confirmed(&o).is_empty(), "not answering");
+    }
+}
+
+#[cfg(test)]
+mod member_nodes_tests {
+    use super::*;
+    use crate::observed::{EtcdState, MemberState, PodState};
+
+    /// A member list without a leader (one lagging member answering) does not prune the mark.
+    #[test]
+    fn only_a_leaders_member_list_forgets_a_gone_pods_node() {
+        let m = |pod: &str| MemberState { pod: pod.into(), ..Default::default() };
+        let mut o = Observed {
+            pods: BTreeMap::from([(
+                "a".to_string(),
+                PodState { name: "a".into(), node: Some("n1".into()), ..Default::default() },
+            )]),
+            member_nodes: BTreeMap::from([("a".into(), "n1".into()), ("b".into(), "n2".into())]),
+            etcd: Some(EtcdState { members: vec![m("a")], leader: None, ..Default::default() }),
+            ..Default::default()
+        };
+        assert_eq!(member_nodes(&o), o.member_nodes, "b stays: the list may be stale");
+        o.etcd.as_mut().unwrap().leader = Some(1);
+        assert_eq!(member_nodes(&o), BTreeMap::from([("a".to_string(), "n1".to_string())]));
     }
 }

@@ -72,7 +72,11 @@ pub(super) fn replace(o: &Observed, d: &Desired, etcd: &EtcdState, healthy_voter
     for m in etcd.voters() {
         let Some((node, state)) = out_of_reach_on(o, m) else { continue };
         let secs = state.not_ready_secs.unwrap_or_default();
+        // A pod that mounts a claim keeps its data there, whether or not the cache shows that
+        // claim (not labelled or owned by the cluster, not seen yet): never the no-volume path.
+        let mounts_claim = o.pods.get(&m.pod).is_some_and(|p| p.uses_pvc);
         match o.pvcs.get(&m.pod).filter(|v| !v.deleting) {
+            None if mounts_claim => {}
             None if state.not_ready_for(policy.after_secs) => {
                 return Some(Step::RemoveMember {
                     id: m.id,
@@ -105,7 +109,11 @@ pub(super) fn waiting_for(o: &Observed, d: &Desired, m: &MemberState) -> Option<
     let policy = &d.recovery.node_loss;
     let secs = state.not_ready_secs.unwrap_or_default();
     let volume = o.pvcs.get(&m.pod).filter(|v| !v.deleting);
+    let mounts_claim = o.pods.get(&m.pod).is_some_and(|p| p.uses_pvc);
     let next = match (volume, policy.volume_after_secs) {
+        (None, _) if mounts_claim => {
+            "its pod mounts a claim the operator does not see as this cluster's: waiting for the node".to_string()
+        }
         (None, _) => format!("it is replaced in {}s unless the node comes back", (policy.after_secs - secs).max(0)),
         (Some(v), Some(after)) => format!(
             "its volume {} is there; spec.recovery.nodeLoss.volumeMembers is Replace: it is replaced in {}s unless the node comes back",

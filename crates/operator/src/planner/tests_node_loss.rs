@@ -149,6 +149,18 @@ fn of_five_two_lost_nodes_are_replaced_one_change_at_a_time() {
     assert!(!matches!(s, Step::AddLearner(_)), "{s:?}");
 }
 
+/// A claim the pod mounts that the cache does not show (no owner reference or label of the
+/// cluster, or not seen yet) still holds the member's data: never the no-volume removal.
+#[test]
+fn a_member_whose_pod_mounts_a_claim_the_cache_does_not_show_waits_too() {
+    let mut o = placed(3, 3);
+    o.pods.get_mut("ex-m3").unwrap().uses_pvc = true;
+    node_down(&mut o, 3, 3600);
+    let s = plan(&o);
+    assert_eq!(wait_reason(&s), WaitReason::NodeNotReady, "{s:?}");
+    assert!(wait_message(&s).contains("mounts a claim"), "{s:?}");
+}
+
 #[test]
 fn a_member_with_a_volume_waits_for_its_node_by_default() {
     let mut o = placed(3, 3);
