@@ -370,7 +370,7 @@ pub async fn execute(t: &Target<'_>, step: &Step) -> Result<Option<Done>, Error>
             done(
                 "VolumeRetired",
                 format!(
-                    "volume {claim} of member {pod} is kept but no longer used (annotated {}): its data check refused it: {why}. The member is replaced by a new one (or, without a quorum, counts as lost); the operator never deletes the claim: delete it once its data is no longer needed",
+                    "volume {claim} of member {pod} is kept but no longer used (annotated {}): {why}. The member is replaced by a new one (or, without a quorum, counts as lost); the operator never deletes the claim: delete it once its data is no longer needed",
                     naming::RETIRED_ANNOTATION
                 ),
             )

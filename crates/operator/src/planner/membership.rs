@@ -148,7 +148,7 @@ fn stuck_terminating(o: &Observed, etcd: Option<&EtcdState>) -> Option<Step> {
     Some(wait(
         WaitReason::PodStuckTerminating,
         format!(
-            "member pod {} has been terminating for {}s (its node may be down); {keep}{}if the node is gone for good, `kubectl delete pod {} --force --grace-period=0` lets it go",
+            "member pod {} has been terminating for {}s (its node may be down); {keep}{}if the node is gone for good, taint it `node.kubernetes.io/out-of-service=nodeshutdown:NoExecute` (Kubernetes then deletes its pods and detaches their volumes) or delete the Node; `kubectl delete pod {} --force --grace-period=0` alone does not show that it stopped",
             p.name,
             p.deleting_secs.unwrap_or_default(),
             if keep.is_empty() { "" } else { "; " },

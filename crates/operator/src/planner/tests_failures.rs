@@ -411,7 +411,7 @@ fn a_pvc_member_stuck_terminating_is_reported_with_what_to_do() {
     o.pods.get_mut("ex-m2").unwrap().deleting_secs = Some(600);
     let s = plan(&o);
     assert_eq!(wait_reason(&s), WaitReason::PodStuckTerminating);
-    assert!(wait_message(&s).contains("ex-m2") && wait_message(&s).contains("--force"), "{s:?}");
+    assert!(wait_message(&s).contains("ex-m2") && wait_message(&s).contains("out-of-service"), "{s:?}");
     assert!(WaitReason::PodStuckTerminating.needs_attention());
 }
 

@@ -99,7 +99,11 @@ fn retire(o: &Observed) -> Option<Step> {
     o.pods.values().find_map(|p| {
         let why = p.volume_refused.as_ref()?;
         let v = o.pvcs.get(&p.name).filter(|v| !v.deleting)?;
-        Some(Step::RetireVolume { pod: p.name.clone(), claim: v.name.clone(), why: why.clone() })
+        Some(Step::RetireVolume {
+            pod: p.name.clone(),
+            claim: v.name.clone(),
+            why: format!("its data check refused it: {why}"),
+        })
     })
 }
 
