@@ -437,6 +437,11 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
 [ttrpc]
   address = "$CONTAINERD_SOCK.ttrpc"
 
+# NRI listens on a fixed host path (/var/run/nri/nri.sock) that the containerd of every node
+# would share (the second one to start exits: "address already in use"); nothing here uses it.
+[plugins.'io.containerd.nri.v1.nri']
+  disable = true
+
 # Without this, containerd 2 creates /opt/containerd (and puts its bin first on its PATH).
 [plugins.'io.containerd.internal.v1.opt']
   path = "$STATE_DIR/containerd/opt"
