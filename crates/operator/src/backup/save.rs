@@ -314,8 +314,13 @@ async fn retention(
         .collect();
     let by_count =
         (args.max_backups > 0).then(|| location::to_delete(base, &series, args.max_backups, key, &mine, &origins));
-    // The window on the store's clock (`retention::on_store_clock`), not this pod's.
-    let on_store_clock = retention::on_store_clock(&snapshots, &modified_ms, key);
+    // The window on the store's clock (`retention::on_store_clock`), not this pod's. Without a
+    // window times play no part (`maxBackups` goes by the keys' names): nothing to wait for.
+    let on_store_clock = if args.retention_secs > 0 {
+        retention::on_store_clock(&snapshots, &modified_ms, key)
+    } else {
+        Some((snapshots.clone(), 0))
+    };
     if on_store_clock.is_none() && listed.is_some() && rules {
         report.warnings.push(format!("retention skipped: the snapshot just written ({key}) is not listed yet"));
     }
