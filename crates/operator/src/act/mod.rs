@@ -306,7 +306,8 @@ pub async fn execute(t: &Target<'_>, step: &Step) -> Result<Option<Done>, Error>
             );
             Done { defragmented: reclaimed, annotated, ..done("MemberDefragmented", note) }
         }
-        Step::RecoverSpace(r) => t.recover_space(r).await?,
+        // Boxed: compaction, defragmentation and alarm calls make a large future.
+        Step::RecoverSpace(r) => Box::pin(t.recover_space(r)).await?,
         Step::Auth(a) => Box::pin(t.auth(*a)).await?,
         Step::Drain { pod } => {
             let now = k8s_openapi::jiff::Timestamp::now().to_string();

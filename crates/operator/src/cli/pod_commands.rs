@@ -52,7 +52,11 @@ where
 {
     // object_store's HTTP clients use rustls: one crypto provider for the whole process.
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_stack_size(super::run::WORKER_STACK_BYTES)
+        .enable_all()
+        .build()?;
     let result = rt.block_on(f());
     let text = match &result {
         Ok(s) => s.clone(),

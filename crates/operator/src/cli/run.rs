@@ -59,6 +59,9 @@ pub struct RunArgs {
     pub olm_target_namespaces: Option<String>,
 }
 
+/// The stack of each runtime worker thread.
+pub const WORKER_STACK_BYTES: usize = 16 << 20;
+
 pub fn run(mut args: RunArgs) -> anyhow::Result<()> {
     telemetry::init(args.log_format);
     let olm_watch = match args.olm_target_namespaces.as_deref().map(etcd_operator::install::olm_bundle::watch_scope) {
@@ -73,7 +76,14 @@ pub fn run(mut args: RunArgs) -> anyhow::Result<()> {
     rustls::crypto::ring::default_provider()
         .install_default()
         .map_err(|_| anyhow::anyhow!("a rustls crypto provider was already installed"))?;
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    // Worker stacks of 16 MiB (address space; only the pages touched are memory): a debug build
+    // keeps every await of a reconcile in its frames, and 2 MiB (tokio's default) overflowed
+    // executing a NOSPACE recovery — the process aborts, for every cluster it serves.
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_stack_size(WORKER_STACK_BYTES)
+        .enable_all()
+        .build()?;
     rt.block_on(async move {
         let client = connect().await?;
         let namespace = if args.cluster_wide {
