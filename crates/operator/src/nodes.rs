@@ -24,6 +24,13 @@ use k8s_openapi::api::core::v1::Node;
 /// its pods again until the taint is removed.
 pub const OUT_OF_SERVICE_TAINT: &str = "node.kubernetes.io/out-of-service";
 
+/// How long after a member's pod object went a Node still Ready is evidence that the process
+/// stopped. A Node stays Ready for kube-controller-manager's `--node-monitor-grace-period` (50 s
+/// since Kubernetes 1.32, 40 s before) after its kubelet stopped talking, plus the controller's
+/// 5 s monitor period: only once that has passed since the loss began does "Ready" say the
+/// kubelet still talks to the API server (and so stopped the containers of deleted pods).
+pub const NODE_READY_TRUSTED_AFTER_SECS: i64 = 60;
+
 /// What the operator knows of one Node.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct NodeState {
@@ -82,6 +89,13 @@ pub fn stopped_evidence(node: &str, state: Option<&NodeState>) -> Result<String,
             s.not_ready_secs.unwrap_or_default()
         )),
     }
+}
+
+/// The Node's only word that a deleted pod's process stopped is that it is Ready: evidence
+/// that can be stale ([`NODE_READY_TRUSTED_AFTER_SECS`]), unlike a deleted Node or the
+/// out-of-service taint.
+pub fn only_ready_says_stopped(state: &NodeState) -> bool {
+    state.exists && state.ready && !state.out_of_service
 }
 
 /// The `member-nodes` mark: the node each member pod was last seen on, by pod name.

@@ -189,7 +189,8 @@ fn observed(g: &Gen) -> Observed {
         EtcdClusterSpec { size: if g.invalid { 0 } else { g.size }, version: "3.5.1".into(), ..Default::default() };
     let mut desired = validate("ex", &spec);
     if let Ok(d) = desired.as_mut() {
-        d.recovery.after_secs = 60;
+        // afterSeconds 0 in some cases (derived, like the looks): recoveries early in a loss.
+        d.recovery.after_secs = if g.lost_for.unwrap_or(0) % 4 == 1 { 0 } else { 60 };
         d.recovery.node_loss.volume_after_secs = g.replace_volume_members().then_some(600);
         d.recovery.quorum_loss = match g.policy {
             0 => QuorumLossPolicy::Wait,

@@ -277,15 +277,36 @@ pub(super) fn check(o: &Observed, step: &Step) -> Result<(), TestCaseError> {
         }
         Step::Recover(r) => {
             prop_assert!(!had_quorum, "disaster recovery with a healthy quorum");
-            // Never beside a member whose pod object is gone while its node, not Ready and not
-            // declared out of service, may still run it (a partition's majority side).
-            for m in
-                o.etcd.iter().flat_map(|e| e.members.iter()).filter(|m| !m.is_learner && !o.pods.contains_key(&m.pod))
-            {
+            // Never while the voters that may still be alive could hold a quorum (a partition's
+            // majority side): those whose pod object is gone while its node, not Ready and not
+            // declared out of service, may still run it, and those whose pod runs.
+            let voters: Vec<_> = o.etcd.iter().flat_map(|e| e.members.iter()).filter(|m| !m.is_learner).collect();
+            let may_be_alive: Vec<&str> = voters
+                .iter()
+                .filter(|m| match o.pods.get(&m.pod) {
+                    Some(p) => !p.is_dead() && p.volume_refused.is_none(),
+                    None => o
+                        .member_nodes
+                        .get(&m.pod)
+                        .and_then(|n| o.nodes.get(n))
+                        .is_some_and(|n| n.exists && !n.ready && !n.out_of_service),
+                })
+                .map(|m| m.pod.as_str())
+                .collect();
+            prop_assert!(
+                may_be_alive.len() < voters.len() / 2 + 1,
+                "recovered while {may_be_alive:?} of {} voters may be alive, a quorum",
+                voters.len()
+            );
+            for m in voters.iter().filter(|m| !o.pods.contains_key(&m.pod)) {
                 let node = o.member_nodes.get(&m.pod).and_then(|n| o.nodes.get(n));
+                // A Node that is Ready may not have been told yet that its kubelet went silent:
+                // it stays Ready for kube-controller-manager's node-monitor grace (50 s).
                 prop_assert!(
-                    !node.is_some_and(|n| n.exists && !n.ready && !n.out_of_service),
-                    "recovered while {} may still run on a node that is not Ready",
+                    !node.is_some_and(|n| n.exists && n.ready && !n.out_of_service)
+                        || o.quorum_lost_secs.unwrap_or(0) > 50,
+                    "recovered {}s after the loss, counting {} as stopped because its Node is Ready",
+                    o.quorum_lost_secs.unwrap_or(0),
                     m.pod
                 );
             }

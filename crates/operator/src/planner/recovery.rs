@@ -84,6 +84,34 @@ pub(super) fn gone_pod_stopped(o: &Observed, pod: &str) -> Result<String, String
     crate::nodes::stopped_evidence(node, o.nodes.get(node))
 }
 
+/// Pods (of `pods`) whose object is gone and whose stop rests only on their Node being Ready,
+/// each as "pod (node)": a recovery counting them waits until the loss is older than the node
+/// controller's window ([`crate::nodes::NODE_READY_TRUSTED_AFTER_SECS`]).
+fn stopped_by_a_ready_node_only<'a>(o: &Observed, pods: impl Iterator<Item = &'a str>) -> Vec<String> {
+    pods.filter(|pod| !o.pods.contains_key(*pod))
+        .filter_map(|pod| {
+            let node = o.member_nodes.get(pod)?;
+            o.nodes.get(node).filter(|s| crate::nodes::only_ready_says_stopped(s)).map(|_| format!("{pod} ({node})"))
+        })
+        .collect()
+}
+
+/// How long the loss must have lasted before a recovery that counts `ready_only` acts, and
+/// what the user is told about the extra wait.
+fn recovery_after(d: &Desired, ready_only: &[String]) -> (i64, String) {
+    if ready_only.is_empty() {
+        return (d.recovery.after_secs, String::new());
+    }
+    (
+        d.recovery.after_secs.max(crate::nodes::NODE_READY_TRUSTED_AFTER_SECS),
+        format!(
+            " (at least {}s: {} counted as stopped because their Node is Ready, which a Node stays for a while after it stopped answering)",
+            crate::nodes::NODE_READY_TRUSTED_AFTER_SECS,
+            ready_only.join(", ")
+        ),
+    )
+}
+
 /// Voters whose pod object is gone but that may still run on a node that is not Ready, each
 /// with why: a quorum loss they make is not one to recover from.
 pub fn may_still_run(o: &Observed, etcd: &EtcdState) -> Vec<String> {
@@ -178,13 +206,15 @@ pub(super) fn no_quorum(o: &Observed, d: &Desired, etcd: &EtcdState, healthy: us
         return wait(WaitReason::NoQuorum, format!("{lost_text}; {HOW_TO_RECOVER}"));
     }
     let waited = o.quorum_lost_secs.unwrap_or(0);
-    if waited < d.recovery.after_secs {
+    let lost_voters = etcd.voters().filter(|m| lost_why(o, m).is_some()).map(|m| m.pod.as_str());
+    let (after, why_longer) = recovery_after(d, &stopped_by_a_ready_node_only(o, lost_voters));
+    if waited < after {
         return wait(
             WaitReason::NoQuorum,
             format!(
-                "{lost_text}; recovery {} starts in {}s unless members come back",
+                "{lost_text}; recovery {} starts in {}s unless members come back{why_longer}",
                 policy_name(policy),
-                d.recovery.after_secs - waited
+                after - waited
             ),
         );
     }
@@ -227,18 +257,17 @@ pub(super) fn all_lost(o: &Observed, d: &Desired) -> Step {
             ),
         );
     }
+    let (after, why_longer) =
+        recovery_after(d, &stopped_by_a_ready_node_only(o, o.member_nodes.keys().map(String::as_str)));
     match &d.recovery.quorum_loss {
-        QuorumLossPolicy::FromBackup { backup } if o.quorum_lost_secs.unwrap_or(0) >= d.recovery.after_secs => {
+        QuorumLossPolicy::FromBackup { backup } if o.quorum_lost_secs.unwrap_or(0) >= after => {
             from_backup(o, d, backup, &[], vec!["every member: pod and data gone".into()], 0).unwrap_or_else(|why| {
                 wait(WaitReason::DataLost, format!("{lost}; recovery from a backup is not possible: {why}"))
             })
         }
         QuorumLossPolicy::FromBackup { .. } => wait(
             WaitReason::DataLost,
-            format!(
-                "{lost}; recovery FromBackup starts in {}s",
-                d.recovery.after_secs - o.quorum_lost_secs.unwrap_or(0)
-            ),
+            format!("{lost}; recovery FromBackup starts in {}s{why_longer}", after - o.quorum_lost_secs.unwrap_or(0)),
         ),
         _ => wait(
             WaitReason::DataLost,

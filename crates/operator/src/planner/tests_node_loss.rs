@@ -285,3 +285,55 @@ fn every_pod_gone_is_no_restore_from_a_backup_while_members_may_run_elsewhere() 
     assert_eq!(wait_reason(&s), WaitReason::DataLost, "{s:?}");
     assert!(wait_message(&s).contains("may still run on nodes that are not Ready"), "{s:?}");
 }
+
+/// A Node stays Ready for up to kube-controller-manager's node-monitor grace (50 s) after its
+/// kubelet stopped talking: right after a partition, "Ready" is no evidence yet. A recovery that
+/// rests on it waits until the quorum has been lost that long, whatever `afterSeconds` says.
+#[test]
+fn a_ready_node_is_evidence_only_once_the_node_controller_had_time_to_say_otherwise() {
+    let stale_ready = |lost_for: i64| {
+        let mut o = cut_off_and_force_deleted();
+        for n in ["n2", "n3"] {
+            let s = o.nodes.get_mut(n).unwrap();
+            (s.ready, s.not_ready_secs) = (true, None);
+        }
+        with_policy(&mut o, QuorumLossPolicy::FromSurvivor, Some(lost_for));
+        o.desired.as_mut().unwrap().recovery.after_secs = 0;
+        o
+    };
+    let o = stale_ready(10);
+    // The loss counts (so its clock runs), but nothing is recovered yet.
+    assert!(recovery::quorum_unrecoverable(&o));
+    let s = plan(&o);
+    assert_eq!(wait_reason(&s), WaitReason::NoQuorum, "{s:?}");
+    let msg = wait_message(&s);
+    assert!(msg.contains("Ready") && msg.contains("starts in 50s"), "{msg}");
+    // Past the window a node still Ready is one whose kubelet talks to the API server.
+    let s = plan(&stale_ready(crate::nodes::NODE_READY_TRUSTED_AFTER_SECS));
+    assert!(
+        matches!(s, Step::Recover(_)) || wait_message(&s).contains("comparing what the surviving members hold"),
+        "{s:?}"
+    );
+    // Evidence that does not go stale needs no window: a deleted Node or the out-of-service taint.
+    let mut o = stale_ready(10);
+    for n in ["n2", "n3"] {
+        o.nodes.get_mut(n).unwrap().out_of_service = true;
+    }
+    let s = plan(&o);
+    assert!(
+        matches!(s, Step::Recover(_)) || wait_message(&s).contains("comparing what the surviving members hold"),
+        "{s:?}"
+    );
+    // Every pod gone, restore from a backup: the same window.
+    let mut o = placed(3, 3);
+    for i in 1..=3 {
+        o.nodes.insert(format!("n{i}"), NodeState { exists: true, ready: true, ..Default::default() });
+    }
+    o.pods.clear();
+    o.etcd = None;
+    with_policy(&mut o, QuorumLossPolicy::FromBackup { backup: "b".into() }, Some(10));
+    o.desired.as_mut().unwrap().recovery.after_secs = 0;
+    let s = plan(&o);
+    assert_eq!(wait_reason(&s), WaitReason::DataLost, "{s:?}");
+    assert!(wait_message(&s).contains("starts in 50s"), "{s:?}");
+}
