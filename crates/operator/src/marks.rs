@@ -195,7 +195,8 @@ fn log_began_here(o: &Observed, minor: &str) -> bool {
 }
 
 /// Pods the operator moved to another version whose member has come back at it (healthy,
-/// reporting the pod's version, caught up with the leader): their version-changed-at mark is
+/// reporting the pod's version, caught up with the leader, its pod Ready with the container the
+/// move started: `planner::upgrade::ready_since_the_move`): their version-changed-at mark is
 /// removed, so that the member counts as any other from then on (a restart long after is no
 /// failed upgrade; `planner::upgrade::in_flight`).
 pub fn upgrades_confirmed(o: &Observed) -> Vec<String> {
@@ -207,7 +208,8 @@ pub fn upgrades_confirmed(o: &Observed) -> Vec<String> {
             let s = m.status.as_ref().filter(|_| m.is_healthy())?;
             let caught_up =
                 leader_index.is_some_and(|li| s.raft_applied_index + crate::planner::upgrade::CATCH_UP_MAX_LAG >= li);
-            (s.version == p.version && caught_up).then(|| p.name.clone())
+            (s.version == p.version && caught_up && crate::planner::upgrade::ready_since_the_move(p))
+                .then(|| p.name.clone())
         })
         .collect()
 }
@@ -491,7 +493,8 @@ mod tests {
     }
 
     /// A member moved to another version loses its version-changed-at mark once it is back:
-    /// healthy, reporting that version and caught up; not before.
+    /// healthy, reporting that version, caught up, its pod Ready with the container the move
+    /// started; not before.
     #[test]
     fn an_upgraded_member_is_confirmed_once_back_at_its_version() {
         let mut o = formed(7);
@@ -499,6 +502,15 @@ mod tests {
         assert!(upgrades_confirmed(&o).is_empty(), "never moved: nothing to confirm");
         o.pods.get_mut("ex-a").unwrap().version_age_secs = Some(20);
         o.etcd.as_mut().unwrap().members[0].status.as_mut().unwrap().raft_applied_index = 900;
+        // etcd answers from the new container before Kubernetes reports it Ready: the cache
+        // still shows the container that ran before the move, or none ready.
+        o.pods.get_mut("ex-a").unwrap().etcd_ready_run_secs = Some(600);
+        assert!(upgrades_confirmed(&o).is_empty(), "the Ready container is the one from before the move");
+        o.pods.get_mut("ex-a").unwrap().etcd_ready_run_secs = None;
+        assert!(upgrades_confirmed(&o).is_empty(), "no ready etcd container");
+        o.pods.get_mut("ex-a").unwrap().etcd_ready_run_secs = Some(5);
+        assert!(upgrades_confirmed(&o).is_empty(), "the pod is not Ready");
+        o.pods.get_mut("ex-a").unwrap().ready = true;
         assert_eq!(upgrades_confirmed(&o), ["ex-a"]);
         o.etcd.as_mut().unwrap().members[0].status.as_mut().unwrap().version = "3.5.33".into();
         assert!(upgrades_confirmed(&o).is_empty(), "still reports the old version");

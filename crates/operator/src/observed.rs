@@ -215,6 +215,11 @@ pub struct PodState {
     /// Seconds since the pod stopped being Ready (since it was created, if it never was);
     /// `None` while it is Ready.
     pub unready_secs: Option<i64>,
+    /// Seconds since the etcd container that runs now started, once Kubernetes reports it
+    /// ready; `None` while none is (not running, or not ready yet).
+    pub etcd_ready_run_secs: Option<i64>,
+    /// The image the kubelet reports for the etcd container while it is ready.
+    pub etcd_ready_image: Option<String>,
     /// Created by the initial bootstrap (all members at once).
     pub bootstrap: bool,
     /// Data lives on a PVC (survives the pod).

@@ -105,6 +105,12 @@ pub fn pod_state(p: &Pod, now: k8s_openapi::jiff::Timestamp) -> PodState {
             .unwrap_or(0),
         restarts: containers.iter().chain(&inits).map(|s| s.restart_count).max().unwrap_or(0),
         unready_secs: (!ready).then(|| unready_since(p, now)),
+        etcd_ready_run_secs: containers
+            .iter()
+            .find(|c| c.name == "etcd" && c.ready)
+            .and_then(|c| c.state.as_ref()?.running.as_ref()?.started_at.as_ref())
+            .map(|t| (now.as_second() - t.0.as_second()).max(0)),
+        etcd_ready_image: containers.iter().find(|c| c.name == "etcd" && c.ready).map(|c| c.image.clone()),
         bootstrap: p.annotations().contains_key(BOOTSTRAP_ANNOTATION),
         labelled: p.labels().contains_key(naming::CLUSTER_UID_LABEL),
         serving: p.labels().get(naming::SERVING_LABEL).map(|v| v == "true"),
@@ -297,6 +303,37 @@ mod tests {
         assert_eq!(s.unready_secs, None, "ready");
         let s = pod_state(&pod(vec![]), now);
         assert_eq!(s.unready_secs, Some(600), "never ready: since it was created");
+    }
+
+    /// How long the etcd container that runs now has run, once the kubelet reports it ready
+    /// (what tells a restarted member's new container from the one before it).
+    #[test]
+    fn the_ready_etcd_containers_run_is_read() {
+        use k8s_openapi::api::core::v1::{ContainerState, ContainerStateRunning, PodStatus};
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+        let now: k8s_openapi::jiff::Timestamp = "2026-01-01T00:10:00Z".parse().unwrap();
+        let pod = |name: &str, ready: bool, started: Option<&str>| Pod {
+            status: Some(PodStatus {
+                container_statuses: Some(vec![ContainerStatus {
+                    name: name.into(),
+                    ready,
+                    state: Some(ContainerState {
+                        running: Some(ContainerStateRunning { started_at: started.map(|s| Time(s.parse().unwrap())) }),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert_eq!(pod_state(&pod("etcd", true, Some("2026-01-01T00:09:30Z")), now).etcd_ready_run_secs, Some(30));
+        assert_eq!(pod_state(&pod("etcd", false, Some("2026-01-01T00:09:30Z")), now).etcd_ready_run_secs, None);
+        assert_eq!(pod_state(&pod("etcd", true, None), now).etcd_ready_run_secs, None);
+        assert_eq!(pod_state(&pod("sidecar", true, Some("2026-01-01T00:09:30Z")), now).etcd_ready_run_secs, None);
+        let mut p = pod("etcd", true, Some("2026-01-01T00:09:30Z"));
+        p.status.as_mut().unwrap().container_statuses.as_mut().unwrap()[0].image = "quay.io/coreos/etcd:v3.7.2".into();
+        assert_eq!(pod_state(&p, now).etcd_ready_image.as_deref(), Some("quay.io/coreos/etcd:v3.7.2"));
     }
 
     /// The data check's two verdicts are told apart by exit code, now or in the last state

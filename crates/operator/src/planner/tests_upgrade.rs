@@ -31,7 +31,36 @@ fn upgraded(o: &mut Observed, id: u64, version: &str, age: i64, reports: &str) {
     let p = o.pods.get_mut(&format!("ex-m{id}")).unwrap();
     p.version = version.into();
     p.version_age_secs = Some(age);
+    // Reporting the new version: the container started since the move runs and is ready.
+    p.etcd_ready_run_secs = (reports == version).then_some((age - 1).max(0));
     m(o, id).status.as_mut().unwrap().version = reports.into();
+}
+
+/// etcd answers from a restarted member before the kubelet reports its new container Ready:
+/// the watch cache still shows the Ready container from before the move. The next member waits
+/// (else two restart at once, and the client Service can be left with no endpoint).
+#[test]
+fn the_next_member_waits_until_kubernetes_reports_the_restarted_container_ready() {
+    let mut o = running(3, 3);
+    at(&mut o, "3.5.0");
+    want(&mut o, 3, "3.5.1");
+    upgraded(&mut o, 2, "3.5.1", 2, "3.5.1");
+    let p = o.pods.get_mut("ex-m2").unwrap();
+    (p.ready, p.etcd_ready_run_secs) = (true, Some(900));
+    let s = plan(&o);
+    assert_eq!(wait_reason(&s), WaitReason::MemberUpgrading, "{s:?}");
+    assert!(crate::marks::upgrades_confirmed(&o).is_empty(), "confirmed on a stale Ready");
+    // Its new container reported ready: the upgrade goes on with the next follower.
+    o.pods.get_mut("ex-m2").unwrap().etcd_ready_run_secs = Some(1);
+    assert!(matches!(plan(&o), Step::UpgradeMember { pod, .. } if pod == "ex-m3"), "{:?}", plan(&o));
+    // A node clock behind the operator's makes the new container look older than the move:
+    // the image the kubelet reports for the ready container tells it apart too.
+    let p = o.pods.get_mut("ex-m2").unwrap();
+    p.etcd_ready_run_secs = Some(30);
+    assert_eq!(wait_reason(&plan(&o)), WaitReason::MemberUpgrading);
+    let p = o.pods.get_mut("ex-m2").unwrap();
+    p.etcd_ready_image = Some(p.image.clone());
+    assert!(matches!(plan(&o), Step::UpgradeMember { pod, .. } if pod == "ex-m3"), "{:?}", plan(&o));
 }
 
 #[test]

@@ -99,6 +99,31 @@ fn behind<'a>(o: &Observed, etcd: &'a EtcdState, target: &Version) -> Vec<&'a st
         .collect()
 }
 
+/// How far a node's clock may lag the operator's before a restarted container's start looks
+/// older than the move that restarted it (`ready_since_the_move`).
+const CLOCK_SLACK_SECS: i64 = 5;
+
+/// The member pod is Ready with the etcd container started by its move to another version: a
+/// Ready container from before the restart can still be in the watch cache while etcd already
+/// answers from the new one, and a member confirmed on it lets the next member restart before
+/// this one is back in the client Service (seen: two members restarting within a second, and
+/// clients refused by a Service with no endpoint). The kubelet reports the new container
+/// ready with the new image, or (an image named otherwise by the runtime) started since the
+/// move, give or take `CLOCK_SLACK_SECS`. Pods never moved only need to be Ready.
+pub fn ready_since_the_move(p: &PodState) -> bool {
+    let Some(age) = p.version_age_secs else { return p.ready };
+    let new_image = p.etcd_ready_image.as_deref().is_some_and(|i| same_image(i, &p.image));
+    let started_since = p.etcd_ready_run_secs.is_some_and(|run| run <= age + CLOCK_SLACK_SECS);
+    p.ready && (new_image || started_since)
+}
+
+/// The image the kubelet reports names the one in the pod spec (the runtime may add Docker
+/// Hub's default registry and repository).
+fn same_image(reported: &str, spec: &str) -> bool {
+    let bare = |i: &str| i.strip_prefix("docker.io/").map(|r| r.strip_prefix("library/").unwrap_or(r).to_string());
+    reported == spec || bare(reported).is_some_and(|r| r == spec || bare(spec).is_some_and(|s| s == r))
+}
+
 /// A member already moved to the desired version must be healthy and report that version
 /// before anything else happens; past the deadline the upgrade is declared failed.
 pub(super) fn in_flight(o: &Observed, d: &Desired, etcd: &EtcdState) -> Option<Step> {
@@ -123,7 +148,7 @@ pub(super) fn in_flight(o: &Observed, d: &Desired, etcd: &EtcdState) -> Option<S
         // Its pod Ready too: back in the client Service before the next member restarts, or
         // members restarting faster than their readiness probes leave the Service with no
         // endpoint (seen: clients refused for a second during a 3.5 → 3.6 upgrade).
-        if reports.as_ref() != Some(target) || !m.is_healthy() || !caught_up || !p.ready {
+        if reports.as_ref() != Some(target) || !m.is_healthy() || !caught_up || !ready_since_the_move(p) {
             if p.version_age_secs.unwrap_or(0) > UPGRADE_DEADLINE_SECS {
                 return Some(wait(
                     WaitReason::UpgradeFailed,
