@@ -276,8 +276,14 @@ fn a_retention_window_keeps_its_floor_snapshot_and_everything_after() -> Result<
             rs[0].3,
             now - from
         );
-        let evs = e2e_events(ns, "EtcdBackup", "series")?;
-        ensure!(evs.iter().any(|(r, n)| r == "BackupSucceeded" && n.contains("retention deleted")), "{evs:?}");
+        // The listing can show the deletion before the operator has read the result of the
+        // backup pod that made it (and recorded its Event): wait for the Event.
+        let mut evs = vec![];
+        wait_until(Duration::from_secs(30), "a BackupSucceeded Event saying what retention deleted", || {
+            evs = e2e_events(ns, "EtcdBackup", "series")?;
+            Ok(evs.iter().any(|(r, n)| r == "BackupSucceeded" && n.contains("retention deleted")).then_some(()))
+        })
+        .with_context(|| format!("{evs:?}"))?;
         Ok(())
     })
 }
