@@ -15,6 +15,9 @@
 #   hack/bench.sh --only many -n 1         # the operator's scale (not in the default set; ~3 min): 100
 #                                          # EtcdClusters of 1 member at once, time until all Running,
 #                                          # the operator's CPU seconds and peak RSS (--many-clusters N)
+#   hack/bench.sh --only node-loss -n 3    # needs NODES=3 hack/cluster.sh up (not in the default set): the
+#                                          # node of an emptyDir member lost, until 3 members again, beside a
+#                                          # bare pod start, with the node controller's share and failed writes
 #   hack/bench.sh --help
 # heal includes a PVC member's heal (etcd 3.6.15, 64Mi) beside a StatefulSet's pod being recreated;
 # scale includes 5→3 under a writer through the client Service. Beside the totals, a phase table

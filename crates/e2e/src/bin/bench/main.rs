@@ -12,6 +12,7 @@
 //! 15 min) measures the operator at rest instead of a duration: RSS, CPU and its requests to
 //! the apiserver (see `idle.rs`). `tls` (only when named; about 5 min a run) creates clusters
 //! with `spec.TLS.auto` beside plaintext ones, and rotates a 3-member cluster's CA (see `tls.rs`).
+//! `node-loss` (only when named; needs `NODES=3`) loses the node of a member (see `node_loss.rs`).
 //!
 //! Every sample runs in a fresh namespace that is deleted afterwards (also on errors and on
 //! Ctrl-C); operator samples start `target/release/etcd-operator run --namespace NS` as a process
@@ -24,6 +25,7 @@ mod etcd;
 mod idle;
 mod kube;
 mod many;
+mod node_loss;
 mod observe;
 mod phases;
 mod pvc_heal;
@@ -48,9 +50,22 @@ use report::Sample;
 use scenarios::Ctx;
 
 const WORKSPACE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
-const MEASUREMENTS: [&str; 11] =
-    ["create", "heal", "scale", "upgrade", "recover", "defrag", "nospace", "backup", "tls", "idle", "many"];
-/// What runs without `--only`: `idle`, `tls` and `many` take long and are asked for by name.
+const MEASUREMENTS: [&str; 12] = [
+    "create",
+    "heal",
+    "scale",
+    "upgrade",
+    "recover",
+    "defrag",
+    "nospace",
+    "backup",
+    "tls",
+    "idle",
+    "many",
+    "node-loss",
+];
+/// What runs without `--only`: `idle`, `tls` and `many` take long and are asked for by name;
+/// `node-loss` needs a cluster of 3 nodes.
 const DEFAULT_MEASUREMENTS: [&str; 8] =
     ["create", "heal", "scale", "upgrade", "recover", "defrag", "nospace", "backup"];
 
@@ -265,6 +280,7 @@ fn run(args: Args) -> Result<bool> {
                 ("recover-survivor", recover::survivor),
                 ("bare", scenarios::bare_pod),
             ],
+            "node-loss" => vec![("node-loss", node_loss::node_loss), ("bare", scenarios::bare_pod)],
             "defrag" => vec![("defrag", space::defrag), ("defrag-etcdctl", space::defrag_etcdctl)],
             "nospace" => vec![("nospace", space::nospace), ("nospace-manual", space::nospace_manual)],
             "tls" => {

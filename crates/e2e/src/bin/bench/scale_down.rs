@@ -19,7 +19,7 @@ use crate::report::{Sample, secs};
 use crate::scenarios::{CLUSTER, Ctx, SELECTOR, healthy_cluster, in_namespace, operator_sample};
 
 /// The client Service's URL once a write through it succeeds.
-fn service_url(ctx: &Ctx, ns: &e2e::TestNamespace) -> Result<String> {
+pub(crate) fn service_url(ctx: &Ctx, ns: &e2e::TestNamespace) -> Result<String> {
     let svc = ns.json(&["get", "service", &format!("{CLUSTER}-client")])?;
     let ip = svc["spec"]["clusterIP"].as_str().context("the client Service has no clusterIP")?;
     let url = format!("http://{ip}:2379");

@@ -157,6 +157,30 @@ pub fn render(selected: &[&str], r: &BTreeMap<&str, Vec<Sample>>, header: &str, 
                 }
                 out.push_str(&scale_down_line(r));
             }
+            "node-loss" => {
+                out.push_str(&line(
+                    "node of 1 emptyDir member lost, afterSeconds 0 (loss → 3 answer + status 3 ready)",
+                    st("node-loss"),
+                    bare,
+                    None,
+                ));
+                out.push('\n');
+                let e = |k| stats(&extra(r, "node-loss", k));
+                if let (Some(nr), Some(after)) = (e("not_ready"), e("after_not_ready")) {
+                    out.push_str(&format!(
+                        "  of which the node controller (Node NotReady): {}; the operator after that: {}\n",
+                        fmt_s(nr),
+                        fmt_s(after)
+                    ));
+                }
+                if let (Some(f), Some(w)) = (e("failed"), e("writes")) {
+                    out.push_str(&format!(
+                        "  node loss failed writes through the client Service: {} of {}\n",
+                        fmt_n(f),
+                        fmt_n(w)
+                    ));
+                }
+            }
             "recover" => {
                 out.push_str(&line(
                     "recover 3-member PVC cluster from 2 deleted pods (no quorum meanwhile)",
@@ -240,6 +264,7 @@ pub fn render(selected: &[&str], r: &BTreeMap<&str, Vec<Sample>>, header: &str, 
         ("statefulset", "StatefulSet pod deleted (baseline)"),
         ("scale", "scale 3→5 (operator; pod phases: the later of the 2 new pods)"),
         ("scale-down", "scale 5→3 (operator)"),
+        ("node-loss", "node of a member lost (operator)"),
     ] {
         out.push_str(&phases::render(k, title, r));
     }
@@ -253,6 +278,7 @@ pub fn render(selected: &[&str], r: &BTreeMap<&str, Vec<Sample>>, header: &str, 
         ("statefulset", "StatefulSet pod deleted (baseline)"),
         ("scale", "scale 3→5 (operator)"),
         ("scale-down", "scale 5→3 (operator)"),
+        ("node-loss", "node of a member lost (operator)"),
         ("recover-pvc", "recover PVC cluster from 2 lost pods (operator)"),
         ("recover-survivor", "recover FromSurvivor (operator)"),
         ("upgrade", "upgrade 3.5.0→3.5.1 (operator)"),
