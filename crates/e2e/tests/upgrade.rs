@@ -262,7 +262,7 @@ fn rolling_upgrade_under_writes(prefix: &str, start: &str, extra: &str, steps: &
         check_acked(&endpoints, prefix, &stats)?;
         ensure!(
             stats.failed.is_empty(),
-            "{} writes failed on two endpoints: {:?}; errors: {:#?}",
+            "{} writes failed on every endpoint: {:?}; errors: {:#?}",
             stats.failed.len(),
             stats.failed,
             stats.errors

@@ -23,7 +23,7 @@ pub struct WriterStats {
     pub acked: Vec<u64>,
     /// Keys whose first put failed and that were retried once on another endpoint.
     pub retried: u64,
-    /// Keys whose put failed on two endpoints.
+    /// Keys whose put failed on every attempt.
     pub failed: Vec<u64>,
     /// Puts refused with "no leader" / "leader changed" (the election when leadership moves)
     /// and sent again after a short pause, as etcd's documentation tells clients to do: such a
@@ -36,7 +36,7 @@ pub struct WriterStats {
 }
 
 /// Sequential puts of unique keys, round-robin over every member's own endpoint; a put that
-/// fails is retried once on the next endpoint, and a key that fails twice is a failed write.
+/// fails is retried on the next endpoints, and a key that fails on each is a failed write.
 /// A put refused because the cluster is electing a leader is re-sent after 50 ms, for at most
 /// [`LEADER_WAIT`] in all: a leader change (which upgrading the leader needs) takes an
 /// election, and a client of etcd is expected to retry that refusal.
@@ -80,8 +80,13 @@ pub async fn put(c: &mut Client, key: &str, value: &str) -> Result<()> {
 }
 
 impl Writer {
+    /// Over members' own endpoints, as etcd's client with several endpoints: a put that fails
+    /// is sent to the next endpoint, each at most once. With one member restarting at a time
+    /// (one just back and still catching up, the next one going), a put that fails on every
+    /// endpoint means no quorum served it.
     pub fn start(endpoints: Vec<String>, prefix: &str) -> Result<Writer> {
-        Self::start_with(endpoints, prefix, 2, false, None)
+        let attempts = endpoints.len().max(2);
+        Self::start_with(endpoints, prefix, attempts, false, None)
     }
 
     /// A client of the client Service, as applications use it: two connections through the
