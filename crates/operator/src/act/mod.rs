@@ -263,20 +263,42 @@ pub async fn execute(t: &Target<'_>, step: &Step) -> Result<Option<Done>, Error>
         }
         Step::UpgradeMember { pod, from, to } => {
             let image = crate::validation::image_for(&t.desired().repository, to);
+            // Out of the client Service first, while it still serves, when another member
+            // serves there: a restarted container's endpoint leaves the Service only after its
+            // readiness probe failed, and connections routed to it meanwhile are refused.
+            let others_serving = t
+                .observed
+                .pods
+                .values()
+                .any(|p| p.name != *pod && p.ready && !p.deleting && p.serving != Some(false));
+            let serving = t.observed.pods.get(pod).is_some_and(|p| p.ready && p.serving != Some(false));
+            let drained = others_serving && serving;
+            if drained {
+                let patch = serde_json::json!({"metadata": {"labels": {naming::SERVING_LABEL: "false"}}});
+                Api::<Pod>::namespaced(t.client.clone(), &ns)
+                    .patch(pod, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await?;
+                tokio::time::sleep(std::time::Duration::from_secs(crate::planner::DRAIN_SECS as u64)).await;
+            }
             let now = k8s_openapi::jiff::Timestamp::now().to_string();
             // Only the image changes: the kubelet restarts the etcd container in the same pod,
-            // on the same data volume and address.
+            // on the same data volume and address; back in the client Service once Ready.
             let patch = serde_json::json!({
-                "metadata": {"annotations": {
-                    naming::VERSION_ANNOTATION: to.to_string(),
-                    naming::VERSION_CHANGED_ANNOTATION: now,
-                }},
+                "metadata": {
+                    "annotations": {
+                        naming::VERSION_ANNOTATION: to.to_string(),
+                        naming::VERSION_CHANGED_ANNOTATION: now,
+                        naming::DRAINED_AT_ANNOTATION: null,
+                    },
+                    "labels": {naming::SERVING_LABEL: "true"},
+                },
                 "spec": {"containers": [{"name": "etcd", "image": image}]},
             });
             Api::<Pod>::namespaced(t.client.clone(), &ns)
                 .patch(pod, &PatchParams::default(), &Patch::Strategic(&patch))
                 .await?;
-            done("MemberUpgraded", format!("member {pod}: {from} → {to} (image {image})"))
+            let how = if drained { ", out of the client Service for the restart" } else { "" };
+            done("MemberUpgraded", format!("member {pod}: {from} → {to} (image {image}){how}"))
         }
         Step::MoveLeader { from_pod, to, to_pod, purpose } => {
             let ep = t.endpoints.get(from_pod).cloned().unwrap_or_default();
