@@ -266,11 +266,8 @@ pub async fn execute(t: &Target<'_>, step: &Step) -> Result<Option<Done>, Error>
             // Out of the client Service first, while it still serves, when another member
             // serves there: a restarted container's endpoint leaves the Service only after its
             // readiness probe failed, and connections routed to it meanwhile are refused.
-            let others_serving = t
-                .observed
-                .pods
-                .values()
-                .any(|p| p.name != *pod && p.ready && !p.deleting && p.serving != Some(false));
+            let others_serving =
+                t.observed.pods.values().any(|p| p.name != *pod && p.ready && !p.deleting && p.serving != Some(false));
             let serving = t.observed.pods.get(pod).is_some_and(|p| p.ready && p.serving != Some(false));
             let drained = others_serving && serving;
             if drained {
