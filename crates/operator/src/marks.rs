@@ -205,11 +205,7 @@ pub fn upgrades_confirmed(o: &Observed) -> Vec<String> {
     e.voters()
         .filter_map(|m| {
             let p = o.pods.get(&m.pod).filter(|p| p.version_age_secs.is_some() && !p.deleting)?;
-            let s = m.status.as_ref().filter(|_| m.is_healthy())?;
-            let caught_up =
-                leader_index.is_some_and(|li| s.raft_applied_index + crate::planner::upgrade::CATCH_UP_MAX_LAG >= li);
-            (s.version == p.version && caught_up && crate::planner::upgrade::ready_since_the_move(p))
-                .then(|| p.name.clone())
+            crate::planner::upgrade::back_at_its_version(m, p, leader_index).then(|| p.name.clone())
         })
         .collect()
 }

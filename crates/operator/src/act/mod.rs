@@ -86,6 +86,19 @@ impl Target<'_> {
         self.cluster.namespace().unwrap_or_default()
     }
 
+    /// Takes a member pod out of the client Service (the serving label), recording when.
+    async fn drain(&self, pod: &str) -> Result<(), Error> {
+        let now = k8s_openapi::jiff::Timestamp::now().to_string();
+        let patch = serde_json::json!({"metadata": {
+            "labels": {naming::SERVING_LABEL: "false"},
+            "annotations": {naming::DRAINED_AT_ANNOTATION: now},
+        }});
+        Api::<Pod>::namespaced(self.client.clone(), &self.ns())
+            .patch(pod, &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+        Ok(())
+    }
+
     /// Client endpoints of healthy voters: membership changes go through them.
     fn change_endpoints(&self) -> Vec<String> {
         let Some(e) = &self.observed.etcd else { return vec![] };
@@ -271,10 +284,7 @@ pub async fn execute(t: &Target<'_>, step: &Step) -> Result<Option<Done>, Error>
             let serving = t.observed.pods.get(pod).is_some_and(|p| p.ready && p.serving != Some(false));
             let drained = others_serving && serving;
             if drained {
-                let patch = serde_json::json!({"metadata": {"labels": {naming::SERVING_LABEL: "false"}}});
-                Api::<Pod>::namespaced(t.client.clone(), &ns)
-                    .patch(pod, &PatchParams::default(), &Patch::Merge(&patch))
-                    .await?;
+                t.drain(pod).await?;
                 tokio::time::sleep(std::time::Duration::from_secs(crate::planner::DRAIN_SECS as u64)).await;
             }
             let now = k8s_openapi::jiff::Timestamp::now().to_string();
@@ -329,14 +339,7 @@ pub async fn execute(t: &Target<'_>, step: &Step) -> Result<Option<Done>, Error>
         Step::RecoverSpace(r) => Box::pin(t.recover_space(r)).await?,
         Step::Auth(a) => Box::pin(t.auth(*a)).await?,
         Step::Drain { pod } => {
-            let now = k8s_openapi::jiff::Timestamp::now().to_string();
-            let patch = serde_json::json!({"metadata": {
-                "labels": {naming::SERVING_LABEL: "false"},
-                "annotations": {naming::DRAINED_AT_ANNOTATION: now},
-            }});
-            Api::<Pod>::namespaced(t.client.clone(), &ns)
-                .patch(pod, &PatchParams::default(), &Patch::Merge(&patch))
-                .await?;
+            t.drain(pod).await?;
             done("MemberDrained", format!("member {pod} taken out of the client Service before it leaves"))
         }
         Step::UpdatePeerUrls { id, pod, urls } => {

@@ -70,6 +70,7 @@ pub fn pod_state(p: &Pod, now: k8s_openapi::jiff::Timestamp) -> PodState {
     let containers = status.container_statuses.clone().unwrap_or_default();
     let inits = status.init_container_statuses.clone().unwrap_or_default();
     let etcd_container = p.spec.as_ref().and_then(|s| s.containers.iter().find(|c| c.name == "etcd"));
+    let etcd_ready = containers.iter().find(|c| c.name == "etcd" && c.ready);
     PodState {
         name: p.name_any(),
         ip: status.pod_ip.clone().filter(|ip| !ip.is_empty()),
@@ -105,12 +106,10 @@ pub fn pod_state(p: &Pod, now: k8s_openapi::jiff::Timestamp) -> PodState {
             .unwrap_or(0),
         restarts: containers.iter().chain(&inits).map(|s| s.restart_count).max().unwrap_or(0),
         unready_secs: (!ready).then(|| unready_since(p, now)),
-        etcd_ready_run_secs: containers
-            .iter()
-            .find(|c| c.name == "etcd" && c.ready)
+        etcd_ready_run_secs: etcd_ready
             .and_then(|c| c.state.as_ref()?.running.as_ref()?.started_at.as_ref())
             .map(|t| (now.as_second() - t.0.as_second()).max(0)),
-        etcd_ready_image: containers.iter().find(|c| c.name == "etcd" && c.ready).map(|c| c.image.clone()),
+        etcd_ready_image: etcd_ready.map(|c| c.image.clone()),
         bootstrap: p.annotations().contains_key(BOOTSTRAP_ANNOTATION),
         labelled: p.labels().contains_key(naming::CLUSTER_UID_LABEL),
         serving: p.labels().get(naming::SERVING_LABEL).map(|v| v == "true"),

@@ -4,7 +4,7 @@
 //! the version back rolls that member back.
 
 use super::{Step, WaitReason, wait};
-use crate::observed::{EtcdState, Observed, PodState};
+use crate::observed::{EtcdState, MemberState, Observed, PodState};
 use crate::validation::Desired;
 use crate::version::{Version, check_change};
 
@@ -117,6 +117,17 @@ pub fn ready_since_the_move(p: &PodState) -> bool {
     p.ready && (new_image || started_since)
 }
 
+/// A member moved to its pod's version is back at it: healthy, reporting that version, caught
+/// up with the leader (`leader_index`), its pod Ready with the container the move started. One
+/// answer for the gate (`in_flight`) and for the mark (`marks::upgrades_confirmed`): when they
+/// differed, the mark went first and the gate stopped looking.
+pub fn back_at_its_version(m: &MemberState, p: &PodState, leader_index: Option<u64>) -> bool {
+    let Some(s) = m.status.as_ref().filter(|_| m.is_healthy()) else { return false };
+    let caught_up = leader_index.is_some_and(|li| s.raft_applied_index + CATCH_UP_MAX_LAG >= li);
+    let reports = Version::parse(&s.version).ok();
+    reports.is_some() && reports == Version::parse(&p.version).ok() && caught_up && ready_since_the_move(p)
+}
+
 /// The image the kubelet reports names the one in the pod spec (the runtime may add Docker
 /// Hub's default registry and repository).
 fn same_image(reported: &str, spec: &str) -> bool {
@@ -141,14 +152,10 @@ pub(super) fn in_flight(o: &Observed, d: &Desired, etcd: &EtcdState) -> Option<S
         }
         let reports = m.status.as_ref().and_then(|s| Version::parse(&s.version).ok());
         let leader_index = etcd.leader_member().and_then(|l| l.status.as_ref()).map(|s| s.raft_index);
-        let caught_up = match (leader_index, m.status.as_ref()) {
-            (Some(li), Some(s)) => s.raft_applied_index + CATCH_UP_MAX_LAG >= li,
-            _ => false,
-        };
         // Its pod Ready too: back in the client Service before the next member restarts, or
         // members restarting faster than their readiness probes leave the Service with no
         // endpoint (seen: clients refused for a second during a 3.5 → 3.6 upgrade).
-        if reports.as_ref() != Some(target) || !m.is_healthy() || !caught_up || !ready_since_the_move(p) {
+        if !back_at_its_version(m, p, leader_index) {
             if p.version_age_secs.unwrap_or(0) > UPGRADE_DEADLINE_SECS {
                 return Some(wait(
                     WaitReason::UpgradeFailed,
