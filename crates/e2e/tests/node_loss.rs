@@ -251,16 +251,9 @@ fn a_partition_isolating_one_member_keeps_writes_going_and_the_member_catches_up
         let t0 = Instant::now();
         let (mut i, mut retried) = (0, 0);
         while t0.elapsed() < Duration::from_secs(45) {
-            let (k, v) = (format!("during/{i}"), format!("value-{i}"));
-            wait_until(Duration::from_secs(30), &format!("put {k} with {victim} cut off"), || {
-                match host_etcdctl(&ep, &["put", &k, &v]) {
-                    Ok(_) => Ok(Some(())),
-                    Err(_) => {
-                        retried += 1;
-                        Ok(None)
-                    }
-                }
-            })?;
+            let what = format!("with {victim} cut off");
+            retried +=
+                put_retrying(&ep, &format!("during/{i}"), &format!("value-{i}"), Duration::from_secs(30), &what)?;
             i += 1;
         }
         println!("{i} writes in {:?} with {victim} cut off, {retried} attempt(s) retried", t0.elapsed());

@@ -55,16 +55,9 @@ fn three_members_spread_over_three_nodes_and_survive_losing_one() -> Result<()> 
         let t0 = Instant::now();
         let mut retried = 0;
         for i in 0..30 {
-            let (k, v) = (format!("during/{i}"), format!("value-{i}"));
-            wait_until(Duration::from_secs(120), &format!("put {k} with {victim} lost"), || {
-                match host_etcdctl(&ep, &["put", &k, &v]) {
-                    Ok(_) => Ok(Some(())),
-                    Err(_) => {
-                        retried += 1;
-                        Ok(None)
-                    }
-                }
-            })?;
+            let what = format!("with {victim} lost");
+            retried +=
+                put_retrying(&ep, &format!("during/{i}"), &format!("value-{i}"), Duration::from_secs(120), &what)?;
         }
         println!("30 writes with {victim} lost in {:?}, {retried} attempt(s) retried", t0.elapsed());
         check_keys(&ep, "before", 20)?;

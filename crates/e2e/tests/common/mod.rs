@@ -59,3 +59,24 @@ pub fn put_then_list(
             .collect())
     })
 }
+
+/// Puts `key` = `value` through `endpoint` until one is acknowledged (within `timeout`), and
+/// returns how many attempts failed first: a put that lands on a member the Service still lists
+/// but that cannot answer (lost, cut off) is tried again, counted, never given up on.
+pub fn put_retrying(
+    endpoint: &str,
+    key: &str,
+    value: &str,
+    timeout: std::time::Duration,
+    what: &str,
+) -> anyhow::Result<u64> {
+    let mut failed = 0;
+    e2e::wait_until(timeout, &format!("put {key} {what}"), || match host_etcdctl(endpoint, &["put", key, value]) {
+        Ok(_) => Ok(Some(())),
+        Err(_) => {
+            failed += 1;
+            Ok(None)
+        }
+    })?;
+    Ok(failed)
+}
