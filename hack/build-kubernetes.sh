@@ -64,11 +64,11 @@ if ! ls -d kubernetes-*/ >/dev/null 2>&1; then
   apt-get update -qq
   # Only the orig tarball: Debian's patches target the packaged layout, the vendored tree is what we build.
   apt-get source --download-only kubernetes >/dev/null
-  orig=$(ls kubernetes_*.orig.tar.* | head -n1)
+  orig=$(ls kubernetes_*.orig.tar.* | sed -n 1p)
   [ -n "$orig" ] || die "apt-get source kubernetes gave no orig tarball"
   tar xf "$orig"
 fi
-src=$(ls -d "$work"/kubernetes-*/ | head -n1)
+src=$(ls -d "$work"/kubernetes-*/ | sed -n 1p)
 src=${src%/}
 cd "$src"
 [ -d vendor ] || die "$src has no vendor/ directory"

@@ -187,7 +187,7 @@ build_devkit() {
   # compiled every dependency a second time (~5 min cold on 2 cores); dns-sync and provision
   # are watchers that idle. Skip cargo when the binary is newer than devkit's sources: cargo waits for the shared target
   # directory's lock while someone else builds the workspace, which made `up` take ~40 s longer.
-  if [ -x "$built" ] && [ -z "$(find "$REPO_DIR/crates/devkit" -newer "$built" -type f 2>/dev/null | head -n1)" ]; then
+  if [ -x "$built" ] && [ -z "$(find "$REPO_DIR/crates/devkit" -newer "$built" -type f 2>/dev/null | sed -n 1p)" ]; then
     install -m 0755 "$built" "$DEVKIT"
     return 0
   fi

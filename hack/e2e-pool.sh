@@ -122,7 +122,7 @@ if [ -s "$out/results.tsv" ]; then
     if [ -f "$times" ]; then cat "$times"; fi; } | awk -F'\t' '!seen[$2 "\t" $3 "\t" $4]++' >"$times.new" && mv "$times.new" "$times"
   echo
   echo "slowest e2e tests (seconds):"
-  sort -t$'\t' -k2,2nr "$out/results.tsv" | head -n 12 | awk -F'\t' '{ printf "  %6s  %-4s %-10s %s:%s\n", $2, $1, $3, $4, $5 }'
+  sort -t$'\t' -k2,2nr "$out/results.tsv" | awk -F'\t' 'NR <= 12 { printf "  %6s  %-4s %-10s %s:%s\n", $2, $1, $3, $4, $5 }'
 fi
 # The count: libtest's own numbers from every log, plus a failure for each job that ended without
 # a "test result:" line (a crash, a timeout) and each spec that selected nothing.

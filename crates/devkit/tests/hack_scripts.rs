@@ -46,6 +46,28 @@ fn no_pipe_into_grep_q() {
     assert!(bad.is_empty(), "pipes into `grep -q` (use `grep ... >/dev/null`):\n{}", bad.join("\n"));
 }
 
+/// `producer | head -n N` under `set -o pipefail`: head exits after N lines and the producer,
+/// still writing, dies of SIGPIPE; the pipeline fails and `set -e` ends the script. This ended a
+/// CI run after every e2e test had passed: `hack/e2e-pool.sh` printed its slowest-tests table
+/// with `sort | head -n 12` and never wrote the count `hack/test.sh` reads (26 KB of results:
+/// 53 of 200 tries failed). Use `sed -n 1,Np` or `awk 'NR <= N'`, which read to the end.
+#[test]
+fn no_pipe_into_head() {
+    let mut bad = vec![];
+    for (path, text) in scripts() {
+        for (i, line) in text.lines().enumerate() {
+            let code = line.trim_start();
+            if code.starts_with('#') {
+                continue;
+            }
+            if code.split('|').skip(1).any(|cmd| cmd.split_whitespace().next() == Some("head")) {
+                bad.push(format!("{path}:{}: {code}", i + 1));
+            }
+        }
+    }
+    assert!(bad.is_empty(), "pipes into `head` (use `sed -n 1,Np`, which reads to the end):\n{}", bad.join("\n"));
+}
+
 /// `cluster.sh down` destroys kube-router's ipsets by the pattern `NETPOL_IPSETS`;
 /// `test-cluster-down.sh` must look for leftovers with the same pattern, or a set `down` misses
 /// would go unnoticed.
