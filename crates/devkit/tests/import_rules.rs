@@ -35,6 +35,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "volume_size",
             "backup::backup_planner",
             "backup::restore_planner",
+            "backup::series_owner",
         ],
     ),
     ("the observation and the desired state", &["observed", "validation", "progress"]),

@@ -8,6 +8,8 @@
 //!   Ready for `afterSeconds`, and writes go on;
 //! - a PVC member on a lost node waits for it (`Degraded=NodeNotReady` names the claim) and comes
 //!   back with it as the same member;
+//! - a PVC member whose Node object was deleted (its new pod unschedulable) is replaced with
+//!   `volumeMembers: Replace`, its claim kept;
 //! - two of three nodes lost and their pods force-deleted: the survivor is never recovered from
 //!   on the pods' disappearance alone (they may still run, as on the far side of a partition);
 //!   only once the nodes are declared out of service;
@@ -140,6 +142,66 @@ fn a_pvc_member_on_a_lost_node_waits_for_it_and_comes_back_as_the_same_member() 
         ensure!(!evs.iter().any(|(r, _)| r == "MemberRemoved"), "{evs:?}");
         check_keys(&ep, "before", 20)?;
         check_keys(&ep, "during", 20)?;
+        Ok(())
+    })
+}
+
+/// A PVC member's machine dies and its Node object is deleted (what a cloud's node controller
+/// does for a machine that is gone): the pod GC deletes the member's pod, the operator makes it
+/// again, and the new pod cannot be scheduled (its volume is bound to the deleted node). With
+/// `volumeMembers: Replace` the claim is retired after `volumeAfterSeconds` of that wait and
+/// the member replaced on a live node; the claim is kept. The Node is deleted before the node
+/// controller could call it NotReady, so only the deleted-Node rule can act.
+#[test]
+fn a_pvc_member_whose_node_object_was_deleted_is_replaced_and_its_claim_kept() -> Result<()> {
+    let kubectl = Kubectl::from_env()?;
+    let Some(nodes) = Nodes::detect(&kubectl, 3)? else { return Ok(()) };
+    with_operator("e2e-node-deleted", |ns, _op| {
+        let spec = "  pod:\n    persistentVolumeClaimSpec:\n      accessModes: [ReadWriteOnce]\n      resources: {requests: {storage: 64Mi}}\n  recovery:\n    nodeLoss: {volumeMembers: Replace, volumeAfterSeconds: 20}\n";
+        ns.apply(&cluster_manifest(&ns.name, "ex", 3, VERSION, spec))?;
+        wait_healthy(ns, "ex", 3, CREATE)?;
+        let ep = client_endpoint(ns, "ex")?;
+        write_keys(&ep, "before", 20)?;
+        let (victim_pod, victim) = follower(ns, "ex")?;
+        let claim = format!("{victim_pod}-data");
+        ns.run(&["get", "pvc", &claim])?;
+        let _undo = nodes.guard();
+        let t0 = Instant::now();
+        nodes.lose(&victim)?;
+        kubectl.run(&["delete", "node", &victim, "--wait=true", "--timeout=60s"])?;
+        println!("{victim} lost and its Node deleted after {:?}", t0.elapsed());
+        let c = wait_until(Duration::from_secs(300), "a replacement on a live node", || {
+            let c = cluster(ns, "ex")?;
+            let ready: Vec<&str> =
+                c["status"]["members"]["ready"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+            Ok((ready.len() == 3 && !ready.contains(&victim_pod.as_str())).then_some(c))
+        })?;
+        println!("replaced after {:?}: {}", t0.elapsed(), c["status"]["members"]);
+        let evs = e2e_events(ns, "EtcdCluster", "ex")?;
+        ensure!(
+            evs.iter().any(|(r, m)| r == "VolumeRetired" && m.contains(&claim) && m.contains("deleted")),
+            "no VolumeRetired naming {claim} and the deleted node: {evs:?}"
+        );
+        ensure!(evs.iter().any(|(r, m)| r == "MemberRemoved" && m.contains(&victim_pod)), "{evs:?}");
+        let kept: Value = ns.json(&["get", "pvc", &claim])?;
+        ensure!(
+            kept["metadata"]["annotations"]["etcd.database.coreos.com/retired"].as_str().is_some_and(|w| !w.is_empty()),
+            "the claim is kept and marked retired: {}",
+            kept["metadata"]
+        );
+        for (p, n) in placement(ns, "ex")? {
+            ensure!(n != victim, "member {p} placed on the deleted node {n}");
+        }
+        check_keys(&ep, "before", 20)?;
+        write_keys(&ep, "after", 20)?;
+        // The machine comes back and registers again: the retired claim stays unused.
+        nodes.restore(&victim, false)?;
+        wait_healthy(ns, "ex", 3, Duration::from_secs(120))?;
+        ensure!(
+            !member_pods(ns, "ex")?.iter().any(|p| p["metadata"]["name"] == victim_pod.as_str()),
+            "the retired member came back"
+        );
+        check_keys(&ep, "after", 20)?;
         Ok(())
     })
 }

@@ -5,7 +5,8 @@
 //! had at the revision just before the delete, and at a moment taken in a pause of the writer
 //! (the revision reached then is known): every key and value, nothing more. A target the archive
 //! does not cover, and a segment with one flipped byte, are refused with what is restorable or
-//! the segment named, and nothing is created.
+//! the segment named, and nothing is created. A cluster with authentication is drilled and
+//! restored to a point logged in as its root.
 
 mod common;
 
@@ -316,6 +317,119 @@ fn a_series_on_a_volume_restores_to_the_last_write_after_the_delete() -> Result<
         ensure!(from.starts_with("pvc://backups/pitr/ex.restores/"), "restoredFrom {from}");
         let (got, _) = restored_state(&a, ns, "on-volume")?;
         ensure!(got == want, "state differs from etcd's history at {last}");
+        Ok(())
+    })
+}
+
+/// A cluster with `spec.auth` (issue 29: the archive follows the cluster through auth): the
+/// archiver and the drill pods log in with the cluster's root Secret, a drill passes, and a
+/// restore to the revision before a `del --prefix` replays the archive logged in as the
+/// snapshot's root. The restored cluster keeps authentication on and the keys of that revision
+/// exactly. A restore whose cluster has no `spec.auth` (no root login to give the replay) is
+/// refused saying so, and creates nothing.
+#[test]
+fn a_cluster_with_authentication_is_drilled_and_restored_to_a_point() -> Result<()> {
+    with_operator("e2e-pitr-auth", |ns, _op| {
+        let n = ns.name.clone();
+        let password = "pitr-root-password-4e2e";
+        ns.apply(&format!(
+            "apiVersion: v1\nkind: Secret\nmetadata: {{name: ex-root, namespace: {n}}}\nstringData: {{username: root, password: {password}}}\n"
+        ))?;
+        ns.apply(&claim_manifest(&n, "backups"))?;
+        ns.apply(&cluster_manifest(&n, "ex", 3, VERSION, "  auth: {enabled: true, rootSecret: ex-root}\n"))?;
+        wait_healthy(ns, "ex", 3, CREATE)?;
+        wait_until(CREATE, "condition Authentication Enabled", || {
+            let c = cluster(ns, "ex")?;
+            Ok(condition(&c, "Authentication").filter(|x| x["reason"] == "Enabled").map(drop))
+        })?;
+        let rt = tokio::runtime::Runtime::new()?;
+        let login = etcd_client::ConnectOptions::new()
+            .with_user("root", password)
+            .with_connect_timeout(Duration::from_secs(3))
+            .with_timeout(Duration::from_secs(10));
+        let logged_in = |cluster: &str| -> Result<Client> {
+            let ep = client_endpoint(ns, cluster)?;
+            wait_until(Duration::from_secs(60), &format!("a client of {cluster} logged in as root"), || {
+                Ok(rt
+                    .block_on(async {
+                        let mut c = Client::connect([ep.as_str()], Some(login.clone())).await?;
+                        c.get("probe", None).await?;
+                        anyhow::Ok(c)
+                    })
+                    .ok())
+            })
+        };
+        let mut client = logged_in("ex")?;
+
+        let policy = "  backupPolicy: {backupIntervalInSecond: 3600}\n  continuous: {enabled: true, flushIntervalInSecond: 1}\n  restoreDrill: {intervalInSecond: 20, timeoutInSecond: 180}\n";
+        ns.apply(&backup_manifest(&n, "series", "ex", "PVC", PVC_STORAGE, policy))?;
+        let snapshot =
+            wait_backup_succeeded(ns, "series")?["status"]["etcdRevision"].as_i64().context("no etcdRevision")?;
+        let (_, _) = rt.block_on(write_for(&mut client, 6, 0))?;
+        let deleted_at = rt
+            .block_on(client.delete(PREFIX, Some(DeleteOptions::new().with_prefix())))?
+            .header()
+            .context("no header")?
+            .revision();
+        let (_, last) = rt.block_on(write_for(&mut client, 2, 10_000))?;
+        wait_until(Duration::from_secs(90), "the archive to be durable to the last write", || {
+            let a = get(ns, "etcdbackup", "series")?["status"]["archive"].clone();
+            Ok((a["durableRevision"].as_i64().unwrap_or(0) >= last).then_some(()))
+        })?;
+        let d = wait_until(Duration::from_secs(300), "a passing drill that replayed past the snapshot", || {
+            let d = get(ns, "etcdbackup", "series")?["status"]["lastDrill"].clone();
+            ensure!(d["succeeded"] != false, "a drill of the cluster with authentication failed: {d}");
+            let past = d["revision"].as_i64().unwrap_or(0) > snapshot && d["segments"].as_i64().unwrap_or(0) > 0;
+            Ok((d["succeeded"] == true && past).then_some(d))
+        })?;
+        eprintln!("drill: {d}");
+
+        let before_delete = deleted_at - 1;
+        let want = rt.block_on(state_at(&mut client, before_delete))?;
+        ensure!(want.keys().any(|k| k.starts_with(PREFIX.as_bytes())), "the prefix was empty before its delete");
+        let restore = |name: &str, auth: &str| {
+            format!(
+                "apiVersion: etcd.database.coreos.com/v1beta2\nkind: EtcdRestore\nmetadata: {{name: {name}, namespace: {n}}}\nspec:\n  etcdCluster: {{name: {name}, spec: {{size: 1, version: \"{VERSION}\"{auth}}}}}\n  backupStorageType: PVC\n  {PVC_STORAGE}\n  pointInTime: {{revision: {before_delete}}}\n"
+            )
+        };
+
+        // No root login for the replay: refused, saying what to give, and nothing created.
+        ns.apply(&restore("no-login", ""))?;
+        let r = wait_until(Duration::from_secs(300), "EtcdRestore no-login to be refused", || {
+            let r = get(ns, "etcdrestore", "no-login")?;
+            ensure!(r["status"]["succeeded"] != true, "restored without a login: {}", r["status"]);
+            Ok((r["status"]["phase"] == "Failed").then_some(r))
+        })?;
+        let why = r["status"]["reason"].as_str().unwrap_or_default();
+        ensure!(why.contains("authentication enabled") && why.contains("rootSecret"), "{why}");
+        ensure!(ns.run(&["get", "etcdcluster", "no-login"]).is_err(), "a refused restore created its cluster");
+
+        // With the root Secret: exactly the state before the delete, authentication still on.
+        ns.apply(&restore("back", ", auth: {enabled: true, rootSecret: ex-root}"))?;
+        let r = wait_restore(ns, "back")?;
+        ensure!(r["status"]["etcdRevision"] == before_delete, "restored to {}", r["status"]["etcdRevision"]);
+        wait_healthy(ns, "back", 1, CREATE)?;
+        let mut back = logged_in("back")?;
+        let got = rt.block_on(async {
+            let r = back.get("", Some(GetOptions::new().with_all_keys())).await?;
+            anyhow::Ok(r.kvs().iter().map(|kv| (kv.key().to_vec(), kv.value().to_vec())).collect::<KeySpace>())
+        })?;
+        ensure!(
+            got == want,
+            "state differs from etcd's history at {before_delete}: {} keys vs {}",
+            got.len(),
+            want.len()
+        );
+        let ep = client_endpoint(ns, "back")?;
+        let anonymous = rt.block_on(async {
+            let mut c = Client::connect([ep.as_str()], None).await?;
+            c.get("probe", None).await.map(drop)
+        });
+        let refused = anonymous.as_ref().err().map(|e| e.to_string()).unwrap_or_default();
+        ensure!(
+            refused.contains("user name is empty"),
+            "the restored cluster served a client without a login: {anonymous:?}"
+        );
         Ok(())
     })
 }

@@ -4,7 +4,7 @@
 
 use anyhow::{Context, Result, bail};
 use etcd_operator_api::backup::{AbsSource, BackupSource, EtcdBackup, EtcdBackupSpec, GcsSource, PvcSource, S3Source};
-use etcd_operator_api::cluster::{EtcdCluster, EtcdClusterSpec};
+use etcd_operator_api::cluster::{AuthPolicy, EtcdCluster, EtcdClusterSpec};
 use etcd_operator_api::restore::{EtcdClusterRef, EtcdRestore, EtcdRestoreSpec, PointInTime};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 
@@ -92,9 +92,10 @@ pub async fn backup(client: &kube::Client, ns: &str, a: &BackupArgs) -> Result<i
 pub fn restore_object(a: &RestoreArgs) -> Result<EtcdRestore> {
     let (backup_storage_type, source) =
         location("--from", &a.from, a.credentials_secret.as_deref(), a.endpoint.as_deref(), a.force_path_style)?;
-    let spec = (a.size.is_some() || a.version.is_some()).then(|| EtcdClusterSpec {
+    let spec = (a.size.is_some() || a.version.is_some() || a.root_secret.is_some()).then(|| EtcdClusterSpec {
         size: a.size.unwrap_or(3),
         version: a.version.clone().unwrap_or_default(),
+        auth: a.root_secret.as_ref().map(|s| AuthPolicy { enabled: true, root_secret: s.clone() }),
         ..Default::default()
     });
     let point_in_time = (a.revision.is_some() || a.time.is_some()).then(|| PointInTime {
@@ -165,6 +166,7 @@ mod tests {
             size: Some(1),
             version: None,
             restore_name: None,
+            root_secret: None,
         };
         let r = restore_object(&a).unwrap();
         assert_eq!(r.metadata.name.as_deref(), Some("back"));
@@ -174,6 +176,15 @@ mod tests {
         );
         assert_eq!(r.spec.point_in_time.as_ref().unwrap().time.as_deref(), Some("2026-11-28T01:00:00Z"));
         assert_eq!(r.spec.etcd_cluster.spec.as_ref().map(|s| s.size), Some(1));
+        assert_eq!(r.spec.etcd_cluster.spec.as_ref().and_then(|s| s.auth.clone()), None);
+        let auth =
+            restore_object(&RestoreArgs { size: None, root_secret: Some("ex-root".into()), ..a.clone() }).unwrap();
+        let spec = auth.spec.etcd_cluster.spec.unwrap();
+        assert_eq!(
+            (spec.size, spec.version.as_str(), spec.auth),
+            (3, "", Some(AuthPolicy { enabled: true, root_secret: "ex-root".into() })),
+            "3 members of the backup's version, authentication on with the Secret named"
+        );
         let one = restore_object(&RestoreArgs { time: None, size: None, ..a }).unwrap();
         assert_eq!(
             (one.spec.point_in_time, one.spec.etcd_cluster.spec),

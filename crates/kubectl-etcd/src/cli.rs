@@ -191,7 +191,7 @@ pub struct BackupArgs {
     pub backup_name: Option<String>,
 }
 
-#[derive(Args, Debug)]
+#[derive(Args, Debug, Clone)]
 pub struct RestoreArgs {
     /// Name of the EtcdCluster to create (it must not exist).
     pub name: String,
@@ -224,6 +224,10 @@ pub struct RestoreArgs {
     /// Name of the EtcdRestore (default: NAME).
     #[arg(long)]
     pub restore_name: Option<String>,
+    /// A backup of a cluster with authentication: the Secret holding its root password (the
+    /// new cluster's `spec.auth.rootSecret`; a point-in-time replay logs in with it).
+    #[arg(long)]
+    pub root_secret: Option<String>,
 }
 
 /// A client of the kubeconfig's cluster and the context's namespace.

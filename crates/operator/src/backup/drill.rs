@@ -156,15 +156,18 @@ pub fn schedule(spec: Option<&RestoreDrill>) -> Result<Option<Schedule>, String>
 }
 
 /// When the next drill is due: None before the first successful backup (nothing to restore);
-/// the first one at once; then `interval` after the start of the last one.
+/// the first one at once; then `interval` after the start of the last one, or twice its
+/// duration when that is longer (drills take at most half the time: a drill reads the live
+/// cluster's whole key space).
 pub fn next_due(s: Schedule, st: &EtcdBackupStatus) -> Option<Timestamp> {
     let backed_up = parse_time(&st.last_success_date)?;
-    let last = st.last_drill.as_ref().and_then(|d| d.time.parse::<Timestamp>().ok());
-    match last {
-        None => Some(backed_up),
-        // Checked: a time past the representable range is "never", not a panic.
-        Some(t) => t.checked_add(SignedDuration::from_secs(s.interval_secs)).ok(),
-    }
+    let Some(last) = st.last_drill.as_ref() else { return Some(backed_up) };
+    let Ok(started) = last.time.parse::<Timestamp>() else { return Some(backed_up) };
+    let took = if last.duration_seconds.is_finite() { last.duration_seconds.max(0.0) } else { 0.0 };
+    // Whole seconds, at most the longest interval (an absurd duration is not an overflow).
+    let rest = ((2.0 * took) as i64).min(MAX_INTERVAL_SECS);
+    // Checked: a time past the representable range is "never", not a panic.
+    started.checked_add(SignedDuration::from_secs(s.interval_secs.max(rest))).ok()
 }
 
 /// The drill pod of the drill due at `due`: the same name however often it is planned, so a

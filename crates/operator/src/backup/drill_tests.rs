@@ -232,6 +232,25 @@ fn the_next_drill_is_due_an_interval_after_the_last_one_started() {
     assert_eq!(p.start, None);
 }
 
+/// A drill that took more than half its interval (a large key space, a slow store) pushes the
+/// next one to twice its duration after its start: drills take at most half the time, so an
+/// interval close to the drill's duration does not read the live cluster back to back.
+#[test]
+fn drills_rest_at_least_as_long_as_the_last_one_took() {
+    let minute = Schedule { interval_secs: 60, timeout_secs: 600 };
+    // (seconds the last drill took) → seconds after its start when the next is due.
+    for (took, due) in [(0.0, 60), (10.0, 60), (30.0, 60), (45.0, 90), (59.5, 119), (300.0, 600)] {
+        let mut st = drilled_at("2026-01-01T01:00:00Z", true);
+        st.last_drill.as_mut().unwrap().duration_seconds = took;
+        let start = t("2026-01-01T01:00:00Z");
+        let at = |secs: i64| k8s_openapi::jiff::Timestamp::from_second(start.as_second() + secs).unwrap().to_string();
+        let (_, p) = run(&st, Some(minute), &[], &at(due - 1));
+        assert_eq!(p.start, None, "took {took}s: not due at {}s", due - 1);
+        let (_, p) = run(&st, Some(minute), &[], &at(due));
+        assert!(p.start.is_some(), "took {took}s: due at {due}s");
+    }
+}
+
 /// The operator keeps nothing in memory about drills: after a restart, the status alone says
 /// when the last one started, so a drill is neither repeated early nor forgotten.
 #[test]

@@ -16,6 +16,7 @@
 //! - [`restorable`]: what status says can be restored (`restorableRanges`, the
 //!   `ArchiveCurrent` condition, gap Events).
 //! - [`verify_policy`]: when a failed verify pod is retried and with how much time.
+//! - [`series_owner`]: one schedule per snapshot series (a later EtcdBackup naming it is refused).
 //! - [`drill`]: restore drills: the key-space digest they compare and when one is due.
 //! - [`volume_owner`]: who job pods run as on a PVC; the root mark and what it says.
 //! - [`job_pods`]: what a job pod in the cache says.
@@ -50,6 +51,7 @@ pub mod restore_planner;
 pub mod restore_wait;
 pub mod save;
 pub mod series;
+pub mod series_owner;
 pub mod store;
 pub mod verify_policy;
 pub mod volume_access;

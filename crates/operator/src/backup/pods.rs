@@ -257,6 +257,18 @@ pub fn mount_client_tls(pod: &mut Pod, secret: &str) {
     }
 }
 
+/// [`mount_auth`] of a Secret that may not exist: the pod starts without it and its command
+/// finds no login (a point-in-time replay then says that the snapshot needs one) instead of
+/// waiting for the Secret until its deadline.
+pub fn mount_optional_auth(pod: &mut Pod, secret: &str) {
+    mount_auth(pod, secret);
+    let volume =
+        pod.spec.as_mut().and_then(|s| s.volumes.as_mut()).and_then(|v| v.iter_mut().find(|v| v.name == AUTH_VOLUME));
+    if let Some(s) = volume.and_then(|v| v.secret.as_mut()) {
+        s.optional = Some(true);
+    }
+}
+
 /// The volume of the login Secret (`spec.auth`, `authSecret`).
 pub const AUTH_VOLUME: &str = "etcd-auth";
 

@@ -18,7 +18,7 @@ use crate::backup::backup_planner::{self, BackupObserved, BackupStep, BackupTarg
 use crate::backup::contract::{BACKUP_LABEL, BACKUP_OF_LABEL, DrillReport, SaveReport};
 use crate::backup::drill::{self, DrillStart};
 use crate::backup::pods::{self, JobPod};
-use crate::backup::restorable;
+use crate::backup::{restorable, series_owner};
 
 fn backup_ar() -> ApiResource {
     ApiResource::erase::<EtcdBackup>(&())
@@ -35,7 +35,18 @@ async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<JobContext>) -> Result<Acti
     }
     let started = std::time::Instant::now();
     let ns = obj.namespace().unwrap_or_default();
-    let spec = jobs::spec_of::<EtcdBackupSpec>(&obj);
+    let mut spec = jobs::spec_of::<EtcdBackupSpec>(&obj);
+    // A series another EtcdBackup schedules into first is refused like an invalid spec, and
+    // looked at again a minute later (the other's deletion does not wake this one).
+    let mut shared = false;
+    if let Some(series) = spec.as_ref().ok().and_then(|s| series_owner::series_of(s, &ns)) {
+        let created = obj.metadata.creation_timestamp.as_ref().map(|t| t.0);
+        let me = series_owner::Scheduler::of(&obj.name_any(), created, spec.as_ref().ok(), &ns);
+        if let Some(owner) = series_owner::owner(&me, &schedulers(&ctx, &ns).await?) {
+            spec = Err(series_owner::refusal(&series, &owner.name));
+            shared = true;
+        }
+    }
     let volume_root = match spec.as_ref().ok().and_then(pvc_of) {
         Some(claim) => jobs::volume_marked_root(&ctx, &ns, &claim).await?,
         None => false,
@@ -113,9 +124,32 @@ async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<JobContext>) -> Result<Acti
             ctx.metrics.observe_drill(&ns, &o.name, plan.status.last_drill.as_ref());
         }
     }
+    if shared {
+        plan.requeue = Some(SHARED_SERIES_RECHECK);
+    }
     jobs::write_back(&ctx, &obj, &ar, (&o.status, &plan.status), &plan.events, &plan.delete_pods).await?;
     ctx.metrics.reconciled("etcdbackup", started.elapsed(), false);
     Ok(plan.requeue.map(Action::requeue).unwrap_or_else(Action::await_change))
+}
+
+/// How soon an EtcdBackup refused for another one's series looks again.
+const SHARED_SERIES_RECHECK: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// The namespace's EtcdBackups that are not being deleted, as far as series go (a spec that
+/// cannot be read schedules nothing).
+async fn schedulers(ctx: &JobContext, ns: &str) -> Result<Vec<series_owner::Scheduler>, Error> {
+    // Untyped: one object whose spec does not parse must not fail the listing for the others.
+    let api: kube::Api<DynamicObject> = kube::Api::namespaced_with(ctx.client.clone(), ns, &backup_ar());
+    let listed = api.list(&kube::api::ListParams::default()).await?;
+    Ok(listed
+        .items
+        .into_iter()
+        .filter(|b| b.metadata.deletion_timestamp.is_none())
+        .map(|b| {
+            let created = b.metadata.creation_timestamp.as_ref().map(|t| t.0);
+            series_owner::Scheduler::of(&b.name_any(), created, jobs::spec_of::<EtcdBackupSpec>(&b).ok().as_ref(), ns)
+        })
+        .collect())
 }
 
 /// The continuous archive (`archiver_plan`): its pod made, made again or removed, and the

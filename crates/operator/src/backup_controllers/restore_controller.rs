@@ -14,7 +14,7 @@ use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 
 use super::jobs::{self, Error, JobContext, Options};
-use crate::backup::contract::RESTORE_LABEL;
+use crate::backup::contract::{AuthArgs, RESTORE_LABEL};
 use crate::backup::location::{BackupMeta, Location};
 use crate::backup::pods::{self, JobPod};
 use crate::backup::restore_planner::{
@@ -154,7 +154,7 @@ fn verify_pod(
     let mut command = vec![crate::OPERATOR_NAME.to_string()];
     command.push(if replay.is_some() { "restore-point" } else { "backup-verify" }.into());
     command.extend(pods::storage_args(&target.location, &restore.spec.source));
-    let mut tools = None;
+    let (mut tools, mut login) = (None, None);
     if let Some((r, out)) = replay {
         let version = &r.version;
         command.push(match r.target {
@@ -169,6 +169,8 @@ fn verify_pod(
             format!("--work-dir={}", pods::REPLAY_WORK_DIR),
         ]);
         tools = Some((crate::validation::image_for(&r.repository, version), version.minor_line() >= (3, 5)));
+        login = replay_login(&restore.spec);
+        command.extend(AuthArgs::of(login.as_deref()).to_args());
     }
     let mut pod = pods::job_pod(JobPod {
         name: name.to_string(),
@@ -186,10 +188,92 @@ fn verify_pod(
     if let Some((etcd_image, etcdutl)) = tools {
         pods::with_replay_tools(&mut pod, image, &etcd_image, etcdutl);
     }
+    if let Some(secret) = &login {
+        pods::mount_optional_auth(&mut pod, secret);
+    }
     Ok(pod)
+}
+
+/// The login a point-in-time replay uses when its snapshot has authentication on: the root
+/// Secret of the cluster the restore creates (`etcdCluster.spec.auth`), which has to hold the
+/// snapshot's root password for the restored cluster to be usable at all. None without
+/// `spec.auth` (a snapshot with authentication on is then refused, saying so).
+fn replay_login(spec: &EtcdRestoreSpec) -> Option<String> {
+    let cluster = spec.etcd_cluster.spec.as_ref()?;
+    let policy = crate::auth::Policy::of(&spec.etcd_cluster.name, cluster.auth.as_ref(), None).ok()?;
+    policy.root_secret().map(str::to_string)
 }
 
 /// Run the EtcdRestore controller until `shutdown` resolves.
 pub async fn run(opts: Options, shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static) {
     jobs::run(opts, "etcdrestore", restore_ar(), RESTORE_LABEL, shutdown, |_, _| {}, reconcile).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backup::archive::point_in_time::Target as PointTarget;
+    use crate::backup::location::Kind;
+    use crate::backup::restore_planner::Replay;
+
+    /// A point-in-time EtcdRestore into cluster `restored`, with `auth` as its cluster's spec.auth.
+    fn restore(auth: Option<serde_json::Value>) -> DynamicObject {
+        let mut spec = serde_json::json!({"size": 3, "version": "3.6.15"});
+        if let Some(a) = auth {
+            spec["auth"] = a;
+        }
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdRestore",
+            "metadata": {"name": "r", "namespace": "ns", "uid": "u-1"},
+            "spec": {"backupStorageType": "S3", "s3": {"path": "bucket/series", "awsSecret": "aws"},
+                     "etcdCluster": {"name": "restored", "spec": spec},
+                     "pointInTime": {"revision": 42}}
+        }))
+        .unwrap()
+    }
+
+    fn pitr_pod(obj: &DynamicObject) -> k8s_openapi::api::core::v1::Pod {
+        let series = Location { kind: Kind::S3, bucket: "bucket".into(), key: "series".into() };
+        let target = RestoreTarget {
+            location: series.clone(),
+            cluster: "restored".into(),
+            replay: Some(Replay {
+                target: PointTarget::Revision(42),
+                cluster_id: None,
+                version: crate::version::Version::parse("3.6.15").unwrap(),
+                repository: "gcr.io/etcd-development/etcd".into(),
+            }),
+        };
+        let out = series.with_key("series.restores/u-1-g1.db".into());
+        verify_pod(obj, &target, Some(&out), "op:dev", "r-verify", 600, false).unwrap()
+    }
+
+    /// A point-in-time replay of a cluster with spec.auth logs in with that cluster's root Secret
+    /// (mounted optional: a missing Secret is a refusal saying so, not a pod waiting for it);
+    /// without spec.auth it gets no login and no Secret.
+    #[test]
+    fn a_replay_logs_in_with_the_restored_clusters_root_secret() {
+        for (auth, secret) in [
+            (Some(serde_json::json!({"enabled": true, "rootSecret": "old-root"})), Some("old-root")),
+            (Some(serde_json::json!({"enabled": true})), Some("restored-etcd-root")),
+            (None, None),
+        ] {
+            let pod = pitr_pod(&restore(auth));
+            let spec = pod.spec.unwrap();
+            let main = &spec.containers[0];
+            let command = main.command.clone().unwrap();
+            assert_eq!(command[1], "restore-point");
+            let auth_dir = command.iter().any(|a| a == "--auth-dir=/etc/etcd-operator/etcd-auth");
+            let volume = spec.volumes.unwrap_or_default().into_iter().find(|v| v.name == pods::AUTH_VOLUME);
+            let mounted = main.volume_mounts.iter().flatten().any(|m| m.name == pods::AUTH_VOLUME);
+            match secret {
+                Some(name) => {
+                    let s = volume.and_then(|v| v.secret).expect("the root Secret is a volume");
+                    assert_eq!((s.secret_name.as_deref(), s.optional), (Some(name), Some(true)));
+                    assert!(auth_dir && mounted, "{command:?}");
+                }
+                None => assert!(volume.is_none() && !auth_dir && !mounted, "{command:?}"),
+            }
+        }
+    }
 }

@@ -1,5 +1,5 @@
 //! The Nodes node-loss decisions need (`nodes`): those of member pods that are not Ready, and
-//! those recorded for members whose pod object is gone. Read one by one, only then: a healthy
+//! those recorded for members whose pod object is gone or waits unscheduled. Read one by one, only then: a healthy
 //! cluster costs no call, and an operator without permission to read Nodes still works (it
 //! never assumes a node lost; `Observed::nodes_error` says why).
 
@@ -15,8 +15,10 @@ use crate::observed::Observed;
 pub(super) fn wanted(o: &Observed) -> BTreeSet<String> {
     let member = |pod: &str| o.etcd.as_ref().is_none_or(|e| e.member_for_pod(pod).is_some());
     let unready = o.pods.values().filter(|p| !p.ready).filter_map(|p| p.node.clone());
-    let gone =
-        o.member_nodes.iter().filter(|(pod, _)| !o.pods.contains_key(*pod) && member(pod)).map(|(_, n)| n.clone());
+    // Recorded for a member whose pod object is gone, or was made again and waits unscheduled
+    // (its node may have been deleted, its volume bound there).
+    let unplaced = |pod: &str| o.pods.get(pod).is_none_or(|p| p.node.is_none() && !p.ready);
+    let gone = o.member_nodes.iter().filter(|(pod, _)| unplaced(pod) && member(pod)).map(|(_, n)| n.clone());
     unready.chain(gone).collect()
 }
 
@@ -65,5 +67,12 @@ mod tests {
         let m = |pod: &str| MemberState { pod: pod.into(), ..Default::default() };
         o.etcd = Some(EtcdState { members: vec![m("a"), m("b"), m("c")], ..Default::default() });
         assert_eq!(wanted(&o), BTreeSet::from(["n2".into(), "n3".into()]), "d is no member");
+        // c's pod made again, waiting unscheduled: its recorded node is still read (it may have
+        // been deleted); once scheduled, only the node it runs on.
+        let waiting = PodState { name: "c".into(), ..Default::default() };
+        o.pods.insert("c".into(), waiting);
+        assert_eq!(wanted(&o), BTreeSet::from(["n2".into(), "n3".into()]));
+        o.pods.insert("c".into(), pod("c", "n5", false).1);
+        assert_eq!(wanted(&o), BTreeSet::from(["n2".into(), "n5".into()]));
     }
 }

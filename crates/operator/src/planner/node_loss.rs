@@ -15,26 +15,61 @@
 //!   retired (kept, annotated, named in the `VolumesRetired` condition, never used or deleted
 //!   by the operator) and the member removed and replaced like one without a volume.
 //!
+//! A Node object that was deleted while a member with a volume ran there counts like a node
+//! not Ready, timed from when the member's pod (made again by the operator) began to wait
+//! unscheduled: its volume, bound to that node, cannot be mounted elsewhere, and a node of that
+//! name may still register again with the disk.
+//!
 //! Without a quorum nothing here acts: a node that is not Ready may be one side of a partition
 //! whose other side holds the majority, and a minority never replaces anyone. Whether such a
 //! member can ever come back is `recovery::lost_why`'s question, answered from the same
 //! evidence (`nodes::stopped_evidence`).
 
 use super::{Removal, Step, WaitReason, membership::healthy, wait};
-use crate::nodes::NodeState;
 use crate::observed::{EtcdState, MemberState, Observed};
 use crate::validation::Desired;
 
-/// The node of member `m`'s pod and its state, when the member is out of reach there: etcd
-/// gave no healthy status for it, its pod is not Ready, and its Node is not Ready.
-fn out_of_reach_on<'a>(o: &'a Observed, m: &MemberState) -> Option<(&'a str, &'a NodeState)> {
+/// Where and for how long member `m` has been out of reach with its node.
+struct OutOfReach<'a> {
+    node: &'a str,
+    /// Seconds the node has not been Ready; for a deleted node, seconds the member's new pod
+    /// has waited unscheduled.
+    secs: i64,
+    /// The Node object was deleted (the member's pod, made again, cannot be scheduled).
+    deleted: bool,
+}
+
+impl OutOfReach<'_> {
+    fn for_at_least(&self, secs: i64) -> bool {
+        self.secs >= secs
+    }
+
+    /// "node n3, which has not been Ready for 90s" (or was deleted).
+    fn describe(&self) -> String {
+        if self.deleted {
+            format!("node {}, which was deleted (its new pod has not been scheduled for {}s)", self.node, self.secs)
+        } else {
+            format!("node {}, which has not been Ready for {}s", self.node, self.secs)
+        }
+    }
+}
+
+/// Member `m` out of reach with its node: etcd gave no healthy status for it, its pod is not
+/// Ready, and either the Node it runs on is not Ready, or — a member with a volume whose pod
+/// was made again and waits unscheduled — the Node it last ran on (the `member-nodes` mark)
+/// was deleted, so that its volume, bound to that node, cannot be mounted anywhere.
+fn out_of_reach_on<'a>(o: &'a Observed, m: &MemberState) -> Option<OutOfReach<'a>> {
     if m.is_healthy() {
         return None;
     }
     let p = o.pods.get(&m.pod).filter(|p| !p.ready)?;
-    let node = p.node.as_deref()?;
-    let state = o.nodes.get(node).filter(|n| n.exists && !n.ready)?;
-    Some((node, state))
+    if let Some(node) = p.node.as_deref() {
+        let state = o.nodes.get(node).filter(|n| n.exists && !n.ready)?;
+        return Some(OutOfReach { node, secs: state.not_ready_secs.unwrap_or_default(), deleted: false });
+    }
+    let node = o.member_nodes.get(&m.pod).filter(|_| p.uses_pvc && !p.deleting)?;
+    o.nodes.get(node).filter(|n| !n.exists)?;
+    Some(OutOfReach { node, secs: p.unready_secs.unwrap_or(p.age_secs), deleted: true })
 }
 
 /// With a quorum of healthy voters: the next step for members lost with their node, if any.
@@ -70,30 +105,31 @@ pub(super) fn replace(o: &Observed, d: &Desired, etcd: &EtcdState, healthy_voter
         });
     }
     for m in etcd.voters() {
-        let Some((node, state)) = out_of_reach_on(o, m) else { continue };
-        let secs = state.not_ready_secs.unwrap_or_default();
+        let Some(lost) = out_of_reach_on(o, m) else { continue };
         // A pod that mounts a claim keeps its data there, whether or not the cache shows that
         // claim (not labelled or owned by the cluster, not seen yet): never the no-volume path.
         let mounts_claim = o.pods.get(&m.pod).is_some_and(|p| p.uses_pvc);
         match o.pvcs.get(&m.pod).filter(|v| !v.deleting) {
             None if mounts_claim => {}
-            None if state.not_ready_for(policy.after_secs) => {
+            None if lost.for_at_least(policy.after_secs) => {
                 return Some(Step::RemoveMember {
                     id: m.id,
                     pod: m.pod.clone(),
                     why: format!(
-                        "it is out of reach on node {node}, which has not been Ready for {secs}s (spec.recovery.nodeLoss.afterSeconds: {}), and its data (no volume) is there; a new member joins on a live node",
+                        "it is out of reach on {} (spec.recovery.nodeLoss.afterSeconds: {}), and its data (no volume) is there; a new member joins on a live node",
+                        lost.describe(),
                         policy.after_secs
                     ),
                     cause: Removal::NodeLost,
                 });
             }
-            Some(v) if policy.volume_after_secs.is_some_and(|after| state.not_ready_for(after)) => {
+            Some(v) if policy.volume_after_secs.is_some_and(|after| lost.for_at_least(after)) => {
                 return Some(Step::RetireVolume {
                     pod: m.pod.clone(),
                     claim: v.name.clone(),
                     why: format!(
-                        "its node {node} has not been Ready for {secs}s and spec.recovery.nodeLoss.volumeMembers is Replace: the member is replaced on a live node"
+                        "it is out of reach on {} and spec.recovery.nodeLoss.volumeMembers is Replace: the member is replaced on a live node",
+                        lost.describe()
                     ),
                 });
             }
@@ -105,9 +141,9 @@ pub(super) fn replace(o: &Observed, d: &Desired, etcd: &EtcdState, healthy_voter
 
 /// Why member `m` is not healthy, when that is its node: the wait that says what happens next.
 pub(super) fn waiting_for(o: &Observed, d: &Desired, m: &MemberState) -> Option<Step> {
-    let (node, state) = out_of_reach_on(o, m)?;
+    let lost = out_of_reach_on(o, m)?;
     let policy = &d.recovery.node_loss;
-    let secs = state.not_ready_secs.unwrap_or_default();
+    let secs = lost.secs;
     let volume = o.pvcs.get(&m.pod).filter(|v| !v.deleting);
     let mounts_claim = o.pods.get(&m.pod).is_some_and(|p| p.uses_pvc);
     let next = match (volume, policy.volume_after_secs) {
@@ -125,8 +161,5 @@ pub(super) fn waiting_for(o: &Observed, d: &Desired, m: &MemberState) -> Option<
             v.name
         ),
     };
-    Some(wait(
-        WaitReason::NodeNotReady,
-        format!("member {} is out of reach on node {node}, which has not been Ready for {secs}s; {next}", m.pod),
-    ))
+    Some(wait(WaitReason::NodeNotReady, format!("member {} is out of reach on {}; {next}", m.pod, lost.describe())))
 }

@@ -230,18 +230,22 @@ pub(super) fn check(o: &Observed, step: &Step) -> Result<(), TestCaseError> {
         }
         Step::RetireVolume { pod, claim, .. } => {
             // Refused by its data check, or its member lost with its node under
-            // `volumeMembers: Replace` (with a quorum: it is then replaced).
+            // `volumeMembers: Replace` (with a quorum: it is then replaced): a node not Ready
+            // for volumeAfterSeconds, or a deleted Node its pod, made again, has waited
+            // unscheduled for that long.
             let p = o.pods.get(pod);
             let d = o.desired.as_ref().expect("valid");
+            let after = d.recovery.node_loss.volume_after_secs;
             let node_lost = p.is_some_and(|p| {
-                !p.ready
-                    && p.node.as_ref().and_then(|n| o.nodes.get(n)).is_some_and(|n| {
-                        !n.ready
-                            && d.recovery
-                                .node_loss
-                                .volume_after_secs
-                                .is_some_and(|a| n.not_ready_secs.is_some_and(|s| s >= a))
-                    })
+                let not_ready = p
+                    .node
+                    .as_ref()
+                    .and_then(|n| o.nodes.get(n))
+                    .is_some_and(|n| !n.ready && after.is_some_and(|a| n.not_ready_secs.is_some_and(|s| s >= a)));
+                let deleted = p.node.is_none()
+                    && o.member_nodes.get(pod).and_then(|n| o.nodes.get(n)).is_some_and(|n| !n.exists)
+                    && after.is_some_and(|a| p.unready_secs.unwrap_or(p.age_secs) >= a);
+                !p.ready && (not_ready || deleted)
             });
             prop_assert!(
                 p.is_some_and(|p| p.volume_refused.is_some()) || node_lost && had_quorum,

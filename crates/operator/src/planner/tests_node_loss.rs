@@ -198,6 +198,57 @@ fn with_replace_a_volume_members_claim_is_retired_after_its_time_then_the_member
     assert_eq!(wait_reason(&plan(&o)), WaitReason::WouldLoseQuorum);
 }
 
+/// The Node object of a volume member's node was deleted (a cloud's node controller does that
+/// for a machine that is gone): the pod GC deleted the pod, the operator made it again, and the
+/// new pod cannot be scheduled (its local volume is bound to the gone node). The member is out
+/// of reach as on a node that is not Ready, timed from its new pod's wait: by default it waits
+/// for the node, and with Replace its claim is retired after volumeAfterSeconds.
+#[test]
+fn a_volume_member_whose_node_was_deleted_and_whose_pod_stays_unscheduled_counts_as_on_a_lost_node() {
+    let deleted = |secs: i64, volume_after: Option<i64>| {
+        let mut o = placed(3, 3);
+        add_pvc(&mut o, "ex-m3");
+        node_loss(&mut o, 60, volume_after);
+        unhealthy(&mut o, 3);
+        let p = o.pods.get_mut("ex-m3").unwrap();
+        (p.ready, p.node, p.phase, p.unready_secs, p.age_secs) = (false, None, "Pending".into(), Some(secs), secs);
+        o.nodes.insert("n3".into(), NodeState::gone());
+        o
+    };
+    // (seconds unscheduled, volumeAfterSeconds) → retired?
+    for (secs, after, retired) in [(86_400, None, false), (599, Some(600), false), (600, Some(600), true)] {
+        let s = plan(&deleted(secs, after));
+        if retired {
+            assert!(
+                matches!(&s, Step::RetireVolume { pod, claim, why } if pod == "ex-m3" && claim == "ex-m3-data" && why.contains("deleted")),
+                "{secs}s: {s:?}"
+            );
+            continue;
+        }
+        assert_eq!(wait_reason(&s), WaitReason::NodeNotReady, "{secs}s: {s:?}");
+        let msg = wait_message(&s);
+        assert!(msg.contains("ex-m3") && msg.contains("node n3") && msg.contains("deleted"), "{msg}");
+        let next = if after.is_some() { "replaced in 1s" } else { "waiting for the node" };
+        assert!(msg.contains(next), "{msg}");
+    }
+    // Unscheduled beside a Node that exists (no room yet, a node being replaced), or one that
+    // could not be read: no loss.
+    for node in [Some(NodeState { exists: true, ready: true, not_ready_secs: None, out_of_service: false }), None] {
+        let mut o = deleted(3600, Some(600));
+        match node {
+            Some(n) => o.nodes.insert("n3".into(), n),
+            None => o.nodes.remove("n3"),
+        };
+        let s = plan(&o);
+        assert!(!matches!(s, Step::RetireVolume { .. } | Step::RemoveMember { .. }), "{s:?}");
+    }
+    // A member without a volume on a deleted node is not this rule's (its pod schedules anywhere).
+    let mut o = deleted(3600, Some(600));
+    o.pvcs.clear();
+    o.pods.get_mut("ex-m3").unwrap().uses_pvc = false;
+    assert!(!matches!(plan(&o), Step::RetireVolume { .. }));
+}
+
 // ---- partitions: no recovery of a minority --------------------------------------------------
 
 /// Three voters; ex-m2 and ex-m3's nodes are cut off from the API server and from ex-m1

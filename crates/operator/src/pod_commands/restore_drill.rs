@@ -139,6 +139,7 @@ async fn drill(args: &RestoreDrillArgs, report: &mut DrillReport) -> Result<Stri
         etcd_version: &args.etcd_version,
         work_dir: &args.work_dir,
         snapshot_past_target_ok: true,
+        creds: creds.as_ref(),
     })
     .await?;
     report.snapshot = replayed.snapshot.path.clone();

@@ -18,7 +18,9 @@
 //!
 //! Leases are not replayed: a key the archive shows attached to a lease is written without one
 //! (lease grants and expiries are not in the watch history). Users, roles and the auth switch
-//! come from the snapshot.
+//! come from the snapshot: a snapshot with authentication on is replayed logged in as root with
+//! the mounted login Secret (`--auth-dir`: the restored cluster's root Secret), whose password
+//! must be the one the snapshot holds.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -26,12 +28,15 @@ use std::time::Duration;
 use etcd_client::{Client, Txn, TxnOp};
 use object_store::{ObjectStore, ObjectStoreExt};
 
+use crate::auth::Credentials;
 use crate::backup::archive::point_in_time::{self, Plan, Refusal, Target, TimeLookup};
 use crate::backup::archive::restorable_ranges::{self, SegmentRef, SnapshotRef};
 use crate::backup::archive::segment::{Event, Op, Segment};
-use crate::backup::contract::{PodError, SNAPSHOT_FILE, StorageArgs};
+use crate::backup::contract::{AuthArgs, PodError, SNAPSHOT_FILE, StorageArgs};
 use crate::backup::location::{self, BackupMeta, Location};
+use crate::backup::pod_secrets;
 use crate::backup::{fetch, one_shot, save, series, store};
+use crate::tls::connector::Dialer;
 use crate::version::Version;
 
 #[derive(clap::Args, Debug, Clone)]
@@ -61,6 +66,9 @@ pub struct RestorePointArgs {
     /// Scratch directory holding `etcd` and `etcdutl` (or `etcdctl` before 3.5).
     #[arg(long)]
     pub work_dir: PathBuf,
+    /// The root login of a snapshot with authentication on.
+    #[command(flatten)]
+    pub auth: AuthArgs,
 }
 
 /// The loopback ports of the replay's etcd.
@@ -83,6 +91,7 @@ pub async fn run(args: RestorePointArgs) -> Result<BackupMeta, PodError> {
     let base = args.storage.location()?;
     let (store, _) = store::open(&base, &args.storage.credentials_dir, &args.storage.s3())?;
     let listed = list(&*store, &base.key).await?;
+    let creds = pod_secrets::login(&args.auth)?;
     let target = match (args.revision, args.time_ms) {
         (Some(r), _) => Target::Revision(r),
         (None, Some(ms)) => Target::Time(ms),
@@ -97,6 +106,7 @@ pub async fn run(args: RestorePointArgs) -> Result<BackupMeta, PodError> {
         etcd_version: &args.etcd_version,
         work_dir: &args.work_dir,
         snapshot_past_target_ok: false,
+        creds: creds.as_ref(),
     })
     .await?;
     // The replayed state, snapshotted the way every backup is.
@@ -111,7 +121,7 @@ pub async fn run(args: RestorePointArgs) -> Result<BackupMeta, PodError> {
         timeout_secs: 1800,
         owner_uid: args.owner_uid.clone(),
         tls: Default::default(),
-        auth: Default::default(),
+        auth: args.auth.clone(),
     })
     .await;
     // Nothing changed while the snapshot streamed (the sidecar's revision is read before it):
@@ -148,6 +158,9 @@ pub(crate) struct Replay<'a> {
     /// taken as it is (`Replayed::revision` says where it stands): a drill compares whatever
     /// revision the restore reaches. A restore to a point refuses it (it would overshoot).
     pub snapshot_past_target_ok: bool,
+    /// The login into the replay's etcd when the snapshot has authentication on (none: as
+    /// nobody, which such a snapshot refuses).
+    pub creds: Option<&'a Credentials>,
 }
 
 /// A throw-away one-member etcd on loopback holding a restored point; [`Replayed::stop`] ends it.
@@ -205,7 +218,7 @@ pub(crate) async fn replay_point(r: Replay<'_>) -> Result<Replayed, PodError> {
     let data = work.join("replay");
     restore_snapshot(work, &tools, &file, &data).await?;
     let mut etcd = start_etcd(work, &data)?;
-    let mut client = match connect().await {
+    let mut client = match connect(r.creds).await {
         Ok(c) => c,
         Err(e) => {
             let _ = etcd.start_kill();
@@ -407,22 +420,41 @@ fn start_etcd(work: &std::path::Path, data: &std::path::Path) -> Result<tokio::p
         .map_err(|e| format!("start the replay's etcd: {e}").into())
 }
 
-async fn connect() -> Result<Client, PodError> {
+/// A client of the replay's etcd once it answers, logged in as `creds` when its snapshot has
+/// authentication on. A refused login or a missing one is refused at once, not waited out.
+async fn connect(creds: Option<&Credentials>) -> Result<Client, PodError> {
     let started = std::time::Instant::now();
+    let timeout = Duration::from_secs(2);
+    let dialer = Dialer::new(etcd_client::ConnectOptions::new().with_connect_timeout(timeout), None, timeout, None);
     loop {
-        let opts = etcd_client::ConnectOptions::new().with_connect_timeout(Duration::from_secs(2));
-        let tried = match Client::connect([CLIENT_URL], Some(opts)).await {
-            Ok(mut c) => c.status().await.map(|_| c),
+        let tried = match crate::auth::connect::connect(&[CLIENT_URL.to_string()], &dialer, creds).await {
+            Ok((mut c, _)) => c.status().await.map(|_| c),
             Err(e) => Err(e),
         };
         match tried {
             Ok(c) => return Ok(c),
+            Err(e) if crate::auth::connect::is_auth_refusal(&e.to_string()) => {
+                return Err(refused_login(creds, format!("the replay's etcd: {e}")));
+            }
             Err(e) if started.elapsed() > STARTUP => {
                 return Err(format!("the replay's etcd did not answer within {STARTUP:?}: {e}").into());
             }
             Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
         }
     }
+}
+
+/// etcd refused the replay for want of a (valid) login: the snapshot has authentication on.
+fn refused_login(creds: Option<&Credentials>, why: String) -> PodError {
+    PodError::Refused(match creds {
+        None => format!(
+            "the snapshot has etcd authentication enabled and the restore has no root login: give the restored cluster spec.auth with a rootSecret holding the snapshot's root password ({why}); nothing restored"
+        ),
+        Some(c) => format!(
+            "the snapshot has etcd authentication enabled and refused the login of user {} from the mounted Secret: its password must be the snapshot's root password ({why}); nothing restored",
+            c.user
+        ),
+    })
 }
 
 /// Keeps every lease of the replay's etcd alive (a task, until aborted).
@@ -445,13 +477,13 @@ async fn keep_leases_alive(client: &mut Client) -> Result<tokio::task::JoinHandl
     }))
 }
 
-/// What no retry changes is refused for good: a snapshot with authentication on (the replay
-/// has no login), or a revision etcd will not take as one transaction even with the replay's
-/// raised limits.
+/// What no retry changes is refused for good: a snapshot with authentication on that refuses
+/// the replay's login or its rights (the login must be the snapshot's root), or a revision etcd
+/// will not take as one transaction even with the replay's raised limits.
 fn refused_if_auth(why: String) -> PodError {
-    if why.contains("user name is empty") || why.contains("permission denied") || why.contains("invalid auth token") {
+    if crate::auth::connect::is_auth_refusal(&why) {
         PodError::Refused(format!(
-            "the snapshot has etcd authentication enabled; point-in-time restores of clusters with spec.auth are not supported yet ({why})"
+            "the snapshot has etcd authentication enabled and refused the replay ({why}): the login must be the snapshot's root user with its password; nothing restored"
         ))
     } else if why.contains("too many operations in txn") || why.contains("request is too large") {
         PodError::Refused(format!("{why}: the archived revision is larger than the replay may apply; nothing restored"))

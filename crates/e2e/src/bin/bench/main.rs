@@ -13,6 +13,9 @@
 //! the apiserver (see `idle.rs`). `tls` (only when named; about 5 min a run) creates clusters
 //! with `spec.TLS.auto` beside plaintext ones, and rotates a 3-member cluster's CA (see `tls.rs`).
 //! `node-loss` (only when named; needs `NODES=3`) loses the node of a member (see `node_loss.rs`).
+//! `archive` (only when named; about 4 min a run) measures the continuous archive: put latency
+//! with and without it, how soon a put is durable, its throughput, and a point-in-time restore
+//! beside a full one (see `archive.rs`).
 //!
 //! Every sample runs in a fresh namespace that is deleted afterwards (also on errors and on
 //! Ctrl-C); operator samples start `target/release/etcd-operator run --namespace NS` as a process
@@ -20,6 +23,7 @@
 //! JSON log, pod timestamps and Events) go to stderr; the result table goes to stdout.
 
 mod api_requests;
+mod archive;
 mod backup;
 mod etcd;
 mod idle;
@@ -50,7 +54,7 @@ use report::Sample;
 use scenarios::Ctx;
 
 const WORKSPACE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
-const MEASUREMENTS: [&str; 12] = [
+const MEASUREMENTS: [&str; 13] = [
     "create",
     "heal",
     "scale",
@@ -63,8 +67,9 @@ const MEASUREMENTS: [&str; 12] = [
     "idle",
     "many",
     "node-loss",
+    "archive",
 ];
-/// What runs without `--only`: `idle`, `tls` and `many` take long and are asked for by name;
+/// What runs without `--only`: `idle`, `tls`, `many` and `archive` take long and are asked for by name;
 /// `node-loss` needs a cluster of 3 nodes.
 const DEFAULT_MEASUREMENTS: [&str; 8] =
     ["create", "heal", "scale", "upgrade", "recover", "defrag", "nospace", "backup"];
@@ -73,7 +78,7 @@ const DEFAULT_MEASUREMENTS: [&str; 8] =
 #[command(about = "Benchmark the etcd operator against baselines on the local Kubernetes")]
 struct Args {
     /// Measurements to run, comma-separated: create, heal, scale, upgrade, recover, defrag, nospace,
-    /// backup, tls, idle, many (default:
+    /// backup, tls, idle, many, node-loss, archive (default:
     /// all but tls, idle and many). heal includes a PVC member's heal beside a StatefulSet's;
     /// scale includes 5→3 under a writer through the client Service; many runs once. Each includes its baseline; idle runs once whatever --runs says. backup is in
     /// the default set (about 1.5 min with 3 runs): one set-up (a 3-member cluster filled with
@@ -255,7 +260,7 @@ fn run(args: Args) -> Result<bool> {
     let started = Instant::now();
     let mut results: BTreeMap<&str, Vec<Sample>> = BTreeMap::new();
     let mut errors: Vec<String> = vec![];
-    for (i, m) in selected.iter().enumerate().filter(|(_, m)| !matches!(**m, "idle" | "backup" | "many")) {
+    for (i, m) in selected.iter().enumerate().filter(|(_, m)| !matches!(**m, "idle" | "backup" | "many" | "archive")) {
         // A measurement's operator sample and its baseline alternate, so a drift of the machine
         // affects both alike. The bare pod start is the baseline of heal (and of scale alone).
         let kinds: Vec<(&str, Scenario)> = match *m {
@@ -313,6 +318,20 @@ fn run(args: Args) -> Result<bool> {
             Err(e) => {
                 eprintln!("  backup FAILED: {e:#}");
                 errors.push(format!("backup: {}", format!("{e}").lines().next().unwrap_or("")));
+            }
+        }
+    }
+
+    if let Some(i) = selected.iter().position(|m| *m == "archive") {
+        eprintln!("[{}/{}] archive (load {})", i + 1, selected.len(), loadavg());
+        match archive::run(&ctx, args.runs) {
+            Ok(o) => {
+                results.extend(o.results);
+                errors.extend(o.errors);
+            }
+            Err(e) => {
+                eprintln!("  archive FAILED: {e:#}");
+                errors.push(format!("archive: {}", format!("{e}").lines().next().unwrap_or("")));
             }
         }
     }

@@ -157,6 +157,57 @@ pub fn render(selected: &[&str], r: &BTreeMap<&str, Vec<Sample>>, header: &str, 
                 }
                 out.push_str(&scale_down_line(r));
             }
+            "archive" => {
+                use crate::archive::*;
+                let ms = |v: Option<Stats>| {
+                    v.map_or("-".to_string(), |s| {
+                        format!("{:.1} ms [min {:.1}, max {:.1}, n={}]", s.median * 1e3, s.min * 1e3, s.max * 1e3, s.n)
+                    })
+                };
+                let (off, on) = (st(PUT_OFF), st(PUT_ON));
+                let verdict = match (off, on) {
+                    (Some(a), Some(b)) => {
+                        let ratio = b.median / a.median;
+                        let met = if ratio <= PUT_TARGET_RATIO { "PASS" } else { "MISS" };
+                        format!("ratio {ratio:.2}, target ≤{PUT_TARGET_RATIO:.2} {met}")
+                    }
+                    _ => "no sample (ERROR)".into(),
+                };
+                out.push_str(&format!(
+                    "put latency p99, archiver on: {} (baseline archiver off: {}; {verdict})\n",
+                    ms(on),
+                    ms(off)
+                ));
+                out.push_str(&format!(
+                    "  p50: on {}, off {}\n",
+                    ms(stats(&extra(r, PUT_ON, "p50"))),
+                    ms(stats(&extra(r, PUT_OFF, "p50")))
+                ));
+                out.push_str(&format!(
+                    "RPO (ack → durable) p99: {} (p50 {}, worst {}; promised: flushIntervalInSecond {:.0} s)\n",
+                    ms(st(RPO)),
+                    ms(stats(&extra(r, RPO, "p50"))),
+                    ms(stats(&extra(r, RPO, "max"))),
+                    stats(&extra(r, RPO, "flush")).map_or(0.0, |s| s.median)
+                ));
+                for kind in [RATE_1K, RATE_5K] {
+                    let e = |k| stats(&extra(r, kind, k)).map_or(0.0, |s| s.median);
+                    match st(kind) {
+                        Some(s) => out.push_str(&format!(
+                            "archive throughput at {:.0} puts/s offered: {:.0} revisions/s durable [min {:.0}, max {:.0}, n={}] (etcd acknowledged {:.0}/s, {:.0} failed; last put durable {:.2} s after it)\n",
+                            e("offered"), s.median, s.min, s.max, s.n, e("acked"), e("failed"), e("lag_at_end")
+                        )),
+                        None => out.push_str(&format!("{kind}: no successful sample (ERROR)\n")),
+                    }
+                }
+                out.push_str(&line(
+                    "point-in-time restore, 100k+ revisions after its snapshot (apply → member ready)",
+                    st(RESTORE_POINT),
+                    st(RESTORE_FULL).map(|b| ("full snapshot of the same state", b)),
+                    None,
+                ));
+                out.push('\n');
+            }
             "node-loss" => {
                 out.push_str(&line(
                     "node of 1 emptyDir member lost, afterSeconds 0 (loss → 3 answer + status 3 ready)",
