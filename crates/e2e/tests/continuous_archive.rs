@@ -322,6 +322,41 @@ fn an_etcdbackup_with_continuous_gets_an_archiver_pod_that_follows_every_change(
     })
 }
 
+/// A continuous archive has its series to itself: a later EtcdBackup with periodic backups to
+/// the same claim and path is refused (the reason names the series and the first EtcdBackup,
+/// an `InvalidSpec` Event, no pod), and starts on its own once the first one is gone.
+#[test]
+fn a_later_backup_in_an_archived_series_is_refused_until_the_archive_goes() -> Result<()> {
+    with_operator("e2e-series-owner", |ns, _op| {
+        ns.apply(&claim_manifest(&ns.name, "backups"))?;
+        ns.apply(&cluster_manifest(&ns.name, "ex", 1, "3.6.15", ""))?;
+        wait_healthy(ns, "ex", 1, CREATE)?;
+        let storage = "pvc: {claimName: backups, path: shared/ex}";
+        let archived =
+            "  backupPolicy: {backupIntervalInSecond: 3600}\n  continuous: {enabled: true, flushIntervalInSecond: 2}\n";
+        ns.apply(&backup_manifest(&ns.name, "archived", "ex", "PVC", storage, archived))?;
+        wait_backup_succeeded(ns, "archived")?;
+        let periodic = "  backupPolicy: {backupIntervalInSecond: 3600}\n";
+        ns.apply(&backup_manifest(&ns.name, "nightly", "ex", "PVC", storage, periodic))?;
+        let why = wait_until(Duration::from_secs(60), "the later EtcdBackup to be refused", || {
+            let st = get(ns, "etcdbackup", "nightly")?["status"].clone();
+            ensure!(st["succeeded"] != true, "the later EtcdBackup took a backup into the archived series: {st}");
+            Ok(st["reason"].as_str().filter(|r| r.contains("EtcdBackup archived")).map(str::to_string))
+        })?;
+        ensure!(why.contains("pvc://backups/shared/ex") && why.contains("continuous archive"), "{why}");
+        let events = e2e_events(ns, "EtcdBackup", "nightly")?;
+        ensure!(events.iter().any(|(r, m)| r == "InvalidSpec" && m.contains("EtcdBackup archived")), "{events:?}");
+        let pods = ns.run(&["get", "pods", "-l", "etcd_backup=nightly", "-o", "name"])?;
+        ensure!(pods.trim().is_empty(), "the refused EtcdBackup started pods: {pods}");
+        // The first one goes: the later one starts within its minute of recheck.
+        ns.run(&["delete", "etcdbackup", "archived", "--wait=true", "--timeout=60s"])?;
+        wait_until(Duration::from_secs(180), "the later EtcdBackup to succeed once the series is free", || {
+            Ok((get(ns, "etcdbackup", "nightly")?["status"]["succeeded"] == true).then_some(()))
+        })?;
+        Ok(())
+    })
+}
+
 /// Compaction overtakes the archive while its archiver is off: turned on again, it does not
 /// skip the lost revisions silently. It reports the gap (`status.archive.gaps`), takes a full
 /// snapshot at once and continues from it: segments after the gap continue the new snapshot,
