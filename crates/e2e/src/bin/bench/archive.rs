@@ -1,6 +1,8 @@
 //! `archive` (issue 29): what the continuous archive costs and what it gives, on a 3-member
 //! cluster (etcd 3.6.15) archiving to S3 (a moto server on this machine), one namespace per run:
 //!
+//! `--archive-store pvc` puts the series on a claim instead (no S3 server sharing the CPUs).
+//!
 //! - `archive_put_off` (baseline) / `archive_put_on`: one client putting 256-byte values through
 //!   the client Service, one at a time for `PUT_SECS`, before the EtcdBackup exists and again
 //!   with its archiver following (`flushIntervalInSecond: 1`): p99 latency (p50 beside it). The
@@ -50,6 +52,7 @@ pub const PUT_TARGET_RATIO: f64 = 1.05;
 const VERSION: &str = "3.6.15";
 const BUCKET: &str = "bench-archive";
 const SECRET: &str = "bench-s3";
+const CLAIM: &str = "bench-archive";
 const BACKUP: &str = "series";
 const FLUSH_SECS: u64 = 1;
 const PUT_SECS: u64 = 15;
@@ -64,13 +67,19 @@ pub struct Outcome {
     pub errors: Vec<String>,
 }
 
-pub fn run(ctx: &Ctx, runs: usize) -> Result<Outcome> {
-    let moto = MotoServer::start().context("starting moto (the S3 server)")?;
-    moto.create_bucket(BUCKET)?;
+pub fn run(ctx: &Ctx, runs: usize, store: &str) -> Result<Outcome> {
+    let moto = match store {
+        "s3" => {
+            let m = MotoServer::start().context("starting moto (the S3 server)")?;
+            m.create_bucket(BUCKET)?;
+            Some(m)
+        }
+        _ => None,
+    };
     let mut out = Outcome::default();
     for run in 1..=runs {
         eprintln!("  archive run {run}/{runs}");
-        let got = scenarios::in_namespace(ctx, "bench-archive", true, |ns, _op| one_run(ctx, ns, &moto));
+        let got = scenarios::in_namespace(ctx, "bench-archive", true, |ns, _op| one_run(ctx, ns, moto.as_ref()));
         match got {
             Ok(samples) => {
                 for (kind, s) in samples {
@@ -213,20 +222,36 @@ fn latency_sample(v: &[(f64, Instant, i64)]) -> Sample {
     s
 }
 
-fn one_run(ctx: &Ctx, ns: &TestNamespace, moto: &MotoServer) -> Result<Vec<(&'static str, Sample)>> {
+/// The storage type and block of object `key` of the run's store: moto's bucket, else a claim.
+fn store_of(ns: &TestNamespace, moto: Option<&MotoServer>, key: &str) -> (&'static str, String) {
+    match moto {
+        Some(m) => (
+            "S3",
+            format!(
+                "s3: {{path: \"{BUCKET}/{}/{key}\", awsSecret: {SECRET}, endpoint: \"{}\", forcePathStyle: true}}",
+                ns.name,
+                m.endpoint()
+            ),
+        ),
+        None => ("PVC", format!("pvc: {{claimName: {CLAIM}, path: {key}}}")),
+    }
+}
+
+fn one_run(ctx: &Ctx, ns: &TestNamespace, moto: Option<&MotoServer>) -> Result<Vec<(&'static str, Sample)>> {
     let mut out = Vec::new();
-    ns.apply(&moto.secret_manifest(&ns.name, SECRET))?;
+    match moto {
+        Some(m) => ns.apply(&m.secret_manifest(&ns.name, SECRET))?,
+        None => ns.apply(&format!(
+            "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {{name: {CLAIM}, namespace: {}}}\nspec:\n  accessModes: [ReadWriteOnce]\n  resources: {{requests: {{storage: 2Gi}}}}\n",
+            ns.name
+        ))?,
+    }
     let mut obs = Observer::new(ns, &ctx.rt, scenarios::SELECTOR, Some(CLUSTER));
     scenarios::healthy_cluster(ctx, ns, &mut obs, 3, VERSION)?;
     let url = service_url(ctx, ns)?;
     let client = connect(ctx, &url)?;
-    let endpoint = moto.endpoint();
-    let s3 = |key: &str| {
-        format!(
-            "s3: {{path: \"{BUCKET}/{}/{key}\", awsSecret: {SECRET}, endpoint: \"{endpoint}\", forcePathStyle: true}}",
-            ns.name
-        )
-    };
+    let (kind, _) = store_of(ns, moto, "");
+    let s3 = |key: &str| store_of(ns, moto, key).1;
 
     // Latency without an archiver (a warm-up first: the first puts pay for connections).
     closed_loop(ctx, &client, "warm", 2)?;
@@ -234,7 +259,7 @@ fn one_run(ctx: &Ctx, ns: &TestNamespace, moto: &MotoServer) -> Result<Vec<(&'st
     out.push((PUT_OFF, latency_sample(&off)));
 
     ns.apply(&format!(
-        "apiVersion: etcd.database.coreos.com/v1beta2\nkind: EtcdBackup\nmetadata: {{name: {BACKUP}, namespace: {n}}}\nspec:\n  clusterName: {CLUSTER}\n  storageType: S3\n  {storage}\n  backupPolicy: {{backupIntervalInSecond: 86400}}\n  continuous: {{enabled: true, flushIntervalInSecond: {FLUSH_SECS}}}\n",
+        "apiVersion: etcd.database.coreos.com/v1beta2\nkind: EtcdBackup\nmetadata: {{name: {BACKUP}, namespace: {n}}}\nspec:\n  clusterName: {CLUSTER}\n  storageType: {kind}\n  {storage}\n  backupPolicy: {{backupIntervalInSecond: 86400}}\n  continuous: {{enabled: true, flushIntervalInSecond: {FLUSH_SECS}}}\n",
         n = ns.name,
         storage = s3("series")
     ))?;
@@ -301,7 +326,7 @@ fn one_run(ctx: &Ctx, ns: &TestNamespace, moto: &MotoServer) -> Result<Vec<(&'st
     last = last.max(now);
     wait_durable(ctx, &status_url, last)?;
     ns.apply(&format!(
-        "apiVersion: etcd.database.coreos.com/v1beta2\nkind: EtcdBackup\nmetadata: {{name: full, namespace: {n}}}\nspec:\n  clusterName: {CLUSTER}\n  storageType: S3\n  {storage}\n",
+        "apiVersion: etcd.database.coreos.com/v1beta2\nkind: EtcdBackup\nmetadata: {{name: full, namespace: {n}}}\nspec:\n  clusterName: {CLUSTER}\n  storageType: {kind}\n  {storage}\n",
         n = ns.name,
         storage = s3("full.db")
     ))?;
@@ -314,7 +339,7 @@ fn one_run(ctx: &Ctx, ns: &TestNamespace, moto: &MotoServer) -> Result<Vec<(&'st
     let restore = |name: &str, storage: String, point: &str| -> Result<Sample> {
         let t0 = Instant::now();
         ns.apply(&format!(
-            "apiVersion: etcd.database.coreos.com/v1beta2\nkind: EtcdRestore\nmetadata: {{name: {name}, namespace: {n}}}\nspec:\n  etcdCluster: {{name: {name}, spec: {{size: 1, version: \"{VERSION}\"}}}}\n  backupStorageType: S3\n  {storage}\n{point}",
+            "apiVersion: etcd.database.coreos.com/v1beta2\nkind: EtcdRestore\nmetadata: {{name: {name}, namespace: {n}}}\nspec:\n  etcdCluster: {{name: {name}, spec: {{size: 1, version: \"{VERSION}\"}}}}\n  backupStorageType: {kind}\n  {storage}\n{point}",
             n = ns.name
         ))?;
         let succeeded = e2e::wait_until(ctx.timeout, &format!("EtcdRestore {name} to succeed"), || {

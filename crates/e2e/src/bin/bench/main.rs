@@ -132,6 +132,10 @@ struct Args {
     /// many: EtcdClusters of 1 member created at once for one operator.
     #[arg(long, default_value_t = 100)]
     many_clusters: usize,
+    /// archive: where the archive goes, `s3` (a moto server on this machine) or `pvc` (a claim
+    /// of the cluster's default StorageClass).
+    #[arg(long, default_value = "s3", value_parser = ["s3", "pvc"])]
+    archive_store: String,
 }
 
 fn main() {
@@ -324,7 +328,7 @@ fn run(args: Args) -> Result<bool> {
 
     if let Some(i) = selected.iter().position(|m| *m == "archive") {
         eprintln!("[{}/{}] archive (load {})", i + 1, selected.len(), loadavg());
-        match archive::run(&ctx, args.runs) {
+        match archive::run(&ctx, args.runs, &args.archive_store) {
             Ok(o) => {
                 results.extend(o.results);
                 errors.extend(o.errors);
