@@ -27,23 +27,25 @@ fn scripts() -> Vec<(String, String)> {
 /// `grep ... >/dev/null`, which reads to the end.
 #[test]
 fn no_pipe_into_grep_q() {
+    let bad = piped_into(|mut words| {
+        words.next() == Some("grep") && words.take_while(|w| w.starts_with('-')).any(|w| w.contains('q'))
+    });
+    assert!(bad.is_empty(), "pipes into `grep -q` (use `grep ... >/dev/null`):\n{}", bad.join("\n"));
+}
+
+/// Every code line (`path:line: code`) of a script that pipes into a command `stops_early`
+/// says (given the words of the command after a `|`) reads only part of its input.
+fn piped_into(stops_early: impl Fn(std::str::SplitWhitespace<'_>) -> bool) -> Vec<String> {
     let mut bad = vec![];
     for (path, text) in scripts() {
         for (i, line) in text.lines().enumerate() {
             let code = line.trim_start();
-            if code.starts_with('#') {
-                continue;
-            }
-            let piped_grep_q = code.split('|').skip(1).any(|cmd| {
-                let mut words = cmd.split_whitespace();
-                words.next() == Some("grep") && words.take_while(|w| w.starts_with('-')).any(|w| w.contains('q'))
-            });
-            if piped_grep_q {
+            if !code.starts_with('#') && code.split('|').skip(1).any(|cmd| stops_early(cmd.split_whitespace())) {
                 bad.push(format!("{path}:{}: {code}", i + 1));
             }
         }
     }
-    assert!(bad.is_empty(), "pipes into `grep -q` (use `grep ... >/dev/null`):\n{}", bad.join("\n"));
+    bad
 }
 
 /// `producer | head -n N` under `set -o pipefail`: head exits after N lines and the producer,
@@ -53,18 +55,7 @@ fn no_pipe_into_grep_q() {
 /// 53 of 200 tries failed). Use `sed -n 1,Np` or `awk 'NR <= N'`, which read to the end.
 #[test]
 fn no_pipe_into_head() {
-    let mut bad = vec![];
-    for (path, text) in scripts() {
-        for (i, line) in text.lines().enumerate() {
-            let code = line.trim_start();
-            if code.starts_with('#') {
-                continue;
-            }
-            if code.split('|').skip(1).any(|cmd| cmd.split_whitespace().next() == Some("head")) {
-                bad.push(format!("{path}:{}: {code}", i + 1));
-            }
-        }
-    }
+    let bad = piped_into(|mut words| words.next() == Some("head"));
     assert!(bad.is_empty(), "pipes into `head` (use `sed -n 1,Np`, which reads to the end):\n{}", bad.join("\n"));
 }
 

@@ -58,6 +58,16 @@ fn wait_not_ready(node: &str) -> Result<()> {
     })
 }
 
+/// The cluster once 3 members are ready again and `gone` is not one of them.
+fn wait_replaced(ns: &TestNamespace, name: &str, gone: &str, within: Duration) -> Result<Value> {
+    wait_until(within, "a replacement on a live node", || {
+        let c = cluster(ns, name)?;
+        let ready: Vec<&str> =
+            c["status"]["members"]["ready"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+        Ok((ready.len() == 3 && !ready.contains(&gone)).then_some(c))
+    })
+}
+
 fn ids(ep: &str) -> Result<Vec<String>> {
     let mut v: Vec<String> = member_list(ep)?.into_iter().filter_map(|m| m.first().cloned()).collect();
     v.sort();
@@ -81,12 +91,7 @@ fn an_emptydir_member_on_a_lost_node_is_replaced_on_a_live_node_after_the_grace(
         println!("{victim} NotReady after {:?}", t0.elapsed());
         // Replaced: a new member on a live node, three healthy voters again, the lost one gone
         // from the membership.
-        let c = wait_until(Duration::from_secs(240), "a replacement on a live node", || {
-            let c = cluster(ns, "ex")?;
-            let ready: Vec<&str> =
-                c["status"]["members"]["ready"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
-            Ok((ready.len() == 3 && !ready.contains(&victim_pod.as_str())).then_some(c))
-        })?;
+        let c = wait_replaced(ns, "ex", &victim_pod, Duration::from_secs(240))?;
         println!("replaced after {:?}: {}", t0.elapsed(), c["status"]["members"]);
         let evs = e2e_events(ns, "EtcdCluster", "ex")?;
         ensure!(
@@ -170,12 +175,7 @@ fn a_pvc_member_whose_node_object_was_deleted_is_replaced_and_its_claim_kept() -
         nodes.lose(&victim)?;
         kubectl.run(&["delete", "node", &victim, "--wait=true", "--timeout=60s"])?;
         println!("{victim} lost and its Node deleted after {:?}", t0.elapsed());
-        let c = wait_until(Duration::from_secs(300), "a replacement on a live node", || {
-            let c = cluster(ns, "ex")?;
-            let ready: Vec<&str> =
-                c["status"]["members"]["ready"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
-            Ok((ready.len() == 3 && !ready.contains(&victim_pod.as_str())).then_some(c))
-        })?;
+        let c = wait_replaced(ns, "ex", &victim_pod, Duration::from_secs(300))?;
         println!("replaced after {:?}: {}", t0.elapsed(), c["status"]["members"]);
         let evs = e2e_events(ns, "EtcdCluster", "ex")?;
         ensure!(

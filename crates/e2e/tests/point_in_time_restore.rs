@@ -156,10 +156,7 @@ fn archive_a_cluster(moto: Option<&MotoServer>, ns: &TestNamespace) -> Result<Ar
         .context("no header")?
         .revision();
     let (_, last) = rt.block_on(write_for(&mut client, 2, 10_000))?;
-    wait_until(Duration::from_secs(90), "the archive to be durable to the last write", || {
-        let a = get(ns, "etcdbackup", "series")?["status"]["archive"].clone();
-        Ok((a["durableRevision"].as_i64().unwrap_or(0) >= last).then_some(()))
-    })?;
+    wait_archive_durable(ns, "series", last)?;
     Ok(Archived { rt, client, storage_type, storage, paused_at: (before_pause, moment), deleted_at, last })
 }
 
@@ -372,10 +369,7 @@ fn a_cluster_with_authentication_is_drilled_and_restored_to_a_point() -> Result<
             .context("no header")?
             .revision();
         let (_, last) = rt.block_on(write_for(&mut client, 2, 10_000))?;
-        wait_until(Duration::from_secs(90), "the archive to be durable to the last write", || {
-            let a = get(ns, "etcdbackup", "series")?["status"]["archive"].clone();
-            Ok((a["durableRevision"].as_i64().unwrap_or(0) >= last).then_some(()))
-        })?;
+        wait_archive_durable(ns, "series", last)?;
         let d = wait_until(Duration::from_secs(300), "a passing drill that replayed past the snapshot", || {
             let d = get(ns, "etcdbackup", "series")?["status"]["lastDrill"].clone();
             ensure!(d["succeeded"] != false, "a drill of the cluster with authentication failed: {d}");

@@ -239,10 +239,7 @@ fn a_drill_passes_on_a_healthy_archive_and_fails_on_a_damaged_one() -> Result<()
 
         // Writes stopped: the archive becomes durable to the last one, and a drill then restores
         // exactly that revision. Nothing a drill does changes the store or the live cluster.
-        wait_until(Duration::from_secs(90), "the archive to be durable to the last write", || {
-            let a = get(ns, "etcdbackup", "series")?["status"]["archive"].clone();
-            Ok((a["durableRevision"].as_i64().unwrap_or(0) >= last).then_some(()))
-        })?;
+        wait_archive_durable(ns, "series", last)?;
         let (live_rev, before) = rt.block_on(live_state(&mut client))?;
         ensure!(live_rev == last, "the live cluster is at revision {live_rev}, the writer's last was {last}");
         ensure!(before.values().any(|kv| kv.4 == lease), "no key on the lease");

@@ -189,3 +189,11 @@ pub fn chain_reach(snapshot: i64, spans: &[(i64, i64)]) -> Result<i64> {
     }
     Ok(reach)
 }
+
+/// Waits (90 s at most) until EtcdBackup `name`'s archive is durable to revision `rev`.
+pub fn wait_archive_durable(ns: &TestNamespace, name: &str, rev: i64) -> Result<()> {
+    wait_until(Duration::from_secs(90), &format!("the archive of {name} to be durable to revision {rev}"), || {
+        let a = get(ns, "etcdbackup", name)?["status"]["archive"].clone();
+        Ok((a["durableRevision"].as_i64().unwrap_or(0) >= rev).then_some(()))
+    })
+}

@@ -239,7 +239,19 @@ fn the_next_drill_is_due_an_interval_after_the_last_one_started() {
 fn drills_rest_at_least_as_long_as_the_last_one_took() {
     let minute = Schedule { interval_secs: 60, timeout_secs: 600 };
     // (seconds the last drill took) → seconds after its start when the next is due.
-    for (took, due) in [(0.0, 60), (10.0, 60), (30.0, 60), (45.0, 90), (59.5, 119), (300.0, 600)] {
+    // An absurd recorded duration (negative, NaN, infinite: a status someone edited) is no
+    // reason to stop drilling: it counts as none.
+    for (took, due) in [
+        (0.0, 60),
+        (10.0, 60),
+        (30.0, 60),
+        (45.0, 90),
+        (59.5, 119),
+        (300.0, 600),
+        (-5.0, 60),
+        (f64::NAN, 60),
+        (f64::INFINITY, 60),
+    ] {
         let mut st = drilled_at("2026-01-01T01:00:00Z", true);
         st.last_drill.as_mut().unwrap().duration_seconds = took;
         let start = t("2026-01-01T01:00:00Z");
