@@ -197,6 +197,7 @@ fn rolling_upgrade_under_writes(prefix: &str, start: &str, extra: &str, steps: &
             Ok((s.acked.len() >= 3 * endpoints.len()).then_some(()))
         })?;
 
+        let watch = ServingWatch::start(ns, "ex");
         let mut timings = vec![];
         // Before a step into a minor that cannot replay the earlier minor's entries: whether
         // every member was already past a snapshot beyond them (then nothing need wait).
@@ -217,6 +218,8 @@ fn rolling_upgrade_under_writes(prefix: &str, start: &str, extra: &str, steps: &
             ensure!(endpoints_of(ns, "ex")? == endpoints, "member endpoints changed");
         }
 
+        let early = watch.finish();
+        ensure!(early.is_empty(), "in the client Service with a restart pending: {early:?}");
         // A member restarting into 3.6 (3.7) after 3.4 (3.5) waits for a raft snapshot past the
         // earlier minor's entries (`planner::replay`), unless every member was past one when the
         // step began (a fast writer gets there during the step before: seen in a full run).
@@ -333,6 +336,7 @@ fn experimental_settings_get_their_new_names_before_three_seven() -> Result<()> 
         let ep = client_endpoint(ns, "ex")?;
         write_keys(&ep, "before", KEYS)?;
         let writer = Writer::through_service(&ep, "writer")?;
+        let watch = ServingWatch::start(ns, "ex");
         patch_spec(ns, "ex", r#"{"version":"3.6.15"}"#)?;
         wait_upgraded(ns, "ex", "3.6.15", 3, UPGRADE)?;
         let env_of = |pod: &Value| -> Vec<String> {
@@ -352,6 +356,8 @@ fn experimental_settings_get_their_new_names_before_three_seven() -> Result<()> 
         let marks = event_marks(ns, "ex")?;
         patch_spec(ns, "ex", r#"{"version":"3.7.2"}"#)?;
         let c = wait_upgraded(ns, "ex", "3.7.2", 3, Duration::from_secs(1200))?;
+        let early = watch.finish();
+        ensure!(early.is_empty(), "in the client Service with a restart pending: {early:?}");
         let pods = member_pods(ns, "ex")?;
         ensure!(pods.len() == 3, "{} pods", pods.len());
         for p in &pods {

@@ -211,14 +211,18 @@ pub fn upgrades_confirmed(o: &Observed) -> Vec<String> {
 }
 
 /// Member pods missing a label the Services select on (the cluster UID, the serving label: made
-/// by an earlier operator version), and pods drained for a change that was called off.
+/// by an earlier operator version), pods drained for a change that was called off, and members
+/// drained for their upgrade's restart that are back at their new version (the image patch
+/// leaves them out of the client Service: their old container stays Ready a moment longer).
 pub fn pods_to_label(o: &Observed) -> Vec<String> {
     let stale_drain = |p: &crate::observed::PodState| {
         p.serving == Some(false) && p.drained_secs.is_none_or(|s| s >= crate::planner::DRAIN_STALE_SECS)
     };
+    let back = upgrades_confirmed(o);
+    let back_drained = |p: &crate::observed::PodState| p.serving == Some(false) && !p.fenced && back.contains(&p.name);
     o.pods
         .values()
-        .filter(|p| (!p.labelled || p.serving.is_none() || stale_drain(p)) && !p.deleting)
+        .filter(|p| (!p.labelled || p.serving.is_none() || stale_drain(p) || back_drained(p)) && !p.deleting)
         .map(|p| p.name.clone())
         .collect()
 }

@@ -39,3 +39,69 @@ pub fn settled_at(c: &Value, version: &str, size: usize) -> bool {
         && cond_str(c, "Upgrading", "status") != "True"
         && cond_str(c, "Degraded", "status") != "True"
 }
+
+/// Watches a cluster's member pods while it changes, for a pod the client Service may route a
+/// new connection to while its etcd container is about to be restarted: Ready (the old
+/// container still answers the probe), labelled serving, and running an image other than the
+/// one its spec names now. The kubelet kills that container a moment later, and connections
+/// the Service routed to it are refused until its readiness probe fails.
+pub struct ServingWatch {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<Vec<String>>>,
+}
+
+impl ServingWatch {
+    pub fn start(ns: &TestNamespace, name: &str) -> ServingWatch {
+        use std::sync::atomic::Ordering;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (stop2, kubectl, ns_name) = (stop.clone(), ns.kubectl.clone(), ns.name.clone());
+        let selector = format!("app=etcd,etcd_cluster={name}");
+        let thread = std::thread::spawn(move || {
+            let mut seen = vec![];
+            while !stop2.load(Ordering::Relaxed) {
+                if let Ok(pods) = kubectl.json(&["-n", &ns_name, "get", "pods", "-l", &selector]) {
+                    for p in pods["items"].as_array().into_iter().flatten() {
+                        if let Some(v) = serving_before_restart(p)
+                            && !seen.contains(&v)
+                        {
+                            seen.push(v);
+                        }
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(150));
+            }
+            seen
+        });
+        ServingWatch { stop, thread: Some(thread) }
+    }
+
+    /// Stops watching; each pod seen serving with a restart pending, once per image change.
+    pub fn finish(mut self) -> Vec<String> {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.thread.take().map(|t| t.join().unwrap_or_default()).unwrap_or_default()
+    }
+}
+
+impl Drop for ServingWatch {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// `pod` is in the client Service (Ready, labelled serving) while its etcd container runs an
+/// image other than its spec's: "<pod>: runs <old>, spec <new>".
+pub fn serving_before_restart(pod: &Value) -> Option<String> {
+    let name = pod["metadata"]["name"].as_str().unwrap_or("");
+    let serving = pod["metadata"]["labels"]["etcd.database.coreos.com/serving"] == "true";
+    let ready = pod["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|c| c["type"] == "Ready" && c["status"] == "True");
+    let spec = pod["spec"]["containers"].as_array()?.iter().find(|c| c["name"] == "etcd")?["image"].as_str()?;
+    let status = pod["status"]["containerStatuses"].as_array()?.iter().find(|c| c["name"] == "etcd")?;
+    let runs = status["image"].as_str()?;
+    let bare = |i: &str| i.strip_prefix("docker.io/").unwrap_or(i).to_string();
+    (serving && ready && pod["metadata"]["deletionTimestamp"].is_null() && bare(runs) != bare(spec))
+        .then(|| format!("{name}: runs {runs}, spec {spec}"))
+}

@@ -289,18 +289,11 @@ pub async fn execute(t: &Target<'_>, step: &Step) -> Result<Option<Done>, Error>
             }
             let now = k8s_openapi::jiff::Timestamp::now().to_string();
             // Only the image changes: the kubelet restarts the etcd container in the same pod,
-            // on the same data volume and address; back in the client Service once Ready.
-            let patch = serde_json::json!({
-                "metadata": {
-                    "annotations": {
-                        naming::VERSION_ANNOTATION: to.to_string(),
-                        naming::VERSION_CHANGED_ANNOTATION: now,
-                        naming::DRAINED_AT_ANNOTATION: null,
-                    },
-                    "labels": {naming::SERVING_LABEL: "true"},
-                },
-                "spec": {"containers": [{"name": "etcd", "image": image}]},
-            });
+            // on the same data volume and address. A drained member stays out of the client
+            // Service: its old container answers the readiness probe until the kubelet stops
+            // it, so a Service that took it back now would route to a member about to stop.
+            // It serves again once back at its new version (`marks::pods_to_label`).
+            let patch = upgrade_patch(to, &image, &now);
             Api::<Pod>::namespaced(t.client.clone(), &ns)
                 .patch(pod, &PatchParams::default(), &Patch::Strategic(&patch))
                 .await?;
@@ -429,4 +422,33 @@ fn restored_as_root(members: &[crate::planner::NewMember]) -> String {
         naming::DATA_OWNER_ANNOTATION,
         naming::ROOT_DATA_OWNER
     )
+}
+
+/// The pod patch that moves a member to version `to` (image `image`) at `now`: the image and
+/// the version marks; the serving label and the drain's mark stay as they are.
+fn upgrade_patch(to: &crate::version::Version, image: &str, now: &str) -> serde_json::Value {
+    serde_json::json!({
+        "metadata": {
+            "annotations": {
+                naming::VERSION_ANNOTATION: to.to_string(),
+                naming::VERSION_CHANGED_ANNOTATION: now,
+            },
+        },
+        "spec": {"containers": [{"name": "etcd", "image": image}]},
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    /// The patch that restarts a member on its new image does not put it back in the client
+    /// Service: the kubelet stops the old container only after the patch, and it was Ready.
+    #[test]
+    fn the_upgrade_patch_leaves_a_drained_member_out_of_the_client_service() {
+        let to = crate::version::Version::parse("3.7.2").unwrap();
+        let patch = super::upgrade_patch(&to, "quay.io/coreos/etcd:v3.7.2", "2026-11-29T03:00:00Z");
+        assert!(patch["metadata"]["labels"].is_null(), "{patch}");
+        let annotations = patch["metadata"]["annotations"].as_object().unwrap();
+        assert!(!annotations.contains_key(crate::naming::DRAINED_AT_ANNOTATION), "{patch}");
+        assert_eq!(patch["spec"]["containers"][0]["image"], "quay.io/coreos/etcd:v3.7.2");
+    }
 }

@@ -168,6 +168,17 @@ pub(super) fn in_flight(o: &Observed, d: &Desired, etcd: &EtcdState) -> Option<S
             }
             return Some(wait(WaitReason::MemberUpgrading, format!("waiting for member {} to run {target}", m.pod)));
         }
+        // Back, and drained for its restart: it serves again (`marks::pods_to_label`, beside
+        // this step) before the next member leaves the client Service.
+        if p.serving == Some(false) && !p.fenced {
+            return Some(wait(
+                WaitReason::MemberUpgrading,
+                format!(
+                    "member {} runs {target}; it returns to the client Service before the next member restarts",
+                    m.pod
+                ),
+            ));
+        }
     }
     None
 }
