@@ -276,17 +276,8 @@ pub async fn execute(t: &Target<'_>, step: &Step) -> Result<Option<Done>, Error>
         }
         Step::UpgradeMember { pod, from, to } => {
             let image = crate::validation::image_for(&t.desired().repository, to);
-            // Out of the client Service first, while it still serves, when another member
-            // serves there: a restarted container's endpoint leaves the Service only after its
-            // readiness probe failed, and connections routed to it meanwhile are refused.
-            let others_serving =
-                t.observed.pods.values().any(|p| p.name != *pod && p.ready && !p.deleting && p.serving != Some(false));
-            let serving = t.observed.pods.get(pod).is_some_and(|p| p.ready && p.serving != Some(false));
-            let drained = others_serving && serving;
-            if drained {
-                t.drain(pod).await?;
-                tokio::time::sleep(std::time::Duration::from_secs(crate::planner::DRAIN_SECS as u64)).await;
-            }
+            // Drained first where another member serves (the planner's `Step::Drain`).
+            let drained = t.observed.pods.get(pod).is_some_and(|p| p.serving == Some(false));
             let now = k8s_openapi::jiff::Timestamp::now().to_string();
             // Only the image changes: the kubelet restarts the etcd container in the same pod,
             // on the same data volume and address. A drained member stays out of the client

@@ -36,6 +36,19 @@ pub(super) fn drained(o: &mut Observed, pod: &str) {
     p.drained_secs = Some(DRAIN_SECS);
 }
 
+/// The plan once the member it drains has been out of the client Service for [`DRAIN_SECS`]
+/// (the step a restart or removal takes after its drain); any other step as planned.
+pub(super) fn plan_drained(o: &Observed) -> Step {
+    match plan(o) {
+        Step::Drain { pod } => {
+            let mut o = o.clone();
+            drained(&mut o, &pod);
+            plan(&o)
+        }
+        step => step,
+    }
+}
+
 pub(super) fn member(id: u64, name: &str, leader: u64, raft_index: u64) -> MemberState {
     MemberState {
         id,

@@ -2,7 +2,9 @@
 //! a changed pod spec. Same fixtures as `tests.rs`: `running(n, size)` is `n` healthy voters
 //! `ex-m1..`, `ex-m1` leading.
 
-use super::tests::{add_learner, add_pvc, desired, drained, etcd, m, running, unhealthy, wait_message, wait_reason};
+use super::tests::{
+    add_learner, add_pvc, desired, drained, etcd, m, plan_drained, running, unhealthy, wait_message, wait_reason,
+};
 use super::*;
 use crate::observed::{Alarm, AlarmKind};
 use crate::validation::validate;
@@ -258,7 +260,8 @@ fn defragmentation_never_runs_beside_another_change() {
     let mut o = running(3, 3);
     db_all(&mut o, 400 * MIB, 100 * MIB);
     o.desired = validate("ex", &EtcdClusterSpec { size: 3, version: "3.5.34".into(), ..Default::default() });
-    assert!(matches!(plan(&o), Step::UpgradeMember { .. }));
+    assert!(matches!(plan(&o), Step::Drain { .. }), "the upgrade's first member leaves the client Service");
+    assert!(matches!(plan_drained(&o), Step::UpgradeMember { .. }));
     // A pending rollout goes first.
     let mut o = running(3, 3);
     db_all(&mut o, 400 * MIB, 100 * MIB);

@@ -47,20 +47,20 @@ fn the_next_member_waits_until_kubernetes_reports_the_restarted_container_ready(
     upgraded(&mut o, 2, "3.5.1", 2, "3.5.1");
     let p = o.pods.get_mut("ex-m2").unwrap();
     (p.ready, p.etcd_ready_run_secs) = (true, Some(900));
-    let s = plan(&o);
+    let s = plan_drained(&o);
     assert_eq!(wait_reason(&s), WaitReason::MemberUpgrading, "{s:?}");
     assert!(crate::marks::upgrades_confirmed(&o).is_empty(), "confirmed on a stale Ready");
     // Its new container reported ready: the upgrade goes on with the next follower.
     o.pods.get_mut("ex-m2").unwrap().etcd_ready_run_secs = Some(1);
-    assert!(matches!(plan(&o), Step::UpgradeMember { pod, .. } if pod == "ex-m3"), "{:?}", plan(&o));
+    assert!(matches!(plan_drained(&o), Step::UpgradeMember { pod, .. } if pod == "ex-m3"), "{:?}", plan_drained(&o));
     // A node clock behind the operator's makes the new container look older than the move:
     // the image the kubelet reports for the ready container tells it apart too.
     let p = o.pods.get_mut("ex-m2").unwrap();
     p.etcd_ready_run_secs = Some(30);
-    assert_eq!(wait_reason(&plan(&o)), WaitReason::MemberUpgrading);
+    assert_eq!(wait_reason(&plan_drained(&o)), WaitReason::MemberUpgrading);
     let p = o.pods.get_mut("ex-m2").unwrap();
     p.etcd_ready_image = Some(p.image.clone());
-    assert!(matches!(plan(&o), Step::UpgradeMember { pod, .. } if pod == "ex-m3"), "{:?}", plan(&o));
+    assert!(matches!(plan_drained(&o), Step::UpgradeMember { pod, .. } if pod == "ex-m3"), "{:?}", plan_drained(&o));
 }
 
 #[test]
@@ -68,7 +68,9 @@ fn upgrade_starts_with_a_follower() {
     let mut o = running(3, 3);
     at(&mut o, "3.5.0");
     want(&mut o, 3, "3.5.1");
-    assert!(matches!(plan(&o), Step::UpgradeMember { pod, to, .. } if pod == "ex-m2" && to.to_string() == "3.5.1"));
+    assert!(
+        matches!(plan_drained(&o), Step::UpgradeMember { pod, to, .. } if pod == "ex-m2" && to.to_string() == "3.5.1")
+    );
 }
 
 #[test]
@@ -77,9 +79,9 @@ fn the_next_member_waits_until_the_upgraded_one_reports_the_new_version() {
     at(&mut o, "3.5.0");
     want(&mut o, 3, "3.5.1");
     upgraded(&mut o, 2, "3.5.1", 5, "3.5.0");
-    assert_eq!(wait_reason(&plan(&o)), WaitReason::MemberUpgrading);
+    assert_eq!(wait_reason(&plan_drained(&o)), WaitReason::MemberUpgrading);
     unhealthy(&mut o, 2);
-    assert_eq!(wait_reason(&plan(&o)), WaitReason::MemberUpgrading);
+    assert_eq!(wait_reason(&plan_drained(&o)), WaitReason::MemberUpgrading);
 }
 
 #[test]
@@ -90,9 +92,9 @@ fn the_next_member_waits_until_the_upgraded_one_has_caught_up() {
     upgraded(&mut o, 2, "3.5.1", 5, "3.5.1");
     m(&mut o, 1).status.as_mut().unwrap().raft_index = 50_000;
     m(&mut o, 2).status.as_mut().unwrap().raft_applied_index = 10;
-    assert_eq!(wait_reason(&plan(&o)), WaitReason::MemberUpgrading);
+    assert_eq!(wait_reason(&plan_drained(&o)), WaitReason::MemberUpgrading);
     m(&mut o, 2).status.as_mut().unwrap().raft_applied_index = 49_900;
-    assert!(matches!(plan(&o), Step::UpgradeMember { pod, .. } if pod == "ex-m3"));
+    assert!(matches!(plan_drained(&o), Step::UpgradeMember { pod, .. } if pod == "ex-m3"));
 }
 
 /// Healthy and caught up in etcd, but its pod not Ready yet (its readiness probe has not passed
@@ -104,9 +106,9 @@ fn the_next_member_waits_until_the_upgraded_ones_pod_is_ready_again() {
     want(&mut o, 3, "3.5.1");
     upgraded(&mut o, 2, "3.5.1", 5, "3.5.1");
     o.pods.get_mut("ex-m2").unwrap().ready = false;
-    assert_eq!(wait_reason(&plan(&o)), WaitReason::MemberUpgrading);
+    assert_eq!(wait_reason(&plan_drained(&o)), WaitReason::MemberUpgrading);
     o.pods.get_mut("ex-m2").unwrap().ready = true;
-    assert!(matches!(plan(&o), Step::UpgradeMember { pod, .. } if pod == "ex-m3"));
+    assert!(matches!(plan_drained(&o), Step::UpgradeMember { pod, .. } if pod == "ex-m3"));
 }
 
 #[test]
@@ -117,11 +119,11 @@ fn leadership_moves_to_an_upgraded_member_before_the_leader_is_upgraded() {
     upgraded(&mut o, 2, "3.5.1", 30, "3.5.1");
     upgraded(&mut o, 3, "3.5.1", 10, "3.5.1");
     assert_eq!(
-        plan(&o),
+        plan_drained(&o),
         Step::MoveLeader { from_pod: "ex-m1".into(), to: 2, to_pod: "ex-m2".into(), purpose: Purpose::Upgrade }
     );
     etcd(&mut o).leader = Some(2);
-    assert!(matches!(plan(&o), Step::UpgradeMember { pod, .. } if pod == "ex-m1"));
+    assert!(matches!(plan_drained(&o), Step::UpgradeMember { pod, .. } if pod == "ex-m1"));
 }
 
 #[test]
@@ -131,7 +133,7 @@ fn a_finished_upgrade_is_stable() {
     for id in 1..=3 {
         upgraded(&mut o, id, "3.5.1", 30, "3.5.1");
     }
-    assert_eq!(wait_reason(&plan(&o)), WaitReason::Stable);
+    assert_eq!(wait_reason(&plan_drained(&o)), WaitReason::Stable);
 }
 
 #[test]
@@ -141,7 +143,7 @@ fn an_upgraded_member_that_does_not_come_back_in_time_stops_the_upgrade() {
     want(&mut o, 3, "3.5.1");
     upgraded(&mut o, 2, "3.5.1", 500, "3.5.0");
     unhealthy(&mut o, 2);
-    let s = plan(&o);
+    let s = plan_drained(&o);
     assert_eq!(wait_reason(&s), WaitReason::UpgradeFailed);
 }
 
@@ -153,7 +155,7 @@ fn a_crash_looping_upgraded_member_fails_the_upgrade_naming_member_and_reason() 
     upgraded(&mut o, 2, "3.5.1", 20, "");
     unhealthy(&mut o, 2);
     o.pods.get_mut("ex-m2").unwrap().problem = Some(("CrashLoopBackOff".into(), "back-off 10s".into()));
-    let Step::Wait(w) = plan(&o) else { panic!() };
+    let Step::Wait(w) = plan_drained(&o) else { panic!() };
     assert_eq!(w.reason, WaitReason::UpgradeFailed);
     assert!(
         w.message.contains("ex-m2") && w.message.contains("CrashLoopBackOff") && w.message.contains("3.5.0"),
@@ -170,7 +172,9 @@ fn setting_the_version_back_rolls_the_failed_member_back() {
     unhealthy(&mut o, 2);
     o.pods.get_mut("ex-m2").unwrap().problem = Some(("ImagePullBackOff".into(), "not found".into()));
     want(&mut o, 3, "3.5.0");
-    assert!(matches!(plan(&o), Step::UpgradeMember { pod, to, .. } if pod == "ex-m2" && to.to_string() == "3.5.0"));
+    assert!(
+        matches!(plan_drained(&o), Step::UpgradeMember { pod, to, .. } if pod == "ex-m2" && to.to_string() == "3.5.0")
+    );
 }
 
 #[test]
@@ -183,7 +187,7 @@ fn a_one_member_cluster_rolls_back_even_while_etcd_is_down() {
     p.version = "3.5.99".into();
     p.problem = Some(("ErrImagePull".into(), "not found".into()));
     want(&mut o, 1, "3.5.0");
-    assert!(matches!(plan(&o), Step::UpgradeMember { pod, .. } if pod == "ex-m1"));
+    assert!(matches!(plan_drained(&o), Step::UpgradeMember { pod, .. } if pod == "ex-m1"));
 }
 
 #[test]
@@ -191,12 +195,12 @@ fn downgrades_and_minor_skips_are_refused_without_change() {
     let mut o = running(3, 3);
     at(&mut o, "3.5.1");
     want(&mut o, 3, "3.4.23");
-    let Step::Wait(w) = plan(&o) else { panic!() };
+    let Step::Wait(w) = plan_drained(&o) else { panic!() };
     assert_eq!(w.reason, WaitReason::UpgradeRefused);
     assert!(w.message.contains("downgrade"), "{}", w.message);
     at(&mut o, "3.4.23");
     want(&mut o, 3, "3.6.0");
-    let Step::Wait(w) = plan(&o) else { panic!() };
+    let Step::Wait(w) = plan_drained(&o) else { panic!() };
     assert_eq!(w.reason, WaitReason::UpgradeRefused);
     assert!(w.message.contains("skips a minor"), "{}", w.message);
 }
@@ -216,12 +220,12 @@ fn a_minor_upgrade_from_below_its_stepping_stone_is_refused_naming_it() {
         let mut o = running(3, 3);
         at(&mut o, from);
         want(&mut o, 3, to);
-        let Step::Wait(w) = plan(&o) else { panic!("{from} → {to} was not refused") };
+        let Step::Wait(w) = plan_drained(&o) else { panic!("{from} → {to} was not refused") };
         assert_eq!(w.reason, WaitReason::UpgradeRefused, "{from} → {to}");
         assert!(w.message.contains(&format!("upgrade to {stone}+ first")), "{from} → {to}: {}", w.message);
         // The stepping stone itself is a patch upgrade, allowed.
         want(&mut o, 3, stone);
-        assert!(matches!(plan(&o), Step::UpgradeMember { .. }), "{from} → {stone}");
+        assert!(matches!(plan_drained(&o), Step::UpgradeMember { .. }), "{from} → {stone}");
     }
     for (from, to) in
         [("3.5.32", "3.6.6"), ("3.5.34", "3.6.15"), ("3.6.11", "3.7.2"), ("3.6.15", "3.7.2"), ("3.4.1", "3.5.0")]
@@ -232,7 +236,7 @@ fn a_minor_upgrade_from_below_its_stepping_stone_is_refused_naming_it() {
         // A log that began at `from`'s minor: no snapshot to wait for (`tests_upgrade_replay`).
         let minor = from.rsplit_once('.').unwrap().0.to_string();
         o.minor_since = Some(crate::observed::MinorSince { minor, since: crate::observed::Since::LogStart });
-        assert!(matches!(plan(&o), Step::UpgradeMember { .. }), "{from} → {to} should upgrade");
+        assert!(matches!(plan_drained(&o), Step::UpgradeMember { .. }), "{from} → {to} should upgrade");
     }
 }
 
@@ -246,7 +250,7 @@ fn an_empty_version_keeps_what_the_cluster_runs() {
     assert_eq!(o.desired.as_ref().unwrap().version.to_string(), etcd_operator_api::cluster::DEFAULT_VERSION);
     crate::planner::upgrade::keep_running_version(&mut o);
     assert_eq!(o.desired.as_ref().unwrap().version.to_string(), "3.5.1");
-    assert_eq!(wait_reason(&plan(&o)), WaitReason::Stable);
+    assert_eq!(wait_reason(&plan_drained(&o)), WaitReason::Stable);
 
     let mut fresh = fresh(3);
     fresh.desired = validate(NAME, &EtcdClusterSpec { size: 3, ..Default::default() });
@@ -267,7 +271,7 @@ fn a_refused_version_change_does_not_stop_healing() {
     at(&mut o, "3.5.1");
     want(&mut o, 3, "3.4.23");
     o.pods.remove("ex-m3");
-    assert!(matches!(plan(&o), Step::RemoveMember { id: 3, .. }));
+    assert!(matches!(plan_drained(&o), Step::RemoveMember { id: 3, .. }));
 }
 
 #[test]
@@ -275,7 +279,7 @@ fn a_one_member_cluster_is_upgraded_in_place() {
     let mut o = running(1, 1);
     at(&mut o, "3.4.23");
     want(&mut o, 1, "3.5.0");
-    assert!(matches!(plan(&o), Step::UpgradeMember { pod, .. } if pod == "ex-m1"));
+    assert!(matches!(plan_drained(&o), Step::UpgradeMember { pod, .. } if pod == "ex-m1"));
 }
 
 #[test]
@@ -285,7 +289,7 @@ fn pausing_mid_upgrade_stops_before_the_next_member() {
     want(&mut o, 3, "3.5.1");
     upgraded(&mut o, 2, "3.5.1", 30, "3.5.1");
     o.paused = true;
-    assert_eq!(wait_reason(&plan(&o)), WaitReason::Paused);
+    assert_eq!(wait_reason(&plan_drained(&o)), WaitReason::Paused);
 }
 
 /// The false `UpgradeFailed`: long after an upgrade finished, a member that restarts
@@ -298,7 +302,12 @@ fn a_member_that_restarts_long_after_a_finished_upgrade_is_no_failed_upgrade() {
     at(&mut o, "3.5.0");
     want(&mut o, 3, "3.5.1");
     let mut steps = vec![];
+    labelled_serving(&mut o);
     loop {
+        // The marks written beside each step: back in the client Service, then confirmed.
+        for pod in crate::marks::pods_to_label(&o) {
+            o.pods.get_mut(&pod).unwrap().serving = Some(true);
+        }
         for pod in crate::marks::upgrades_confirmed(&o) {
             o.pods.get_mut(&pod).unwrap().version_age_secs = None;
         }
@@ -306,6 +315,7 @@ fn a_member_that_restarts_long_after_a_finished_upgrade_is_no_failed_upgrade() {
         steps.push(step.clone());
         assert!(steps.len() < 20, "{steps:?}");
         match step {
+            Step::Drain { pod } => drained(&mut o, &pod),
             // The member comes back at once at its new version.
             Step::UpgradeMember { pod, to, .. } => {
                 let id = pod.trim_start_matches("ex-m").parse().unwrap();
@@ -322,12 +332,18 @@ fn a_member_that_restarts_long_after_a_finished_upgrade_is_no_failed_upgrade() {
         }
     }
     assert_eq!(steps.iter().filter(|s| matches!(s, Step::UpgradeMember { .. })).count(), 3, "{steps:?}");
+    // Each restart after its own drain.
+    for (i, s) in steps.iter().enumerate() {
+        if let Step::UpgradeMember { pod, .. } = s {
+            assert!(matches!(&steps[i - 1], Step::Drain { pod: d } if d == pod), "{steps:?}");
+        }
+    }
     // Ten minutes later member 2 restarts: it is waited for as any member.
     for p in o.pods.values_mut() {
         p.version_age_secs = p.version_age_secs.map(|a| a + 600);
     }
     unhealthy(&mut o, 2);
-    let s = plan(&o);
+    let s = plan_drained(&o);
     assert_eq!(wait_reason(&s), WaitReason::MemberStarting, "{s:?}");
 }
 
@@ -346,16 +362,16 @@ fn an_upgraded_member_serves_again_only_once_back_and_the_next_one_waits_for_tha
     let p = o.pods.get_mut("ex-m2").unwrap();
     (p.serving, p.drained_secs) = (Some(false), Some(4));
     assert!(!crate::marks::pods_to_label(&o).contains(&"ex-m2".to_string()), "served again before its restart");
-    assert_eq!(wait_reason(&plan(&o)), WaitReason::MemberUpgrading);
+    assert_eq!(wait_reason(&plan_drained(&o)), WaitReason::MemberUpgrading);
     // Back at 3.5.1: it is labelled serving again, and the next member waits for that.
     upgraded(&mut o, 2, "3.5.1", 6, "3.5.1");
     assert_eq!(crate::marks::upgrades_confirmed(&o), vec!["ex-m2".to_string()]);
     assert!(crate::marks::pods_to_label(&o).contains(&"ex-m2".to_string()), "{:?}", crate::marks::pods_to_label(&o));
-    assert_eq!(wait_reason(&plan(&o)), WaitReason::MemberUpgrading, "{:?}", plan(&o));
+    assert_eq!(wait_reason(&plan_drained(&o)), WaitReason::MemberUpgrading, "{:?}", plan_drained(&o));
     // Both marks written: the next follower goes.
     let p = o.pods.get_mut("ex-m2").unwrap();
     (p.serving, p.version_age_secs) = (Some(true), None);
-    assert!(matches!(plan(&o), Step::UpgradeMember { pod, .. } if pod == "ex-m3"), "{:?}", plan(&o));
+    assert!(matches!(plan_drained(&o), Step::UpgradeMember { pod, .. } if pod == "ex-m3"), "{:?}", plan_drained(&o));
 }
 
 /// A fenced member upgraded stays fenced: being back at its version serves only members that
@@ -372,7 +388,7 @@ fn a_fenced_member_stays_out_of_the_client_service_through_its_upgrade() {
     assert!(!crate::marks::pods_to_label(&o).contains(&"ex-m2".to_string()));
     // Not waited for either: a fenced member is out of the Service on purpose.
     o.pods.get_mut("ex-m2").unwrap().version_age_secs = None;
-    assert!(matches!(plan(&o), Step::UpgradeMember { pod, .. } if pod == "ex-m3"), "{:?}", plan(&o));
+    assert!(matches!(plan_drained(&o), Step::UpgradeMember { pod, .. } if pod == "ex-m3"), "{:?}", plan_drained(&o));
 }
 
 /// Every pod carries the labels the Services select on, in the client Service.
@@ -380,4 +396,35 @@ fn labelled_serving(o: &mut Observed) {
     for p in o.pods.values_mut() {
         (p.labelled, p.serving) = (true, Some(true));
     }
+}
+
+/// An in-place restart leaves the client Service first, as a step of its own (an operator
+/// restarted during the drain finds it in the pod's marks): drained, waited for
+/// [`DRAIN_SECS`], then restarted on its new image. One member has nobody to hand clients to.
+#[test]
+fn a_member_is_drained_before_its_in_place_restart() {
+    let mut o = running(3, 3);
+    labelled_serving(&mut o);
+    at(&mut o, "3.5.0");
+    want(&mut o, 3, "3.5.1");
+    assert_eq!(plan(&o), Step::Drain { pod: "ex-m2".into() });
+    let p = o.pods.get_mut("ex-m2").unwrap();
+    (p.serving, p.drained_secs) = (Some(false), Some(DRAIN_SECS - 1));
+    assert_eq!(wait_reason(&plan(&o)), WaitReason::MemberDraining);
+    o.pods.get_mut("ex-m2").unwrap().drained_secs = Some(DRAIN_SECS);
+    assert!(matches!(plan(&o), Step::UpgradeMember { pod, .. } if pod == "ex-m2"), "{:?}", plan(&o));
+    // Nobody else serves (the others not Ready): no drain, the restart goes as before.
+    let mut o = running(3, 3);
+    labelled_serving(&mut o);
+    at(&mut o, "3.5.0");
+    want(&mut o, 3, "3.5.1");
+    for p in ["ex-m1", "ex-m3"] {
+        o.pods.get_mut(p).unwrap().ready = false;
+    }
+    assert!(matches!(plan(&o), Step::UpgradeMember { pod, .. } if pod == "ex-m2"), "{:?}", plan(&o));
+    let mut o = running(1, 1);
+    labelled_serving(&mut o);
+    at(&mut o, "3.5.0");
+    want(&mut o, 1, "3.5.1");
+    assert!(matches!(plan(&o), Step::UpgradeMember { pod, .. } if pod == "ex-m1"), "{:?}", plan(&o));
 }

@@ -4,7 +4,7 @@
 //! first 3.7 member starts; a setting with no 3.7 equivalent refuses the upgrade.
 //! Fixtures as in `tests.rs`.
 
-use super::tests::{add_learner, add_pvc, drained, etcd, m, running, wait_message, wait_reason};
+use super::tests::{add_learner, add_pvc, drained, etcd, m, plan_drained, running, wait_message, wait_reason};
 use super::*;
 use crate::observed::{MinorSince, Since};
 use crate::validation::validate;
@@ -74,7 +74,7 @@ fn pods_with_experimental_settings_are_made_again_before_the_first_three_seven_m
     );
     remade(&mut o, "ex-m1");
     // Nothing experimental left: the upgrade itself.
-    assert!(matches!(plan(&o), Step::UpgradeMember { pod, .. } if pod == "ex-m2"), "{:?}", plan(&o));
+    assert!(matches!(plan_drained(&o), Step::UpgradeMember { pod, .. } if pod == "ex-m2"), "{:?}", plan_drained(&o));
 }
 
 /// An emptyDir member is replaced: a learner made from the current spec joins, then the old
@@ -82,7 +82,7 @@ fn pods_with_experimental_settings_are_made_again_before_the_first_three_seven_m
 #[test]
 fn an_empty_dir_member_is_replaced_and_the_removal_names_the_translation() {
     let mut o = three_six_with_experimental_pods("3.7.2");
-    let Step::AddLearner(n) = plan(&o) else { panic!("{:?}", plan(&o)) };
+    let Step::AddLearner(n) = plan_drained(&o) else { panic!("{:?}", plan_drained(&o)) };
     assert_eq!(n.version.to_string(), "3.6.15", "made at the version the cluster runs");
     add_learner(&mut o, 4, "ex-new", 1000);
     {
@@ -93,7 +93,7 @@ fn an_empty_dir_member_is_replaced_and_the_removal_names_the_translation() {
     m(&mut o, 4).status.as_mut().unwrap().version = "3.6.15".into();
     m(&mut o, 4).is_learner = false;
     drained(&mut o, "ex-m2");
-    let Step::RemoveMember { pod, why, .. } = plan(&o) else { panic!("{:?}", plan(&o)) };
+    let Step::RemoveMember { pod, why, .. } = plan_drained(&o) else { panic!("{:?}", plan_drained(&o)) };
     assert_eq!(pod, "ex-m2");
     assert!(why.contains("InitialCorruptCheck") && why.contains("etcd 3.7.2"), "{why}");
 }
@@ -102,9 +102,9 @@ fn an_empty_dir_member_is_replaced_and_the_removal_names_the_translation() {
 #[test]
 fn a_three_six_patch_upgrade_leaves_experimental_settings_alone() {
     let mut o = three_six_with_experimental_pods("3.6.16");
-    assert!(matches!(plan(&o), Step::UpgradeMember { pod, .. } if pod == "ex-m2"), "{:?}", plan(&o));
+    assert!(matches!(plan_drained(&o), Step::UpgradeMember { pod, .. } if pod == "ex-m2"), "{:?}", plan_drained(&o));
     o.desired.as_mut().unwrap().version = crate::version::Version::parse("3.6.15").unwrap();
-    assert_eq!(wait_reason(&plan(&o)), WaitReason::Stable);
+    assert_eq!(wait_reason(&plan_drained(&o)), WaitReason::Stable);
 }
 
 /// A setting with no 3.7 equivalent (here in a spec validation let through as the last valid
@@ -120,7 +120,7 @@ fn a_setting_without_a_three_seven_equivalent_refuses_the_upgrade() {
         value: Some("1".into()),
         ..Default::default()
     });
-    let s = plan(&o);
+    let s = plan_drained(&o);
     assert_eq!(wait_reason(&s), WaitReason::UpgradeRefused, "{s:?}");
     let msg = wait_message(&s);
     assert!(msg.contains("ETCD_EXPERIMENTAL_NO_SUCH_THING") && msg.contains("nothing was changed"), "{msg}");
@@ -138,5 +138,5 @@ fn an_experimental_flag_on_the_command_line_is_made_again_too() {
     }
     o.pods.get_mut("ex-m3").unwrap().etcd_flags =
         vec![("experimental-compaction-batch-limit".into(), Some("100".into()))];
-    assert!(matches!(plan(&o), Step::DeletePod { pod, .. } if pod == "ex-m3"), "{:?}", plan(&o));
+    assert!(matches!(plan_drained(&o), Step::DeletePod { pod, .. } if pod == "ex-m3"), "{:?}", plan_drained(&o));
 }

@@ -260,6 +260,9 @@ pub(super) fn next(o: &Observed, d: &Desired, etcd: &EtcdState) -> Option<Step> 
         if let Some(step) = super::replay::before_restart(o, etcd, pod, &from(pod), target) {
             return Some(step);
         }
+        if let Some(step) = drained_for_restart(o, pod) {
+            return Some(step);
+        }
         return Some(Step::UpgradeMember { pod: pod.to_string(), from: from(pod), to: target.clone() });
     }
     // Only the leader is left: hand leadership to an upgraded member first.
@@ -277,4 +280,13 @@ pub(super) fn next(o: &Observed, d: &Desired, etcd: &EtcdState) -> Option<Step> 
     }
     // A one-member cluster has nobody to hand over to.
     Some(Step::UpgradeMember { pod: leader_pod.to_string(), from: from(leader_pod), to: target.clone() })
+}
+
+/// Before its in-place restart a member leaves the client Service while another member serves
+/// there (`drained_first`): the restarted container's endpoint would leave the Service only
+/// once its readiness probe failed, and connections routed to it meanwhile are refused. As a
+/// step of its own, the drain and its wait survive an operator restart.
+fn drained_for_restart(o: &Observed, pod: &str) -> Option<Step> {
+    let others_serving = o.pods.values().any(|p| p.name != pod && p.ready && !p.deleting && p.serving != Some(false));
+    others_serving.then(|| super::drained_first(o, pod)).flatten()
 }
