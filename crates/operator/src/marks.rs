@@ -215,8 +215,14 @@ pub fn upgrades_confirmed(o: &Observed) -> Vec<String> {
 /// drained for their upgrade's restart that are back at their new version (the image patch
 /// leaves them out of the client Service: their old container stays Ready a moment longer).
 pub fn pods_to_label(o: &Observed) -> Vec<String> {
+    // Not while the pod's upgrade may still come back (it returns once back, below).
+    let upgrading = |p: &crate::observed::PodState| {
+        p.version_age_secs.is_some_and(|a| a < crate::planner::upgrade::UPGRADE_DEADLINE_SECS)
+    };
     let stale_drain = |p: &crate::observed::PodState| {
-        p.serving == Some(false) && p.drained_secs.is_none_or(|s| s >= crate::planner::DRAIN_STALE_SECS)
+        p.serving == Some(false)
+            && p.drained_secs.is_none_or(|s| s >= crate::planner::DRAIN_STALE_SECS)
+            && !upgrading(p)
     };
     let back = upgrades_confirmed(o);
     let back_drained = |p: &crate::observed::PodState| p.serving == Some(false) && !p.fenced && back.contains(&p.name);

@@ -31,7 +31,11 @@ pub async fn record_marks(
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     let labels = crate::naming::serving_labels(cluster);
     for p in unlabelled {
-        let patch = serde_json::json!({"metadata": {"labels": labels}});
+        // Served again: a drain's mark goes with it (the next drain writes its own).
+        let patch = serde_json::json!({"metadata": {
+            "labels": labels,
+            "annotations": {crate::naming::DRAINED_AT_ANNOTATION: null},
+        }});
         ignore_404(pods.patch(p, &PatchParams::default(), &Patch::Merge(&patch)).await)?;
     }
     // Fencing: the label the client Service selects on, and the marks that say why (a fenced

@@ -78,9 +78,21 @@ pub fn decide(o: &Observed, cluster: &EtcdCluster, spec_json: &str, now: &str) -
     let fencing = crate::fencing::decide(o, &step);
     let mut marks = crate::marks::cluster_annotations(o, cluster.annotations(), spec_json, now);
     requests::answer(o, &step, &fencing, &prev, &mut status.conditions, &mut marks, now);
-    let unlabelled = crate::marks::pods_to_label(o)
+    // Written before the step: never the pod the step drains, removes or restarts (a stale
+    // drain re-labelled beside it would put it back in the client Service just before).
+    let acted_on = step.member().filter(|_| !matches!(step, Step::Wait(_)));
+    let unlabelled: Vec<String> = crate::marks::pods_to_label(o)
         .into_iter()
-        .filter(|p| !fencing.fenced().any(|f| f == p) && !fencing.unfence.contains(p))
+        .filter(|p| !fencing.fenced().any(|f| f == p) && !fencing.unfence.contains(p) && acted_on != Some(p.as_str()))
+        .collect();
+    // A member drained for its upgrade's restart and back is confirmed only beside its return
+    // to the client Service (or fenced): confirmed alone, nothing would serve it again.
+    let confirmed = crate::marks::upgrades_confirmed(o)
+        .into_iter()
+        .filter(|p| {
+            let drained = o.pods.get(p).is_some_and(|s| s.serving == Some(false) && !s.fenced);
+            !drained || unlabelled.contains(p)
+        })
         .collect();
     let default = network_policy::DefaultClients::of_mark(crate::marks::after(
         cluster.annotations(),
@@ -94,7 +106,7 @@ pub fn decide(o: &Observed, cluster: &EtcdCluster, spec_json: &str, now: &str) -
         marks,
         unlabelled,
         fencing,
-        confirmed: crate::marks::upgrades_confirmed(o),
+        confirmed,
         min_available: crate::disruption_budget::min_available(o, &step),
         volumes: crate::volume_size::to_grow(o),
         auth: planner::auth::upkeep(o),

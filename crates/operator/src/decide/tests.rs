@@ -312,7 +312,7 @@ fn a_scale_down_drains_first_then_plans_a_typed_removal_and_no_recovery() {
     assert_eq!(plan.min_available, Some(2), "{plan:?}");
     let p = o.pods.get_mut("ex-m2").unwrap();
     p.serving = Some(false);
-    p.drained_secs = Some(60);
+    p.drained_secs = Some(crate::planner::DRAIN_STALE_SECS - 1);
     let plan = decide(&o, &c, "{}", NOW);
     assert!(matches!(&plan.step, Step::RemoveMember { cause: Removal::Leave, .. }), "{:?}", plan.step);
     assert!(
@@ -362,4 +362,56 @@ fn a_done_switchover_is_reported_first_and_taken_off_only_once_status_holds_it()
     c.status = Some(first.status.clone());
     let second = decide(&o, &c, "{}", NOW);
     assert_eq!(second.marks.get(crate::naming::SWITCHOVER_ANNOTATION), Some(&None));
+}
+
+/// A drain gone stale (a minute between the drain and the step after it: an operator restart)
+/// is made again before its member leaves or restarts. The re-label of a stale drain is written
+/// before the step: in one reconcile it would put the member back in the client Service just
+/// before removing or restarting it.
+#[test]
+fn a_stale_drain_is_renewed_and_never_relabelled_beside_a_step_on_its_member() {
+    let stale = |o: &mut Observed, pod: &str| {
+        let p = o.pods.get_mut(pod).unwrap();
+        (p.serving, p.drained_secs) = (Some(false), Some(crate::planner::DRAIN_STALE_SECS));
+    };
+    // Scale-down.
+    let c = cluster(2);
+    let mut o = observed(&c, 3);
+    stale(&mut o, "ex-m2");
+    let plan = decide(&o, &c, "{}", NOW);
+    assert_eq!(plan.step, Step::Drain { pod: "ex-m2".into() });
+    assert!(!plan.unlabelled.contains(&"ex-m2".to_string()), "{:?}", plan.unlabelled);
+    // An in-place upgrade's restart.
+    let mut c = cluster(3);
+    c.spec.version = "3.5.22".into();
+    let mut o = observed(&c, 3);
+    stale(&mut o, "ex-m1");
+    let plan = decide(&o, &c, "{}", NOW);
+    assert_eq!(plan.step, Step::Drain { pod: "ex-m1".into() });
+    assert!(!plan.unlabelled.contains(&"ex-m1".to_string()), "{:?}", plan.unlabelled);
+}
+
+/// An upgraded member back at its version while drained for its restart is confirmed (its
+/// version-changed mark dropped) only beside its return to the client Service: confirmed
+/// without it (a fence decided for it that reconcile), nothing would ever serve it again.
+#[test]
+fn a_drained_member_back_from_its_upgrade_is_confirmed_only_with_its_return_to_the_service() {
+    let mut c = cluster(3);
+    c.spec.version = "3.5.22".into();
+    let mut o = observed(&c, 3);
+    let p = o.pods.get_mut("ex-m1").unwrap();
+    (p.serving, p.drained_secs, p.version) = (Some(false), Some(8), "3.5.22".into());
+    (p.version_age_secs, p.etcd_ready_run_secs) = (Some(6), Some(4));
+    o.etcd.as_mut().unwrap().members[1].status.as_mut().unwrap().version = "3.5.22".into();
+    let plan = decide(&o, &c, "{}", NOW);
+    assert!(
+        plan.confirmed.contains(&"ex-m1".to_string()) && plan.unlabelled.contains(&"ex-m1".to_string()),
+        "{plan:?}"
+    );
+    // A fence asked for it: it stays out, and stays unconfirmed until it serves or is fenced.
+    o.fence_request = Ok(vec!["ex-m1".into()]);
+    let plan = decide(&o, &c, "{}", NOW);
+    assert!(plan.fencing.fence.contains(&"ex-m1".to_string()), "{:?}", plan.fencing);
+    assert!(!plan.unlabelled.contains(&"ex-m1".to_string()), "{:?}", plan.unlabelled);
+    assert!(!plan.confirmed.contains(&"ex-m1".to_string()), "{:?}", plan.confirmed);
 }

@@ -161,15 +161,17 @@ pub const DRAIN_STALE_SECS: i64 = 60;
 
 /// Before a member leaves on purpose (removed, or its pod deleted to restart it) it is drained
 /// from the client Service and given [`DRAIN_SECS`]: the step for that, or `None` once done (or
-/// when its pod is going anyway).
+/// when its pod is going anyway). A fenced member's drain is as old as its fence.
 pub(crate) fn drained_first(o: &Observed, pod: &str) -> Option<Step> {
     let p = o.pods.get(pod)?;
     if p.deleting || p.is_dead() {
         return None;
     }
     match (p.serving, p.drained_secs) {
-        (Some(false), Some(s)) if s >= DRAIN_SECS => None,
-        (Some(false), Some(_)) => Some(wait(
+        // A drain gone stale (`DRAIN_STALE_SECS`: the step after it did not come, an operator
+        // restart) is made again: the stale one is about to be served again (`marks`).
+        (Some(false), Some(s)) if (DRAIN_SECS..DRAIN_STALE_SECS).contains(&s) => None,
+        (Some(false), Some(s)) if s < DRAIN_SECS => Some(wait(
             WaitReason::MemberDraining,
             format!("member {pod} was taken out of the client Service; it leaves in a moment"),
         )),

@@ -83,7 +83,9 @@ pub(super) fn check(o: &Observed, step: &Step) -> Result<(), TestCaseError> {
         );
     }
     let drained_long = |pod: &str| {
-        o.pods.get(pod).is_some_and(|p| p.serving == Some(false) && p.drained_secs.is_some_and(|s| s >= DRAIN_SECS))
+        o.pods.get(pod).is_some_and(|p| {
+            p.serving == Some(false) && p.drained_secs.is_some_and(|s| (DRAIN_SECS..DRAIN_STALE_SECS).contains(&s))
+        })
     };
     match step {
         Step::Bootstrap(_) => {
@@ -199,6 +201,15 @@ pub(super) fn check(o: &Observed, step: &Step) -> Result<(), TestCaseError> {
                 let others = healthy.iter().filter(|h| **h != m.id).count();
                 prop_assert!(others >= majority(voters.len()), "upgrade restart of {pod} drops the quorum");
             }
+            // Out of the client Service first (and not stale) when a Ready member serves
+            // there, unless its container cannot run anyway (a failed upgrade rolled back).
+            let others_serving =
+                o.pods.values().any(|p| p.name != *pod && p.ready && !p.deleting && p.serving != Some(false));
+            let running = o.pods.get(pod).is_some_and(|p| p.ready);
+            prop_assert!(
+                !others_serving || !running || drained_long(pod),
+                "restarted {pod} in place before draining it"
+            );
         }
         Step::DeletePod { pod, keep_volume, .. } => {
             if let Some(m) = member_of_pod(o, pod).filter(|m| healthy.contains(&m.id)) {

@@ -428,3 +428,21 @@ fn a_member_is_drained_before_its_in_place_restart() {
     want(&mut o, 1, "3.5.1");
     assert!(matches!(plan(&o), Step::UpgradeMember { pod, .. } if pod == "ex-m1"), "{:?}", plan(&o));
 }
+
+/// A member whose upgrade restart takes long (an image pull, a large database) is not served
+/// again by the stale-drain rule while it may still come back: only once back, or once its
+/// upgrade failed.
+#[test]
+fn a_slow_upgrade_restart_stays_out_of_the_client_service_until_back() {
+    let mut o = running(3, 3);
+    labelled_serving(&mut o);
+    at(&mut o, "3.5.0");
+    want(&mut o, 3, "3.5.1");
+    upgraded(&mut o, 2, "3.5.1", DRAIN_STALE_SECS + 10, "3.5.0");
+    let p = o.pods.get_mut("ex-m2").unwrap();
+    (p.serving, p.drained_secs) = (Some(false), Some(DRAIN_STALE_SECS + 13));
+    assert!(!crate::marks::pods_to_label(&o).contains(&"ex-m2".to_string()));
+    // Past the upgrade's deadline (failed): served again like any stale drain.
+    o.pods.get_mut("ex-m2").unwrap().version_age_secs = Some(upgrade::UPGRADE_DEADLINE_SECS + 1);
+    assert!(crate::marks::pods_to_label(&o).contains(&"ex-m2".to_string()));
+}
