@@ -354,10 +354,7 @@ fn a_member_that_restarts_long_after_a_finished_upgrade_is_no_failed_upgrade() {
 /// next member restarts only once the last one serves again.
 #[test]
 fn an_upgraded_member_serves_again_only_once_back_and_the_next_one_waits_for_that() {
-    let mut o = running(3, 3);
-    labelled_serving(&mut o);
-    at(&mut o, "3.5.0");
-    want(&mut o, 3, "3.5.1");
+    let mut o = serving_at_3_5_0_wanting_3_5_1(3);
     upgraded(&mut o, 2, "3.5.1", 1, "3.5.0");
     let p = o.pods.get_mut("ex-m2").unwrap();
     (p.serving, p.drained_secs) = (Some(false), Some(4));
@@ -378,10 +375,7 @@ fn an_upgraded_member_serves_again_only_once_back_and_the_next_one_waits_for_tha
 /// were drained for the restart.
 #[test]
 fn a_fenced_member_stays_out_of_the_client_service_through_its_upgrade() {
-    let mut o = running(3, 3);
-    labelled_serving(&mut o);
-    at(&mut o, "3.5.0");
-    want(&mut o, 3, "3.5.1");
+    let mut o = serving_at_3_5_0_wanting_3_5_1(3);
     upgraded(&mut o, 2, "3.5.1", 6, "3.5.1");
     let p = o.pods.get_mut("ex-m2").unwrap();
     (p.serving, p.drained_secs, p.fenced) = (Some(false), Some(4), true);
@@ -398,15 +392,21 @@ fn labelled_serving(o: &mut Observed) {
     }
 }
 
+/// `n` healthy voters at 3.5.0, each in the client Service, with 3.5.1 asked for.
+fn serving_at_3_5_0_wanting_3_5_1(n: u64) -> Observed {
+    let mut o = running(n, n as i32);
+    labelled_serving(&mut o);
+    at(&mut o, "3.5.0");
+    want(&mut o, n as i32, "3.5.1");
+    o
+}
+
 /// An in-place restart leaves the client Service first, as a step of its own (an operator
 /// restarted during the drain finds it in the pod's marks): drained, waited for
 /// [`DRAIN_SECS`], then restarted on its new image. One member has nobody to hand clients to.
 #[test]
 fn a_member_is_drained_before_its_in_place_restart() {
-    let mut o = running(3, 3);
-    labelled_serving(&mut o);
-    at(&mut o, "3.5.0");
-    want(&mut o, 3, "3.5.1");
+    let mut o = serving_at_3_5_0_wanting_3_5_1(3);
     assert_eq!(plan(&o), Step::Drain { pod: "ex-m2".into() });
     let p = o.pods.get_mut("ex-m2").unwrap();
     (p.serving, p.drained_secs) = (Some(false), Some(DRAIN_SECS - 1));
@@ -414,18 +414,12 @@ fn a_member_is_drained_before_its_in_place_restart() {
     o.pods.get_mut("ex-m2").unwrap().drained_secs = Some(DRAIN_SECS);
     assert!(matches!(plan(&o), Step::UpgradeMember { pod, .. } if pod == "ex-m2"), "{:?}", plan(&o));
     // Nobody else serves (the others not Ready): no drain, the restart goes as before.
-    let mut o = running(3, 3);
-    labelled_serving(&mut o);
-    at(&mut o, "3.5.0");
-    want(&mut o, 3, "3.5.1");
+    let mut o = serving_at_3_5_0_wanting_3_5_1(3);
     for p in ["ex-m1", "ex-m3"] {
         o.pods.get_mut(p).unwrap().ready = false;
     }
     assert!(matches!(plan(&o), Step::UpgradeMember { pod, .. } if pod == "ex-m2"), "{:?}", plan(&o));
-    let mut o = running(1, 1);
-    labelled_serving(&mut o);
-    at(&mut o, "3.5.0");
-    want(&mut o, 1, "3.5.1");
+    let mut o = serving_at_3_5_0_wanting_3_5_1(1);
     assert!(matches!(plan(&o), Step::UpgradeMember { pod, .. } if pod == "ex-m1"), "{:?}", plan(&o));
 }
 
@@ -434,10 +428,7 @@ fn a_member_is_drained_before_its_in_place_restart() {
 /// upgrade failed.
 #[test]
 fn a_slow_upgrade_restart_stays_out_of_the_client_service_until_back() {
-    let mut o = running(3, 3);
-    labelled_serving(&mut o);
-    at(&mut o, "3.5.0");
-    want(&mut o, 3, "3.5.1");
+    let mut o = serving_at_3_5_0_wanting_3_5_1(3);
     upgraded(&mut o, 2, "3.5.1", DRAIN_STALE_SECS + 10, "3.5.0");
     let p = o.pods.get_mut("ex-m2").unwrap();
     (p.serving, p.drained_secs) = (Some(false), Some(DRAIN_STALE_SECS + 13));
