@@ -419,7 +419,7 @@ fn a_member_is_drained_before_its_in_place_restart() {
         o.pods.get_mut(p).unwrap().ready = false;
     }
     assert!(matches!(plan(&o), Step::UpgradeMember { pod, .. } if pod == "ex-m2"), "{:?}", plan(&o));
-    let mut o = serving_at_3_5_0_wanting_3_5_1(1);
+    let o = serving_at_3_5_0_wanting_3_5_1(1);
     assert!(matches!(plan(&o), Step::UpgradeMember { pod, .. } if pod == "ex-m1"), "{:?}", plan(&o));
 }
 
