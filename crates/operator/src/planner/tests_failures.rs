@@ -149,6 +149,27 @@ fn a_member_whose_volume_was_refused_is_replaced_not_restarted() {
 }
 
 #[test]
+fn a_retired_member_whose_check_runs_again_is_removed_for_the_same_reason() {
+    // The kubelet restarts the refused check: while it runs, the pod shows no refusal, only the
+    // retired claim does. The member still goes, and the note still says what the check found.
+    let mut o = pvc_cluster(3);
+    unhealthy(&mut o, 2);
+    let found = "the volume holds no data (no marker, no etcd data directory)";
+    o.pods.get_mut("ex-m2").unwrap().volume_refused = Some(found.into());
+    let Step::RetireVolume { why: mark, .. } = plan(&o) else { panic!("the claim is retired first") };
+    retire(&mut o, "ex-m2");
+    o.retired_pvcs.get_mut("ex-m2").unwrap().retired = Some(mark);
+    let refused = plan(&o);
+    o.pods.get_mut("ex-m2").unwrap().volume_refused = None;
+    let rerunning = plan(&o);
+    for s in [refused, rerunning] {
+        let Step::RemoveMember { id, why, cause, .. } = &s else { panic!("expected RemoveMember, got {s:?}") };
+        assert_eq!((*id, *cause), (2, Removal::VolumeLost));
+        assert!(why.contains(found) && why.contains("a new member replaces it"), "{why}");
+    }
+}
+
+#[test]
 fn refused_volumes_count_as_lost_when_judging_quorum_loss() {
     let mut o = pvc_cluster(3);
     lose_pods(&mut o, &[3]);
