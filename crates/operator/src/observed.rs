@@ -112,6 +112,18 @@ pub struct Observed {
     pub nodes: BTreeMap<String, crate::nodes::NodeState>,
     /// Why Nodes could not be read (no permission, say): node loss is then never assumed.
     pub nodes_error: Option<String>,
+    /// The client Service's endpoints as the EndpointSlice watch shows them; `None` when not
+    /// known (the server serves no `discovery.k8s.io/v1`, or no slice of that Service was seen):
+    /// a drain then lasts `planner::DRAIN_SECS`.
+    pub client_endpoints: Option<ClientEndpoints>,
+}
+
+/// What the client Service routes to: the member pods its EndpointSlices list (ready or not:
+/// a listed pod may get traffic), and how long ago the operator's watch saw them last change.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ClientEndpoints {
+    pub listed: std::collections::BTreeSet<String>,
+    pub since_change_ms: u64,
 }
 
 impl Default for Observed {
@@ -157,6 +169,7 @@ impl Default for Observed {
             member_nodes: Default::default(),
             nodes: BTreeMap::new(),
             nodes_error: None,
+            client_endpoints: None,
         }
     }
 }

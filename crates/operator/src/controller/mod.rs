@@ -14,6 +14,7 @@ use std::sync::Arc;
 use etcd_operator_api::EtcdCluster;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ObjectReference, PersistentVolumeClaim, Pod, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::api::{Api, ApiResource, DynamicObject};
 use kube::runtime::controller::Controller;
@@ -27,6 +28,7 @@ pub use scope::WatchScope;
 
 use crate::act;
 use crate::observe::Caches;
+use crate::observe::client_endpoints::SliceClock;
 use crate::runtime::events::Recorder;
 use reconcile::{error_policy, reconcile};
 
@@ -139,6 +141,31 @@ pub async fn run(client: Client, opts: Options, shutdown: impl std::future::Futu
             "the operator runs outside a pod: cluster NetworkPolicies cannot name it; it reaches members from a node of the cluster (always allowed) or through spec.networkPolicy.clients (ipBlock)"
         );
     }
+    // The EndpointSlices of the clusters' Services (they carry their Service's labels): a
+    // drained member leaves once the client Service no longer lists it (`observe::
+    // client_endpoints`). discovery.k8s.io/v1 only; without it a drain lasts a fixed time.
+    let slices = if crate::observe::client_endpoints::served(&client).await {
+        let (store, w) = reflector::store::<EndpointSlice>();
+        let clock = SliceClock::default();
+        let noted = clock.clone();
+        // The clock first: a reconcile that sees the change in the cache also sees its time.
+        let events = watcher(scope.api::<EndpointSlice>(&client), children.clone())
+            .default_backoff()
+            .inspect(move |e| match e {
+                Ok(e) => noted.note(e),
+                Err(e) => noted.failed(e),
+            })
+            .reflect(w)
+            .touched_objects();
+        tracing::info!("EndpointSlices: a drain ends once the client Service no longer lists the member");
+        Some((store, clock, events))
+    } else {
+        tracing::warn!(
+            "the API server serves no discovery.k8s.io/v1 EndpointSlices: a drained member leaves after a fixed {} s, whether or not the client Service still lists it",
+            crate::planner::DRAIN_SECS
+        );
+        None
+    };
     // PodDisruptionBudgets in whichever policy version the server serves (discovery).
     let budget_api = crate::disruption_budget::discover(&client).await;
     match &budget_api {
@@ -174,6 +201,7 @@ pub async fn run(client: Client, opts: Options, shutdown: impl std::future::Futu
             pvcs: pvcs.clone(),
             budgets: budgets.as_ref().map(|(ar, store, _)| (ar.clone(), store.clone())),
             network_policies: policies.clone(),
+            endpoint_slices: slices.as_ref().map(|(store, clock, _)| (store.clone(), clock.clone())),
         },
         etcd_clients: Default::default(),
         init_image: opts.init_image,
@@ -202,6 +230,21 @@ pub async fn run(client: Client, opts: Options, shutdown: impl std::future::Futu
         .owns_stream_with(svc_events, ())
         .owns_stream_with(pvc_events, ())
         .owns_stream_with(policy_events, ());
+    let controller = match slices {
+        // Only the client Service's slices matter; they name their cluster in its label.
+        Some((_, _, events)) => controller.watches_stream_with(
+            events,
+            move |s: EndpointSlice| {
+                let cluster = s.labels().get(crate::naming::CLUSTER_LABEL)?;
+                let service = s.labels().get(crate::observe::client_endpoints::SERVICE_NAME_LABEL)?;
+                (*service == crate::naming::client_service(cluster)).then(|| {
+                    reflector::ObjectRef::new_with(cluster, ar.clone()).within(&s.namespace().unwrap_or_default())
+                })
+            },
+            (),
+        ),
+        None => controller,
+    };
     let budget_store = budgets.as_ref().map(|(_, store, _)| store.clone());
     let controller = match budgets {
         Some((ar, _, events)) => controller.owns_stream_with(events, ar),

@@ -134,6 +134,14 @@ pub const PERMISSIONS: &[Permission] = &[
         why: "read the spec.TLS.static and spec.auth Secrets a cluster names, to check them and to connect; create and update the spec.TLS.auto Secrets a cluster owns; create a missing spec.auth root Secret and patch the record of the root password etcd has (no list, watch or delete: only Secrets a spec names or the operator owns)",
     },
     Permission {
+        group: "discovery.k8s.io",
+        resource: "endpointslices",
+        verbs: &["list", "watch"],
+        scope: Scope::Namespaced,
+        names: &[],
+        why: "see when the client Service no longer lists a drained member, so that it leaves no sooner (nor later) than clients stop reaching it",
+    },
+    Permission {
         group: "policy",
         resource: "poddisruptionbudgets",
         verbs: &["get", "list", "watch", "create", "patch"],

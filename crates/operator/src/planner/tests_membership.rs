@@ -107,6 +107,61 @@ fn scale_down_removes_one_non_leader_after_draining_it_from_the_client_service()
     );
 }
 
+/// Where the client Service's EndpointSlices are watched, a drain ends when they no longer list
+/// the member and every node's proxy had time to follow: sooner than the fixed time when they
+/// are quick, later when they are slow, never on a change older than the drain itself.
+#[test]
+fn a_drain_ends_when_the_client_service_no_longer_lists_the_member() {
+    use crate::observed::ClientEndpoints;
+    // (seconds since the drain, slices seen? listing it?, ms since their last change, pod has
+    // an address) → does the member leave now?
+    let rows: &[(i64, Option<bool>, u64, bool, bool)] = &[
+        // Not watched (no discovery.k8s.io/v1): the fixed time.
+        (DRAIN_SECS - 1, None, 0, true, false),
+        (DRAIN_SECS, None, 0, true, true),
+        // Still listed: waits, past the fixed time, up to the bound.
+        (1, Some(true), 500, true, false),
+        (DRAIN_SECS + 2, Some(true), 500, true, false),
+        (DRAIN_MAX_SECS - 1, Some(true), 500, true, false),
+        (DRAIN_MAX_SECS, Some(true), 500, true, true),
+        // Dropped 0.6 s ago: the proxies may not have followed yet.
+        (1, Some(false), 600, true, false),
+        // Dropped 1.5 s ago, 2 s after the drain: gone, before the fixed time.
+        (2, Some(false), PROXY_SYNC_MS, true, true),
+        // Not listed, but the last change the cache saw is older than the drain (a cache that
+        // never saw the member served again): that is no evidence; up to the bound.
+        (1, Some(false), 5_000, true, false),
+        (DRAIN_MAX_SECS - 1, Some(false), 60_000, true, false),
+        (DRAIN_MAX_SECS, Some(false), 60_000, true, true),
+        // A pod without an address was never an endpoint.
+        (0, Some(false), 60_000, false, true),
+    ];
+    for &(secs, listed, since_change_ms, has_ip, leaves) in rows {
+        let mut o = running(5, 4);
+        drained(&mut o, "ex-m5");
+        let p = o.pods.get_mut("ex-m5").unwrap();
+        p.drained_secs = Some(secs);
+        if !has_ip {
+            p.ip = None;
+        }
+        o.client_endpoints = listed.map(|l| ClientEndpoints {
+            listed: ["ex-m1", "ex-m2", "ex-m3", "ex-m4"]
+                .into_iter()
+                .chain(l.then_some("ex-m5"))
+                .map(String::from)
+                .collect(),
+            since_change_ms,
+        });
+        let s = plan(&o);
+        let row = format!("drained {secs} s, listed {listed:?}, changed {since_change_ms} ms ago, ip {has_ip}: {s:?}");
+        if leaves {
+            assert!(matches!(s, Step::RemoveMember { id: 5, .. }), "{row}");
+        } else {
+            assert_eq!(wait_reason(&s), WaitReason::MemberDraining, "{row}");
+        }
+    }
+}
+
 /// A healthy voter leaves gracefully (stopped first, then removed: its clients move off
 /// without a failed request) only while the others hold a quorum of the voters as they are;
 /// otherwise it is removed first, as etcd's own `member remove` does.
