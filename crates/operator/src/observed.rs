@@ -119,11 +119,21 @@ pub struct Observed {
 }
 
 /// What the client Service routes to: the member pods its EndpointSlices list (ready or not:
-/// a listed pod may get traffic), and how long ago the operator's watch saw them last change.
+/// a listed pod may get traffic), and for pods no longer listed, how long ago the operator's
+/// watch saw them go (ms); a pod in neither was not listed since the watch's last full list,
+/// `watch_ms` ago.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ClientEndpoints {
     pub listed: std::collections::BTreeSet<String>,
-    pub since_change_ms: u64,
+    pub unlisted_ms: BTreeMap<String, u64>,
+    pub watch_ms: u64,
+}
+
+impl ClientEndpoints {
+    /// How long `pod` has not been listed (ms); `None` while it is.
+    pub fn unlisted_for(&self, pod: &str) -> Option<u64> {
+        (!self.listed.contains(pod)).then(|| self.unlisted_ms.get(pod).copied().unwrap_or(self.watch_ms))
+    }
 }
 
 impl Default for Observed {
@@ -244,6 +254,8 @@ pub struct PodState {
     pub serving: Option<bool>,
     /// Seconds since the member was drained from the client Service.
     pub drained_secs: Option<i64>,
+    /// The same in milliseconds (the mark is written to the millisecond or finer).
+    pub drained_ms: Option<i64>,
     /// The operator fenced the member (`naming::FENCED_AT_ANNOTATION`): out of the client
     /// Service on a person's request, not for a change of its own.
     pub fenced: bool,

@@ -145,20 +145,18 @@ pub async fn run(client: Client, opts: Options, shutdown: impl std::future::Futu
     // drained member leaves once the client Service no longer lists it (`observe::
     // client_endpoints`). discovery.k8s.io/v1 only; without it a drain lasts a fixed time.
     let slices = if crate::observe::client_endpoints::served(&client).await {
-        let (store, w) = reflector::store::<EndpointSlice>();
         let clock = SliceClock::default();
         let noted = clock.clone();
-        // The clock first: a reconcile that sees the change in the cache also sees its time.
+        // The clock is the cache: it keeps what each slice lists and when a pod left.
         let events = watcher(scope.api::<EndpointSlice>(&client), children.clone())
             .default_backoff()
             .inspect(move |e| match e {
                 Ok(e) => noted.note(e),
                 Err(e) => noted.failed(e),
             })
-            .reflect(w)
             .touched_objects();
         tracing::info!("EndpointSlices: a drain ends once the client Service no longer lists the member");
-        Some((store, clock, events))
+        Some((clock, events))
     } else {
         tracing::warn!(
             "the API server serves no discovery.k8s.io/v1 EndpointSlices: a drained member leaves after a fixed {} s, whether or not the client Service still lists it",
@@ -201,7 +199,7 @@ pub async fn run(client: Client, opts: Options, shutdown: impl std::future::Futu
             pvcs: pvcs.clone(),
             budgets: budgets.as_ref().map(|(ar, store, _)| (ar.clone(), store.clone())),
             network_policies: policies.clone(),
-            endpoint_slices: slices.as_ref().map(|(store, clock, _)| (store.clone(), clock.clone())),
+            endpoint_slices: slices.as_ref().map(|(clock, _)| clock.clone()),
         },
         etcd_clients: Default::default(),
         init_image: opts.init_image,
@@ -232,7 +230,7 @@ pub async fn run(client: Client, opts: Options, shutdown: impl std::future::Futu
         .owns_stream_with(policy_events, ());
     let controller = match slices {
         // Only the client Service's slices matter; they name their cluster in its label.
-        Some((_, _, events)) => controller.watches_stream_with(
+        Some((_, events)) => controller.watches_stream_with(
             events,
             move |s: EndpointSlice| {
                 let cluster = s.labels().get(crate::naming::CLUSTER_LABEL)?;

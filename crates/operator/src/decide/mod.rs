@@ -136,7 +136,7 @@ fn requeue(o: &Observed, step: &Step) -> Duration {
             | WaitReason::UpgradeRefused => Duration::from_secs(5),
             // Writes are refused: look again every second for the delete that frees space.
             WaitReason::NoSpace => Duration::from_secs(1),
-            // A drain ends on the second (`planner::DRAIN_SECS`): the member leaves soon after.
+            // A drain ends when the endpoints drop the member (`planner::drained_first`): soon.
             WaitReason::MemberDraining => DRAIN_POLL,
             WaitReason::Corrupt => Duration::from_secs(30),
             _ => PROGRESS_PERIOD,

@@ -1,20 +1,19 @@
 //! The client Service's endpoints, from the EndpointSlice watch: which member pods a client
-//! connecting through the Service may still reach, and since when that is so. A drained member
-//! leaves once its pod is gone from them and every node's proxy has had time to follow
-//! (`planner::drained_first`).
+//! connecting through the Service may still reach, and since when each other pod is no longer
+//! listed. A drained member leaves once its pod is gone from them and every node's proxy has had
+//! time to follow (`planner::drained_first`).
 //!
 //! A slice carries no time of its last change finer than a second, so the watch keeps its own:
-//! [`SliceClock`] notes when an event about a Service's slices arrived. After an operator restart
-//! the first list counts as a change, which only makes a drain wait longer.
+//! [`SliceClock`] holds what each slice lists and notes when a pod stopped being listed, as the
+//! watch's events arrive. After an operator restart (or a relist) a pod not listed counts as
+//! unlisted since that list, which only makes a drain wait longer.
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::ResourceExt;
-use kube::runtime::reflector::Store;
 use kube::runtime::watcher;
 
 use crate::observed::ClientEndpoints;
@@ -22,90 +21,147 @@ use crate::observed::ClientEndpoints;
 /// The label the EndpointSlice controller puts on each slice: the Service it belongs to.
 pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 
-/// When the watch last delivered an event about a Service's slices, by (namespace, Service), and
-/// whether it ever listed them all. Until it has (the watch refused by an RBAC made before the
-/// operator needed it, say), endpoints are not known: drains last the fixed time, and nothing
-/// else waits for this watch.
+/// (namespace, Service name).
+type ServiceKey = (String, String);
+
+/// One Service's slices as the watch shows them.
+#[derive(Default)]
+struct Slices {
+    /// Pods each slice lists, by slice name.
+    by_slice: HashMap<String, BTreeSet<String>>,
+    /// When each pod listed earlier stopped being listed (dropped again once listed).
+    dropped: HashMap<String, Instant>,
+}
+
+impl Slices {
+    fn listed(&self) -> BTreeSet<String> {
+        self.by_slice.values().flatten().cloned().collect()
+    }
+
+    /// Replace what the slices list (one slice, or all of them on a relist), noting the pods
+    /// that stopped being listed now.
+    fn update(&mut self, change: impl FnOnce(&mut HashMap<String, BTreeSet<String>>), now: Instant) {
+        let before = self.listed();
+        change(&mut self.by_slice);
+        let after = self.listed();
+        for pod in before.difference(&after) {
+            self.dropped.insert(pod.clone(), now);
+        }
+        for pod in &after {
+            self.dropped.remove(pod);
+        }
+    }
+}
+
+#[derive(Default)]
+struct State {
+    services: HashMap<ServiceKey, Slices>,
+    /// When the watch last finished a full list; `None` before, and after it failed.
+    listed_at: Option<Instant>,
+    /// A list in progress (between `Init` and `InitDone`).
+    relist: Option<HashMap<ServiceKey, HashMap<String, BTreeSet<String>>>>,
+}
+
+/// What the EndpointSlice watch shows, kept by its own events. Until it has listed every slice
+/// (or after it failed: the watch refused, say), endpoints are not known and drains last the
+/// fixed time.
 #[derive(Clone, Default)]
 pub struct SliceClock {
-    changed: Arc<Mutex<HashMap<(String, String), Instant>>>,
-    listed: Arc<AtomicBool>,
-    warned: Arc<AtomicBool>,
+    state: Arc<Mutex<State>>,
+    warned: Arc<std::sync::atomic::AtomicBool>,
+}
+
+fn key_of(slice: &EndpointSlice) -> Option<ServiceKey> {
+    let service = slice.labels().get(SERVICE_NAME_LABEL)?;
+    Some((slice.namespace().unwrap_or_default(), service.clone()))
 }
 
 impl SliceClock {
-    /// Note a watch event (a slice added, changed or deleted, or listed at start).
-    pub fn note(&self, event: &watcher::Event<EndpointSlice>) {
-        let slice = match event {
-            watcher::Event::Apply(s) | watcher::Event::Delete(s) | watcher::Event::InitApply(s) => s,
-            watcher::Event::InitDone => return self.listed.store(true, Ordering::Release),
-            watcher::Event::Init => return,
-        };
-        let Some(service) = slice.labels().get(SERVICE_NAME_LABEL) else { return };
-        let key = (slice.namespace().unwrap_or_default(), service.clone());
-        self.changed.lock().unwrap_or_else(|e| e.into_inner()).insert(key, Instant::now());
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Say once that the watch fails (it retries with a backoff meanwhile).
-    pub fn failed(&self, error: &watcher::Error) {
-        if !self.warned.swap(true, Ordering::AcqRel) {
-            tracing::warn!(%error, "the EndpointSlice watch fails (does the operator's role allow list and watch on discovery.k8s.io endpointslices?): drains last a fixed time until it works");
+    /// Note a watch event (a slice added, changed or deleted; a list begun, a slice listed, the
+    /// list done).
+    pub fn note(&self, event: &watcher::Event<EndpointSlice>) {
+        let now = Instant::now();
+        let mut st = self.lock();
+        match event {
+            watcher::Event::Init => st.relist = Some(HashMap::new()),
+            watcher::Event::InitApply(s) => {
+                if let (Some(key), Some(relist)) = (key_of(s), st.relist.as_mut()) {
+                    relist.entry(key).or_default().insert(s.name_any(), pods_of(s));
+                }
+            }
+            watcher::Event::InitDone => {
+                let mut listed = st.relist.take().unwrap_or_default();
+                let keys: BTreeSet<ServiceKey> = st.services.keys().chain(listed.keys()).cloned().collect();
+                for key in keys {
+                    let by_slice = listed.remove(&key).unwrap_or_default();
+                    st.services.entry(key).or_default().update(|s| *s = by_slice, now);
+                }
+                st.listed_at = Some(now);
+            }
+            watcher::Event::Apply(s) => {
+                if let Some(key) = key_of(s) {
+                    let (name, pods) = (s.name_any(), pods_of(s));
+                    st.services.entry(key).or_default().update(|b| drop(b.insert(name, pods)), now);
+                }
+            }
+            watcher::Event::Delete(s) => {
+                if let Some(key) = key_of(s) {
+                    let name = s.name_any();
+                    st.services.entry(key).or_default().update(|b| drop(b.remove(&name)), now);
+                }
+            }
         }
     }
 
-    fn since(&self, namespace: &str, service: &str) -> Option<u64> {
-        let map = self.changed.lock().unwrap_or_else(|e| e.into_inner());
-        let at = map.get(&(namespace.to_string(), service.to_string()))?;
-        Some(u64::try_from(at.elapsed().as_millis()).unwrap_or(u64::MAX))
+    /// The watch failed (it retries with a backoff): endpoints are not known until it lists
+    /// again. Said once.
+    pub fn failed(&self, error: &watcher::Error) {
+        self.lock().listed_at = None;
+        if !self.warned.swap(true, std::sync::atomic::Ordering::AcqRel) {
+            tracing::warn!(%error, "the EndpointSlice watch fails: drains last a fixed time until it lists again");
+        }
+    }
+
+    /// What `service`'s slices list now; `None` until the watch has listed every slice.
+    pub fn read(&self, namespace: &str, service: &str) -> Option<ClientEndpoints> {
+        let st = self.lock();
+        let listed_at = st.listed_at?;
+        let ms = |at: Instant| u64::try_from(at.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let slices = st.services.get(&(namespace.to_string(), service.to_string()));
+        Some(ClientEndpoints {
+            listed: slices.map(Slices::listed).unwrap_or_default(),
+            unlisted_ms: slices
+                .map(|s| s.dropped.iter().map(|(pod, at)| (pod.clone(), ms(*at))).collect())
+                .unwrap_or_default(),
+            watch_ms: ms(listed_at),
+        })
     }
 }
 
 /// Whether the server serves `discovery.k8s.io/v1` EndpointSlices (Kubernetes 1.21 and later),
-/// found through discovery.
+/// found through discovery. Only a "not found" is an answer: another error (the server busy at
+/// the operator's start) counts as served, and the watch's own retries find out.
 pub async fn served(client: &kube::Client) -> bool {
     match client.list_api_group_resources("discovery.k8s.io/v1").await {
         Ok(list) => list.resources.iter().any(|r| r.name == "endpointslices"),
+        Err(kube::Error::Api(e)) if e.code == 404 => false,
         Err(e) => {
-            tracing::debug!(error = %e, "discovery.k8s.io/v1 not served");
-            false
+            tracing::warn!(error = %e, "discovery of discovery.k8s.io/v1 failed; watching EndpointSlices anyway");
+            true
         }
     }
 }
 
-/// The pods `service`'s slices list, from the watch cache; `None` before the watch listed them
-/// all, and while no slice of it is there.
-pub fn read(
-    store: &Store<EndpointSlice>,
-    clock: &SliceClock,
-    namespace: &str,
-    service: &str,
-) -> Option<ClientEndpoints> {
-    if !clock.listed.load(Ordering::Acquire) {
-        return None;
-    }
-    let slices: Vec<_> = store
-        .state()
-        .into_iter()
-        .filter(|s| {
-            s.namespace().as_deref() == Some(namespace)
-                && s.labels().get(SERVICE_NAME_LABEL).map(String::as_str) == Some(service)
-        })
-        .collect();
-    if slices.is_empty() {
-        return None;
-    }
-    Some(ClientEndpoints {
-        listed: listed(slices.iter().map(|s| s.as_ref())),
-        // A slice in the cache without a noted event: as if it changed just now.
-        since_change_ms: clock.since(namespace, service).unwrap_or(0),
-    })
-}
-
-/// Pod names the slices list, whatever their conditions say: kube-proxy may still route to an
+/// Pod names a slice lists, whatever their conditions say: kube-proxy may still route to an
 /// endpoint that is not ready (when no endpoint is) or terminating.
-fn listed<'a>(slices: impl Iterator<Item = &'a EndpointSlice>) -> BTreeSet<String> {
-    slices
-        .flat_map(|s| s.endpoints.iter())
+fn pods_of(slice: &EndpointSlice) -> BTreeSet<String> {
+    slice
+        .endpoints
+        .iter()
         .filter_map(|e| e.target_ref.as_ref())
         .filter(|r| r.kind.as_deref() == Some("Pod"))
         .filter_map(|r| r.name.clone())
@@ -117,7 +173,7 @@ mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::ObjectReference;
     use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions};
-    use kube::runtime::reflector;
+    use std::time::Duration;
 
     fn slice(name: &str, ns: &str, service: &str, pods: &[(&str, bool)]) -> EndpointSlice {
         EndpointSlice {
@@ -145,72 +201,97 @@ mod tests {
         }
     }
 
-    fn store_of(slices: Vec<EndpointSlice>, clock: &SliceClock) -> Store<EndpointSlice> {
-        let mut w = reflector::store::Writer::<EndpointSlice>::default();
+    fn listed(slices: Vec<EndpointSlice>) -> SliceClock {
+        let clock = SliceClock::default();
+        clock.note(&watcher::Event::Init);
         for s in slices {
-            let ev = watcher::Event::Apply(s);
-            clock.note(&ev);
-            w.apply_watcher_event(&ev);
+            clock.note(&watcher::Event::InitApply(s));
         }
         clock.note(&watcher::Event::InitDone);
-        w.as_reader()
+        clock
+    }
+
+    fn names(pods: &[&str]) -> BTreeSet<String> {
+        pods.iter().map(|p| p.to_string()).collect()
     }
 
     #[test]
     fn lists_every_pod_of_the_service_ready_or_not_and_nothing_of_other_services() {
-        let clock = SliceClock::default();
-        let store = store_of(
-            vec![
-                slice("ex-client-a", "ns", "ex-client", &[("ex-1", true), ("ex-2", false)]),
-                slice("ex-client-b", "ns", "ex-client", &[("ex-3", true)]),
-                slice("ex-x", "ns", "ex", &[("ex-4", true)]),
-                slice("ex-client-c", "other", "ex-client", &[("ex-5", true)]),
-            ],
-            &clock,
-        );
-        let ep = read(&store, &clock, "ns", "ex-client").expect("seen");
-        assert_eq!(ep.listed, ["ex-1", "ex-2", "ex-3"].map(String::from).into());
-        assert!(ep.since_change_ms < 1000, "{ep:?}");
+        let clock = listed(vec![
+            slice("ex-client-a", "ns", "ex-client", &[("ex-1", true), ("ex-2", false)]),
+            slice("ex-client-b", "ns", "ex-client", &[("ex-3", true)]),
+            slice("ex-x", "ns", "ex", &[("ex-4", true)]),
+            slice("ex-client-c", "other", "ex-client", &[("ex-5", true)]),
+        ]);
+        let ep = clock.read("ns", "ex-client").expect("listed");
+        assert_eq!(ep.listed, names(&["ex-1", "ex-2", "ex-3"]));
+        assert!(ep.unlisted_ms.is_empty() && ep.watch_ms < 1000, "{ep:?}");
     }
 
     #[test]
-    fn nothing_is_known_before_the_watch_listed_every_slice() {
+    fn nothing_is_known_before_the_watch_listed_every_slice_nor_after_it_failed() {
         let clock = SliceClock::default();
-        let mut w = reflector::store::Writer::<EndpointSlice>::default();
-        let store = w.as_reader();
-        let listing = [
-            watcher::Event::Init,
-            watcher::Event::InitApply(slice("ex-client-a", "ns", "ex-client", &[("ex-1", true)])),
-        ];
-        for ev in &listing {
-            clock.note(ev);
-            w.apply_watcher_event(ev);
-        }
-        assert_eq!(read(&store, &clock, "ns", "ex-client"), None);
+        clock.note(&watcher::Event::Init);
+        clock.note(&watcher::Event::InitApply(slice("ex-client-a", "ns", "ex-client", &[("ex-1", true)])));
+        assert_eq!(clock.read("ns", "ex-client"), None);
         clock.note(&watcher::Event::InitDone);
-        w.apply_watcher_event(&watcher::Event::InitDone);
-        assert!(read(&store, &clock, "ns", "ex-client").is_some());
+        assert_eq!(clock.read("ns", "ex-client").unwrap().listed, names(&["ex-1"]));
+        clock.failed(&watcher::Error::NoResourceVersion);
+        assert_eq!(clock.read("ns", "ex-client"), None);
     }
 
     #[test]
-    fn no_slice_seen_is_not_known_not_empty() {
-        let clock = SliceClock::default();
-        let store = store_of(vec![slice("ex-x", "ns", "ex", &[("ex-1", true)])], &clock);
-        assert_eq!(read(&store, &clock, "ns", "ex-client"), None);
+    fn a_service_without_slices_once_listed_lists_nothing() {
+        let clock = listed(vec![]);
+        let ep = clock.read("ns", "ex-client").expect("listed");
+        assert!(ep.listed.is_empty() && ep.unlisted_ms.is_empty(), "{ep:?}");
     }
 
     #[test]
-    fn the_clock_counts_from_the_last_event_of_the_service_deletes_included() {
-        let clock = SliceClock::default();
-        let a = slice("ex-client-a", "ns", "ex-client", &[("ex-1", true)]);
-        clock.note(&watcher::Event::Apply(a.clone()));
-        std::thread::sleep(std::time::Duration::from_millis(120));
-        let first = clock.since("ns", "ex-client").unwrap();
-        assert!(first >= 100, "{first}");
-        clock.note(&watcher::Event::Delete(a));
-        assert!(clock.since("ns", "ex-client").unwrap() < first);
-        // Another Service's events do not move it.
-        clock.note(&watcher::Event::Apply(slice("ex-x", "ns", "ex", &[])));
-        assert_eq!(clock.since("ns", "other"), None);
+    fn a_pod_dropped_from_a_slice_is_unlisted_from_that_event_and_listed_again_after() {
+        let clock = listed(vec![slice("ex-client-a", "ns", "ex-client", &[("ex-1", true), ("ex-2", true)])]);
+        std::thread::sleep(Duration::from_millis(120));
+        clock.note(&watcher::Event::Apply(slice("ex-client-a", "ns", "ex-client", &[("ex-1", true)])));
+        let ep = clock.read("ns", "ex-client").unwrap();
+        assert_eq!(ep.listed, names(&["ex-1"]));
+        let dropped = ep.unlisted_ms["ex-2"];
+        assert!(dropped < 100 && ep.watch_ms >= 100, "dropped {dropped} ms ago, listed {} ms ago", ep.watch_ms);
+        // Another pod's change later does not move when ex-2 left.
+        std::thread::sleep(Duration::from_millis(120));
+        clock.note(&watcher::Event::Apply(slice("ex-client-a", "ns", "ex-client", &[("ex-1", false)])));
+        assert!(clock.read("ns", "ex-client").unwrap().unlisted_ms["ex-2"] >= 100);
+        // Listed again: no longer unlisted.
+        clock.note(&watcher::Event::Apply(slice("ex-client-a", "ns", "ex-client", &[("ex-1", true), ("ex-2", true)])));
+        assert!(!clock.read("ns", "ex-client").unwrap().unlisted_ms.contains_key("ex-2"));
+    }
+
+    #[test]
+    fn a_pod_moved_between_slices_stays_listed_and_a_deleted_slice_drops_its_pods() {
+        let clock = listed(vec![
+            slice("ex-client-a", "ns", "ex-client", &[("ex-1", true)]),
+            slice("ex-client-b", "ns", "ex-client", &[("ex-2", true)]),
+        ]);
+        clock.note(&watcher::Event::Apply(slice("ex-client-a", "ns", "ex-client", &[("ex-1", true), ("ex-2", true)])));
+        clock.note(&watcher::Event::Delete(slice("ex-client-b", "ns", "ex-client", &[("ex-2", true)])));
+        let ep = clock.read("ns", "ex-client").unwrap();
+        assert_eq!(ep.listed, names(&["ex-1", "ex-2"]));
+        assert!(ep.unlisted_ms.is_empty(), "{ep:?}");
+        clock.note(&watcher::Event::Delete(slice("ex-client-a", "ns", "ex-client", &[])));
+        let ep = clock.read("ns", "ex-client").unwrap();
+        assert!(ep.listed.is_empty());
+        assert_eq!(ep.unlisted_ms.keys().cloned().collect::<BTreeSet<_>>(), names(&["ex-1", "ex-2"]));
+    }
+
+    #[test]
+    fn a_relist_drops_what_it_no_longer_shows_and_keeps_the_rest() {
+        let clock = listed(vec![slice("ex-client-a", "ns", "ex-client", &[("ex-1", true), ("ex-2", true)])]);
+        clock.note(&watcher::Event::Init);
+        clock.note(&watcher::Event::InitApply(slice("ex-client-a", "ns", "ex-client", &[("ex-1", true)])));
+        // While relisting, the last full list still answers.
+        assert_eq!(clock.read("ns", "ex-client").unwrap().listed, names(&["ex-1", "ex-2"]));
+        clock.note(&watcher::Event::InitDone);
+        let ep = clock.read("ns", "ex-client").unwrap();
+        assert_eq!(ep.listed, names(&["ex-1"]));
+        assert!(ep.unlisted_ms.contains_key("ex-2"));
     }
 }

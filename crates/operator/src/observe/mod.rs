@@ -47,9 +47,9 @@ pub struct Caches {
     pub budgets: Option<(kube::api::ApiResource, Store<kube::api::DynamicObject>)>,
     /// The clusters' NetworkPolicies (`network_policy`).
     pub network_policies: Store<k8s_openapi::api::networking::v1::NetworkPolicy>,
-    /// The clusters' Services' EndpointSlices and when each Service's last changed (none: the
-    /// server serves no `discovery.k8s.io/v1`).
-    pub endpoint_slices: Option<(Store<k8s_openapi::api::discovery::v1::EndpointSlice>, client_endpoints::SliceClock)>,
+    /// What the clusters' Services' EndpointSlices list, and since when pods are no longer
+    /// listed (none: the server serves no `discovery.k8s.io/v1`).
+    pub endpoint_slices: Option<client_endpoints::SliceClock>,
 }
 
 fn owned_by<K: kube::Resource>(obj: &K, cluster: &EtcdCluster) -> bool {
@@ -230,10 +230,7 @@ pub async fn observe(
         .get(QUORUM_LOST_AT_ANNOTATION)
         .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok())
         .map(|t| (now.as_second() - t.as_second()).max(0));
-    let client_endpoints = caches
-        .endpoint_slices
-        .as_ref()
-        .and_then(|(store, clock)| client_endpoints::read(store, clock, &namespace, &client_service));
+    let client_endpoints = caches.endpoint_slices.as_ref().and_then(|clock| clock.read(&namespace, &client_service));
     let mut o = Observed {
         services_ready: services.contains(&name) && services.contains(&naming::client_service(&name)),
         name,

@@ -153,13 +153,14 @@ fn next_step(o: &Observed) -> Step {
 }
 
 /// How long a drained member keeps answering before it leaves when the client Service's
-/// endpoints cannot be watched (no `discovery.k8s.io/v1`): the time for the endpoints
-/// controller and every node's proxy to drop it from the client Service.
+/// endpoints are not known (no `discovery.k8s.io/v1`, or its watch not listed yet): the time
+/// for the endpoints controller and every node's proxy to drop it from the client Service.
 pub const DRAIN_SECS: i64 = 3;
-/// Where they are watched: how long after the last change of the client Service's
-/// EndpointSlices a drained member that they no longer list may leave. kube-proxy applies a
-/// change at most once per `minSyncPeriod` (1 s by default, iptables and nftables alike).
-pub const PROXY_SYNC_MS: u64 = 1500;
+/// Where they are known: how long a drained member must have been gone from the client
+/// Service's EndpointSlices before it leaves. A rule of thumb for every node's proxy to follow:
+/// kube-proxy applies a change at most once per `minSyncPeriod` (1 s by default, iptables and
+/// nftables alike), after its own watch saw it; the margin covers a slow rule sync.
+pub const PROXY_SYNC_MS: u64 = 2000;
 /// The longest a drain waits for the endpoints to drop the member (an EndpointSlice controller
 /// that is down or behind): then the member leaves as without the watch, later.
 pub const DRAIN_MAX_SECS: i64 = 10;
@@ -169,14 +170,18 @@ pub const DRAIN_STALE_SECS: i64 = 60;
 
 /// Before a member leaves on purpose (removed, or its pod deleted to restart it) it is drained
 /// from the client Service: the step for that, or the wait until the Service no longer routes
-/// to it, or `None` once done (or when its pod is going anyway). Done when the client Service's
-/// EndpointSlices no longer list it and [`PROXY_SYNC_MS`] passed since they last changed (a
-/// change seen after the drain began, so a stale cache never ends it), or after
-/// [`DRAIN_MAX_SECS`]; after [`DRAIN_SECS`] where the endpoints are not known. A fenced member's
-/// drain is as old as its fence.
+/// to it, or `None` once done (or when its pod is going anyway). Done once the client Service's
+/// EndpointSlices have not listed it for [`PROXY_SYNC_MS`], counted from a drop the operator saw
+/// after the drain began (so a cache that never saw the member served again ends nothing), or
+/// after [`DRAIN_MAX_SECS`]; after [`DRAIN_SECS`] where the endpoints are not known. A fenced
+/// member is out of the Service since its fence, which nothing undoes.
 pub(crate) fn drained_first(o: &Observed, pod: &str) -> Option<Step> {
     let p = o.pods.get(pod)?;
     if p.deleting || p.is_dead() {
+        return None;
+    }
+    let unlisted = o.client_endpoints.as_ref().and_then(|ep| ep.unlisted_for(pod));
+    if p.fenced && p.serving == Some(false) && unlisted.is_some_and(|ms| ms >= PROXY_SYNC_MS) {
         return None;
     }
     // A drain gone stale (`DRAIN_STALE_SECS`: the step after it did not come, an operator
@@ -184,23 +189,25 @@ pub(crate) fn drained_first(o: &Observed, pod: &str) -> Option<Step> {
     let (Some(false), Some(secs)) = (p.serving, p.drained_secs.filter(|s| *s < DRAIN_STALE_SECS)) else {
         return Some(Step::Drain { pod: pod.to_string() });
     };
-    let why = match &o.client_endpoints {
-        None if secs >= DRAIN_SECS => return None,
-        None => format!("member {pod} was taken out of the client Service; it leaves in a moment"),
-        Some(_) if secs >= DRAIN_MAX_SECS => return None,
-        // A pod without an address was never an endpoint.
-        Some(ep) if p.ip.is_none() && !ep.listed.contains(pod) => return None,
-        Some(ep) if ep.listed.contains(pod) => {
+    let drained_ms = u64::try_from(p.drained_ms.unwrap_or(secs * 1000)).unwrap_or(0);
+    let why = match (&o.client_endpoints, unlisted) {
+        (None, _) if secs >= DRAIN_SECS => return None,
+        (None, _) => format!("member {pod} was taken out of the client Service; it leaves in a moment"),
+        (Some(_), _) if secs >= DRAIN_MAX_SECS => return None,
+        (Some(_), None) => {
             format!("member {pod} was taken out of the client Service; waiting for its endpoints to drop it")
         }
-        // The change the slices show may be older than the drain (a cache that has not seen
-        // the pod served again since an earlier drain): it must come after the drain's mark
-        // (whole seconds, hence the second more).
-        Some(ep) if ep.since_change_ms > (secs as u64 + 1) * 1000 => {
+        // A pod without an address was never an endpoint.
+        (Some(_), Some(_)) if p.ip.is_none() => return None,
+        // Gone from the endpoints since before the drain: a cache that may not have seen the
+        // member served again is no evidence.
+        (Some(_), Some(ms)) if ms > drained_ms => {
             format!("member {pod} was taken out of the client Service; waiting for its endpoints to change")
         }
-        Some(ep) if ep.since_change_ms >= PROXY_SYNC_MS => return None,
-        Some(_) => format!("member {pod} is gone from the client Service's endpoints; every node's proxy follows"),
+        (Some(_), Some(ms)) if ms >= PROXY_SYNC_MS => return None,
+        (Some(_), Some(_)) => {
+            format!("member {pod} is gone from the client Service's endpoints; every node's proxy follows")
+        }
     };
     Some(wait(WaitReason::MemberDraining, why))
 }

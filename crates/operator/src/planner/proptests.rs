@@ -20,7 +20,7 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 
 use super::*;
-use crate::observed::{AlarmKind, MemberState, MemberStatus, PodState, PvcState};
+use crate::observed::{AlarmKind, ClientEndpoints, MemberState, MemberStatus, PodState, PvcState};
 use crate::validation::QuorumLossPolicy;
 use crate::validation::validate;
 use etcd_operator_api::EtcdClusterSpec;
@@ -58,7 +58,11 @@ struct Gen {
     lost_for: Option<i64>,
     /// Per voter: its pod was made from an older pod spec.
     outdated: Vec<bool>,
-    /// Per voter: 0 serving, 1 drained a moment ago, 2 drained long enough to leave.
+    /// Per voter: 0 serving, 1 drained a moment ago, 2 drained long enough to leave without
+    /// endpoints to go by (`DRAIN_SECS`); where the client Service's endpoints are known (any
+    /// voter drawn 3 to 5): 3 drained 2.5 s ago and gone from them for `PROXY_SYNC_MS`, 4
+    /// drained 5 s ago and still listed, 5 drained 2.5 s ago and gone since before (a stale
+    /// cache). With endpoints known, 1 is still listed and 2 gone for only 0.5 s.
     drained: Vec<u8>,
     /// Every member's database file mostly free space.
     fragmented: bool,
@@ -142,7 +146,10 @@ fn observations() -> impl Strategy<Value = Gen> {
             ),
             (
                 proptest::collection::vec(prop::bool::weighted(0.2), n),
-                proptest::collection::vec(prop_oneof![6 => Just(0u8), 1 => Just(1u8), 1 => Just(2u8)], n),
+                proptest::collection::vec(
+                    prop_oneof![12 => Just(0u8), 2 => Just(1u8), 2 => Just(2u8), 1 => Just(3u8), 1 => Just(4u8), 1 => Just(5u8)],
+                    n,
+                ),
                 prop::bool::weighted(0.2),
                 prop_oneof![8 => Just(0u8), 1 => Just(1u8), 1 => Just(2u8)],
                 prop::bool::weighted(0.1),
@@ -255,10 +262,19 @@ fn observed(g: &Gen) -> Observed {
                             (false, false) => hash.clone(),
                         }),
                         serving: Some(drained == 0),
+                        drained_ms: match drained {
+                            0 => None,
+                            1 => Some(0),
+                            2 => Some(DRAIN_SECS * 1000),
+                            4 => Some(5_000),
+                            _ => Some(2_500),
+                        },
                         drained_secs: match drained {
                             0 => None,
                             1 => Some(0),
-                            _ => Some(DRAIN_SECS),
+                            2 => Some(DRAIN_SECS),
+                            4 => Some(5),
+                            _ => Some(2),
                         },
                         ..Default::default()
                     },
@@ -285,6 +301,18 @@ fn observed(g: &Gen) -> Observed {
         };
     let (looks, seen, backup_revision) = g.looks();
     o.survivor_looks.looks = looks;
+    if g.drained.iter().any(|d| *d >= 3) {
+        let mut ep = ClientEndpoints { watch_ms: 600_000, ..Default::default() };
+        for (i, d) in g.drained.iter().enumerate() {
+            match d {
+                0 | 1 | 4 => drop(ep.listed.insert(name(i))),
+                2 => drop(ep.unlisted_ms.insert(name(i), 500)),
+                3 => drop(ep.unlisted_ms.insert(name(i), PROXY_SYNC_MS)),
+                _ => drop(ep.unlisted_ms.insert(name(i), 60_000)),
+            }
+        }
+        o.client_endpoints = Some(ep);
+    }
     if let Ok(d) = &o.desired
         && let QuorumLossPolicy::FromBackup { .. } = d.recovery.quorum_loss
     {

@@ -82,9 +82,23 @@ pub(super) fn check(o: &Observed, step: &Step) -> Result<(), TestCaseError> {
             "acted under a CORRUPT alarm: {step:?}"
         );
     }
+    // Out of the client Service long enough for every node's proxy: by the endpoints when they
+    // are known (gone from them since the drain for `PROXY_SYNC_MS`, or slow past the bound),
+    // else by the fixed time.
     let drained_long = |pod: &str| {
         o.pods.get(pod).is_some_and(|p| {
-            p.serving == Some(false) && p.drained_secs.is_some_and(|s| (DRAIN_SECS..DRAIN_STALE_SECS).contains(&s))
+            let Some(secs) = p.drained_secs.filter(|s| p.serving == Some(false) && *s < DRAIN_STALE_SECS) else {
+                return false;
+            };
+            match &o.client_endpoints {
+                None => secs >= DRAIN_SECS,
+                Some(ep) => {
+                    let since_drain = p.drained_ms.unwrap_or(secs * 1000) as u64;
+                    secs >= DRAIN_MAX_SECS
+                        || (!ep.listed.contains(pod)
+                            && ep.unlisted_ms.get(pod).is_some_and(|ms| (PROXY_SYNC_MS..=since_drain).contains(ms)))
+                }
+            }
         })
     };
     match step {

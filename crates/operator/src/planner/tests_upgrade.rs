@@ -423,6 +423,26 @@ fn a_member_is_drained_before_its_in_place_restart() {
     assert!(matches!(plan(&o), Step::UpgradeMember { pod, .. } if pod == "ex-m1"), "{:?}", plan(&o));
 }
 
+/// Where the client Service's endpoints are watched, the restart waits for them to drop the
+/// member (not for a fixed time): listed, it waits past [`DRAIN_SECS`]; dropped long enough
+/// since the drain, it restarts before.
+#[test]
+fn an_upgrade_restart_waits_for_the_endpoints_to_drop_the_member() {
+    use crate::observed::ClientEndpoints;
+    let mut o = serving_at_3_5_0_wanting_3_5_1(3);
+    let p = o.pods.get_mut("ex-m2").unwrap();
+    (p.serving, p.drained_secs, p.drained_ms) = (Some(false), Some(DRAIN_SECS + 1), Some(DRAIN_SECS * 1000 + 1000));
+    let all = ["ex-m1", "ex-m2", "ex-m3"].map(String::from).into();
+    o.client_endpoints = Some(ClientEndpoints { listed: all, unlisted_ms: Default::default(), watch_ms: 600_000 });
+    assert_eq!(wait_reason(&plan(&o)), WaitReason::MemberDraining);
+    let p = o.pods.get_mut("ex-m2").unwrap();
+    (p.drained_secs, p.drained_ms) = (Some(2), Some(2_400));
+    let ep = o.client_endpoints.as_mut().unwrap();
+    ep.listed.remove("ex-m2");
+    ep.unlisted_ms.insert("ex-m2".into(), PROXY_SYNC_MS);
+    assert!(matches!(plan(&o), Step::UpgradeMember { pod, .. } if pod == "ex-m2"), "{:?}", plan(&o));
+}
+
 /// A member whose upgrade restart takes long (an image pull, a large database) is not served
 /// again by the stale-drain rule while it may still come back: only once back, or once its
 /// upgrade failed.
