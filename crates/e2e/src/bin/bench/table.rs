@@ -374,12 +374,13 @@ fn many_line(r: &BTreeMap<&str, Vec<Sample>>) -> String {
     };
     let e = |k| s.extra.get(k).copied().unwrap_or(f64::NAN);
     let mut out = format!(
-        "{:.0} EtcdClusters of 1 member created at once (one operator): all Running + 1 ready after {:.1} s; operator CPU {:.1} s (from the create to the end); peak RSS {:.1} MiB (RSS at the end {:.1} MiB) INFO\n",
+        "{:.0} EtcdClusters of 1 member created at once (one operator): all Running + 1 ready after {:.1} s; operator CPU {:.1} s (from the create to the end); peak RSS {:.1} MiB (RSS at the end {:.1} MiB); operator restarts {:.0} INFO\n",
         e("clusters"),
         s.value,
         e("cpu_s"),
         e("peak_rss_mib"),
-        e("rss_mib")
+        e("rss_mib"),
+        e("operator_restarts")
     );
     for (n, d) in &s.marks.0 {
         out.push_str(&format!("  {:7.2}s  {n}\n", d.as_secs_f64()));
