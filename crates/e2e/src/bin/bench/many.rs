@@ -61,7 +61,7 @@ pub fn run(ctx: &Ctx, clusters: usize) -> Result<Sample> {
                     t0.elapsed().as_secs_f64(),
                     why.chars().take(300).collect::<String>()
                 );
-                marks.once(&format!("operator restart #{}", restarts + 1), true, t0.elapsed());
+                marks.once(format!("operator restart #{}", restarts + 1), true, t0.elapsed());
                 (ticks_before, restarts) = (ticks_before + ticks_seen - ticks0, restarts + 1);
                 drop(op);
                 op = ctx.start_operator(ns, "info")?;
