@@ -221,7 +221,7 @@ pub fn pods_to_label(o: &Observed) -> Vec<String> {
     };
     let stale_drain = |p: &crate::observed::PodState| {
         p.serving == Some(false)
-            && p.drained_secs.is_none_or(|s| s >= crate::planner::DRAIN_STALE_SECS)
+            && p.drained_secs().is_none_or(|s| s >= crate::planner::DRAIN_STALE_SECS)
             && !upgrading(p)
     };
     let back = upgrades_confirmed(o);
@@ -422,10 +422,10 @@ mod tests {
         // Drained for a removal that is under way: left alone.
         let p = o.pods.get_mut("ex-a").unwrap();
         p.serving = Some(false);
-        p.drained_secs = Some(2);
+        p.drained_ms = Some(2_000);
         assert!(pods_to_label(&o).is_empty());
         // Drained long ago and still here (the change was called off): serves again.
-        o.pods.get_mut("ex-a").unwrap().drained_secs = Some(crate::planner::DRAIN_STALE_SECS);
+        o.pods.get_mut("ex-a").unwrap().drained_ms = Some(crate::planner::DRAIN_STALE_SECS * 1000);
         assert_eq!(pods_to_label(&o), ["ex-a"]);
     }
 

@@ -113,8 +113,8 @@ pub struct Observed {
     /// Why Nodes could not be read (no permission, say): node loss is then never assumed.
     pub nodes_error: Option<String>,
     /// The client Service's endpoints as the EndpointSlice watch shows them; `None` when not
-    /// known (the server serves no `discovery.k8s.io/v1`, or no slice of that Service was seen):
-    /// a drain then lasts `planner::DRAIN_SECS`.
+    /// known (the server serves no `discovery.k8s.io/v1`, or the watch has not listed every
+    /// slice yet, or fails): a drain then lasts `planner::DRAIN_SECS`.
     pub client_endpoints: Option<ClientEndpoints>,
 }
 
@@ -252,9 +252,8 @@ pub struct PodState {
     /// The serving label: `Some(true)` in the client Service, `Some(false)` drained, `None`
     /// made before the label existed.
     pub serving: Option<bool>,
-    /// Seconds since the member was drained from the client Service.
-    pub drained_secs: Option<i64>,
-    /// The same in milliseconds (the mark is written to the millisecond or finer).
+    /// Milliseconds since the member was drained from the client Service (the mark is written
+    /// to the millisecond or finer); [`PodState::drained_secs`] in whole seconds.
     pub drained_ms: Option<i64>,
     /// The operator fenced the member (`naming::FENCED_AT_ANNOTATION`): out of the client
     /// Service on a person's request, not for a change of its own.
@@ -317,6 +316,11 @@ pub struct BackupPoint {
 }
 
 impl PodState {
+    /// Whole seconds since the member was drained from the client Service.
+    pub fn drained_secs(&self) -> Option<i64> {
+        self.drained_ms.map(|ms| ms / 1000)
+    }
+
     /// The pod is gone for good as far as etcd is concerned (its process cannot come back).
     pub fn is_dead(&self) -> bool {
         self.phase == "Failed" || self.phase == "Succeeded"

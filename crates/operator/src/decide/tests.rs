@@ -312,7 +312,7 @@ fn a_scale_down_drains_first_then_plans_a_typed_removal_and_no_recovery() {
     assert_eq!(plan.min_available, Some(2), "{plan:?}");
     let p = o.pods.get_mut("ex-m2").unwrap();
     p.serving = Some(false);
-    p.drained_secs = Some(crate::planner::DRAIN_STALE_SECS - 1);
+    p.drained_ms = Some((crate::planner::DRAIN_STALE_SECS - 1) * 1000);
     let plan = decide(&o, &c, "{}", NOW);
     assert!(matches!(&plan.step, Step::RemoveMember { cause: Removal::Leave, .. }), "{:?}", plan.step);
     assert!(
@@ -330,7 +330,7 @@ fn a_draining_member_is_looked_at_again_soon_after_its_drain_ends() {
     let mut o = observed(&c, 3);
     let p = o.pods.get_mut("ex-m2").unwrap();
     p.serving = Some(false);
-    p.drained_secs = Some(crate::planner::DRAIN_SECS - 1);
+    p.drained_ms = Some((crate::planner::DRAIN_SECS - 1) * 1000);
     let plan = decide(&o, &c, "{}", "2026-11-27T18:00:00Z");
     assert!(matches!(&plan.step, Step::Wait(w) if w.reason == WaitReason::MemberDraining), "{:?}", plan.step);
     assert!(plan.requeue <= Duration::from_millis(200), "{:?}", plan.requeue);
@@ -372,7 +372,7 @@ fn a_done_switchover_is_reported_first_and_taken_off_only_once_status_holds_it()
 fn a_stale_drain_is_renewed_and_never_relabelled_beside_a_step_on_its_member() {
     let stale = |o: &mut Observed, pod: &str| {
         let p = o.pods.get_mut(pod).unwrap();
-        (p.serving, p.drained_secs) = (Some(false), Some(crate::planner::DRAIN_STALE_SECS));
+        (p.serving, p.drained_ms) = (Some(false), Some(crate::planner::DRAIN_STALE_SECS * 1000));
     };
     // Scale-down.
     let c = cluster(2);
@@ -400,7 +400,7 @@ fn a_drained_member_back_from_its_upgrade_is_confirmed_only_with_its_return_to_t
     c.spec.version = "3.5.22".into();
     let mut o = observed(&c, 3);
     let p = o.pods.get_mut("ex-m1").unwrap();
-    (p.serving, p.drained_secs, p.version) = (Some(false), Some(8), "3.5.22".into());
+    (p.serving, p.drained_ms, p.version) = (Some(false), Some(8_000), "3.5.22".into());
     (p.version_age_secs, p.etcd_ready_run_secs) = (Some(6), Some(4));
     o.etcd.as_mut().unwrap().members[1].status.as_mut().unwrap().version = "3.5.22".into();
     let plan = decide(&o, &c, "{}", NOW);

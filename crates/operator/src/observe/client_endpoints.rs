@@ -10,7 +10,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::ResourceExt;
@@ -23,6 +23,11 @@ pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 
 /// (namespace, Service name).
 type ServiceKey = (String, String);
+
+/// How long a pod no longer listed is remembered as such. Far beyond any drain
+/// (`planner::DRAIN_STALE_SECS`); forgotten, it counts from the watch's last full list, which
+/// is either older than the drain (no evidence: the drain waits) or a fresh list after it.
+const FORGET_AFTER: Duration = Duration::from_secs(600);
 
 /// One Service's slices as the watch shows them.
 #[derive(Default)]
@@ -50,6 +55,8 @@ impl Slices {
         for pod in &after {
             self.dropped.remove(pod);
         }
+        // Pods of members long gone (a new name per emptyDir incarnation) are not kept forever.
+        self.dropped.retain(|_, at| now.saturating_duration_since(*at) < FORGET_AFTER);
     }
 }
 
@@ -100,6 +107,8 @@ impl SliceClock {
                     let by_slice = listed.remove(&key).unwrap_or_default();
                     st.services.entry(key).or_default().update(|s| *s = by_slice, now);
                 }
+                // Services without a slice any more: as for a deleted last slice.
+                st.services.retain(|_, s| !s.by_slice.is_empty());
                 st.listed_at = Some(now);
             }
             watcher::Event::Apply(s) => {
@@ -111,7 +120,12 @@ impl SliceClock {
             watcher::Event::Delete(s) => {
                 if let Some(key) = key_of(s) {
                     let name = s.name_any();
-                    st.services.entry(key).or_default().update(|b| drop(b.remove(&name)), now);
+                    st.services.entry(key.clone()).or_default().update(|b| drop(b.remove(&name)), now);
+                    // A Service's last slice deleted: mostly the Service (its cluster) is gone.
+                    // Should it come back, its pods count from the watch's last full list.
+                    if st.services.get(&key).is_some_and(|s| s.by_slice.is_empty()) {
+                        st.services.remove(&key);
+                    }
                 }
             }
         }
@@ -173,7 +187,6 @@ mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::ObjectReference;
     use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions};
-    use std::time::Duration;
 
     fn slice(name: &str, ns: &str, service: &str, pods: &[(&str, bool)]) -> EndpointSlice {
         EndpointSlice {
@@ -276,10 +289,26 @@ mod tests {
         let ep = clock.read("ns", "ex-client").unwrap();
         assert_eq!(ep.listed, names(&["ex-1", "ex-2"]));
         assert!(ep.unlisted_ms.is_empty(), "{ep:?}");
+        // The last slice deleted (the Service gone): nothing listed, nothing remembered; its
+        // pods count from the watch's last full list.
         clock.note(&watcher::Event::Delete(slice("ex-client-a", "ns", "ex-client", &[])));
         let ep = clock.read("ns", "ex-client").unwrap();
-        assert!(ep.listed.is_empty());
-        assert_eq!(ep.unlisted_ms.keys().cloned().collect::<BTreeSet<_>>(), names(&["ex-1", "ex-2"]));
+        assert!(ep.listed.is_empty() && ep.unlisted_ms.is_empty(), "{ep:?}");
+        assert_eq!(ep.unlisted_for("ex-1"), Some(ep.watch_ms));
+        assert!(clock.lock().services.is_empty());
+    }
+
+    #[test]
+    fn pods_long_gone_are_forgotten() {
+        let clock = listed(vec![slice("ex-client-a", "ns", "ex-client", &[("ex-1", true), ("ex-2", true)])]);
+        clock.note(&watcher::Event::Apply(slice("ex-client-a", "ns", "ex-client", &[("ex-1", true)])));
+        let key = ("ns".to_string(), "ex-client".to_string());
+        let long_ago = Instant::now().checked_sub(FORGET_AFTER).expect("an uptime longer than FORGET_AFTER");
+        clock.lock().services.get_mut(&key).unwrap().dropped.insert("ex-0".into(), long_ago);
+        // The next event of the Service forgets ex-0, keeps ex-2.
+        clock.note(&watcher::Event::Apply(slice("ex-client-a", "ns", "ex-client", &[("ex-1", false)])));
+        let ep = clock.read("ns", "ex-client").unwrap();
+        assert_eq!(ep.unlisted_ms.keys().cloned().collect::<BTreeSet<_>>(), names(&["ex-2"]));
     }
 
     #[test]

@@ -113,7 +113,6 @@ pub fn pod_state(p: &Pod, now: k8s_openapi::jiff::Timestamp) -> PodState {
         bootstrap: p.annotations().contains_key(BOOTSTRAP_ANNOTATION),
         labelled: p.labels().contains_key(naming::CLUSTER_UID_LABEL),
         serving: p.labels().get(naming::SERVING_LABEL).map(|v| v == "true"),
-        drained_secs: time_of(p, naming::DRAINED_AT_ANNOTATION).map(|t| secs_between(t, now)),
         drained_ms: time_of(p, naming::DRAINED_AT_ANNOTATION)
             .map(|t| i64::try_from(now.duration_since(t).as_millis()).unwrap_or(i64::MAX).max(0)),
         fenced: p.annotations().contains_key(naming::FENCED_AT_ANNOTATION),

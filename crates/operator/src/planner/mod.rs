@@ -186,10 +186,10 @@ pub(crate) fn drained_first(o: &Observed, pod: &str) -> Option<Step> {
     }
     // A drain gone stale (`DRAIN_STALE_SECS`: the step after it did not come, an operator
     // restart) is made again: the stale one is about to be served again (`marks`).
-    let (Some(false), Some(secs)) = (p.serving, p.drained_secs.filter(|s| *s < DRAIN_STALE_SECS)) else {
+    let (Some(false), Some(secs)) = (p.serving, p.drained_secs().filter(|s| *s < DRAIN_STALE_SECS)) else {
         return Some(Step::Drain { pod: pod.to_string() });
     };
-    let drained_ms = u64::try_from(p.drained_ms.unwrap_or(secs * 1000)).unwrap_or(0);
+    let drained_ms = u64::try_from(p.drained_ms.unwrap_or_default()).unwrap_or(0);
     let why = match (&o.client_endpoints, unlisted) {
         (None, _) if secs >= DRAIN_SECS => return None,
         (None, _) => format!("member {pod} was taken out of the client Service; it leaves in a moment"),

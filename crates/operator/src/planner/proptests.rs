@@ -269,13 +269,6 @@ fn observed(g: &Gen) -> Observed {
                             4 => Some(5_000),
                             _ => Some(2_500),
                         },
-                        drained_secs: match drained {
-                            0 => None,
-                            1 => Some(0),
-                            2 => Some(DRAIN_SECS),
-                            4 => Some(5),
-                            _ => Some(2),
-                        },
                         ..Default::default()
                     },
                 );

@@ -87,13 +87,13 @@ pub(super) fn check(o: &Observed, step: &Step) -> Result<(), TestCaseError> {
     // else by the fixed time.
     let drained_long = |pod: &str| {
         o.pods.get(pod).is_some_and(|p| {
-            let Some(secs) = p.drained_secs.filter(|s| p.serving == Some(false) && *s < DRAIN_STALE_SECS) else {
+            let Some(secs) = p.drained_secs().filter(|s| p.serving == Some(false) && *s < DRAIN_STALE_SECS) else {
                 return false;
             };
             match &o.client_endpoints {
                 None => secs >= DRAIN_SECS,
                 Some(ep) => {
-                    let since_drain = p.drained_ms.unwrap_or(secs * 1000) as u64;
+                    let since_drain = p.drained_ms.unwrap_or_default() as u64;
                     secs >= DRAIN_MAX_SECS
                         || (!ep.listed.contains(pod)
                             && ep.unlisted_ms.get(pod).is_some_and(|ms| (PROXY_SYNC_MS..=since_drain).contains(ms)))

@@ -33,7 +33,7 @@ pub(super) fn pod(name: &str) -> PodState {
 pub(super) fn drained(o: &mut Observed, pod: &str) {
     let p = o.pods.get_mut(pod).unwrap();
     p.serving = Some(false);
-    p.drained_secs = Some(DRAIN_SECS);
+    p.drained_ms = Some(DRAIN_SECS * 1000);
 }
 
 /// The plan once the member it drains has been out of the client Service for [`DRAIN_SECS`]

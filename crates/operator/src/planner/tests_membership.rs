@@ -93,7 +93,7 @@ fn scale_down_removes_one_non_leader_after_draining_it_from_the_client_service()
     assert_eq!(plan(&o), Step::Drain { pod: "ex-m5".into() });
     // Drained a moment ago: every node's proxy must follow before it stops answering.
     drained(&mut o, "ex-m5");
-    o.pods.get_mut("ex-m5").unwrap().drained_secs = Some(DRAIN_SECS - 1);
+    o.pods.get_mut("ex-m5").unwrap().drained_ms = Some((DRAIN_SECS - 1) * 1000);
     assert_eq!(wait_reason(&plan(&o)), WaitReason::MemberDraining);
     drained(&mut o, "ex-m5");
     assert_eq!(
@@ -153,7 +153,7 @@ fn a_drain_ends_when_the_client_service_no_longer_lists_the_member() {
         let mut o = running(5, 4);
         drained(&mut o, "ex-m5");
         let p = o.pods.get_mut("ex-m5").unwrap();
-        (p.drained_secs, p.drained_ms, p.fenced) = (Some(drained_ms / 1000), Some(drained_ms), fenced);
+        (p.drained_ms, p.fenced) = (Some(drained_ms), fenced);
         if !has_ip {
             p.ip = None;
         }
@@ -188,7 +188,7 @@ fn after_an_operator_restart_a_drain_counts_from_the_watch_list() {
     let mut o = running(5, 4);
     drained(&mut o, "ex-m5");
     let p = o.pods.get_mut("ex-m5").unwrap();
-    (p.drained_secs, p.drained_ms) = (Some(5), Some(5_000));
+    p.drained_ms = Some(5_000);
     let listed = ["ex-m1", "ex-m2", "ex-m3", "ex-m4"].map(String::from).into();
     o.client_endpoints = Some(ClientEndpoints { listed, unlisted_ms: Default::default(), watch_ms: 300 });
     assert_eq!(wait_reason(&plan(&o)), WaitReason::MemberDraining);
@@ -240,10 +240,10 @@ fn scale_down_drains_every_leaving_member_before_the_first_leaves() {
     let mut o = running(5, 3);
     assert_eq!(plan(&o), Step::Drain { pod: "ex-m5".into() });
     drained(&mut o, "ex-m5");
-    o.pods.get_mut("ex-m5").unwrap().drained_secs = Some(0);
+    o.pods.get_mut("ex-m5").unwrap().drained_ms = Some(0);
     assert_eq!(plan(&o), Step::Drain { pod: "ex-m4".into() });
     drained(&mut o, "ex-m4");
-    o.pods.get_mut("ex-m4").unwrap().drained_secs = Some(0);
+    o.pods.get_mut("ex-m4").unwrap().drained_ms = Some(0);
     assert_eq!(wait_reason(&plan(&o)), WaitReason::MemberDraining);
     // The first drained long enough: it leaves, the other one only after it.
     drained(&mut o, "ex-m5");
@@ -260,7 +260,7 @@ fn scale_down_drains_every_leaving_member_before_the_first_leaves() {
 fn scale_down_drains_only_the_members_that_leave() {
     let mut o = running(4, 3);
     drained(&mut o, "ex-m4");
-    o.pods.get_mut("ex-m4").unwrap().drained_secs = Some(0);
+    o.pods.get_mut("ex-m4").unwrap().drained_ms = Some(0);
     assert_eq!(wait_reason(&plan(&o)), WaitReason::MemberDraining);
     let mut o = running(5, 3);
     etcd(&mut o).leader = Some(5);

@@ -110,7 +110,7 @@ fn tls_observed(g: &TlsGen) -> Observed {
             1 => {
                 let p = o.pods.get_mut(&name).unwrap();
                 p.serving = Some(false);
-                p.drained_secs = Some(0);
+                p.drained_ms = Some(0);
             }
             2 => drained(&mut o, &name),
             _ => {}

@@ -357,7 +357,7 @@ fn an_upgraded_member_serves_again_only_once_back_and_the_next_one_waits_for_tha
     let mut o = serving_at_3_5_0_wanting_3_5_1(3);
     upgraded(&mut o, 2, "3.5.1", 1, "3.5.0");
     let p = o.pods.get_mut("ex-m2").unwrap();
-    (p.serving, p.drained_secs) = (Some(false), Some(4));
+    (p.serving, p.drained_ms) = (Some(false), Some(4_000));
     assert!(!crate::marks::pods_to_label(&o).contains(&"ex-m2".to_string()), "served again before its restart");
     assert_eq!(wait_reason(&plan_drained(&o)), WaitReason::MemberUpgrading);
     // Back at 3.5.1: it is labelled serving again, and the next member waits for that.
@@ -378,7 +378,7 @@ fn a_fenced_member_stays_out_of_the_client_service_through_its_upgrade() {
     let mut o = serving_at_3_5_0_wanting_3_5_1(3);
     upgraded(&mut o, 2, "3.5.1", 6, "3.5.1");
     let p = o.pods.get_mut("ex-m2").unwrap();
-    (p.serving, p.drained_secs, p.fenced) = (Some(false), Some(4), true);
+    (p.serving, p.drained_ms, p.fenced) = (Some(false), Some(4_000), true);
     assert!(!crate::marks::pods_to_label(&o).contains(&"ex-m2".to_string()));
     // Not waited for either: a fenced member is out of the Service on purpose.
     o.pods.get_mut("ex-m2").unwrap().version_age_secs = None;
@@ -409,9 +409,9 @@ fn a_member_is_drained_before_its_in_place_restart() {
     let mut o = serving_at_3_5_0_wanting_3_5_1(3);
     assert_eq!(plan(&o), Step::Drain { pod: "ex-m2".into() });
     let p = o.pods.get_mut("ex-m2").unwrap();
-    (p.serving, p.drained_secs) = (Some(false), Some(DRAIN_SECS - 1));
+    (p.serving, p.drained_ms) = (Some(false), Some((DRAIN_SECS - 1) * 1000));
     assert_eq!(wait_reason(&plan(&o)), WaitReason::MemberDraining);
-    o.pods.get_mut("ex-m2").unwrap().drained_secs = Some(DRAIN_SECS);
+    o.pods.get_mut("ex-m2").unwrap().drained_ms = Some(DRAIN_SECS * 1000);
     assert!(matches!(plan(&o), Step::UpgradeMember { pod, .. } if pod == "ex-m2"), "{:?}", plan(&o));
     // Nobody else serves (the others not Ready): no drain, the restart goes as before.
     let mut o = serving_at_3_5_0_wanting_3_5_1(3);
@@ -431,12 +431,12 @@ fn an_upgrade_restart_waits_for_the_endpoints_to_drop_the_member() {
     use crate::observed::ClientEndpoints;
     let mut o = serving_at_3_5_0_wanting_3_5_1(3);
     let p = o.pods.get_mut("ex-m2").unwrap();
-    (p.serving, p.drained_secs, p.drained_ms) = (Some(false), Some(DRAIN_SECS + 1), Some(DRAIN_SECS * 1000 + 1000));
+    (p.serving, p.drained_ms) = (Some(false), Some((DRAIN_SECS + 1) * 1000));
     let all = ["ex-m1", "ex-m2", "ex-m3"].map(String::from).into();
     o.client_endpoints = Some(ClientEndpoints { listed: all, unlisted_ms: Default::default(), watch_ms: 600_000 });
     assert_eq!(wait_reason(&plan(&o)), WaitReason::MemberDraining);
     let p = o.pods.get_mut("ex-m2").unwrap();
-    (p.drained_secs, p.drained_ms) = (Some(2), Some(2_400));
+    p.drained_ms = Some(2_400);
     let ep = o.client_endpoints.as_mut().unwrap();
     ep.listed.remove("ex-m2");
     ep.unlisted_ms.insert("ex-m2".into(), PROXY_SYNC_MS);
@@ -451,7 +451,7 @@ fn a_slow_upgrade_restart_stays_out_of_the_client_service_until_back() {
     let mut o = serving_at_3_5_0_wanting_3_5_1(3);
     upgraded(&mut o, 2, "3.5.1", DRAIN_STALE_SECS + 10, "3.5.0");
     let p = o.pods.get_mut("ex-m2").unwrap();
-    (p.serving, p.drained_secs) = (Some(false), Some(DRAIN_STALE_SECS + 13));
+    (p.serving, p.drained_ms) = (Some(false), Some((DRAIN_STALE_SECS + 13) * 1000));
     assert!(!crate::marks::pods_to_label(&o).contains(&"ex-m2".to_string()));
     // Past the upgrade's deadline (failed): served again like any stale drain.
     o.pods.get_mut("ex-m2").unwrap().version_age_secs = Some(upgrade::UPGRADE_DEADLINE_SECS + 1);
