@@ -63,6 +63,8 @@ pub fn run(ctx: &Ctx, clusters: usize) -> Result<Sample> {
                 );
                 marks.once(format!("operator restart #{}", restarts + 1), true, t0.elapsed());
                 (ticks_before, restarts) = (ticks_before + ticks_seen - ticks0, restarts + 1);
+                // The next run writes the same log file: keep this one's beside it.
+                let _ = std::fs::copy(&op.log, op.log.with_extension(format!("run{restarts}.log")));
                 drop(op);
                 op = ctx.start_operator(ns, "info")?;
                 pid = op.pid().context("the operator is not a process")?;
