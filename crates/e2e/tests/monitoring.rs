@@ -169,6 +169,16 @@ fn operator(name: &str) -> Vec<(&'static str, String)> {
     ]
 }
 
+/// Labels of the operator's own `up` series: its pod in its install's namespace.
+fn op_target(namespace: &str, pod: &str) -> Vec<(&'static str, String)> {
+    vec![
+        ("job", "etcd-operator".into()),
+        ("namespace", namespace.into()),
+        ("pod", pod.into()),
+        ("instance", "10.0.1.9:8080".into()),
+    ]
+}
+
 fn with(mut labels: Vec<(&'static str, String)>, extra: &[(&'static str, &str)]) -> Vec<(&'static str, String)> {
     labels.extend(extra.iter().map(|(k, v)| (*k, v.to_string())));
     labels
@@ -318,6 +328,33 @@ fn monitoring_alerts_pass_promtool_unit_tests() {
                     "alertname": "EtcdBackupTooOld",
                     "exp_alerts": [expect(&g, "EtcdBackupTooOld", &[warning, ns, ("name", "nightly")],
                         "EtcdBackup ns/nightly last succeeded 30m 0s ago")],
+                },
+            ],
+        },
+        {
+            "name": "operator down",
+            "interval": "1m",
+            "input_series": [
+                // Namespace ns: scraped for 5 minutes, then its Deployment scaled to 0 (the target
+                // is gone: its series goes stale).
+                s("up", op_target("ns", "etcd-operator-a"), "1x4 stale"),
+                // Namespace moved: its pod replaced by another, which answers: never down.
+                s("up", op_target("moved", "etcd-operator-b"), "1x4 stale"),
+                s("up", op_target("moved", "etcd-operator-c"), "_x4 1x20"),
+                // Namespace crashing: the pod is there and answers no scrape from minute 2.
+                s("up", op_target("crashing", "etcd-operator-d"), "1 1 0x20"),
+            ],
+            "alert_rule_test": [
+                { "eval_time": "6m", "alertname": "EtcdOperatorDown", "exp_alerts": [] },
+                {
+                    "eval_time": "11m",
+                    "alertname": "EtcdOperatorDown",
+                    "exp_alerts": [
+                        expect(&g, "EtcdOperatorDown", &[warning, ("namespace", "crashing")],
+                            "The etcd operator in namespace crashing is down"),
+                        expect(&g, "EtcdOperatorDown", &[warning, ("namespace", "ns")],
+                            "The etcd operator in namespace ns is down"),
+                    ],
                 },
             ],
         },

@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 
-use super::{API_VERSION, MEMBERS_JOB, Options, meta};
+use super::{API_VERSION, MEMBERS_JOB, OPERATOR_JOB, Options, meta};
 use crate::OPERATOR_NAME;
 
 /// One alerting rule.
@@ -178,6 +178,24 @@ pub fn alerts() -> Vec<Alert> {
                           {{ $labels.namespace }}/{{ $labels.name }} (or a CA that issued one) expires within 7 \
                           days; once it has, members refuse connections made with it. The EtcdCluster's \
                           CertificatesExpiring condition names it.",
+        },
+        // Per install namespace, from the operator's own scrape: a namespace whose operator was
+        // scraped within a day and has no replica answering now. Both "the pod is gone" (scaled
+        // to 0, evicted and not made again: its series goes stale) and "the pod answers no
+        // scrape" (up 0); a replaced pod answers under a new series and clears it.
+        Alert {
+            name: "EtcdOperatorDown",
+            severity: "warning",
+            for_: "5m",
+            expr: format!(
+                "max by (namespace) (max_over_time(up{{job=\"{OPERATOR_JOB}\"}}[1d]))\nunless\n\
+                 max by (namespace) (up{{job=\"{OPERATOR_JOB}\"}} == 1)"
+            ),
+            summary: "The etcd operator in namespace {{ $labels.namespace }} is down",
+            description: "No replica of the etcd operator installed in namespace {{ $labels.namespace }} has \
+                          answered a scrape for 5 minutes (it did within the last day). Its etcd clusters keep \
+                          serving, but nothing heals, scales, upgrades or backs them up, and their other alerts \
+                          (from the operator's series) go quiet. See the operator's Deployment, pods and logs.",
         },
         Alert {
             name: "EtcdUpgradeStuck",
