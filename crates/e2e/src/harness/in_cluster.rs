@@ -49,11 +49,14 @@ pub struct Install {
     /// Another install holds the lease: wait for this one's pod to run as a standby (alive, not
     /// Ready, saying who leads) instead of for a Ready leader.
     pub standby: bool,
+    /// `manifests --monitoring`: the PodMonitors, PrometheusRule and dashboard too (needs the
+    /// Prometheus Operator's CRDs: `MONITORING=1 hack/cluster.sh up`).
+    pub monitoring: bool,
 }
 
 impl Default for Install {
     fn default() -> Self {
-        Install { replicas: 1, cluster_wide: false, standby: false }
+        Install { replicas: 1, cluster_wide: false, standby: false, monitoring: false }
     }
 }
 
@@ -71,6 +74,8 @@ pub struct InClusterOperator {
     pub namespace: String,
     pub image: String,
     pub cluster_wide: bool,
+    /// Installed with `--monitoring` (its metrics reader's cluster RBAC goes on drop too).
+    pub monitoring: bool,
     pub log: PathBuf,
     /// Log lines of pods seen so far, by pod: the logs of a deleted pod stay available.
     seen: std::sync::Mutex<std::collections::BTreeMap<String, String>>,
@@ -86,6 +91,9 @@ impl InClusterOperator {
         if opts.cluster_wide {
             args.push("--cluster-wide");
         }
+        if opts.monitoring {
+            args.push("--monitoring");
+        }
         if !ns.kubectl.has_crd_validation_rules()? {
             args.push("--no-validation-rules");
         }
@@ -96,6 +104,7 @@ impl InClusterOperator {
             namespace: ns.name.clone(),
             image,
             cluster_wide: opts.cluster_wide,
+            monitoring: opts.monitoring,
             log: log_dir()?.join(format!("{}.log", ns.name)),
             seen: Default::default(),
         };
@@ -223,9 +232,15 @@ impl Drop for InClusterOperator {
                 eprintln!("warning: cluster-wide operator in {} may still run: {e:#}", self.namespace);
             }
         }
-        let name = self.cluster_rbac_name();
-        if let Err(e) = self.kubectl.run(&["delete", "clusterrole,clusterrolebinding", &name, "--ignore-not-found"]) {
-            eprintln!("warning: could not delete ClusterRole/ClusterRoleBinding {name}: {e:#}");
+        let mut names = vec![self.cluster_rbac_name()];
+        if self.monitoring {
+            names.push(format!("etcd-operator-metrics-reader-{}", self.namespace));
+        }
+        for name in names {
+            if let Err(e) = self.kubectl.run(&["delete", "clusterrole,clusterrolebinding", &name, "--ignore-not-found"])
+            {
+                eprintln!("warning: could not delete ClusterRole/ClusterRoleBinding {name}: {e:#}");
+            }
         }
     }
 }
@@ -236,7 +251,9 @@ fn sweep_stale_cluster_rbac(k: &Kubectl) {
     let Ok(list) = k.json(&["get", "clusterroles,clusterrolebindings", "-l", OPERATOR_SELECTOR]) else { return };
     for item in list["items"].as_array().cloned().unwrap_or_default() {
         let name = item["metadata"]["name"].as_str().unwrap_or_default();
-        let Some(ns) = name.strip_prefix("etcd-operator-").filter(|ns| ns.starts_with("e2e-")) else { continue };
+        // `etcd-operator-<ns>`, and `etcd-operator-metrics-reader-<ns>` of `--monitoring`.
+        let ns = name.strip_prefix("etcd-operator-metrics-reader-").or_else(|| name.strip_prefix("etcd-operator-"));
+        let Some(ns) = ns.filter(|ns| ns.starts_with("e2e-")) else { continue };
         if k.run(&["get", "namespace", ns, "-o", "name"]).is_err_and(|e| format!("{e:#}").contains("NotFound")) {
             let kind = if item["kind"] == "ClusterRole" { "clusterrole" } else { "clusterrolebinding" };
             let _ = k.run(&["delete", kind, name, "--ignore-not-found"]);

@@ -14,6 +14,7 @@
 //! | `pods` | pod conditions, containers that will not start |
 //! | `eviction` | the Eviction API (`policy/v1`, `v1beta1` before 1.22), as a drain calls it |
 //! | `node` | this machine as the cluster's node: containers signalled with `ctr`, a member's data on the host, broken |
+//! | `prometheus` | the local cluster's Prometheus (`MONITORING=1`): queries, alerts, targets |
 //!
 //! Every process it starts goes through [`crate::process`] and dies with the test process.
 
@@ -26,6 +27,7 @@ mod namespace;
 mod node;
 mod operator;
 mod pods;
+mod prometheus;
 
 pub use cluster::*;
 pub use etcdctl::*;
@@ -36,3 +38,4 @@ pub use namespace::*;
 pub use node::*;
 pub use operator::*;
 pub use pods::*;
+pub use prometheus::*;
