@@ -10,6 +10,9 @@
 #   images.sh build               only build the default tarballs (no running cluster needed)
 #   images.sh operator BIN IMAGE  image IMAGE with BIN at /usr/local/bin/etcd-operator (user 65532)
 #   images.sh broken              quay.io/coreos/etcd:v3.5.99-broken: its etcd exits at start
+#   images.sh monitoring [build]  the monitoring stack's images (MONITORING=1 cluster.sh up): Prometheus,
+#                                 the Prometheus Operator, its config reloader, under upstream's names,
+#                                 from hack/build-monitoring.sh's binaries; `build`: no import
 #   images.sh list                the images in the cluster's containerd
 # Several nodes (NODES>1): every live node's containerd gets each image (imported in parallel),
 # and `load` also gives each node the images another node has (from their cached tarballs), so a
@@ -296,6 +299,80 @@ build_operator() {
   echo "$out"
 }
 
+# --- the monitoring stack (MONITORING=1 hack/cluster.sh up) -----------------------------------
+
+# build_monitoring_image NAME IMAGE BIN: the image of one binary hack/build-monitoring.sh prints,
+# laid out like its upstream image (whose base is busybox: no shell here, which none of them
+# needs, the operator probes them over HTTP): the binary at upstream's path (the operator runs
+# the reloader by its path /bin/prometheus-config-reloader, and Prometheus by its image's
+# entrypoint), user nobody as upstream, by its uid 65534 (a user name would keep a runAsNonRoot
+# pod without runAsUser from starting: the kubelet cannot tell a name is not root). Rebuilt only
+# when BIN is another build than the one packed (its recipe, size and time, kept beside the
+# tarball in .from).
+build_monitoring_image() {
+  local name=$1 ref=$2 bin=$3 out stamp root config
+  out=$(tarball_for "$ref")
+  stamp="$(cat "$(dirname "$bin")/.recipe" 2>/dev/null) $(stat -c '%s %Y' "$bin")"
+  [ -f "$out" ] && [ "$(cat "$out.from" 2>/dev/null)" = "$stamp" ] && return 0
+  log "building image $ref"
+  root=$(new_root)
+  case $name in
+    prometheus)
+      add_binary "$root" "$bin" /bin/prometheus
+      # Upstream's image: a default configuration (itself as its one target) and the data
+      # directory /prometheus, the working directory, writable by nobody. The operator replaces
+      # both (its generated configuration; an emptyDir, or a claim, at /prometheus).
+      mkdir -p "$root/etc/prometheus" "$root/prometheus"
+      cat >"$root/etc/prometheus/prometheus.yml" <<'EOF'
+global:
+  scrape_interval: 15s
+  evaluation_interval: 15s
+scrape_configs:
+  - job_name: prometheus
+    static_configs:
+      - targets: ["localhost:9090"]
+EOF
+      chown -R 65534:65534 "$root/etc/prometheus" "$root/prometheus"
+      chmod g+w "$root/prometheus"
+      config=$(jq -cn --arg path "$ETCD_PATH_ENV" '{
+          Entrypoint: ["/bin/prometheus"],
+          Cmd: ["--config.file=/etc/prometheus/prometheus.yml", "--storage.tsdb.path=/prometheus"],
+          Env: [$path], User: "65534", WorkingDir: "/prometheus", ExposedPorts: {"9090/tcp": {}}
+        }')
+      ;;
+    prometheus-operator)
+      add_binary "$root" "$bin" /bin/operator
+      config=$(jq -cn --arg path "$ETCD_PATH_ENV" '{Entrypoint: ["/bin/operator"], Env: [$path], User: "65534", WorkingDir: "/"}')
+      ;;
+    prometheus-config-reloader)
+      add_binary "$root" "$bin" /bin/prometheus-config-reloader
+      config=$(jq -cn --arg path "$ETCD_PATH_ENV" '{
+          Entrypoint: ["/bin/prometheus-config-reloader"], Env: [$path], User: "65534", WorkingDir: "/"
+        }')
+      ;;
+    *) die "hack/build-monitoring.sh printed $name, which this script has no image layout for" ;;
+  esac
+  pack_image "$ref" "$root" "$config" "$out"
+  echo "$stamp" >"$out.from"
+  rm -rf "$root"
+}
+
+# monitoring [build]: the binaries (hack/build-monitoring.sh, cached) and their images (cached);
+# without `build`, each imported into every live node's containerd that lacks it.
+load_monitoring() {
+  local lines name ref bin refs=()
+  [ "${1:-}" = build ] || on_each_containerd need_containerd
+  lines=$(bash "$HACK_DIR/build-monitoring.sh") || die "building the monitoring stack's binaries failed (hack/build-monitoring.sh)"
+  while read -r name ref bin; do
+    build_monitoring_image "$name" "$ref" "$bin"
+    refs+=("$ref")
+  done <<<"$lines"
+  [ "${1:-}" = build ] && return 0
+  # shellcheck disable=SC2317
+  import_refs() { for ref in "$@"; do import_image "$ref" "$(tarball_for "$ref")"; done; }
+  on_each_containerd import_refs "${refs[@]}"
+}
+
 # --- importing ---------------------------------------------------------------------------------
 
 need_containerd() {
@@ -432,11 +509,15 @@ main() {
       build_broken
       on_each_containerd import_image quay.io/coreos/etcd:v3.5.99-broken "$(tarball_for quay.io/coreos/etcd:v3.5.99-broken)"
       ;;
+    monitoring)
+      [ $# -eq 1 ] || { [ $# -eq 2 ] && [ "$2" = build ]; } || die "usage: images.sh monitoring [build]"
+      load_monitoring "${2:-}"
+      ;;
     list)
       # Several nodes: the first live node's (sync_nodes keeps them alike).
       if multi_node; then node_env "$(live_nodes | sed -n 1p)"; CONTAINERD_SOCK=$N_CONTAINERD_SOCK; fi
       need_containerd; ctr_k8s images ls -q | grep -v '^sha256:' ;;
-    *) die "usage: images.sh [load|build|etcd VERSION|operator BIN IMAGE|broken|list]" ;;
+    *) die "usage: images.sh [load|build|etcd VERSION|operator BIN IMAGE|broken|monitoring [build]|list]" ;;
   esac
 }
 
