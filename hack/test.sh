@@ -119,6 +119,15 @@ else
   log "promtool could not be built (hack/build-promtool.sh): the monitoring tests will fail"
   unset PROMTOOL
 fi
+# grafana-schema checks the dashboard of `manifests --monitoring` and the chart's copy against
+# Grafana's dashboard schema (tests/monitoring.rs; hack/grafana-schema, the Grafana Foundation
+# SDK's Go module). Built once, then cached; if it cannot be built that test fails, saying why.
+if GRAFANA_SCHEMA=$(bash hack/build-grafana-schema.sh); then
+  export GRAFANA_SCHEMA
+else
+  log "grafana-schema could not be built (hack/build-grafana-schema.sh): the dashboard schema test will fail"
+  unset GRAFANA_SCHEMA
+fi
 # Helm renders and lints the chart (tests/helm_chart.rs) and installs it (tests/helm_install.rs);
 # built from the Go module proxy once, then cached. Without it those tests fail, saying why.
 if HELM=$(bash hack/build-helm.sh); then

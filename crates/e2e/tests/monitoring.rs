@@ -1,11 +1,13 @@
-//! The monitoring objects of `etcd-operator manifests --monitoring` against a real rule checker:
+//! The monitoring objects of `etcd-operator manifests --monitoring` against real checkers:
 //! promtool checks the PrometheusRule's rules, then runs unit tests of the alerts (input series
-//! in, expected alerts with their rendered annotations out).
+//! in, expected alerts with their rendered annotations out); grafana-schema (hack/grafana-schema,
+//! Grafana's dashboard schema as the Grafana Foundation SDK publishes it) checks the dashboard.
 //!
 //! Needs no cluster: only the operator binary (`cargo build -p etcd-operator`, or
-//! `$ETCD_OPERATOR_BIN`) and promtool: `$PROMTOOL`, else the path `hack/build-promtool.sh` prints
-//! (it builds promtool from the Go module proxy once, then only prints the cached binary). Without
-//! promtool these tests fail; they never pass silently.
+//! `$ETCD_OPERATOR_BIN`), promtool (`$PROMTOOL`, else the path `hack/build-promtool.sh` prints:
+//! it builds promtool from the Go module proxy once, then only prints the cached binary) and
+//! grafana-schema (`$GRAFANA_SCHEMA`, else `hack/build-grafana-schema.sh`, likewise). Without
+//! them these tests fail; they never pass silently.
 //!
 //! Every test name starts with `monitoring_`: `hack/test.sh` runs this file with the unit tests and
 //! skips these names in its cluster runs.
@@ -22,34 +24,41 @@ use serde_json::{Value, json};
 /// The promtool to check with.
 fn promtool() -> PathBuf {
     static PATH: OnceLock<PathBuf> = OnceLock::new();
-    PATH.get_or_init(|| {
-        if let Some(p) = std::env::var_os("PROMTOOL").filter(|p| !p.is_empty()) {
-            let p = PathBuf::from(p);
-            assert!(
-                p.is_file(),
-                "promtool not found: PROMTOOL={} is not a file (unset it to build one with hack/build-promtool.sh)",
-                p.display()
-            );
-            return p;
-        }
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../hack/build-promtool.sh");
-        let out = Command::new("bash")
-            .arg(&script)
-            .output()
-            .unwrap_or_else(|e| panic!("promtool not found: cannot run bash {}: {e}", script.display()));
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        let path = stdout.lines().last().map(PathBuf::from).filter(|p| p.is_file());
-        match (out.status.success(), path) {
-            (true, Some(p)) => p,
-            _ => panic!(
-                "promtool not found: hack/build-promtool.sh (which builds it from the Go module proxy with \
-                 /usr/local/go) failed or printed no binary; set PROMTOOL to a promtool to use instead.\n\
-                 stdout: {stdout}\nstderr: {}",
-                String::from_utf8_lossy(&out.stderr)
-            ),
-        }
-    })
-    .clone()
+    PATH.get_or_init(|| go_tool("promtool", "PROMTOOL", "build-promtool.sh")).clone()
+}
+
+/// The Grafana dashboard schema checker (hack/grafana-schema) to check with.
+fn grafana_schema() -> PathBuf {
+    static PATH: OnceLock<PathBuf> = OnceLock::new();
+    PATH.get_or_init(|| go_tool("grafana-schema", "GRAFANA_SCHEMA", "build-grafana-schema.sh")).clone()
+}
+
+/// A tool built from Go modules: `$var`, else the path `hack/<script>` prints.
+fn go_tool(name: &str, var: &str, script: &str) -> PathBuf {
+    if let Some(p) = std::env::var_os(var).filter(|p| !p.is_empty()) {
+        let p = PathBuf::from(p);
+        assert!(
+            p.is_file(),
+            "{name} not found: {var}={} is not a file (unset it to build one with hack/{script})",
+            p.display()
+        );
+        return p;
+    }
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../hack").join(script);
+    let out = Command::new("bash")
+        .arg(&path)
+        .output()
+        .unwrap_or_else(|e| panic!("{name} not found: cannot run bash {}: {e}", path.display()));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let bin = stdout.lines().last().map(PathBuf::from).filter(|p| p.is_file());
+    match (out.status.success(), bin) {
+        (true, Some(p)) => p,
+        _ => panic!(
+            "{name} not found: hack/{script} (which builds it from the Go module proxy with /usr/local/go) failed \
+             or printed no binary; set {var} to a {name} to use instead.\nstdout: {stdout}\nstderr: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    }
 }
 
 /// A fresh directory for one test's files.
@@ -446,4 +455,52 @@ fn monitoring_objects_parse_as_what_they_claim() {
     assert_eq!(cm["metadata"]["labels"]["grafana_dashboard"], "1");
     let dashboard: Value = serde_json::from_str(cm["data"]["etcd-operator.json"].as_str().unwrap()).unwrap();
     assert!(dashboard["panels"].as_array().unwrap().len() >= 10);
+}
+
+/// Runs grafana-schema on the files: whether it passed them, and what it printed.
+fn run_grafana_schema(files: &[&Path]) -> (Option<i32>, String) {
+    let out = Command::new(grafana_schema()).args(files).output().expect("running grafana-schema");
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    (out.status.code(), text)
+}
+
+/// The dashboard of `manifests --monitoring` and the chart's copy load in Grafana's dashboard
+/// schema (strictly: no unknown field, every required one, enum values, each panel's options by
+/// its panel type's schema, each query by Prometheus' query schema); and a broken copy is refused,
+/// each fault named.
+#[test]
+fn monitoring_dashboard_loads_in_grafanas_schema() {
+    let dir = work_dir("grafana-schema");
+    let objs = monitoring_objects();
+    let cm = objs.iter().find(|o| o["kind"] == "ConfigMap").expect("the dashboard's ConfigMap");
+    let text = cm["data"]["etcd-operator.json"].as_str().expect("the dashboard in the ConfigMap");
+    let generated = dir.join("manifests-dashboard.json");
+    std::fs::write(&generated, text).expect("the dashboard file");
+    let chart = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../charts/etcd-operator/files/grafana-dashboard.json");
+    let (code, out) = run_grafana_schema(&[&generated, &chart]);
+    assert_eq!(code, Some(0), "grafana-schema refused the dashboard:\n{out}");
+    assert_eq!(out.lines().filter(|l| l.ends_with(": ok")).count(), 2, "{out}");
+
+    // A panel type that is no string, an unknown top-level field, a missing required one, a
+    // legend display mode outside its enum, and an unknown field in a query.
+    let mut broken: Value = serde_json::from_str(text).expect("the dashboard is JSON");
+    broken["panels"][0]["type"] = json!(5);
+    broken["refreshEvery"] = json!("1m");
+    broken.as_object_mut().unwrap().remove("schemaVersion");
+    broken["panels"][1]["options"]["legend"]["displayMode"] = json!("sideways");
+    broken["panels"][2]["targets"][0]["expression"] = json!("up");
+    let path = dir.join("broken-dashboard.json");
+    std::fs::write(&path, serde_json::to_string_pretty(&broken).unwrap()).expect("the broken dashboard");
+    let (code, out) = run_grafana_schema(&[&path]);
+    assert_eq!(code, Some(1), "grafana-schema did not refuse the broken dashboard:\n{out}");
+    for want in [
+        "panels[0].type: json: cannot unmarshal number",
+        "unexpected field 'refreshEvery'",
+        "schemaVersion: required field is missing",
+        "panels[1].options.legend.displayMode: \"sideways\" is not one of \"list\", \"table\", \"hidden\"",
+        "panels[2].targets[0]",
+        "unexpected field 'expression'",
+    ] {
+        assert!(out.contains(want), "grafana-schema did not say {want:?}:\n{out}");
+    }
 }

@@ -162,7 +162,12 @@ pub fn dashboard() -> Value {
                 "datasource": ds,
                 "gridPos": { "h": 8, "w": 12, "x": (i % 2) * 12, "y": (i / 2) * 8 },
                 "fieldConfig": { "defaults": { "unit": p.unit }, "overrides": [] },
-                "options": { "legend": { "displayMode": "list", "placement": "bottom" } },
+                // Grafana's schema for timeseries panels requires the whole legend and tooltip
+                // (hack/grafana-schema checks it); these are Grafana's defaults.
+                "options": {
+                    "legend": { "displayMode": "list", "placement": "bottom", "showLegend": true, "calcs": [] },
+                    "tooltip": { "mode": "single", "sort": "none" },
+                },
                 "targets": targets,
             })
         })
@@ -191,6 +196,8 @@ pub fn dashboard() -> Value {
         "editable": true,
         "refresh": "30s",
         "time": { "from": "now-6h", "to": "now" },
+        // Required by the schema; Grafana adds its built-in annotations query to an empty list.
+        "annotations": { "list": [] },
         "templating": {
             "list": [
                 { "name": "datasource", "label": "Data source", "type": "datasource", "query": "prometheus" },
