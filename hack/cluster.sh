@@ -18,6 +18,10 @@
 # NETPOL=1 at `up`: NetworkPolicy enforcement (kube-router's firewall, component `netpol`; 1.37
 # leg only; off by default); NETPOL=0 (the default) stops a running one and removes its rules.
 #
+# MONITORING=1 at `up`: the monitoring stack (the Prometheus Operator and one Prometheus, in
+# namespace monitoring; 1.37 leg only; off by default; see start_monitoring); MONITORING=0 (the
+# default) removes a running one.
+#
 # Layout: state (certs, etcd data, kubelet root, containerd root, logs) in $STATE_DIR, pids and
 # sockets in $RUN_DIR, cached builds (Kubernetes binaries, image tarballs, wheels) in $CACHE_DIR.
 set -euo pipefail
@@ -36,6 +40,9 @@ source "$HACK_DIR/cluster-env.sh"
 # discovery.k8s.io/v1 EndpointSlices (1.21+).
 NETPOL=${NETPOL:-0}
 case $NETPOL in 0 | 1) ;; *) die "NETPOL=$NETPOL: 1 (enforce NetworkPolicies) or 0 (the default)" ;; esac
+# The monitoring stack (start_monitoring): pods and API objects, no component of this script.
+MONITORING=${MONITORING:-0}
+case $MONITORING in 0 | 1) ;; *) die "MONITORING=$MONITORING: 1 (the Prometheus Operator and a Prometheus) or 0 (the default)" ;; esac
 
 # Start order; `down` stops them in reverse (and always stops netpol, whatever NETPOL says).
 COMPONENTS=(etcd containerd dnsmasq kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy dns-sync provisioner)
@@ -808,6 +815,226 @@ clean_netpol() {
 }
 
 # ---------------------------------------------------------------------------------------------
+# the monitoring stack (MONITORING=1)
+
+# A real Prometheus Operator and one Prometheus, installed as their users install them, for the
+# e2e tests of the operator's PodMonitors and PrometheusRule (crates/e2e/tests/prometheus_stack.rs),
+# which create those objects in their namespaces as a user does and query Prometheus over its
+# HTTP API. Binaries from the projects' Go modules, images under upstream's names, both by
+# `hack/images.sh monitoring` (hack/build-monitoring.sh). In namespace `monitoring`:
+# - the Prometheus Operator from the bundle.yaml of its Go module (CRDs, RBAC, Deployment,
+#   Service: the file its installation docs create), moved out of `default` the way those docs
+#   move it (kustomize's `namespace:` added to upstream's kustomization.yaml, by kubectl's own
+#   kustomize), applied server-side (its CRDs are too big for the annotation of a client-side
+#   apply);
+# - one Prometheus `e2e` selecting every ServiceMonitor, PodMonitor and PrometheusRule of every
+#   namespace, scraping and evaluating every 5 s (a monitor's own interval wins), no persistent
+#   storage (an emptyDir), running as ServiceAccount prometheus-e2e with the ClusterRole the
+#   operator's docs give Prometheus (example/rbac/prometheus), a ServiceMonitor of itself, and
+#   the ClusterIP Service prometheus-e2e (port 9090 `web`, as the docs expose it), which the
+#   host reaches through kube-proxy: http://<its ClusterIP>:9090 (`cluster.sh status` prints it,
+#   and $STATE_DIR/monitoring/prometheus-url holds it).
+# Not handled: NetworkPolicies. Under NETPOL=1 a pod whose policy admits no traffic from
+# namespace `monitoring` cannot be scraped.
+# MONITORING=0 (the default) at `up` removes a stack an earlier `up` installed: the CRDs with
+# every ServiceMonitor, PodMonitor and PrometheusRule of every namespace.
+MONITORING_NS=monitoring
+MONITORING_DIR=$STATE_DIR/monitoring
+PROMETHEUS_NAME=e2e
+PROMETHEUS_SERVICE=prometheus-e2e
+
+# monitoring_manifests PROMETHEUS_IMAGE: what goes with the operator's bundle.
+monitoring_manifests() {
+  local image=$1
+  cat <<EOF
+apiVersion: v1
+kind: ServiceAccount
+metadata:
+  name: $PROMETHEUS_SERVICE
+  namespace: $MONITORING_NS
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: $PROMETHEUS_SERVICE
+rules:
+- apiGroups: [""]
+  resources: [nodes, nodes/metrics, services, endpoints, pods]
+  verbs: [get, list, watch]
+- apiGroups: [""]
+  resources: [configmaps]
+  verbs: [get]
+- apiGroups: [discovery.k8s.io]
+  resources: [endpointslices]
+  verbs: [get, list, watch]
+- apiGroups: [networking.k8s.io]
+  resources: [ingresses]
+  verbs: [get, list, watch]
+- nonResourceURLs: [/metrics]
+  verbs: [get]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: $PROMETHEUS_SERVICE
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: $PROMETHEUS_SERVICE}
+subjects:
+- {kind: ServiceAccount, name: $PROMETHEUS_SERVICE, namespace: $MONITORING_NS}
+---
+apiVersion: monitoring.coreos.com/v1
+kind: Prometheus
+metadata:
+  name: $PROMETHEUS_NAME
+  namespace: $MONITORING_NS
+spec:
+  image: $image
+  version: ${image##*:}
+  replicas: 1
+  serviceAccountName: $PROMETHEUS_SERVICE
+  scrapeInterval: 5s
+  evaluationInterval: 5s
+  # Empty selectors: every object of its kind; empty namespace selectors: in every namespace.
+  serviceMonitorSelector: {}
+  serviceMonitorNamespaceSelector: {}
+  podMonitorSelector: {}
+  podMonitorNamespaceSelector: {}
+  ruleSelector: {}
+  ruleNamespaceSelector: {}
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: $PROMETHEUS_SERVICE
+  namespace: $MONITORING_NS
+  labels: {app.kubernetes.io/name: $PROMETHEUS_SERVICE}
+spec:
+  type: ClusterIP
+  ports:
+  - {name: web, port: 9090, protocol: TCP, targetPort: web}
+  selector: {prometheus: $PROMETHEUS_NAME}
+---
+apiVersion: monitoring.coreos.com/v1
+kind: ServiceMonitor
+metadata:
+  name: $PROMETHEUS_SERVICE
+  namespace: $MONITORING_NS
+spec:
+  selector:
+    matchLabels: {app.kubernetes.io/name: $PROMETHEUS_SERVICE}
+  endpoints:
+  - port: web
+EOF
+}
+
+prometheus_url() {
+  local ip
+  ip=$(kubectl_ -n "$MONITORING_NS" get service "$PROMETHEUS_SERVICE" -o jsonpath='{.spec.clusterIP}' 2>/dev/null) &&
+    [ -n "$ip" ] && echo "http://$ip:9090"
+}
+prometheus_ready() {
+  local url
+  url=$(prometheus_url) && curl -sf --max-time 2 -o /dev/null "$url/-/ready"
+}
+operator_available() {
+  [ "$(kubectl_ -n "$MONITORING_NS" get deployment prometheus-operator \
+    -o jsonpath='{.status.conditions[?(@.type=="Available")].status}' 2>/dev/null)" = True ]
+}
+prometheus_pod_ready() {
+  [ "$(kubectl_ -n "$MONITORING_NS" get pod "prometheus-$PROMETHEUS_NAME-0" \
+    -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" = True ]
+}
+
+# monitoring_wait SECONDS DESCRIPTION CMD...: polls CMD; at the deadline says what the stack's
+# pods and the operator say, and fails.
+monitoring_wait() {
+  local timeout=$1 what=$2; shift 2
+  local deadline=$((SECONDS + timeout))
+  until "$@" >/dev/null 2>&1; do
+    if ((SECONDS >= deadline)); then
+      printf 'error: the monitoring stack did not get to "%s" within %ss; its pods and the operator'"'"'s last lines:\n' "$what" "$timeout" >&2
+      kubectl_ -n "$MONITORING_NS" get pods -o wide 2>&1 | sed 's/^/  | /' >&2 || true
+      kubectl_ -n "$MONITORING_NS" logs deployment/prometheus-operator --tail=15 2>&1 | sed 's/^/  | /' >&2 || true
+      exit 1
+    fi
+    sleep 1
+  done
+}
+
+start_monitoring() {
+  local lines bundle prometheus_image operator_image reloader_image recipe url t0=$SECONDS
+  lines=$(bash "$HACK_DIR/build-monitoring.sh") || die "building the monitoring stack failed (hack/build-monitoring.sh)"
+  bundle=$(bash "$HACK_DIR/build-monitoring.sh" bundle)
+  prometheus_image=$(awk '$1 == "prometheus" { print $2 }' <<<"$lines")
+  operator_image=$(awk '$1 == "prometheus-operator" { print $2 }' <<<"$lines")
+  reloader_image=$(awk '$1 == "prometheus-config-reloader" { print $2 }' <<<"$lines")
+  # What is installed: the bundle and the manifests above (an `up` with other ones applies them).
+  recipe="bundle $(sha256sum "$bundle" | cut -c1-16) manifests $(monitoring_manifests "$prometheus_image" | sha256sum | cut -c1-16)"
+  if [ "$(cat "$MONITORING_DIR/installed" 2>/dev/null)" = "$recipe" ] && prometheus_ready; then
+    log "monitoring already up: Prometheus at $(prometheus_url) ($MONITORING_NS/$PROMETHEUS_SERVICE)"
+    return 0
+  fi
+  # The bundle runs the images built here, by their names: the operator's, and the reloader's,
+  # which the operator adds to each Prometheus pod.
+  grep -F -- "image: $operator_image" "$bundle" >/dev/null ||
+    die "$bundle does not run $operator_image (the image hack/images.sh monitoring builds)"
+  grep -F -- "--prometheus-config-reloader=$reloader_image" "$bundle" >/dev/null ||
+    die "$bundle does not name $reloader_image as its config reloader (the image hack/images.sh monitoring builds)"
+  bash "$HACK_DIR/images.sh" monitoring
+  log "installing the monitoring stack: the Prometheus Operator ${operator_image##*:}, Prometheus ${prometheus_image##*:}"
+  rm -f "$MONITORING_DIR/installed"
+  mkdir -p "$MONITORING_DIR/bundle"
+  install -m 0644 "$bundle" "$(dirname "$bundle")/kustomization.yaml" "$MONITORING_DIR/bundle/"
+  echo "namespace: $MONITORING_NS" >>"$MONITORING_DIR/bundle/kustomization.yaml"
+  kubectl_ create namespace "$MONITORING_NS" --dry-run=client -o yaml | kubectl_ apply -f - >/dev/null
+  kubectl_ apply --server-side --force-conflicts -k "$MONITORING_DIR/bundle" >/dev/null
+  # (kubectl wait's watch prints "context canceled" when it ends: its output only on a failure.)
+  local out
+  out=$(kubectl_ wait --for=condition=Established --timeout=60s crd/prometheuses.monitoring.coreos.com \
+    crd/servicemonitors.monitoring.coreos.com crd/podmonitors.monitoring.coreos.com crd/prometheusrules.monitoring.coreos.com 2>&1) ||
+    die "the Prometheus Operator's CRDs are not established: $out"
+  monitoring_manifests "$prometheus_image" | kubectl_ apply --server-side --force-conflicts -f - >/dev/null
+  monitoring_wait 120 "the Prometheus Operator available" operator_available
+  monitoring_wait 180 "pod prometheus-$PROMETHEUS_NAME-0 Ready" prometheus_pod_ready
+  # Ready in the API is not yet routed: kube-proxy writes the Service's rules at its next sync.
+  monitoring_wait 60 "Prometheus answering /-/ready at its Service's ClusterIP from this host" prometheus_ready
+  url=$(prometheus_url)
+  echo "$url" >"$MONITORING_DIR/prometheus-url"
+  echo "$recipe" >"$MONITORING_DIR/installed"
+  log "monitoring up in $((SECONDS - t0))s: Prometheus at $url ($MONITORING_NS/$PROMETHEUS_SERVICE)"
+}
+
+# Removes what start_monitoring installed (and what the operator made outside its namespace:
+# the kubelet Service and Endpoints of its --kubelet-service). The Prometheus first, while its
+# operator runs: the operator holds it with a finalizer when a feature gate says so.
+stop_monitoring() {
+  log "MONITORING=0: removing the monitoring stack"
+  if ! kubectl_ -n "$MONITORING_NS" delete prometheus "$PROMETHEUS_NAME" --ignore-not-found --timeout=60s >/dev/null 2>&1; then
+    kubectl_ -n "$MONITORING_NS" patch prometheus "$PROMETHEUS_NAME" --type=merge -p '{"metadata":{"finalizers":null}}' >/dev/null 2>&1 || true
+  fi
+  if [ -f "$MONITORING_DIR/bundle/kustomization.yaml" ]; then
+    kubectl_ delete -k "$MONITORING_DIR/bundle" --ignore-not-found --timeout=120s >/dev/null ||
+      log "warning: could not delete all of the Prometheus Operator's bundle"
+  fi
+  kubectl_ delete clusterrolebinding/"$PROMETHEUS_SERVICE" clusterrole/"$PROMETHEUS_SERVICE" --ignore-not-found >/dev/null || true
+  kubectl_ delete namespace "$MONITORING_NS" --ignore-not-found --timeout=120s >/dev/null ||
+    log "warning: namespace $MONITORING_NS is not gone yet"
+  # (2>/dev/null: kubectl warns that v1 Endpoints are deprecated.)
+  kubectl_ -n kube-system delete service,endpoints,endpointslices.discovery.k8s.io -l app.kubernetes.io/managed-by=prometheus-operator \
+    --ignore-not-found >/dev/null 2>&1 || true
+  rm -rf "$MONITORING_DIR"
+  log "MONITORING=0: the monitoring stack is removed"
+}
+
+# At the end of `up`: installs the stack (MONITORING=1) or removes one an earlier `up` installed.
+converge_monitoring() {
+  if [ "$MONITORING" = 1 ]; then
+    start_monitoring
+  elif [ -d "$MONITORING_DIR" ]; then
+    stop_monitoring
+  fi
+}
+
+# ---------------------------------------------------------------------------------------------
 # nodes (NODES=N > 1; the layout is described in cluster-env.sh)
 
 # node_scope NAME: in a subshell, makes the one-node functions above act on node NAME: its state
@@ -1030,6 +1257,9 @@ cmd_up() {
   if [ "$NETPOL" = 1 ] && [ "$K8S_VERSION" != "$K8S_MODERN" ]; then
     die "NETPOL=1 needs the modern leg: kube-router v2 watches discovery.k8s.io/v1 (Kubernetes 1.21+)"
   fi
+  if [ "$MONITORING" = 1 ] && [ "$K8S_VERSION" != "$K8S_MODERN" ]; then
+    die "MONITORING=1 needs the modern leg (the monitoring stack is tried on 1.37 only)"
+  fi
   if multi_node && [ "$K8S_VERSION" != "$K8S_MODERN" ]; then
     die "NODES=$NODES needs the modern leg (the legacy one runs one node)"
   fi
@@ -1048,6 +1278,7 @@ cmd_up() {
     else
       log "cluster already up: Kubernetes $K8S_VERSION, node $NODE_NAME Ready; KUBECONFIG=$KUBECONFIG_PATH"
     fi
+    converge_monitoring
     return 0
   fi
   local t0=$SECONDS
@@ -1060,6 +1291,8 @@ cmd_up() {
   flock -o "$CACHE_DIR/build-kubernetes.lock" bash "$HACK_DIR/build-kubernetes.sh"
   if [ "$K8S_VERSION" = "$K8S_MODERN" ]; then flock -o "$CACHE_DIR/build-kubernetes.lock" bash "$HACK_DIR/build-runtime.sh"; fi
   if [ "$NETPOL" = 1 ]; then bash "$HACK_DIR/build-kube-router.sh" >/dev/null; fi
+  # Before anything starts: a failed build stops `up` here.
+  if [ "$MONITORING" = 1 ]; then bash "$HACK_DIR/images.sh" monitoring build; fi
   check_tools
   mkdir -p "$STATE_DIR" "$RUN_DIR" "$LOG_DIR" "$PID_DIR"
   chmod 0755 "$STATE_DIR"
@@ -1133,6 +1366,7 @@ cmd_up() {
   wait_for kube-controller-manager 60 "the default ServiceAccount" default_sa_ready
   is_running dnsmasq || fail_component dnsmasq "is not running"
   is_running provisioner || fail_component provisioner "is not running"
+  converge_monitoring
   if [ "$K8S_VERSION" = "$K8S_MODERN" ] && [ "$(stat -fc %T /sys/fs/cgroup)" != cgroup2fs ]; then
     log "note: this host has cgroup v1, deprecated by containerd 2.2 and kubelet 1.35 (kept working; see kubelet failCgroupV1)"
   fi
@@ -1354,6 +1588,14 @@ cmd_status() {
     printf '%-24s %s\n' "cluster DNS" "answers at $DNS_IP"
   else
     printf '%-24s %s\n' "cluster DNS" "not answering"
+  fi
+  if [ -f "$MONITORING_DIR/installed" ] && [ -f "$PKI_DIR/done" ] && apiserver_ready 2>/dev/null; then
+    local url
+    if url=$(prometheus_url) && prometheus_ready; then
+      printf '%-24s %s\n' "prometheus" "ready at $url (service $MONITORING_NS/$PROMETHEUS_SERVICE; MONITORING=1)"
+    else
+      printf '%-24s %s\n' "prometheus" "not ready (service $MONITORING_NS/$PROMETHEUS_SERVICE; MONITORING=1)"
+    fi
   fi
   printf '%-24s %s\n' "kubernetes" "$K8S_VERSION (K8S_VERSION=1.37|1.20 picks the leg at \`up\`)"
   printf '%-24s %s\n' "nodes" "$NODES (NODES=N picks the count at the first \`up\`)"

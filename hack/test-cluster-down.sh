@@ -3,7 +3,10 @@
 # no bridge/veths/network namespaces, no KUBE-*/CNI-* iptables chains or rules, no mounts, no
 # state directories, no /etc/hosts block, no host-path volumes (devkit provision's under
 # $PV_DIR, the in-tree provisioner's in /tmp/hostpath_pv), no devkit process, no kube-router
-# (NetworkPolicy enforcement) process, chain or ipset; for a cluster of several nodes (NODES>1)
+# (NetworkPolicy enforcement) process, chain or ipset, no process of the monitoring stack
+# (MONITORING=1: Prometheus, the Prometheus Operator, its config reloader; pods whose images and
+# API objects lived in $STATE_DIR, its install files in $STATE_DIR/monitoring, its binaries and
+# images in $CACHE_DIR, which down keeps); for a cluster of several nodes (NODES>1)
 # no node network namespace (by its mount or a process in it), host bridge, veth, route to a pod
 # CIDR or the Service CIDR, loop device of a node's volume filesystem.
 #
@@ -31,8 +34,9 @@ for p in /proc/[0-9]*; do
   # Zombies are dead already; init (the VM's agent here) reaps them a moment later.
   [ "$(cut -d' ' -f1 <<<"${stat##*) }")" = Z ] && continue
   args=$(tr '\0' ' ' <"$p/cmdline" 2>/dev/null) || continue
+  # (prometheus-conf: prometheus-config-reloader, cut to 15 characters; operator: the Prometheus Operator.)
   case $comm in
-    kube-apiserver | kube-controller | kube-scheduler | kubelet | kube-proxy | kube-router | containerd-shim* | dnsmasq | devkit | pause)
+    kube-apiserver | kube-controller | kube-scheduler | kubelet | kube-proxy | kube-router | containerd-shim* | dnsmasq | devkit | pause | prometheus | prometheus-conf | operator)
       leftover "process $pid ($comm): $args"; continue ;;
   esac
   if [[ $args == *"$STATE_DIR"* || $args == *"$RUN_DIR"* || $args == *"$CACHE_DIR/kubernetes-"* || $args == *"$CACHE_DIR/containerd-"* ||

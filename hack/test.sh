@@ -17,6 +17,8 @@
 #   CHAOS=0         skip the short chaos run (hack/chaos.sh --ci, about 6 minutes).
 #   NODES=N         the modern leg's local cluster with N nodes (hack/cluster.sh; default: 1, or
 #                   the count of the cluster running); the legacy leg always runs one node.
+# The modern leg's local cluster runs the monitoring stack (MONITORING=1 hack/cluster.sh up: the
+# Prometheus Operator and a Prometheus), the legacy leg's none.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 cd "$REPO_DIR"
@@ -110,7 +112,7 @@ status=0
 
 phase "Rust workspace build"
 cargo build --workspace --all-targets --locked
-phase "promtool and helm (Go modules)"
+phase "Go tools (promtool, helm, the monitoring stack)"
 # promtool checks the PrometheusRule of `manifests --monitoring` (tests/monitoring.rs); built from
 # the Go module proxy once, then cached. If it cannot be built those tests fail, saying why.
 if PROMTOOL=$(bash hack/build-promtool.sh); then
@@ -135,6 +137,16 @@ if HELM=$(bash hack/build-helm.sh); then
 else
   log "helm could not be built (hack/build-helm.sh): the Helm chart tests will fail"
   unset HELM
+fi
+# The local cluster's monitoring stack (MONITORING=1 hack/cluster.sh up; tests/prometheus_stack.rs):
+# Prometheus, the Prometheus Operator and its config reloader, built from the Go module proxy and
+# packed into images once, then cached; the modern leg's `up` only imports and installs them.
+# Without them the legs run without it, and those tests fail, saying how to start it.
+if bash hack/images.sh monitoring build; then
+  MONITORING_BUILT=1
+else
+  log "the monitoring stack could not be built (hack/build-monitoring.sh): the Prometheus tests will fail"
+  MONITORING_BUILT=0
 fi
 
 phase "unit tests"
@@ -282,6 +294,9 @@ LEGACY_SMOKE_TESTS="process@lifecycle:create_resize_3_5_3_and_delete process@lif
 
 # The node count of the modern leg's local cluster (cluster.sh reads NODES).
 [ -z "${NODES:-}" ] || export NODES
+# The monitoring stack on the modern leg's local cluster: exported, so that every `cluster.sh up`
+# of the leg (the NetworkPolicy phase's, chaos') keeps it (MONITORING=0 would remove it).
+if [ "$K8S_VERSION" = "$K8S_MODERN" ]; then export MONITORING=$MONITORING_BUILT; else export MONITORING=0; fi
 run_leg "" "$K8S_VERSION"
 if [ "${LEGACY_SMOKE:-1}" = 0 ] || [ -n "${E2E_FILTER:-}" ] || [ -n "${KEEP_CLUSTER:-}" ]; then
   log "legacy leg skipped (LEGACY_SMOKE=0, E2E_FILTER or KEEP_CLUSTER set)"
@@ -289,7 +304,7 @@ elif [ "$LOCAL_CLUSTER" != 1 ] || [ "$LEFT_DOWN" != 1 ] || [ "$K8S_VERSION" = "$
   log "legacy leg skipped: it needs the local cluster, brought up by this run on the modern leg"
 else
   log "legacy leg: Kubernetes $K8S_LEGACY smoke subset"
-  export K8S_VERSION=$K8S_LEGACY NODES=1
+  export K8S_VERSION=$K8S_LEGACY NODES=1 MONITORING=0
   unset K8S_VERSION_CHECKED
   resolve_k8s_version
   unset KUBECONFIG
