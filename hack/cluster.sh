@@ -1258,7 +1258,7 @@ cmd_up() {
     die "NETPOL=1 needs the modern leg: kube-router v2 watches discovery.k8s.io/v1 (Kubernetes 1.21+)"
   fi
   if [ "$MONITORING" = 1 ] && [ "$K8S_VERSION" != "$K8S_MODERN" ]; then
-    die "MONITORING=1 needs the modern leg (the monitoring stack is tried on 1.37 only)"
+    die "MONITORING=1 needs the modern leg: its install applies the Prometheus Operator's bundle server-side, which 1.20 refuses (its CRDs' x-kubernetes-validations)"
   fi
   if multi_node && [ "$K8S_VERSION" != "$K8S_MODERN" ]; then
     die "NODES=$NODES needs the modern leg (the legacy one runs one node)"
