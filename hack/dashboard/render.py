@@ -78,7 +78,9 @@ def main():
             for r in query_range(a.prometheus, fill(t["expr"], a.namespace, a.cluster), start, end, a.step):
                 xs = [dt.datetime.fromtimestamp(float(v[0]), dt.timezone.utc) for v in r["values"]]
                 ys = [float(v[1]) for v in r["values"]]
-                ax.plot(xs, ys, linewidth=1.2, label=legend(t.get("legendFormat", ""), r["metric"]))
+                # A series of one point (a counter born a scrape ago) is a dot, not an invisible line.
+                ax.plot(xs, ys, linewidth=1.2, marker="." if len(xs) == 1 else None,
+                        label=legend(t.get("legendFormat", ""), r["metric"]))
                 series += 1
         unit = UNITS.get(p.get("fieldConfig", {}).get("defaults", {}).get("unit", ""), "")
         ax.set_ylabel(unit, fontsize=8)

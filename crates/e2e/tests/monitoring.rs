@@ -178,16 +178,6 @@ fn operator(name: &str) -> Vec<(&'static str, String)> {
     ]
 }
 
-/// Labels of the operator's own `up` series: its pod in its install's namespace.
-fn op_target(namespace: &str, pod: &str) -> Vec<(&'static str, String)> {
-    vec![
-        ("job", "etcd-operator".into()),
-        ("namespace", namespace.into()),
-        ("pod", pod.into()),
-        ("instance", "10.0.1.9:8080".into()),
-    ]
-}
-
 fn with(mut labels: Vec<(&'static str, String)>, extra: &[(&'static str, &str)]) -> Vec<(&'static str, String)> {
     labels.extend(extra.iter().map(|(k, v)| (*k, v.to_string())));
     labels
@@ -329,6 +319,11 @@ fn monitoring_alerts_pass_promtool_unit_tests() {
                 // One-shot: never late.
                 s("etcd_operator_backup_last_success_timestamp_seconds", operator("once"), "0x40"),
                 s("etcd_operator_backup_interval_seconds", operator("once"), "0x40"),
+                // Every 10 s, seen by a scrape every minute: the newest success a scrape shows is
+                // 50 s old, more than twice the interval, and nothing is late (seen on the real
+                // stack: the age of a 10 s backup reached 27 s at a 30 s scrape interval).
+                s("etcd_operator_backup_last_success_timestamp_seconds", operator("often"), "-50+60x40"),
+                s("etcd_operator_backup_interval_seconds", operator("often"), "10x40"),
             ],
             "alert_rule_test": [
                 { "eval_time": "22m", "alertname": "EtcdBackupTooOld", "exp_alerts": [] },
@@ -344,26 +339,30 @@ fn monitoring_alerts_pass_promtool_unit_tests() {
             "name": "operator down",
             "interval": "1m",
             "input_series": [
-                // Namespace ns: scraped for 5 minutes, then its Deployment scaled to 0 (the target
-                // is gone: its series goes stale).
-                s("up", op_target("ns", "etcd-operator-a"), "1x4 stale"),
-                // Namespace moved: its pod replaced by another, which answers: never down.
-                s("up", op_target("moved", "etcd-operator-b"), "1x4 stale"),
-                s("up", op_target("moved", "etcd-operator-c"), "_x4 1x20"),
-                // Namespace crashing: the pod is there and answers no scrape from minute 2.
-                s("up", op_target("crashing", "etcd-operator-d"), "1 1 0x20"),
+                // Cluster ex: its operator scraped for 5 minutes, then scaled to 0 (its series go
+                // stale); the members still answer.
+                s("up", member("ex", "ex-a"), "1x20"),
+                s("etcd_operator_cluster_desired_size", operator("ex"), "3x4 stale"),
+                // Cluster kept: its operator replaced by another pod, which reports: never down.
+                s("up", member("kept", "kept-a"), "1x20"),
+                s("etcd_operator_cluster_desired_size", operator("kept"), "3x4 stale"),
+                series(
+                    "etcd_operator_cluster_desired_size",
+                    &[("job", "etcd-operator"), ("namespace", "ns"), ("name", "kept"), ("pod", "etcd-operator-2"),
+                      ("instance", "10.0.0.8:8080")],
+                    "_x4 3x16",
+                ),
+                // Cluster gone: deleted with its operator; its members' series end too.
+                s("up", member("gone", "gone-a"), "1x4 stale"),
+                s("etcd_operator_cluster_desired_size", operator("gone"), "3x4 stale"),
             ],
             "alert_rule_test": [
-                { "eval_time": "6m", "alertname": "EtcdOperatorDown", "exp_alerts": [] },
+                { "eval_time": "8m", "alertname": "EtcdOperatorDown", "exp_alerts": [] },
                 {
                     "eval_time": "11m",
                     "alertname": "EtcdOperatorDown",
-                    "exp_alerts": [
-                        expect(&g, "EtcdOperatorDown", &[warning, ("namespace", "crashing")],
-                            "The etcd operator in namespace crashing is down"),
-                        expect(&g, "EtcdOperatorDown", &[warning, ("namespace", "ns")],
-                            "The etcd operator in namespace ns is down"),
-                    ],
+                    "exp_alerts": [expect(&g, "EtcdOperatorDown", &[warning, ns, ("name", "ex")],
+                        "No etcd operator reports on the etcd cluster ns/ex")],
                 },
             ],
         },

@@ -125,10 +125,9 @@ fn members_and_operator_are_scraped_alarms_and_backups_alert_and_every_panel_has
         ns.apply(&cluster_manifest(&ns.name, "ex", 3, "3.6.15", extra))?;
         ns.apply(&claim_manifest(&ns.name, "backups"))?;
         wait_healthy(ns, "ex", 3, Duration::from_secs(180))?;
-        let backup = "apiVersion: etcd.database.coreos.com/v1beta2\nkind: EtcdBackup\nmetadata: {name: every10s}\n\
-                      spec:\n  clusterName: ex\n  storageType: PVC\n  pvc: {claimName: backups, path: ex/etcd.backup}\n  \
-                      backupPolicy: {backupIntervalInSecond: 10, maxBackups: 2, timeoutInSecond: 10}\n";
-        ns.apply(backup)?;
+        let policy = "  backupPolicy: {backupIntervalInSecond: 10, maxBackups: 2, timeoutInSecond: 10}\n";
+        let storage = "pvc: {claimName: backups, path: ex/etcd.backup}";
+        ns.apply(&common::backups::backup_manifest(&ns.name, "every10s", "ex", "PVC", storage, policy))?;
         wait_scraped(prom, ns, "ex", 3)?;
         // The PrometheusRule is loaded: its group is there.
         let groups = prom.rule_groups()?;
@@ -181,24 +180,43 @@ fn members_and_operator_are_scraped_alarms_and_backups_alert_and_every_panel_has
         wait_until(Duration::from_secs(180), "writes to succeed again", || {
             Ok(host_etcdctl(&ep, &["put", "after/0", "v"]).ok())
         })?;
-        wait_alert_gone(prom, ns, "EtcdAlarmActive", PENDING)?;
+        wait_alert_gone(prom, ns, "EtcdAlarmActive", PENDING).map_err(|e| {
+            let series = |m: &str| {
+                prom.query(&format!(r#"{m}{{namespace="{}"}}"#, ns.name))
+                    .map(|v| format!("{v:?}"))
+                    .unwrap_or_else(|e| format!("{e:#}"))
+            };
+            e.context(format!(
+                "etcd_operator_alarms: {}\netcd_debugging_server_alarms: {}",
+                series("etcd_operator_alarms"),
+                series("etcd_debugging_server_alarms")
+            ))
+        })?;
 
-        // Every dashboard query has data for this cluster now (the recovery defragmented).
-        let mut empty = vec![];
-        for q in operator_dashboard_queries()? {
-            let expr = panel_query(&q, &ns.name, "ex");
-            if prom.query(&expr)?.is_empty() {
-                empty.push(expr);
+        // Every dashboard query has data for this cluster (the recovery defragmented, a backup
+        // succeeded). Counters born by the recovery need two scrapes before `increase` has a value.
+        wait_until(Duration::from_secs(120), "a successful backup", || {
+            Ok((common::backups::get(ns, "etcdbackup", "every10s")?["status"]["succeeded"] == true).then_some(()))
+        })?;
+        let queries = operator_dashboard_queries()?;
+        wait_until(SCRAPED, "every dashboard query to return data", || {
+            let mut empty = vec![];
+            for q in &queries {
+                let expr = panel_query(q, &ns.name, "ex");
+                if prom.query(&expr)?.is_empty() {
+                    empty.push(expr);
+                }
             }
-        }
-        ensure!(empty.is_empty(), "dashboard queries without data: {empty:#?}");
+            if empty.is_empty() {
+                return Ok(Some(()));
+            }
+            std::thread::sleep(Duration::from_secs(2));
+            bail!("dashboard queries without data: {empty:#?}")
+        })?;
         let png = render_dashboard(prom, ns, "ex")?;
         eprintln!("the dashboard of ns/ex: {}", png.display());
 
         // A periodic backup whose claim goes: no success for twice its interval.
-        wait_until(Duration::from_secs(120), "a successful backup", || {
-            Ok((common::backups::get(ns, "etcdbackup", "every10s")?["status"]["succeeded"] == true).then_some(()))
-        })?;
         ns.run(&["patch", "etcdbackup", "every10s", "--type=merge", "-p", r#"{"spec":{"pvc":{"claimName":"gone"}}}"#])?;
         let late = wait_alert(prom, ns, "EtcdBackupTooOld", &[("name", "every10s")], &["pending", "firing"], PENDING)?;
         eprintln!("EtcdBackupTooOld {} since {}", late.state, late.active_at);
@@ -267,7 +285,7 @@ fn a_broken_member_and_a_stopped_operator_raise_their_alerts_and_resolve() -> Re
 
         // The operator stopped as a Deployment scaled to 0 is.
         op.run(&["scale", "deployment", "etcd-operator", "--replicas=0"])?;
-        let stopped = wait_alert(prom, ns, "EtcdOperatorDown", &[], &["pending", "firing"], PENDING)?;
+        let stopped = wait_alert(prom, ns, "EtcdOperatorDown", &[("name", "ex")], &["pending", "firing"], PENDING)?;
         eprintln!("EtcdOperatorDown {} since {}", stopped.state, stopped.active_at);
         op.run(&["scale", "deployment", "etcd-operator", "--replicas=1"])?;
         wait_alert_gone(prom, ns, "EtcdOperatorDown", SCRAPED)?;

@@ -108,8 +108,15 @@ impl InClusterOperator {
             log: log_dir()?.join(format!("{}.log", ns.name)),
             seen: Default::default(),
         };
-        // From here on, dropping `op` removes what was applied outside the namespace.
-        ns.apply(&String::from_utf8(out.stdout)?)?;
+        // From here on, dropping `op` removes what was applied outside the namespace. Installs
+        // at once on a cluster without the CRDs both create them: one gets AlreadyExists, and
+        // applies again over the other's.
+        let yaml = String::from_utf8(out.stdout)?;
+        wait_until(Duration::from_secs(60), "the operator's manifests applied", || match ns.apply(&yaml) {
+            Ok(_) => Ok(Some(())),
+            Err(e) if format!("{e:#}").contains("AlreadyExists") => Ok(None),
+            Err(e) => Err(e),
+        })?;
         if opts.standby {
             wait_until(Duration::from_secs(120), "the operator to wait as a standby", || {
                 let running = op.pods()?.iter().any(|p| p["status"]["phase"] == "Running");

@@ -90,7 +90,7 @@ fn panels() -> Vec<Panel> {
                     "EtcdBackup {{namespace}}/{{name}}",
                 ),
                 (
-                    format!("2 * max by (namespace, name) (etcd_operator_backup_interval_seconds{{{n}}} > 0)"),
+                    format!("2 * max by (namespace, name) (etcd_operator_backup_interval_seconds{{{n}}} > 0) + 90"),
                     "EtcdBackup {{namespace}}/{{name}} alert threshold",
                 ),
             ],

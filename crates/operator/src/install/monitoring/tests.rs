@@ -181,15 +181,9 @@ fn every_alert_has_for_severity_and_names_namespace_and_cluster() {
         let name = r["alert"].as_str().unwrap();
         assert!(r["for"].as_str().is_some_and(|f| !f.is_empty()), "{name}");
         assert!(["warning", "critical"].contains(&r["labels"]["severity"].as_str().unwrap()), "{name}");
-        // A cluster's alert names the EtcdCluster; the operator's, the namespace it is installed in.
-        let names = if name == "EtcdOperatorDown" {
-            "namespace {{ $labels.namespace }}"
-        } else {
-            "{{ $labels.namespace }}/{{ $labels.name }}"
-        };
         for a in ["summary", "description"] {
             let text = r["annotations"][a].as_str().unwrap();
-            assert!(text.contains(names), "{name} {a}: {text}");
+            assert!(text.contains("{{ $labels.namespace }}/{{ $labels.name }}"), "{name} {a}: {text}");
         }
     }
     let quorum: Vec<_> = rules.iter().filter(|r| r["alert"] == "EtcdQuorumAtRisk").collect();
