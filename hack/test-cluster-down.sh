@@ -34,9 +34,10 @@ for p in /proc/[0-9]*; do
   # Zombies are dead already; init (the VM's agent here) reaps them a moment later.
   [ "$(cut -d' ' -f1 <<<"${stat##*) }")" = Z ] && continue
   args=$(tr '\0' ' ' <"$p/cmdline" 2>/dev/null) || continue
-  # (prometheus-conf: prometheus-config-reloader, cut to 15 characters; operator: the Prometheus Operator.)
+  # (Container processes, such as Prometheus and its operator, are found by their root mount below;
+  # generic names like `prometheus` or `operator` would also match a developer's own processes.)
   case $comm in
-    kube-apiserver | kube-controller | kube-scheduler | kubelet | kube-proxy | kube-router | containerd-shim* | dnsmasq | devkit | pause | prometheus | prometheus-conf | operator)
+    kube-apiserver | kube-controller | kube-scheduler | kubelet | kube-proxy | kube-router | containerd-shim* | dnsmasq | devkit | pause)
       leftover "process $pid ($comm): $args"; continue ;;
   esac
   if [[ $args == *"$STATE_DIR"* || $args == *"$RUN_DIR"* || $args == *"$CACHE_DIR/kubernetes-"* || $args == *"$CACHE_DIR/containerd-"* ||

@@ -295,7 +295,7 @@ LEGACY_SMOKE_TESTS="process@lifecycle:create_resize_3_5_3_and_delete process@lif
 # The node count of the modern leg's local cluster (cluster.sh reads NODES).
 [ -z "${NODES:-}" ] || export NODES
 # The monitoring stack on the modern leg's local cluster: exported, so that every `cluster.sh up`
-# of the leg (the NetworkPolicy phase's, chaos') keeps it (MONITORING=0 would remove it).
+# of the leg (the NetworkPolicy phase's) keeps it (MONITORING=0 would remove it).
 if [ "$K8S_VERSION" = "$K8S_MODERN" ]; then export MONITORING=$MONITORING_BUILT; else export MONITORING=0; fi
 run_leg "" "$K8S_VERSION"
 if [ "${LEGACY_SMOKE:-1}" = 0 ] || [ -n "${E2E_FILTER:-}" ] || [ -n "${KEEP_CLUSTER:-}" ]; then

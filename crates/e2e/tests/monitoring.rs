@@ -310,7 +310,7 @@ fn monitoring_alerts_pass_promtool_unit_tests() {
             "name": "backup older than twice its interval",
             "interval": "1m",
             "input_series": [
-                // Last success at time 0, every 10 minutes: late from minute 20.
+                // Last success at time 0, every 10 minutes: late from minute 21.5 (twice the interval + 90 s).
                 s("etcd_operator_backup_last_success_timestamp_seconds", operator("nightly"), "0x40"),
                 s("etcd_operator_backup_interval_seconds", operator("nightly"), "600x40"),
                 // Succeeds every minute.
@@ -342,27 +342,33 @@ fn monitoring_alerts_pass_promtool_unit_tests() {
                 // Cluster ex: its operator scraped for 5 minutes, then scaled to 0 (its series go
                 // stale); the members still answer.
                 s("up", member("ex", "ex-a"), "1x20"),
-                s("etcd_operator_cluster_desired_size", operator("ex"), "3x4 stale"),
+                s("etcd_operator_cluster_managed", operator("ex"), "1x4 stale"),
                 // Cluster kept: its operator replaced by another pod, which reports: never down.
                 s("up", member("kept", "kept-a"), "1x20"),
-                s("etcd_operator_cluster_desired_size", operator("kept"), "3x4 stale"),
+                s("etcd_operator_cluster_managed", operator("kept"), "1x4 stale"),
                 series(
-                    "etcd_operator_cluster_desired_size",
+                    "etcd_operator_cluster_managed",
                     &[("job", "etcd-operator"), ("namespace", "ns"), ("name", "kept"), ("pod", "etcd-operator-2"),
                       ("instance", "10.0.0.8:8080")],
-                    "_x4 3x16",
+                    "_x4 1x16",
                 ),
                 // Cluster gone: deleted with its operator; its members' series end too.
                 s("up", member("gone", "gone-a"), "1x4 stale"),
-                s("etcd_operator_cluster_desired_size", operator("gone"), "3x4 stale"),
+                s("etcd_operator_cluster_managed", operator("gone"), "1x4 stale"),
+                // Cluster never: no operator ever said it handles it; its member answers no scrape.
+                s("up", member("never", "never-a"), "0x20"),
             ],
             "alert_rule_test": [
                 { "eval_time": "8m", "alertname": "EtcdOperatorDown", "exp_alerts": [] },
                 {
                     "eval_time": "11m",
                     "alertname": "EtcdOperatorDown",
-                    "exp_alerts": [expect(&g, "EtcdOperatorDown", &[warning, ns, ("name", "ex")],
-                        "No etcd operator reports on the etcd cluster ns/ex")],
+                    "exp_alerts": [
+                        expect(&g, "EtcdOperatorDown", &[warning, ns, ("name", "ex")],
+                            "No etcd operator reports on the etcd cluster ns/ex"),
+                        expect(&g, "EtcdOperatorDown", &[warning, ns, ("name", "never")],
+                            "No etcd operator reports on the etcd cluster ns/never"),
+                    ],
                 },
             ],
         },

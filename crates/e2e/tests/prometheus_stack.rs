@@ -85,6 +85,7 @@ fn wait_alert(
     wait_until(timeout, &format!("alert {alert} {extra:?} to be {states:?}"), || {
         Ok(prom.alerts()?.into_iter().find(|a| {
             a.name == alert
+                && ours(a, ns)
                 && a.label("namespace") == ns.name
                 && extra.iter().all(|(k, v)| a.label(k) == *v)
                 && states.contains(&a.state.as_str())
@@ -92,10 +93,17 @@ fn wait_alert(
     })
 }
 
+/// The alert comes from the rules of the test's own namespace (the PrometheusRule its install
+/// made), not from another namespace's copy, which may be older.
+fn ours(a: &Alert, ns: &TestNamespace) -> bool {
+    a.file.contains(&format!("/{}-", ns.name))
+}
+
 /// Waits until no alert `alert` of namespace `ns` is held, pending or firing.
 fn wait_alert_gone(prom: &Prometheus, ns: &TestNamespace, alert: &str, timeout: Duration) -> Result<()> {
     wait_until(timeout, &format!("alert {alert} to resolve"), || {
-        Ok((!prom.alerts()?.iter().any(|a| a.name == alert && a.label("namespace") == ns.name)).then_some(()))
+        Ok((!prom.alerts()?.iter().any(|a| a.name == alert && ours(a, ns) && a.label("namespace") == ns.name))
+            .then_some(()))
     })
 }
 
@@ -129,12 +137,12 @@ fn members_and_operator_are_scraped_alarms_and_backups_alert_and_every_panel_has
         let storage = "pvc: {claimName: backups, path: ex/etcd.backup}";
         ns.apply(&common::backups::backup_manifest(&ns.name, "every10s", "ex", "PVC", storage, policy))?;
         wait_scraped(prom, ns, "ex", 3)?;
-        // The PrometheusRule is loaded: its group is there.
-        let groups = prom.rule_groups()?;
-        ensure!(
-            groups.iter().any(|(file, g)| g == "etcd-operator" && file.contains(&ns.name)),
-            "the PrometheusRule's group is not loaded: {groups:?}"
-        );
+        // The PrometheusRule is loaded: its group is there (a rule file takes as long as a
+        // PodMonitor to arrive: the kubelet's sync of the mounted Secret).
+        wait_until(SCRAPED, "the PrometheusRule's group to be loaded", || {
+            let groups = prom.rule_groups()?;
+            Ok(groups.iter().any(|(file, g)| g == "etcd-operator" && file.contains(&ns.name)).then_some(()))
+        })?;
         ensure_quiet(prom, ns, &["EtcdAlarmActive", "EtcdBackupTooOld", "EtcdMemberDown", "EtcdQuorumAtRisk"])?;
 
         // NOSPACE: the operator paused so that the alarm holds for the alert's minute.
@@ -216,9 +224,17 @@ fn members_and_operator_are_scraped_alarms_and_backups_alert_and_every_panel_has
         let png = render_dashboard(prom, ns, "ex")?;
         eprintln!("the dashboard of ns/ex: {}", png.display());
 
-        // A periodic backup whose claim goes: no success for twice its interval.
+        // A periodic backup whose claim goes: no success for twice its interval and 90 s (110 s
+        // for this one), then an evaluation.
         ns.run(&["patch", "etcdbackup", "every10s", "--type=merge", "-p", r#"{"spec":{"pvc":{"claimName":"gone"}}}"#])?;
-        let late = wait_alert(prom, ns, "EtcdBackupTooOld", &[("name", "every10s")], &["pending", "firing"], PENDING)?;
+        let late = wait_alert(
+            prom,
+            ns,
+            "EtcdBackupTooOld",
+            &[("name", "every10s")],
+            &["pending", "firing"],
+            PENDING + Duration::from_secs(120),
+        )?;
         eprintln!("EtcdBackupTooOld {} since {}", late.state, late.active_at);
         ns.run(&[
             "patch",

@@ -32,6 +32,9 @@ impl Sample {
 /// or `firing`.
 #[derive(Clone, Debug)]
 pub struct Alert {
+    /// The rule file of its group: the Prometheus Operator names it after the PrometheusRule's
+    /// namespace and name, so a test tells its own rules from other namespaces'.
+    pub file: String,
     pub name: String,
     pub labels: BTreeMap<String, String>,
     pub state: String,
@@ -118,23 +121,28 @@ impl Prometheus {
         }
     }
 
-    /// Every alert Prometheus holds now, pending or firing.
+    /// Every alert Prometheus holds now, pending or firing, with the rule file it comes from
+    /// (read from `/api/v1/rules`: one Prometheus evaluates every namespace's PrometheusRule,
+    /// and each rule matches series of every namespace).
     pub fn alerts(&self) -> Result<Vec<Alert>> {
-        let data = self.api("alerts")?;
-        Ok(data["alerts"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(|a| {
-                let labels = labels(&a["labels"]);
-                Alert {
-                    name: labels.get("alertname").cloned().unwrap_or_default(),
-                    labels,
-                    state: a["state"].as_str().unwrap_or_default().to_string(),
-                    active_at: a["activeAt"].as_str().unwrap_or_default().to_string(),
+        let data = self.api("rules?type=alert")?;
+        let mut out = vec![];
+        for g in data["groups"].as_array().into_iter().flatten() {
+            let file = g["file"].as_str().unwrap_or_default();
+            for r in g["rules"].as_array().into_iter().flatten() {
+                for a in r["alerts"].as_array().into_iter().flatten() {
+                    let labels = labels(&a["labels"]);
+                    out.push(Alert {
+                        file: file.to_string(),
+                        name: labels.get("alertname").cloned().unwrap_or_default(),
+                        labels,
+                        state: a["state"].as_str().unwrap_or_default().to_string(),
+                        active_at: a["activeAt"].as_str().unwrap_or_default().to_string(),
+                    });
                 }
-            })
-            .collect())
+            }
+        }
+        Ok(out)
     }
 
     /// The scrape targets Prometheus has now (`activeTargets`): labels after relabelling,

@@ -65,7 +65,13 @@ pub(super) async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Res
 }
 
 async fn reconcile_one(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, Error> {
-    if !ctx.scope.manages(obj.as_ref()) || obj.metadata.deletion_timestamp.is_some() {
+    if !ctx.scope.manages(obj.as_ref()) {
+        return Ok(Action::await_change());
+    }
+    // First, before anything that can fail: this operator handles the cluster (the alert that an
+    // operator is down reads it).
+    ctx.metrics.mark_managed(&obj.namespace().unwrap_or_default(), &obj.name_any());
+    if obj.metadata.deletion_timestamp.is_some() {
         // Deletion: owner references let the garbage collector remove pods, Services, PVCs.
         return Ok(Action::await_change());
     }

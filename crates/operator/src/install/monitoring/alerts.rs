@@ -182,19 +182,25 @@ pub fn alerts() -> Vec<Alert> {
                           days; once it has, members refuse connections made with it. The EtcdCluster's \
                           CertificatesExpiring condition names it.",
         },
-        // Per cluster: its members answer scrapes, and no operator reports on it (its series are
-        // stale once its operator's pod is gone or answers no scrape). Covers an operator scaled
-        // to 0, crash-looping or uninstalled while its clusters stay, and a cluster in a namespace
-        // no operator watches; a deleted cluster takes its members' series with it.
+        // Per cluster: its members are scraped (answering or not), and no operator says it
+        // handles it (`cluster_managed`, set first thing in each reconcile, goes stale once its
+        // operator's pod is gone or answers no scrape). Covers an operator scaled to 0 or
+        // crash-looping, and a cluster in a namespace no scraped operator watches; a deleted
+        // cluster takes its members' series with it.
         Alert {
             name: "EtcdOperatorDown",
             severity: "warning",
             for_: "5m",
-            expr: format!("max by (namespace, name) (up{{{m}}})\nunless on (namespace, name)\n{desired}"),
+            expr: format!(
+                "max by (namespace, name) (up{{{m}}})\nunless on (namespace, name)\n\
+                 max by (namespace, name) (etcd_operator_cluster_managed)"
+            ),
             summary: "No etcd operator reports on the etcd cluster {{ $labels.namespace }}/{{ $labels.name }}",
             description: "Prometheus scrapes the members of the etcd cluster {{ $labels.namespace }}/{{ $labels.name }}, \
-                          but no etcd operator has reported on it for 5 minutes: the operator that manages it is \
-                          down or answers no scrape, or none watches its namespace. The cluster keeps serving, but \
+                          but no etcd operator has said it handles the cluster for 5 minutes: the operator that \
+                          manages it is down or answers no scrape, or no operator that Prometheus scrapes watches \
+                          its namespace (install every operator with its monitoring objects). The cluster keeps \
+                          serving, but \
                           nothing heals, scales, upgrades or backs it up, and the alerts made from the operator's \
                           series go quiet. See the operator's Deployment, pods and logs.",
         },

@@ -90,6 +90,15 @@ impl Metrics {
         known.clusters.insert(l);
     }
 
+    /// This operator handles the cluster: said at the start of every reconcile of a cluster in
+    /// its scope, before anything that can fail (an unreadable spec, a failed write), so that
+    /// `EtcdOperatorDown` tells an operator that is down from one that is busy or refusing.
+    pub fn mark_managed(&self, namespace: &str, name: &str) {
+        let l = cluster(namespace, name);
+        self.managed.get_or_create(&l).set(1);
+        self.known.lock().unwrap_or_else(PoisonError::into_inner).clusters.insert(l);
+    }
+
     /// The alarms etcd reports for the cluster now.
     pub fn set_alarms(&self, namespace: &str, name: &str, nospace: bool, corrupt: bool) {
         for (alarm, on) in ALARMS.into_iter().zip([nospace, corrupt]) {
@@ -112,7 +121,9 @@ impl Metrics {
         let gone: Vec<ClusterLabels> = known.clusters.iter().filter(|k| !live.contains(*k)).cloned().collect();
         for l in gone {
             known.clusters.remove(&l);
-            for f in [&self.desired_size, &self.ready_members, &self.leader_present, &self.learners, &self.db_size] {
+            let families =
+                [&self.managed, &self.desired_size, &self.ready_members, &self.leader_present, &self.learners];
+            for f in families.into_iter().chain([&self.db_size]) {
                 f.remove(&l);
             }
             self.defrag_reclaimed.remove(&l);

@@ -75,6 +75,7 @@ pub struct Metrics {
     reconciles: Family<ControllerLabels, Counter>,
     errors: Family<ControllerLabels, Counter>,
     duration: Family<ControllerLabels, Histogram, fn() -> Histogram>,
+    managed: Family<ClusterLabels, Gauge>,
     desired_size: Family<ClusterLabels, Gauge>,
     ready_members: Family<ClusterLabels, Gauge>,
     leader_present: Family<ClusterLabels, Gauge>,
@@ -135,6 +136,7 @@ impl Default for Metrics {
             reconciles: Family::default(),
             errors: Family::default(),
             duration: Family::new_with_constructor(duration_histogram),
+            managed: Family::default(),
             desired_size: Family::default(),
             ready_members: Family::default(),
             leader_present: Family::default(),
@@ -166,6 +168,11 @@ impl Default for Metrics {
         registry.register("reconcile", "Reconciles run", m.reconciles.clone());
         registry.register("reconcile_errors", "Reconciles that failed", m.errors.clone());
         registry.register("reconcile_duration_seconds", "Time per reconcile", m.duration.clone());
+        registry.register(
+            "cluster_managed",
+            "1 for every EtcdCluster this operator handles (set at the start of each reconcile)",
+            m.managed.clone(),
+        );
         registry.register("cluster_desired_size", "spec.size of the EtcdCluster", m.desired_size.clone());
         registry.register("cluster_ready_members", "Healthy, ready voting members", m.ready_members.clone());
         registry.register("cluster_leader_present", "1 when a member reports a leader", m.leader_present.clone());
@@ -280,6 +287,7 @@ impl Metrics {
             not_after: 1,
         });
         let status = etcd_operator_api::EtcdClusterStatus { current_version: "3.5.1".into(), ..Default::default() };
+        m.mark_managed("ns", "ex");
         m.reconciled("etcdcluster", Duration::from_millis(1), true);
         m.observe_cluster(&o, &status);
         let stable = crate::planner::Wait { reason: crate::planner::WaitReason::Stable, message: String::new() };

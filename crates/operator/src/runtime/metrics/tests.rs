@@ -250,3 +250,16 @@ fn drill_series_follow_the_last_drill_and_go_with_the_backup() {
     m.retain_backups(&BTreeSet::new());
     assert!(!m.encode().contains("etcd_operator_backup_drill_"), "gone with the EtcdBackup");
 }
+
+/// `cluster_managed` says an operator handles the cluster before anything else of a reconcile
+/// can fail (an unreadable spec never gets the other series), and goes with the cluster.
+#[test]
+fn a_managed_cluster_is_said_before_anything_else_and_goes_with_it() {
+    let m = Metrics::default();
+    m.mark_managed("ns", "ex");
+    let text = m.encode();
+    assert!(text.contains(r#"etcd_operator_cluster_managed{namespace="ns",name="ex"} 1"#), "{text}");
+    assert!(!text.contains("etcd_operator_cluster_desired_size{"), "only the mark so far: {text}");
+    m.retain_clusters(&BTreeSet::new());
+    assert!(!m.encode().contains(r#"name="ex""#));
+}
