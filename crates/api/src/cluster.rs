@@ -15,7 +15,7 @@ mod pod;
 mod tls;
 
 pub use pod::PodPolicy;
-pub use tls::{AutoTls, MemberSecret, StaticTls, TlsPolicy};
+pub use tls::{AutoTls, CertManagerTls, IssuerRef, MemberSecret, StaticTls, TlsPolicy};
 
 /// Image repository used when `spec.repository` is empty (as in CoreOS).
 pub const DEFAULT_REPOSITORY: &str = "quay.io/coreos/etcd";

@@ -27,6 +27,55 @@ pub struct TlsPolicy {
     /// value starts a CA rotation now.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auto: Option<AutoTls>,
+    /// Additive: certificates issued by cert-manager, instead of `static` or `auto`; one of
+    /// the three. The operator keeps four cert-manager Certificates (`<name>-cm-peer`,
+    /// `-cm-server`, `-cm-operator`, `-cm-client`, issued into Secrets of the same names) with
+    /// the names and key usages members need, and copies what cert-manager issues into the
+    /// Secrets `auto` uses (`<name>-tls-peer`, `-server`, `-operator`, `-client`, CoreOS' key
+    /// layout), with the trust bundle it keeps in `<name>-tls-ca` (the issuer's CA, no key). A
+    /// renewal is copied without restarting members; a certificate from a new CA (the issuer's
+    /// CA was rotated) starts a CA rotation with `auto`'s steps: members restart to trust both
+    /// CAs, the certificates of the new CA are copied (the operator asks cert-manager to renew
+    /// the ones still from the old CA), members restart to drop the old CA. The issuer must
+    /// put its CA in the Secrets' `ca.crt` (cert-manager's CA, self-signed and Vault issuers
+    /// do).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cert_manager: Option<CertManagerTls>,
+}
+
+/// Certificates from cert-manager (additive).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CertManagerTls {
+    /// The cert-manager issuer that signs the certificates. Additive.
+    pub issuer_ref: IssuerRef,
+    /// Lifetime asked of each certificate (the Certificates' `duration`), a Go duration, 10m
+    /// to 87600h; default cert-manager's 2160h. Additive.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[schemars(length(max = 32))]
+    pub duration: String,
+    /// How long before the end cert-manager renews (the Certificates' `renewBefore`), at
+    /// least 5m and at least 1m less than `duration`; default a third of `duration`. Additive.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[schemars(length(max = 32))]
+    pub renew_before: String,
+}
+
+/// A cert-manager issuer, as a Certificate's `spec.issuerRef` names it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct IssuerRef {
+    /// The Issuer (in the EtcdCluster's namespace) or ClusterIssuer. Additive.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+    /// `Issuer` (the default) or `ClusterIssuer`, or the kind of an external issuer. Additive.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[schemars(length(max = 63))]
+    pub kind: String,
+    /// The issuer's API group; default `cert-manager.io`. Additive.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[schemars(length(max = 253))]
+    pub group: String,
 }
 
 /// Operator-managed certificates (additive). Durations are Go durations as Kubernetes writes

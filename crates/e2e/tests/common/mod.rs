@@ -6,6 +6,7 @@
 pub mod backups;
 pub mod day2;
 pub mod tls;
+pub mod tls_clients;
 pub mod upgrade;
 pub mod writer;
 

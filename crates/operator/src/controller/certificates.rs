@@ -15,8 +15,10 @@ use kube::runtime::events::EventType;
 use super::{Context, key_of, publish};
 use crate::decide::Plan;
 use crate::observed::Observed;
-use crate::tls::auto::decision::Decision;
+use crate::tls::auto::Leaf;
+use crate::tls::auto::decision::{Decision, LeafWrite};
 use crate::tls::auto::secrets::for_decision;
+use crate::tls::auto::state::Names;
 use crate::tls::auto::state::Observation;
 
 /// At most this many writes per reconcile (a CA and the four certificates, with room).
@@ -56,7 +58,8 @@ pub(super) async fn keep_certificates(
             }
         }
         let (in_use, domain, served) = (c.in_use(), c.cluster_domain.clone(), c.served.clone());
-        let mut fresh = crate::observe::tls_auto::read(&ctx.client, cluster, in_use, &domain).await;
+        let cm = c.cert_manager.as_ref().map(|m| m.request.clone());
+        let mut fresh = crate::observe::tls_auto::read(&ctx.client, cluster, in_use, &domain, cm.as_ref()).await;
         fresh.served = served;
         o.certificates = Some(fresh);
         *plan = redecide(o);
@@ -98,6 +101,27 @@ async fn execute(
     d: &Decision,
 ) -> Result<(&'static str, String), Failure> {
     let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &c.namespace);
+    if let (Decision::ApplyCertificates(leaves), Some(cm)) = (d, &c.cert_manager) {
+        return apply_certificates(ctx, cluster, c, cm, leaves).await;
+    }
+    let mut renewed = vec![];
+    if let (Decision::WriteLeaves(ws), Some(_)) = (d, &c.cert_manager) {
+        for w in ws {
+            if let LeafWrite::Renew { leaf } = w {
+                renew(ctx, c, *leaf).await?;
+                renewed.push(crate::tls::cert_manager::name(&c.cluster, *leaf));
+            }
+        }
+        if ws.iter().all(|w| matches!(w, LeafWrite::Renew { .. })) {
+            return Ok((
+                "CertificateRenewalRequested",
+                format!(
+                    "asked cert-manager to issue again from the new CA: Certificate {} (it held one of the old CA)",
+                    renewed.join(", ")
+                ),
+            ));
+        }
+    }
     if *d == Decision::CreateCa {
         no_member_trusts_a_ca(ctx, cluster, &c.namespace).await?;
     }
@@ -105,7 +129,96 @@ async fn execute(
     for s in w.secrets {
         write(&api, s).await?;
     }
-    Ok((w.reason, w.note))
+    if renewed.is_empty() {
+        Ok((w.reason, w.note))
+    } else {
+        Ok((w.reason, format!("{}; asked cert-manager to issue again: Certificate {}", w.note, renewed.join(", "))))
+    }
+}
+
+/// Creates the Certificates `leaves`, or replaces their spec with what `spec.TLS.certManager`
+/// asks now (at the version read: a concurrent change fails the write).
+async fn apply_certificates(
+    ctx: &Context,
+    cluster: &EtcdCluster,
+    c: &Observation,
+    cm: &crate::tls::cert_manager::Observed,
+    leaves: &[Leaf],
+) -> Result<(&'static str, String), Failure> {
+    use crate::tls::cert_manager::{certificate_spec, name};
+    use kube::api::{DynamicObject, ObjectMeta};
+    let ar = crate::observe::tls_auto::certificate_resource();
+    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &c.namespace, &ar);
+    let names = Names { cluster: &c.cluster, namespace: &c.namespace, domain: &c.cluster_domain };
+    let mut done = vec![];
+    for &leaf in leaves {
+        let n = name(&c.cluster, leaf);
+        let rv = cm.certificates.get(&leaf).and_then(Option::as_ref).and_then(|s| s.resource_version.clone());
+        let labels = std::collections::BTreeMap::from([
+            (crate::naming::APP_LABEL.0.to_string(), crate::naming::APP_LABEL.1.to_string()),
+            (crate::naming::CLUSTER_LABEL.to_string(), c.cluster.clone()),
+        ]);
+        let mut obj = DynamicObject::new(&n, &ar).within(&c.namespace);
+        obj.metadata = ObjectMeta {
+            labels: Some(labels),
+            owner_references: Some(vec![crate::naming::owner_ref(cluster)]),
+            resource_version: rv.clone(),
+            ..obj.metadata
+        };
+        obj.data = serde_json::json!({ "spec": certificate_spec(leaf, &cm.request, names) });
+        let r = match rv {
+            Some(_) => api.replace(&n, &PostParams::default(), &obj).await,
+            None => api.create(&PostParams::default(), &obj).await,
+        };
+        match r {
+            Ok(_) => done.push(n),
+            Err(kube::Error::Api(e)) if e.code == 409 => {
+                return Err(Failure::Conflict(format!("Certificate {n}: {}", e.message)));
+            }
+            Err(e) => return Err(Failure::Other(format!("Certificate {n} could not be written: {e}"))),
+        }
+    }
+    let i = &cm.request.issuer;
+    Ok((
+        "CertificatesRequested",
+        format!("cert-manager Certificates {} written (issuer {} {}/{})", done.join(", "), i.kind, i.group, i.name),
+    ))
+}
+
+/// Asks cert-manager to issue a Certificate again, as `cmctl renew` does: its status
+/// condition `Issuing` set to `True` (reason `ManuallyTriggered`), the other conditions kept,
+/// written at the version read.
+async fn renew(ctx: &Context, c: &Observation, leaf: Leaf) -> Result<(), Failure> {
+    use kube::api::DynamicObject;
+    let n = crate::tls::cert_manager::name(&c.cluster, leaf);
+    let ar = crate::observe::tls_auto::certificate_resource();
+    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &c.namespace, &ar);
+    let failed = |e: kube::Error| Failure::Other(format!("asking cert-manager to renew Certificate {n} failed: {e}"));
+    let mut obj = api.get(&n).await.map_err(failed)?;
+    let now = k8s_openapi::jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
+    let generation = obj.metadata.generation;
+    let issuing = serde_json::json!({
+        "type": "Issuing",
+        "status": "True",
+        "reason": "ManuallyTriggered",
+        "message": "Certificate re-issuance requested by the etcd operator: it holds a certificate of a CA the cluster is leaving",
+        "lastTransitionTime": now,
+        "observedGeneration": generation,
+    });
+    let status = obj.data.as_object_mut().map(|d| d.entry("status").or_insert_with(|| serde_json::json!({})));
+    let Some(status) = status.and_then(|s| s.as_object_mut()) else {
+        return Err(Failure::Other(format!("Certificate {n}: unreadable status")));
+    };
+    let conditions = status.entry("conditions").or_insert_with(|| serde_json::json!([]));
+    if let Some(cs) = conditions.as_array_mut() {
+        cs.retain(|c| c.get("type").and_then(|t| t.as_str()) != Some("Issuing"));
+        cs.push(issuing);
+    }
+    match api.replace_status(&n, &PostParams::default(), &obj).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 409 => Err(Failure::Conflict(format!("Certificate {n}: {}", e.message))),
+        Err(e) => Err(failed(e)),
+    }
 }
 
 /// Right before a new CA is made: the API server's own list of the cluster's pods (the watch

@@ -9,8 +9,9 @@
 //! installed: the CRDs it patches, the Leases it reads and renews. The rest cannot be:
 //! - `create` never can (RBAC sees no name on a create), nor `list`/`watch` (collections);
 //! - Secrets: the ones read are those a cluster's spec names (`spec.TLS.static`, `spec.auth`,
-//!   an EtcdBackup's `clientTLSSecret`/`authSecret`), the ones written are named after the
-//!   cluster (`<name>-tls-*`, `<name>-etcd-root*`): names chosen by users after the install,
+//!   an EtcdBackup's `clientTLSSecret`/`authSecret`) or cert-manager issued for it
+//!   (`<name>-cm-*`), the ones written are named after the cluster (`<name>-tls-*`,
+//!   `<name>-etcd-root*`): names chosen by users after the install,
 //!   which a Role cannot list in advance. The operator never lists, watches or deletes
 //!   Secrets (owner references delete its own with their cluster), so it can read only a
 //!   Secret whose name it is given. In cluster-wide mode the ClusterRole still lets it get
@@ -131,7 +132,23 @@ pub const PERMISSIONS: &[Permission] = &[
         verbs: &["get", "create", "update", "patch"],
         scope: Scope::Namespaced,
         names: &[],
-        why: "read the spec.TLS.static and spec.auth Secrets a cluster names, to check them and to connect; create and update the spec.TLS.auto Secrets a cluster owns; create a missing spec.auth root Secret and patch the record of the root password etcd has (no list, watch or delete: only Secrets a spec names or the operator owns)",
+        why: "read the spec.TLS.static and spec.auth Secrets a cluster names, to check them and to connect; create and update the spec.TLS.auto Secrets a cluster owns (also for spec.TLS.certManager, from cert-manager's Secrets, which it reads); create a missing spec.auth root Secret and patch the record of the root password etcd has (no list, watch or delete: only Secrets a spec names or the operator owns)",
+    },
+    Permission {
+        group: "cert-manager.io",
+        resource: "certificates",
+        verbs: &["get", "create", "update"],
+        scope: Scope::Namespaced,
+        names: &[],
+        why: "spec.TLS.certManager: keep a cluster's four cert-manager Certificates as its spec asks (no list, watch or delete: owner references delete them with their cluster)",
+    },
+    Permission {
+        group: "cert-manager.io",
+        resource: "certificates/status",
+        verbs: &["update"],
+        scope: Scope::Namespaced,
+        names: &[],
+        why: "spec.TLS.certManager: ask cert-manager to issue a certificate again from the issuer's new CA during a CA rotation (as `cmctl renew` does)",
     },
     Permission {
         group: "discovery.k8s.io",

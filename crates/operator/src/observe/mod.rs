@@ -141,10 +141,10 @@ pub async fn observe(
     // bundle is part of the pod-spec hash (`tls::auto`).
     // Also after auto was turned off while pods are still made with them: they are renewed.
     let auto = |d: &crate::validation::Desired| {
-        Some((crate::validation::tls_auto_in_use(d, &name)?, d.pod.cluster_domain.clone()))
+        Some((crate::validation::tls_auto_in_use(d, &name)?, d.pod.cluster_domain.clone(), d.tls_cert_manager.clone()))
     };
     let mut certificates = match desired.as_ref().ok().and_then(auto) {
-        Some((in_use, domain)) => Some(tls_auto::read(client, cluster, in_use, &domain).await),
+        Some((in_use, domain, cm)) => Some(tls_auto::read(client, cluster, in_use, &domain, cm.as_ref()).await),
         None => None,
     };
     // TLS material is checked before anything uses it (`tls`): the Secrets checked are the ones

@@ -24,8 +24,20 @@
 //!   rollout planner's (the bundle is part of the pod-spec hash): one member at a time, never
 //!   past an unhealthy one;
 //! - a new CA rotation starts when the CA is due (a third of its lifetime left, or it outlives
-//!   `caValidity`) or `rotate-ca` names a value not handled yet, only while no rotation or
-//!   restart is under way and the cluster is not paused.
+//!   `caValidity`, or it has no key: a CA cert-manager's issuer held) or `rotate-ca` names a
+//!   value not handled yet, only while no rotation or restart is under way and the cluster is
+//!   not paused.
+//!
+//! With `spec.TLS.certManager` the same rules hold, with cert-manager as the signer
+//! (`tls::cert_manager`): the four Certificates are made (or put back to what the spec asks)
+//! first; nothing is issued while the API server serves no cert-manager Certificates; the CA
+//! Secret holds the issuer's CA without its key (created once cert-manager issued the peer and
+//! server certificates from one CA); "issue a certificate" is copying cert-manager's from its
+//! Secret, only when the CA that signed it is one the certificate may come from now, and a
+//! certificate cert-manager renewed is copied the same way; where the certificate of the new
+//! CA is needed (`reissuing`) and cert-manager still holds one of the old CA, it is asked to
+//! renew it; a certificate cert-manager issued from a CA members do not trust starts a CA
+//! rotation (the issuer's CA changed); `rotate-ca` has no effect (rotate the issuer's CA).
 
 use std::collections::BTreeSet;
 
@@ -71,6 +83,11 @@ pub fn plan(o: &Observed) -> Decision {
     }
     if c.leaving {
         return leaving(c);
+    }
+    if let Some(cm) = &c.cert_manager
+        && let Some(d) = cert_manager_first(cm, &c.cluster)
+    {
+        return d;
     }
     let ca = match &c.ca {
         Found::Present(ca) => ca,
@@ -163,8 +180,22 @@ pub fn nothing_trusts_a_ca<'a>(pods: impl IntoIterator<Item = &'a crate::tls::tr
     pods.into_iter().all(|p| p.peer_secret.is_none() && p.server_secret.is_none())
 }
 
-/// No CA Secret.
+/// No CA Secret. With cert-manager, a CA can only be taken once cert-manager issued from one.
 fn lost_ca(o: &Observed, c: &Observation) -> Decision {
+    let d = lost_ca_of(o, c);
+    match (&c.cert_manager, &d) {
+        (Some(cm), Decision::CreateCa | Decision::ReplaceLostCa { .. }) if cm.issuing_ca().is_none() => wait(
+            "Issuing",
+            format!(
+                "waiting for cert-manager to issue the peer and server certificates from one CA: {}",
+                cm.waiting_for()
+            ),
+        ),
+        _ => d,
+    }
+}
+
+fn lost_ca_of(o: &Observed, c: &Observation) -> Decision {
     // Nothing trusts any CA yet: the member pods seen mount no certificate (a plaintext cluster
     // turning auto TLS on; its members get the certificates one at a time, `tls::transition`),
     // or there is no cluster yet (no pod, no volume, never formed: what a bootstrap asks). A
@@ -199,6 +230,9 @@ fn lost_ca(o: &Observed, c: &Observation) -> Decision {
 
 /// Certificate Secrets to write, in `Leaf::ALL` order.
 fn leaf_writes(c: &Observation, ca: &CaState) -> Vec<LeafWrite> {
+    if let Some(cm) = &c.cert_manager {
+        return copies(c, cm, ca);
+    }
     let trust = ca.trust_ids();
     let signing: Option<&CertId> = ca.signing.as_ref().filter(|a| a.key.is_some()).map(|a| &a.cert.id);
     // While a new CA is introduced members do not trust it yet: a certificate of any CA they
@@ -250,7 +284,23 @@ fn leaf_writes(c: &Observation, ca: &CaState) -> Vec<LeafWrite> {
 
 /// Why a new CA is due, if it is.
 fn ca_due(c: &Observation, ca: &CaState) -> Option<String> {
+    if let Some(cm) = &c.cert_manager {
+        return cm.untrusted_ca(&ca.trust_ids()).map(|(leaf, new)| {
+            format!(
+                "cert-manager issued Secret {} from a CA the members do not trust yet ({}, valid until {}): the issuer's CA changed",
+                crate::tls::cert_manager::name(&c.cluster, leaf),
+                new.subject,
+                new.expires()
+            )
+        });
+    }
     let a = ca.signing.as_ref()?;
+    if a.key.is_none() {
+        return Some(format!(
+            "the CA in Secret {} has no key (it was cert-manager's issuer's): a CA of the operator's own is introduced",
+            ca_secret(&c.cluster)
+        ));
+    }
     if let Some(token) = &c.rotate_ca
         && ca.rotated_for.as_ref() != Some(token)
     {
@@ -385,4 +435,86 @@ fn settled(o: &Observed, c: &Observation, ca: &CaState) -> Decision {
             show(c.settings.renew_before)
         ),
     }
+}
+
+/// cert-manager's side, before anything about the CA: its API served, the Certificates as
+/// the spec asks. `None`: nothing to do there.
+fn cert_manager_first(cm: &crate::tls::cert_manager::Observed, cluster: &str) -> Option<Decision> {
+    use crate::tls::cert_manager::{GROUP, VERSION, name};
+    if let Err(e) = &cm.api {
+        return Some(Decision::Blocked(format!(
+            "spec.TLS.certManager: {e}; install cert-manager ({GROUP}/{VERSION}), or use spec.TLS.auto or static; nothing was changed"
+        )));
+    }
+    let not_ours: Vec<String> = Leaf::ALL
+        .iter()
+        .filter(|l| cm.certificates.get(l).and_then(Option::as_ref).is_some_and(|c| !c.ours))
+        .map(|l| format!("Certificate {} exists and is not owned by the EtcdCluster", name(cluster, *l)))
+        .collect();
+    if !not_ours.is_empty() {
+        return Some(Decision::Blocked(format!(
+            "{}: the operator never overwrites a Certificate it does not own; delete or rename it",
+            not_ours.join("; ")
+        )));
+    }
+    let apply: Vec<Leaf> = Leaf::ALL
+        .into_iter()
+        .filter(|l| cm.certificates.get(l).and_then(Option::as_ref).is_none_or(|c| !c.spec_current))
+        .collect();
+    (!apply.is_empty()).then_some(Decision::ApplyCertificates(apply))
+}
+
+/// With cert-manager: which of its certificates to copy (or ask it to renew), and which
+/// bundles to write.
+fn copies(c: &Observation, cm: &crate::tls::cert_manager::Observed, ca: &CaState) -> Vec<LeafWrite> {
+    let trust = ca.trust_ids();
+    // The CAs a certificate may come from now: while a new CA is introduced only those members
+    // trust already, else the one cert-manager issues from (the signing CA of the CA Secret).
+    let acceptable: BTreeSet<CertId> = match ca.phase {
+        Phase::Introducing => {
+            let next = ca.next.as_ref().map(|n| n.cert.id.clone());
+            trust.iter().filter(|id| Some(*id) != next.as_ref()).cloned().collect()
+        }
+        _ => ca.signing.iter().map(|a| a.cert.id.clone()).collect(),
+    };
+    let mut out = vec![];
+    for leaf in Leaf::ALL {
+        let secret = leaf.secret(&c.cluster);
+        let ours = c.leaves.get(&leaf).unwrap_or(&Found::Missing);
+        let source = cm.issued(leaf).filter(|i| i.usable());
+        let from_acceptable = source.filter(|i| i.issuer().is_some_and(|id| acceptable.contains(id)));
+        let why = match ours {
+            Found::Missing => Some(format!("Secret {secret} does not exist")),
+            Found::NotOurs(_) | Found::Invalid(_) => None,
+            Found::Present(l) => match &l.cert {
+                _ if !l.problems.is_empty() => Some(l.problems.join("; ")),
+                None => Some(format!("Secret {secret} holds no certificate")),
+                Some(_) if !l.issuer.as_ref().is_some_and(|i| acceptable.contains(i)) => Some(match ca.phase {
+                    Phase::Reissuing => "the certificate of the new CA".to_string(),
+                    _ => format!("Secret {secret}: not issued by the CA cert-manager issues from"),
+                }),
+                Some(cert) if from_acceptable.is_some_and(|i| i.cert.id != cert.id) => Some(format!(
+                    "cert-manager issued a new certificate (serial {})",
+                    from_acceptable.map(|i| i.cert.serial.clone()).unwrap_or_default()
+                )),
+                Some(_) => None,
+            },
+        };
+        let present = c.leaves.get(&leaf).and_then(Found::present);
+        match (why, from_acceptable) {
+            (Some(why), Some(_)) => out.push(LeafWrite::Issue { leaf, why }),
+            // The certificate of the new CA is needed and cert-manager holds one of another CA:
+            // ask it to issue again (once: not while it is issuing).
+            (Some(_), None)
+                if ca.phase == Phase::Reissuing
+                    && source.is_some()
+                    && !cm.certificates.get(&leaf).and_then(Option::as_ref).is_some_and(|s| s.issuing) =>
+            {
+                out.push(LeafWrite::Renew { leaf })
+            }
+            (None, _) if present.is_some_and(|l| l.trust_ids() != trust) => out.push(LeafWrite::Retrust { leaf }),
+            _ => {}
+        }
+    }
+    out
 }

@@ -51,6 +51,32 @@ pub(super) struct World {
     pub(super) events: Vec<&'static str>,
     /// The members run without TLS (a plaintext cluster whose spec just turned auto TLS on).
     pub(super) plaintext_members: bool,
+    /// `spec.TLS.certManager`: a simulated cert-manager.
+    pub(super) cm: Option<CertManager>,
+}
+
+/// cert-manager as the planner meets it: the Certificates the operator wrote (their JSON),
+/// and an issuer CA that signs into `<cluster>-cm-<leaf>` Secrets.
+pub(super) struct CertManager {
+    pub(super) ca: crate::tls::auto::state::Authority,
+    pub(super) certificates: BTreeMap<Leaf, serde_json::Value>,
+    /// The API server serves no cert-manager Certificates.
+    pub(super) absent: bool,
+    /// Renewals the operator asked for (by leaf), in order.
+    pub(super) renewals: Vec<Leaf>,
+}
+
+pub(super) fn cm_spec() -> EtcdClusterSpec {
+    let cm = etcd_operator_api::cluster::CertManagerTls {
+        issuer_ref: etcd_operator_api::cluster::IssuerRef { name: "ca".into(), ..Default::default() },
+        duration: "1h".into(),
+        renew_before: "20m".into(),
+    };
+    EtcdClusterSpec {
+        size: 3,
+        tls: Some(TlsPolicy { cert_manager: Some(cm), ..Default::default() }),
+        ..Default::default()
+    }
 }
 
 pub(super) fn spec() -> EtcdClusterSpec {
@@ -87,15 +113,62 @@ impl World {
             cas: vec![],
             events: vec![],
             plaintext_members: false,
+            cm: None,
         }
     }
 
-    /// A running cluster: CA and certificates issued at `T0`, three members started with them.
-    pub(super) fn running() -> World {
+    /// A new cluster with `spec.TLS.certManager` and cert-manager running with a CA issuer.
+    pub(super) fn with_cert_manager() -> World {
         let mut w = World::new();
+        w.cluster.spec = cm_spec();
+        w.cm = Some(CertManager {
+            ca: w.new_issuer_ca(T0),
+            certificates: BTreeMap::new(),
+            absent: false,
+            renewals: vec![],
+        });
+        w
+    }
+
+    /// As `running`, with cert-manager issuing.
+    pub(super) fn running_with_cert_manager() -> World {
+        let mut w = World::with_cert_manager();
         w.converge_writes();
+        w.start_members();
+        w
+    }
+
+    /// A CA of the issuer (cert-manager's CA Issuer's Secret), made at `at`.
+    pub(super) fn new_issuer_ca(&mut self, at: i64) -> crate::tls::auto::state::Authority {
+        let names = crate::tls::auto::state::Names { cluster: "issuer", namespace: "ns", domain: "" };
+        let i = crate::tls::auto::issuer::new_ca(names, at, 100 * HOUR).unwrap();
+        let a = crate::tls::auto::secrets::authority(&i).unwrap();
+        self.cas.push(a.cert.clone());
+        a
+    }
+
+    /// cert-manager issues the Certificate of `leaf` (now, from its issuer's CA of now), as at
+    /// a renewal or when asked.
+    pub(super) fn cm_issue(&mut self, leaf: Leaf) {
+        let cm = self.cm.as_ref().unwrap();
+        assert!(cm.certificates.contains_key(&leaf), "no Certificate for {leaf:?}");
+        let names = crate::tls::auto::state::Names { cluster: "ex", namespace: "ns", domain: "" };
+        let i = crate::tls::auto::issuer::issue(leaf, names, &cm.ca, self.now, HOUR).unwrap();
+        let name = crate::tls::cert_manager::name("ex", leaf);
+        let data = BTreeMap::from([
+            ("tls.crt".to_string(), k8s_openapi::ByteString(i.cert_pem.into_bytes())),
+            ("tls.key".to_string(), k8s_openapi::ByteString(i.key.0.into_bytes())),
+            ("ca.crt".to_string(), k8s_openapi::ByteString(cm.ca.cert.pem().into_bytes())),
+        ]);
+        let mut s = Secret { data: Some(data), ..Default::default() };
+        s.metadata.name = Some(name.clone());
+        self.secrets.insert(name, s);
+    }
+
+    /// Three members started with the Secrets of now.
+    pub(super) fn start_members(&mut self) {
         for i in 1..=3 {
-            w.members.push(Member {
+            self.members.push(Member {
                 pod: format!("ex-m{i}"),
                 hash: String::new(),
                 healthy: true,
@@ -104,8 +177,15 @@ impl World {
                 peer_der: vec![],
                 server_der: vec![],
             });
-            w.restart(i - 1);
+            self.restart(i - 1);
         }
+    }
+
+    /// A running cluster: CA and certificates issued at `T0`, three members started with them.
+    pub(super) fn running() -> World {
+        let mut w = World::new();
+        w.converge_writes();
+        w.start_members();
         w
     }
 
@@ -117,6 +197,21 @@ impl World {
         let mut d = validate("ex", &self.cluster.spec).unwrap();
         let fetched = self.secrets.iter().map(|(k, v)| (k.clone(), Ok(Some(v.clone())))).collect();
         let mut c = observation(&self.cluster, d.tls_auto.unwrap(), "", self.now, &fetched);
+        if let (Some(cm), Some(r)) = (&self.cm, &d.tls_cert_manager) {
+            let names = crate::tls::auto::state::Names { cluster: "ex", namespace: "ns", domain: "" };
+            let certs = Leaf::ALL.into_iter().map(|l| (l, cm.certificates.get(&l).cloned())).collect();
+            let secrets = Leaf::ALL
+                .into_iter()
+                .map(|l| {
+                    let s = self.secrets.get(&crate::tls::cert_manager::name("ex", l));
+                    (l, s.map(|s| s.data.clone().unwrap_or_default().into_iter().map(|(k, v)| (k, v.0)).collect()))
+                })
+                .collect();
+            let api =
+                if cm.absent { Err("the API server serves no cert-manager.io/v1 Certificate".into()) } else { Ok(()) };
+            c.cert_manager =
+                Some(crate::tls::cert_manager::observed(r, api, &certs, &secrets, names, self.now, "uid-1"));
+        }
         for m in &self.members {
             let served = Served { client: c.served_cert(&m.server_der), peer: c.served_cert(&m.peer_der) };
             c.served.insert(m.pod.clone(), served);
@@ -188,6 +283,32 @@ impl World {
     /// Carries out a writing decision as the controller does: the same Secrets, created or
     /// replaced at the version read.
     pub(super) fn apply(&mut self, d: &Decision) {
+        if let Decision::ApplyCertificates(leaves) = d {
+            let r = self.observed().desired.unwrap().tls_cert_manager.unwrap();
+            let names = crate::tls::auto::state::Names { cluster: "ex", namespace: "ns", domain: "" };
+            for l in leaves {
+                let spec = crate::tls::cert_manager::certificate_spec(*l, &r, names);
+                let obj = serde_json::json!({"metadata": {"ownerReferences": [{"uid": "uid-1"}]}, "spec": spec,
+                    "status": {"conditions": [{"type": "Ready", "status": "True"}]}});
+                self.cm.as_mut().unwrap().certificates.insert(*l, obj);
+                // cert-manager issues a new Certificate at once.
+                self.cm_issue(*l);
+            }
+            self.events.push("CertificatesRequested");
+            return;
+        }
+        if let Decision::WriteLeaves(ws) = d {
+            for w in ws {
+                if let LeafWrite::Renew { leaf } = w {
+                    self.cm.as_mut().unwrap().renewals.push(*leaf);
+                    self.cm_issue(*leaf);
+                }
+            }
+            if ws.iter().all(|w| matches!(w, LeafWrite::Renew { .. })) {
+                self.events.push("CertificateRenewalRequested");
+                return;
+            }
+        }
         let o = self.observed();
         let w = for_decision(&self.cluster, o.certificates.as_ref().unwrap(), d).unwrap();
         self.events.push(w.reason);
@@ -310,7 +431,7 @@ pub(super) fn issued(d: &Decision) -> Vec<Leaf> {
             .iter()
             .filter_map(|w| match w {
                 LeafWrite::Issue { leaf, .. } => Some(*leaf),
-                LeafWrite::Retrust { .. } => None,
+                LeafWrite::Retrust { .. } | LeafWrite::Renew { .. } => None,
             })
             .collect(),
         _ => vec![],

@@ -40,6 +40,8 @@ mod tests;
 #[cfg(test)]
 mod tests_auth;
 #[cfg(test)]
+mod tests_cert_manager;
+#[cfg(test)]
 mod tests_certificates;
 #[cfg(test)]
 mod tests_day2;

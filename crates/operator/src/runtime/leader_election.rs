@@ -422,9 +422,18 @@ mod tests {
         assert_eq!(store.holder("own").as_deref(), Some("me"));
         assert_eq!(store.holder("shared").as_deref(), Some("other-install"), "still waiting");
         // Renewed while waiting: its version moves every retry period.
+        // (Polled for a while rather than after one fixed sleep: on a loaded machine a retry
+        // period can come late, which is not what this test is about.)
         let v = store.version("own");
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        assert!(store.version("own") > v, "the lease won first is not renewed while the next is awaited");
+        let mut renewed = false;
+        for _ in 0..20 {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            if store.version("own") > v && store.holder("shared").as_deref() == Some("other-install") {
+                renewed = true;
+                break;
+            }
+        }
+        assert!(renewed, "the lease won first is not renewed while the next is awaited");
         renewing.await.unwrap();
         let mut held = tokio::time::timeout(Duration::from_secs(3), taking).await.expect("won").unwrap().unwrap();
         assert_eq!(store.holder("shared").as_deref(), Some("me"));

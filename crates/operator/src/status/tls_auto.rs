@@ -26,6 +26,10 @@ pub fn condition(d: &Decision) -> Option<Condition> {
         Decision::Settled { message } => cond(true, "Current", message.clone()),
         Decision::Wait { reason, message } => cond(false, reason, message.clone()),
         Decision::Blocked(m) => cond(false, "Blocked", m.clone()),
+        Decision::ApplyCertificates(ls) => {
+            let names: Vec<&str> = ls.iter().map(|l| l.as_str()).collect();
+            cond(false, "Issuing", format!("writing cert-manager Certificates: {}", names.join(", ")))
+        }
         Decision::CreateCa => cond(false, "Issuing", "creating the cluster's CA".into()),
         Decision::ReplaceLostCa { .. } => cond(
             false,
@@ -38,6 +42,7 @@ pub fn condition(d: &Decision) -> Option<Condition> {
                 .map(|w| match w {
                     LeafWrite::Issue { leaf, why } => format!("{} ({why})", leaf.as_str()),
                     LeafWrite::Retrust { leaf } => format!("{} (CA bundle)", leaf.as_str()),
+                    LeafWrite::Renew { leaf } => format!("{} (asking cert-manager to issue it again)", leaf.as_str()),
                 })
                 .collect();
             cond(false, "Issuing", format!("writing certificates: {}", secrets.join("; ")))

@@ -12,6 +12,7 @@
 //! metrics listener instead, which serves no keys.
 
 pub mod auto;
+pub mod cert_manager;
 pub mod check;
 pub mod connector;
 pub mod material;

@@ -59,6 +59,9 @@ pub struct Desired {
     /// `spec.TLS.auto`: the operator makes and rotates the certificates (`crate::tls::auto`);
     /// `tls` then names its Secrets.
     pub tls_auto: Option<crate::tls::auto::Settings>,
+    /// `spec.TLS.certManager` (with `tls_auto` set to its settings: the Secrets, mounts and CA
+    /// steps are `auto`'s, cert-manager signs; `crate::tls::cert_manager`).
+    pub tls_cert_manager: Option<crate::tls::cert_manager::Request>,
     /// With `spec.TLS.auto`: a fingerprint of the CA bundles the member Secrets hold, filled in
     /// by `observe`. Part of [`Desired::pod_hash`]: etcd reads trusted CAs only at start, so a
     /// new bundle restarts members one at a time.
@@ -210,7 +213,7 @@ fn validate_with(name: &str, spec: &EtcdClusterSpec, strict: bool) -> Result<Des
         }
     }
     // The Secrets themselves are checked when observed (`tls::material`): reading them is I/O.
-    let (tls, tls_auto) = tls_policy::tls_policy(name, spec.tls.as_ref(), &mut errs);
+    let (tls, tls_auto, tls_cert_manager) = tls_policy::tls_policy(name, spec.tls.as_ref(), &mut errs);
     errs.extend(crate::tls::env_conflicts(&tls, &pod.etcd_env));
     let restore = spec.restore.as_ref().and_then(|r| {
         let loc = crate::backup::location::Location::of(&r.backup_storage_type, &r.source)
@@ -249,6 +252,7 @@ fn validate_with(name: &str, spec: &EtcdClusterSpec, strict: bool) -> Result<Des
         tls_stage: crate::tls::transition::Stage::steady(&tls),
         tls,
         tls_auto,
+        tls_cert_manager,
         tls_trust: None,
         auth,
     })

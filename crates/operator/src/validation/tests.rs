@@ -333,12 +333,29 @@ fn auto_tls_names_the_operators_secrets_and_is_never_beside_static() {
             operator_secret: "o".into(),
         }),
         auto: Some(AutoTls::default()),
+        cert_manager: None,
     };
-    let s = EtcdClusterSpec { tls: Some(both), ..spec(3, "3.5.1") };
+    let s = EtcdClusterSpec { tls: Some(both.clone()), ..spec(3, "3.5.1") };
     assert_eq!(
         validate("ex", &s).unwrap_err(),
-        ["spec.TLS: set either static (your certificates) or auto (the operator's), not both"]
+        [
+            "spec.TLS: set one of static (your certificates), auto (the operator's) or certManager (cert-manager's), not static and auto"
+        ]
     );
+    let cm = etcd_operator_api::cluster::CertManagerTls {
+        issuer_ref: etcd_operator_api::cluster::IssuerRef { name: "ca".into(), ..Default::default() },
+        ..Default::default()
+    };
+    let auto_and_cm = TlsPolicy { r#static: None, cert_manager: Some(cm.clone()), ..both };
+    let s = EtcdClusterSpec { tls: Some(auto_and_cm), ..spec(3, "3.5.1") };
+    assert!(validate("ex", &s).unwrap_err()[0].ends_with("not auto and certManager"));
+    // certManager alone: the operator's Secrets, auto's settings from the request.
+    let s =
+        EtcdClusterSpec { tls: Some(TlsPolicy { cert_manager: Some(cm), ..Default::default() }), ..spec(3, "3.5.1") };
+    let d = validate("ex", &s).unwrap();
+    assert_eq!(d.tls.peer_secret.as_deref(), Some("ex-tls-peer"));
+    assert_eq!(d.tls_auto.map(|s| s.validity), Some(crate::tls::cert_manager::DEFAULT_DURATION_SECS));
+    assert_eq!(d.tls_cert_manager.map(|r| r.issuer.name), Some("ca".to_string()));
 }
 
 /// The CA bundle members load is part of the pod-spec hash (a new one restarts them); a

@@ -11,12 +11,15 @@ pub enum LeafWrite {
     Issue { leaf: Leaf, why: String },
     /// Only the bundle (`*-ca.crt`) changes; certificate and key are kept.
     Retrust { leaf: Leaf },
+    /// `spec.TLS.certManager`: ask cert-manager to issue this certificate again (it holds one
+    /// of a CA the certificate may no longer come from); no Secret is written.
+    Renew { leaf: Leaf },
 }
 
 impl LeafWrite {
     pub fn leaf(&self) -> Leaf {
         match self {
-            LeafWrite::Issue { leaf, .. } | LeafWrite::Retrust { leaf } => *leaf,
+            LeafWrite::Issue { leaf, .. } | LeafWrite::Retrust { leaf } | LeafWrite::Renew { leaf } => *leaf,
         }
     }
 }
@@ -26,7 +29,10 @@ impl LeafWrite {
 pub enum Decision {
     /// The cluster does not use `spec.TLS.auto`.
     Off,
-    /// Create the cluster's first CA.
+    /// `spec.TLS.certManager`: create these Certificates, or put them back to what the spec
+    /// asks.
+    ApplyCertificates(Vec<Leaf>),
+    /// Create the cluster's first CA (with cert-manager: take the issuer's CA, without key).
     CreateCa,
     /// The CA Secret is gone while members run: a new CA, introduced beside the CAs they
     /// trust now (`trusted`, from the certificate Secrets' bundles).
@@ -55,7 +61,8 @@ impl Decision {
     pub fn writes(&self) -> bool {
         matches!(
             self,
-            Decision::CreateCa
+            Decision::ApplyCertificates(_)
+                | Decision::CreateCa
                 | Decision::ReplaceLostCa { .. }
                 | Decision::WriteLeaves(_)
                 | Decision::StartCaRotation { .. }

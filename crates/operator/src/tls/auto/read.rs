@@ -44,6 +44,7 @@ pub fn observation(
         served: BTreeMap::new(),
         read_error: None,
         leaving: false,
+        cert_manager: None,
     };
     let errors: Vec<String> = fetched.values().filter_map(|r| r.as_ref().err().cloned()).collect();
     if !errors.is_empty() {

@@ -180,8 +180,20 @@ pub struct Writes {
 pub fn for_decision(cluster: &EtcdCluster, c: &Observation, d: &Decision) -> Result<Writes, String> {
     let names = Names { cluster: &c.cluster, namespace: &c.namespace, domain: &c.cluster_domain };
     let ca_name = ca_secret(&c.cluster);
-    let new_ca = || issuer::new_ca(names, c.now, c.settings.ca_validity).and_then(|i| authority(&i));
     let ca = c.ca.present();
+    // The operator's own new CA; with cert-manager, the issuer's (no key): the one it issues
+    // from for a first or lost CA, the one members do not trust yet for a rotation.
+    let new_ca = || match &c.cert_manager {
+        None => issuer::new_ca(names, c.now, c.settings.ca_validity).and_then(|i| authority(&i)),
+        Some(cm) => {
+            let found = match (d, ca) {
+                (Decision::StartCaRotation { .. }, Some(ca)) => cm.untrusted_ca(&ca.trust_ids()).map(|(_, x)| x),
+                _ => cm.issuing_ca(),
+            };
+            let cert = found.ok_or("cert-manager has issued no certificate from a CA the step can take")?;
+            Ok(Authority { cert: cert.clone(), key: None })
+        }
+    };
     let ca_rv = ca.and_then(|ca| ca.resource_version.clone());
     let one = |content: CaContent, rv: Option<String>, reason: &'static str, note: String| Writes {
         secrets: vec![ca_secret_object(cluster, &content, rv)],
@@ -241,6 +253,20 @@ pub fn for_decision(cluster: &EtcdCluster, c: &Observation, d: &Decision) -> Res
                 let rv = existing.and_then(|l| l.resource_version.clone());
                 let secret = leaf.secret(&c.cluster);
                 secrets.push(match w {
+                    LeafWrite::Issue { why, .. } if c.cert_manager.is_some() => {
+                        let issued = c
+                            .cert_manager
+                            .as_ref()
+                            .and_then(|cm| cm.issued(leaf))
+                            .ok_or_else(|| format!("cert-manager's Secret for {secret} holds no certificate"))?;
+                        done.push(format!(
+                            "Secret {secret}: cert-manager's certificate, serial {} ({why})",
+                            issued.cert.serial
+                        ));
+                        leaf_secret(cluster, leaf, &issued.cert_pem, &issued.key, &trust, rv)
+                    }
+                    // Asked of cert-manager by the controller; no Secret.
+                    LeafWrite::Renew { .. } => continue,
                     LeafWrite::Issue { why, .. } => {
                         let signer = ca.signing.as_ref().ok_or_else(|| format!("Secret {ca_name}: no CA signs"))?;
                         let i = issuer::issue(leaf, names, signer, c.now, c.settings.validity)?;
@@ -259,8 +285,12 @@ pub fn for_decision(cluster: &EtcdCluster, c: &Observation, d: &Decision) -> Res
             let reason = if all_new { "CertificatesIssued" } else { "CertificatesWritten" };
             Writes { secrets, reason, note: done.join("; ") }
         }
-        Decision::Off | Decision::Wait { .. } | Decision::Settled { .. } | Decision::Blocked(_) => {
-            return Err("nothing to write".into());
+        Decision::ApplyCertificates(_)
+        | Decision::Off
+        | Decision::Wait { .. }
+        | Decision::Settled { .. }
+        | Decision::Blocked(_) => {
+            return Err("no Secret to write".into());
         }
     })
 }

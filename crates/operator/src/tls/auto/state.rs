@@ -263,6 +263,8 @@ pub struct Observation {
     /// `spec.TLS.auto` was turned off while members still use its certificates
     /// (`super::InUse::Leaving`): `settings` are the certificates' own ([`Observation::leaving`]).
     pub leaving: bool,
+    /// `spec.TLS.certManager`: cert-manager issues, the operator copies (`tls::cert_manager`).
+    pub cert_manager: Option<crate::tls::cert_manager::Observed>,
 }
 
 impl Observation {
@@ -358,9 +360,9 @@ pub fn parse_ca(
                 return None;
             }
         };
+        // No key: a CA that signs nothing here (cert-manager's issuer's CA, `tls::cert_manager`).
         let Some(key) = data.get(key_key).filter(|v| !v.is_empty()) else {
-            errs.push(format!("Secret {secret} lacks key {key_key} (the key of {cert_key})"));
-            return None;
+            return Some(Authority { cert, key: None });
         };
         let key = String::from_utf8_lossy(key).to_string();
         match rcgen::KeyPair::from_pem(&key) {
@@ -382,7 +384,7 @@ pub fn parse_ca(
         }),
     };
     if errs.is_empty() && signing.is_none() && next.is_none() {
-        errs.push(format!("Secret {secret} holds no CA ({CA_CERT} and {CA_KEY})"));
+        errs.push(format!("Secret {secret} holds no CA ({CA_CERT}, with {CA_KEY} when the operator signs)"));
     }
     if !errs.is_empty() {
         return Err(errs);
