@@ -359,7 +359,13 @@ fn monitoring_alerts_pass_promtool_unit_tests() {
                 s("up", member("never", "never-a"), "0x20"),
             ],
             "alert_rule_test": [
-                { "eval_time": "8m", "alertname": "EtcdOperatorDown", "exp_alerts": [] },
+                // ex: stale from minute 5, pending until minute 10; never: firing from minute 5.
+                {
+                    "eval_time": "8m",
+                    "alertname": "EtcdOperatorDown",
+                    "exp_alerts": [expect(&g, "EtcdOperatorDown", &[warning, ns, ("name", "never")],
+                        "No etcd operator reports on the etcd cluster ns/never")],
+                },
                 {
                     "eval_time": "11m",
                     "alertname": "EtcdOperatorDown",

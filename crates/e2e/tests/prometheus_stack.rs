@@ -258,6 +258,9 @@ fn a_broken_member_and_a_stopped_operator_raise_their_alerts_and_resolve() -> Re
         ns.apply(&cluster_manifest(&ns.name, "ex", 3, "3.6.15", ""))?;
         wait_healthy(ns, "ex", 3, Duration::from_secs(180))?;
         wait_scraped(prom, ns, "ex", 3)?;
+        // Members are scraped before the operator's first scrape says it manages the cluster:
+        // EtcdOperatorDown is pending until the next rule evaluation after that scrape.
+        wait_alert_gone(prom, ns, "EtcdOperatorDown", SCRAPED)?;
         ensure_quiet(prom, ns, &["EtcdMemberDown", "EtcdQuorumAtRisk", "EtcdOperatorDown", "EtcdNoLeader"])?;
 
         patch_spec(ns, "ex", r#"{"paused":true}"#)?;
