@@ -93,6 +93,10 @@ fn cert_manager_certificates_are_served_renewed_and_their_new_ca_rolled_in_under
             let cert = ns.json(&["get", "certificate", &format!("ex-cm-{leaf}")])?;
             ensure!(cert["metadata"]["ownerReferences"][0]["name"] == "ex", "ex-cm-{leaf} is not the cluster's");
             ensure!(cert["spec"]["issuerRef"]["name"] == "ca", "ex-cm-{leaf}: {}", cert["spec"]);
+            // cert-manager leaves its Secrets behind; the operator makes them the cluster's.
+            let secret = ns.json(&["get", "secret", &format!("ex-cm-{leaf}")])?;
+            let owners = secret["metadata"]["ownerReferences"].as_array().cloned().unwrap_or_default();
+            ensure!(owners.iter().any(|o| o["name"] == "ex"), "Secret ex-cm-{leaf} is not the cluster's: {owners:?}");
         }
         // The CA Secret holds the issuer's CA and no key; members mount what cert-manager issued.
         let ca = secret_data(ns, "ex-tls-ca")?;

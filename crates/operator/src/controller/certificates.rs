@@ -104,6 +104,9 @@ async fn execute(
     if let (Decision::ApplyCertificates(leaves), Some(cm)) = (d, &c.cert_manager) {
         return apply_certificates(ctx, cluster, c, cm, leaves).await;
     }
+    if let Decision::OwnIssuedSecrets(leaves) = d {
+        return own_issued_secrets(&api, cluster, c, leaves).await;
+    }
     let mut renewed = vec![];
     if let (Decision::WriteLeaves(ws), Some(_)) = (d, &c.cert_manager) {
         for w in ws {
@@ -182,6 +185,31 @@ async fn apply_certificates(
     Ok((
         "CertificatesRequested",
         format!("cert-manager Certificates {} written (issuer {} {}/{})", done.join(", "), i.kind, i.group, i.name),
+    ))
+}
+
+/// Adds the EtcdCluster's owner reference to cert-manager's Secrets (a strategic merge: an
+/// owner reference cert-manager set is kept).
+async fn own_issued_secrets(
+    api: &Api<Secret>,
+    cluster: &EtcdCluster,
+    c: &Observation,
+    leaves: &[Leaf],
+) -> Result<(&'static str, String), Failure> {
+    use kube::api::{Patch, PatchParams};
+    let owner = crate::naming::owner_ref(cluster);
+    let mut done = vec![];
+    for &leaf in leaves {
+        let n = crate::tls::cert_manager::name(&c.cluster, leaf);
+        let patch = serde_json::json!({"metadata": {"ownerReferences": [owner]}});
+        api.patch(&n, &PatchParams::default(), &Patch::Strategic(&patch))
+            .await
+            .map_err(|e| Failure::Other(format!("Secret {n}: adding the cluster's owner reference failed: {e}")))?;
+        done.push(n);
+    }
+    Ok((
+        "CertificateSecretsOwned",
+        format!("cert-manager's Secrets {} are deleted with the cluster from now on", done.join(", ")),
     ))
 }
 

@@ -84,7 +84,7 @@ async fn read_cert_manager(
         )),
         Err(e) => return Err(format!("discovery of {}/{} failed: {e}", gvk.group, gvk.version)),
     };
-    let (mut certificates, mut secrets) = (BTreeMap::new(), BTreeMap::new());
+    let (mut certificates, mut secrets, mut unowned) = (BTreeMap::new(), BTreeMap::new(), vec![]);
     if api.is_ok() {
         let certs: kube::Api<DynamicObject> =
             kube::Api::namespaced_with(client.clone(), &namespace, &certificate_resource());
@@ -95,9 +95,12 @@ async fn read_cert_manager(
             let json = c.map(|c| serde_json::to_value(c).unwrap_or_default());
             certificates.insert(l, json);
             let s = sec.get_opt(&cn).await.map_err(|e| format!("Secret {cn} could not be read: {e}"))?;
+            if s.as_ref().is_some_and(|s| !s.owner_references().iter().any(|o| o.uid == uid)) {
+                unowned.push(l);
+            }
             let data = s.map(|s| s.data.unwrap_or_default().into_iter().map(|(k, v)| (k, v.0)).collect());
             secrets.insert(l, data);
         }
     }
-    Ok(cert_manager::observed(r, api, &certificates, &secrets, n, now, &uid))
+    Ok(cert_manager::observed(r, api, &certificates, &secrets, unowned, n, now, &uid))
 }

@@ -461,7 +461,10 @@ fn cert_manager_first(cm: &crate::tls::cert_manager::Observed, cluster: &str) ->
         .into_iter()
         .filter(|l| cm.certificates.get(l).and_then(Option::as_ref).is_none_or(|c| !c.spec_current))
         .collect();
-    (!apply.is_empty()).then_some(Decision::ApplyCertificates(apply))
+    if !apply.is_empty() {
+        return Some(Decision::ApplyCertificates(apply));
+    }
+    (!cm.unowned_secrets.is_empty()).then(|| Decision::OwnIssuedSecrets(cm.unowned_secrets.clone()))
 }
 
 /// With cert-manager: which of its certificates to copy (or ask it to renew), and which

@@ -160,7 +160,9 @@ impl World {
             ("tls.key".to_string(), k8s_openapi::ByteString(i.key.0.into_bytes())),
             ("ca.crt".to_string(), k8s_openapi::ByteString(cm.ca.cert.pem().into_bytes())),
         ]);
-        let mut s = Secret { data: Some(data), ..Default::default() };
+        // cert-manager updates the data and keeps the Secret's metadata (owner references).
+        let mut s = self.secrets.get(&name).cloned().unwrap_or_default();
+        s.data = Some(data);
         s.metadata.name = Some(name.clone());
         self.secrets.insert(name, s);
     }
@@ -209,8 +211,15 @@ impl World {
                 .collect();
             let api =
                 if cm.absent { Err("the API server serves no cert-manager.io/v1 Certificate".into()) } else { Ok(()) };
+            let unowned = Leaf::ALL
+                .into_iter()
+                .filter(|l| {
+                    let s = self.secrets.get(&crate::tls::cert_manager::name("ex", *l));
+                    s.is_some_and(|s| s.metadata.owner_references.is_none())
+                })
+                .collect();
             c.cert_manager =
-                Some(crate::tls::cert_manager::observed(r, api, &certs, &secrets, names, self.now, "uid-1"));
+                Some(crate::tls::cert_manager::observed(r, api, &certs, &secrets, unowned, names, self.now, "uid-1"));
         }
         for m in &self.members {
             let served = Served { client: c.served_cert(&m.server_der), peer: c.served_cert(&m.peer_der) };
@@ -297,6 +306,14 @@ impl World {
             self.events.push("CertificatesRequested");
             return;
         }
+        if let Decision::OwnIssuedSecrets(leaves) = d {
+            for l in leaves {
+                let s = self.secrets.get_mut(&crate::tls::cert_manager::name("ex", *l)).unwrap();
+                s.metadata.owner_references = Some(vec![crate::naming::owner_ref(&self.cluster)]);
+            }
+            self.events.push("CertificateSecretsOwned");
+            return;
+        }
         if let Decision::WriteLeaves(ws) = d {
             for w in ws {
                 if let LeafWrite::Renew { leaf } = w {
@@ -338,6 +355,20 @@ impl World {
             if !d.writes() {
                 return d;
             }
+            self.apply(&d);
+            self.check_trust();
+        }
+        panic!("the planner keeps writing");
+    }
+
+    /// Plans and writes until `stop` holds for the next decision (which is not carried out).
+    pub(super) fn converge_writes_until(&mut self, stop: impl Fn(&Decision) -> bool) {
+        for _ in 0..10 {
+            let d = self.plan();
+            if stop(&d) {
+                return;
+            }
+            assert!(d.writes(), "stopped at {d:?}");
             self.apply(&d);
             self.check_trust();
         }

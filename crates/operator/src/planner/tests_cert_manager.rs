@@ -23,6 +23,12 @@ fn a_new_cluster_asks_cert_manager_then_takes_its_ca_and_copies_its_certificates
     let mut w = World::with_cert_manager();
     assert_eq!(w.plan(), Decision::ApplyCertificates(Leaf::ALL.to_vec()), "the Certificates first");
     w.apply(&Decision::ApplyCertificates(Leaf::ALL.to_vec()));
+    assert_eq!(
+        w.plan(),
+        Decision::OwnIssuedSecrets(Leaf::ALL.to_vec()),
+        "cert-manager's Secrets made the cluster's (cert-manager leaves them behind)"
+    );
+    w.apply(&Decision::OwnIssuedSecrets(Leaf::ALL.to_vec()));
     assert_eq!(w.plan(), Decision::CreateCa, "cert-manager issued: its CA is taken");
     w.apply(&Decision::CreateCa);
     let ca = w.observed().certificates.unwrap().ca.present().unwrap().clone();
@@ -35,7 +41,10 @@ fn a_new_cluster_asks_cert_manager_then_takes_its_ca_and_copies_its_certificates
     for l in Leaf::ALL {
         assert!(copied(&w, l), "{l:?} is cert-manager's certificate");
     }
-    assert_eq!(w.events, ["CertificatesRequested", "CertificateAuthorityCreated", "CertificatesIssued"]);
+    assert_eq!(
+        w.events,
+        ["CertificatesRequested", "CertificateSecretsOwned", "CertificateAuthorityCreated", "CertificatesIssued"]
+    );
     assert!(!w.plan().writes(), "{:?}", w.plan());
 }
 
@@ -43,6 +52,7 @@ fn a_new_cluster_asks_cert_manager_then_takes_its_ca_and_copies_its_certificates
 fn nothing_is_issued_before_cert_manager_has_a_certificate_of_one_ca() {
     let mut w = World::with_cert_manager();
     w.apply(&Decision::ApplyCertificates(Leaf::ALL.to_vec()));
+    w.apply(&Decision::OwnIssuedSecrets(Leaf::ALL.to_vec()));
     // cert-manager has not issued the server certificate yet.
     w.secrets.remove(&crate::tls::cert_manager::name("ex", Leaf::Server));
     let d = w.plan();
@@ -204,9 +214,7 @@ fn moving_between_auto_and_cert_manager_rotates_the_ca() {
         renewals: vec![],
     });
     assert_eq!(w.plan(), Decision::ApplyCertificates(Leaf::ALL.to_vec()));
-    let d = w.plan();
-    w.apply(&d);
-    assert!(matches!(w.plan(), Decision::StartCaRotation { .. }), "{:?}", w.plan());
+    w.converge_writes_until(|d| matches!(d, Decision::StartCaRotation { .. }));
     let mut w2 = World::running_with_cert_manager();
     w2.cluster.spec = spec();
     w2.cm = None;

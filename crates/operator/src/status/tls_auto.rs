@@ -30,6 +30,7 @@ pub fn condition(d: &Decision) -> Option<Condition> {
             let names: Vec<&str> = ls.iter().map(|l| l.as_str()).collect();
             cond(false, "Issuing", format!("writing cert-manager Certificates: {}", names.join(", ")))
         }
+        Decision::OwnIssuedSecrets(_) => cond(false, "Issuing", "taking ownership of cert-manager's Secrets".into()),
         Decision::CreateCa => cond(false, "Issuing", "creating the cluster's CA".into()),
         Decision::ReplaceLostCa { .. } => cond(
             false,

@@ -231,6 +231,10 @@ pub struct Observed {
     pub certificates: BTreeMap<Leaf, Option<CertificateState>>,
     /// What cert-manager issued, by leaf (`None`: no Secret, or no certificate in it yet).
     pub issued: BTreeMap<Leaf, Option<Issued>>,
+    /// cert-manager's Secrets the EtcdCluster does not own yet: cert-manager leaves its
+    /// Secrets behind when a Certificate is deleted (unless run with
+    /// `--enable-certificate-owner-ref`), so the operator adds its owner reference.
+    pub unowned_secrets: Vec<Leaf>,
 }
 
 impl Observed {
@@ -275,11 +279,13 @@ impl Observed {
 
 /// The observation from what was read: `api` (discovery), each Certificate's JSON and each
 /// issued Secret's data by leaf (`None`: it does not exist). `owner_uid`: the EtcdCluster's.
+#[allow(clippy::too_many_arguments)]
 pub fn observed(
     request: &Request,
     api: Result<(), String>,
     certificates: &BTreeMap<Leaf, Option<serde_json::Value>>,
     secrets: &BTreeMap<Leaf, Option<Data>>,
+    unowned_secrets: Vec<Leaf>,
     n: Names,
     now: i64,
     owner_uid: &str,
@@ -295,7 +301,7 @@ pub fn observed(
         .into_iter()
         .map(|l| (l, secrets.get(&l).and_then(Option::as_ref).and_then(|d| parse_issued(l, d, n, now))))
         .collect();
-    Observed { request: request.clone(), api, certificates, issued }
+    Observed { request: request.clone(), api, certificates, issued, unowned_secrets }
 }
 
 #[cfg(test)]

@@ -32,6 +32,9 @@ pub enum Decision {
     /// `spec.TLS.certManager`: create these Certificates, or put them back to what the spec
     /// asks.
     ApplyCertificates(Vec<Leaf>),
+    /// `spec.TLS.certManager`: add the EtcdCluster's owner reference to these Secrets
+    /// cert-manager issued into (deleted with the cluster).
+    OwnIssuedSecrets(Vec<Leaf>),
     /// Create the cluster's first CA (with cert-manager: take the issuer's CA, without key).
     CreateCa,
     /// The CA Secret is gone while members run: a new CA, introduced beside the CAs they
@@ -62,6 +65,7 @@ impl Decision {
         matches!(
             self,
             Decision::ApplyCertificates(_)
+                | Decision::OwnIssuedSecrets(_)
                 | Decision::CreateCa
                 | Decision::ReplaceLostCa { .. }
                 | Decision::WriteLeaves(_)

@@ -286,6 +286,7 @@ pub fn for_decision(cluster: &EtcdCluster, c: &Observation, d: &Decision) -> Res
             Writes { secrets, reason, note: done.join("; ") }
         }
         Decision::ApplyCertificates(_)
+        | Decision::OwnIssuedSecrets(_)
         | Decision::Off
         | Decision::Wait { .. }
         | Decision::Settled { .. }
