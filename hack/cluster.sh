@@ -22,6 +22,10 @@
 # namespace monitoring; 1.37 leg only; off by default; see start_monitoring); MONITORING=0
 # removes a running one; unset leaves it as it is (an `up` for another reason never deletes it).
 #
+# CERT_MANAGER=1 at `up`: cert-manager's certificate controllers (SelfSigned and CA issuers, in
+# namespace cert-manager; 1.37 leg only; off by default; see start_cert_manager); CERT_MANAGER=0
+# removes it; unset leaves it as it is, as MONITORING.
+#
 # Layout: state (certs, etcd data, kubelet root, containerd root, logs) in $STATE_DIR, pids and
 # sockets in $RUN_DIR, cached builds (Kubernetes binaries, image tarballs, wheels) in $CACHE_DIR.
 set -euo pipefail
@@ -43,6 +47,9 @@ case $NETPOL in 0 | 1) ;; *) die "NETPOL=$NETPOL: 1 (enforce NetworkPolicies) or
 # The monitoring stack (start_monitoring): pods and API objects, no component of this script.
 MONITORING=${MONITORING:-}
 case $MONITORING in 0 | 1 | "") ;; *) die "MONITORING=$MONITORING: 1 (the Prometheus Operator and a Prometheus), 0 (remove it) or unset (leave it as it is)" ;; esac
+# cert-manager (start_cert_manager): likewise pods and API objects.
+CERT_MANAGER=${CERT_MANAGER:-}
+case $CERT_MANAGER in 0 | 1 | "") ;; *) die "CERT_MANAGER=$CERT_MANAGER: 1 (cert-manager's certificate controllers), 0 (remove them) or unset (leave them as they are)" ;; esac
 
 # Start order; `down` stops them in reverse (and always stops netpol, whatever NETPOL says).
 COMPONENTS=(etcd containerd dnsmasq kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy dns-sync provisioner)
@@ -1047,6 +1054,253 @@ converge_monitoring() {
 }
 
 # ---------------------------------------------------------------------------------------------
+# cert-manager (CERT_MANAGER=1)
+
+# cert-manager's certificate controllers, for the operator's `certManager` TLS source (issue 31),
+# whose tests create Issuers and Certificates in their namespaces as a user does. The binary is
+# hack/cert-manager/main.go over the published Go module (SelfSigned and CA issuers, the approver
+# and the certificates-* controllers; no webhook, no ACME, no leader election: see its comment),
+# packed by `hack/images.sh cert-manager` as quay.io/etcd-operator-rs/cert-manager-controller
+# (not upstream's name: it takes other flags). Installed:
+# - the CRDs of cert-manager.io (Certificates, CertificateRequests, Issuers, ClusterIssuers) from
+#   the module's deploy/crds, applied server-side (Issuers' is over the 256 KiB of a client-side
+#   apply's annotation). Those files are plain YAML; their specs are those of the Helm chart's
+#   templates (what a release's cert-manager.yaml holds; compared for v1.21.2), without the
+#   chart's labels. The acme.cert-manager.io CRDs are left out: nothing here serves Orders or
+#   Challenges;
+# - in namespace cert-manager (Pod Security `restricted` enforced): the ServiceAccount
+#   cert-manager, bound to the ClusterRole cert-manager-controller (the rules of upstream's
+#   controller ClusterRoles that these controllers use: cert-manager.io's kinds, Secrets, Events,
+#   approving for cert-manager.io signers), and the one-replica Deployment cert-manager, watching
+#   every namespace (ClusterIssuers' Secrets in cert-manager);
+# - the ClusterIssuer e2e-selfsigned (SelfSigned): `up` waits until the controllers made it Ready,
+#   which proves them running with their informers synced; tests may use it.
+# CERT_MANAGER=0 at `up` removes what an earlier `up` installed: the CRDs with every Certificate,
+# CertificateRequest, Issuer and ClusterIssuer of every namespace (their Secrets stay). That is why
+# only an explicit 0 removes it; unset leaves it as it is.
+CERT_MANAGER_NS=cert-manager
+CERT_MANAGER_DIR=$STATE_DIR/cert-manager
+CERT_MANAGER_CRDS=(certificates certificaterequests issuers clusterissuers)
+CERT_MANAGER_ISSUER=e2e-selfsigned
+
+# cert_manager_manifests IMAGE CONFIG_DIGEST: everything but the CRDs and the ClusterIssuer. The
+# image's digest in the pod template's annotations: a rebuilt image (same name) rolls the pods.
+cert_manager_manifests() {
+  local image=$1 digest=$2
+  cat <<EOM
+apiVersion: v1
+kind: Namespace
+metadata:
+  name: $CERT_MANAGER_NS
+  labels:
+    pod-security.kubernetes.io/enforce: restricted
+    pod-security.kubernetes.io/warn: restricted
+---
+apiVersion: v1
+kind: ServiceAccount
+metadata:
+  name: cert-manager
+  namespace: $CERT_MANAGER_NS
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: cert-manager-controller
+rules:
+- apiGroups: [cert-manager.io]
+  resources: [certificates, certificaterequests, issuers, clusterissuers]
+  verbs: [get, list, watch]
+- apiGroups: [cert-manager.io]
+  resources: [certificates, certificates/status, certificaterequests/status, issuers/status, clusterissuers/status]
+  verbs: [update, patch]
+# The request manager creates CertificateRequests, the revision manager deletes old ones.
+- apiGroups: [cert-manager.io]
+  resources: [certificaterequests]
+  verbs: [create, update, patch, delete]
+# For clusters with the OwnerReferencesPermissionEnforcement admission plugin (as upstream).
+- apiGroups: [cert-manager.io]
+  resources: [certificates/finalizers, certificaterequests/finalizers]
+  verbs: [update]
+# The approver approves CertificateRequests of cert-manager.io's issuers (upstream's webhook checks
+# this permission; none runs here, the rule is kept as upstream has it).
+- apiGroups: [cert-manager.io]
+  resources: [signers]
+  verbs: [approve]
+# Keys (the key manager's next-private-key Secrets), certificates, CA Secrets of CA issuers.
+- apiGroups: [""]
+  resources: [secrets]
+  verbs: [get, list, watch, create, update, patch, delete]
+- apiGroups: [""]
+  resources: [events]
+  verbs: [create, patch]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: cert-manager-controller
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cert-manager-controller}
+subjects:
+- {kind: ServiceAccount, name: cert-manager, namespace: $CERT_MANAGER_NS}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: cert-manager
+  namespace: $CERT_MANAGER_NS
+  labels: {app.kubernetes.io/name: cert-manager, app.kubernetes.io/component: controller}
+spec:
+  replicas: 1
+  # One at a time: it runs without leader election.
+  strategy: {type: Recreate}
+  selector:
+    matchLabels: {app.kubernetes.io/name: cert-manager, app.kubernetes.io/component: controller}
+  template:
+    metadata:
+      labels: {app.kubernetes.io/name: cert-manager, app.kubernetes.io/component: controller}
+      annotations: {etcd-operator.dev/image-config: "$digest"}
+    spec:
+      serviceAccountName: cert-manager
+      securityContext:
+        runAsNonRoot: true
+        seccompProfile: {type: RuntimeDefault}
+      containers:
+      - name: cert-manager-controller
+        image: $image
+        # Imported into every node's containerd by hack/images.sh; there is no registry.
+        imagePullPolicy: Never
+        args: [--cluster-resource-namespace=$CERT_MANAGER_NS, -v=2]
+        resources:
+          requests: {cpu: 10m, memory: 32Mi}
+        securityContext:
+          allowPrivilegeEscalation: false
+          readOnlyRootFilesystem: true
+          capabilities: {drop: [ALL]}
+EOM
+}
+
+cert_manager_issuer() {
+  cat <<EOM
+apiVersion: cert-manager.io/v1
+kind: ClusterIssuer
+metadata:
+  name: $CERT_MANAGER_ISSUER
+spec:
+  selfSigned: {}
+EOM
+}
+
+cert_manager_available() {
+  [ "$(kubectl_ -n "$CERT_MANAGER_NS" get deployment cert-manager \
+    -o jsonpath='{.status.conditions[?(@.type=="Available")].status}' 2>/dev/null)" = True ]
+}
+cert_manager_issuer_ready() {
+  [ "$(kubectl_ get clusterissuer "$CERT_MANAGER_ISSUER" \
+    -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" = True ]
+}
+
+# cert_manager_fail WHAT: says what the namespace's pods, its last events and the controllers'
+# last lines say, and fails.
+cert_manager_fail() {
+  printf 'error: cert-manager did not get to %s; its pods, last events and the controllers'"'"' last lines:\n' "$1" >&2
+  kubectl_ -n "$CERT_MANAGER_NS" get pods -o wide 2>&1 | sed 's/^/  | /' >&2 || true
+  kubectl_ -n "$CERT_MANAGER_NS" get events --sort-by=.lastTimestamp 2>&1 | tail -n 8 | sed 's/^/  | /' >&2 || true
+  kubectl_ -n "$CERT_MANAGER_NS" logs deployment/cert-manager --tail=15 2>&1 | sed 's/^/  | /' >&2 || true
+  exit 1
+}
+# cert_manager_wait SECONDS DESCRIPTION CMD...: polls CMD; cert_manager_fail at the deadline.
+cert_manager_wait() {
+  local timeout=$1 what=$2; shift 2
+  local deadline=$((SECONDS + timeout))
+  until "$@" >/dev/null 2>&1; do
+    ((SECONDS < deadline)) || cert_manager_fail "\"$what\" within ${timeout}s"
+    sleep 1
+  done
+}
+
+# Runs in `( ... ) ||` (converge_cert_manager), where set -e does not apply: every step checked.
+start_cert_manager() {
+  local line image digest crds f files=() recipe out t0=$SECONDS
+  # The image, built (cached) but not imported: enough to tell whether the installed one is it.
+  line=$(bash "$HACK_DIR/images.sh" cert-manager build) || die "building cert-manager failed (hack/build-cert-manager.sh, hack/images.sh cert-manager)"
+  read -r image digest <<<"$line"
+  crds=$(bash "$HACK_DIR/build-cert-manager.sh" crds) || die "cert-manager's CRDs not found (hack/build-cert-manager.sh crds)"
+  for f in "${CERT_MANAGER_CRDS[@]}"; do
+    f=$crds/cert-manager.io_$f.yaml
+    [ -f "$f" ] || die "$f not found"
+    # Plain YAML is what this applies; a templated file (a moved chart template) would not be.
+    if grep -F '{{' "$f" >/dev/null; then die "$f is a template now, not plain YAML: render it before applying"; fi
+    files+=("$f")
+  done
+  # What is installed: the CRDs, the manifests (with the image's digest) and the ClusterIssuer.
+  recipe="crds $(cat "${files[@]}" | sha256sum | cut -c1-16) manifests $({ cert_manager_manifests "$image" "$digest"; cert_manager_issuer; } | sha256sum | cut -c1-16)"
+  if [ "$(cat "$CERT_MANAGER_DIR/installed" 2>/dev/null)" = "$recipe" ] && cert_manager_available && cert_manager_issuer_ready; then
+    log "cert-manager already up (deployment $CERT_MANAGER_NS/cert-manager, ClusterIssuer $CERT_MANAGER_ISSUER Ready)"
+    return 0
+  fi
+  bash "$HACK_DIR/images.sh" cert-manager >/dev/null || die "importing cert-manager's image failed (hack/images.sh cert-manager)"
+  log "installing cert-manager ${image##*:} (its certificate controllers, SelfSigned and CA issuers)"
+  rm -f "$CERT_MANAGER_DIR/installed"
+  # The directory before the first object: CERT_MANAGER=0 removes whatever this got to install.
+  mkdir -p "$CERT_MANAGER_DIR" || die "cannot make $CERT_MANAGER_DIR"
+  local args=() names=()
+  for f in "${files[@]}"; do args+=(-f "$f"); done
+  for f in "${CERT_MANAGER_CRDS[@]}"; do names+=("crd/$f.cert-manager.io"); done
+  kubectl_ apply --server-side --force-conflicts "${args[@]}" >/dev/null || die "applying cert-manager's CRDs failed"
+  # (kubectl wait's watch prints "context canceled" when it ends: its output only on a failure.)
+  out=$(kubectl_ wait --for=condition=Established --timeout=60s "${names[@]}" 2>&1) ||
+    die "cert-manager's CRDs are not established: $out"
+  cert_manager_manifests "$image" "$digest" | kubectl_ apply --server-side --force-conflicts -f - >/dev/null ||
+    die "applying cert-manager's namespace, RBAC and Deployment failed"
+  # The pods of this template (not a previous one's) available.
+  out=$(kubectl_ -n "$CERT_MANAGER_NS" rollout status deployment/cert-manager --timeout=120s 2>&1) ||
+    cert_manager_fail "deployment cert-manager rolled out within 120s ($(tail -n1 <<<"$out"))"
+  # A fresh ClusterIssuer: its Ready is then this Deployment's doing, not an earlier one's.
+  kubectl_ delete clusterissuer "$CERT_MANAGER_ISSUER" --ignore-not-found --timeout=30s >/dev/null ||
+    die "deleting the previous ClusterIssuer $CERT_MANAGER_ISSUER failed"
+  cert_manager_issuer | kubectl_ apply --server-side --force-conflicts -f - >/dev/null ||
+    die "creating the ClusterIssuer $CERT_MANAGER_ISSUER failed"
+  cert_manager_wait 60 "ClusterIssuer $CERT_MANAGER_ISSUER Ready" cert_manager_issuer_ready
+  echo "$recipe" >"$CERT_MANAGER_DIR/installed"
+  log "cert-manager up in $((SECONDS - t0))s: deployment $CERT_MANAGER_NS/cert-manager, ClusterIssuer $CERT_MANAGER_ISSUER Ready"
+}
+
+# Removes what start_cert_manager installed: the ClusterIssuer while the controllers run (nothing
+# holds it, but it goes cleanly), then the CRDs (every cert-manager.io object of the cluster goes
+# with them; Secrets they made stay), the cluster RBAC and the namespace.
+stop_cert_manager() {
+  log "CERT_MANAGER=0: removing cert-manager"
+  local ok=1 crd
+  kubectl_ delete clusterissuer "$CERT_MANAGER_ISSUER" --ignore-not-found --timeout=30s >/dev/null 2>&1 || true
+  kubectl_ -n "$CERT_MANAGER_NS" delete deployment cert-manager --ignore-not-found --timeout=60s >/dev/null 2>&1 || true
+  for crd in "${CERT_MANAGER_CRDS[@]}"; do
+    kubectl_ delete crd "$crd.cert-manager.io" --ignore-not-found --timeout=120s >/dev/null || {
+      log "warning: CRD $crd.cert-manager.io is not gone yet"
+      ok=0
+    }
+  done
+  kubectl_ delete clusterrolebinding/cert-manager-controller clusterrole/cert-manager-controller --ignore-not-found >/dev/null || ok=0
+  kubectl_ delete namespace "$CERT_MANAGER_NS" --ignore-not-found --timeout=120s >/dev/null || {
+    log "warning: namespace $CERT_MANAGER_NS is not gone yet"
+    ok=0
+  }
+  if [ "$ok" = 0 ]; then
+    log "CERT_MANAGER=0: not all of cert-manager is removed; CERT_MANAGER=0 hack/cluster.sh up tries again"
+    return 1
+  fi
+  rm -rf "$CERT_MANAGER_DIR"
+  log "CERT_MANAGER=0: cert-manager is removed"
+}
+
+# At the end of `up`, as converge_monitoring: installs cert-manager (CERT_MANAGER=1), removes one
+# an earlier `up` installed (CERT_MANAGER=0) or leaves it (unset). Failures are warnings of `up`.
+converge_cert_manager() {
+  case $CERT_MANAGER in
+    1) (start_cert_manager) || log "warning: cert-manager did not come up (above)" ;;
+    0) if [ -d "$CERT_MANAGER_DIR" ]; then (stop_cert_manager) || log "warning: cert-manager is not all removed (above)"; fi ;;
+  esac
+}
+
+# ---------------------------------------------------------------------------------------------
 # nodes (NODES=N > 1; the layout is described in cluster-env.sh)
 
 # node_scope NAME: in a subshell, makes the one-node functions above act on node NAME: its state
@@ -1272,6 +1526,9 @@ cmd_up() {
   if [ "$MONITORING" = 1 ] && [ "$K8S_VERSION" != "$K8S_MODERN" ]; then
     die "MONITORING=1 needs the modern leg: its install applies the Prometheus Operator's bundle server-side, which 1.20 refuses (its CRDs' x-kubernetes-validations)"
   fi
+  if [ "$CERT_MANAGER" = 1 ] && [ "$K8S_VERSION" != "$K8S_MODERN" ]; then
+    die "CERT_MANAGER=1 needs the modern leg: cert-manager's CRDs use x-kubernetes-validations (1.25+) and selectableFields (1.30+), and one is too big for a client-side apply"
+  fi
   if multi_node && [ "$K8S_VERSION" != "$K8S_MODERN" ]; then
     die "NODES=$NODES needs the modern leg (the legacy one runs one node)"
   fi
@@ -1291,6 +1548,7 @@ cmd_up() {
       log "cluster already up: Kubernetes $K8S_VERSION, node $NODE_NAME Ready; KUBECONFIG=$KUBECONFIG_PATH"
     fi
     converge_monitoring
+    converge_cert_manager
     return 0
   fi
   local t0=$SECONDS
@@ -1305,6 +1563,7 @@ cmd_up() {
   if [ "$NETPOL" = 1 ]; then bash "$HACK_DIR/build-kube-router.sh" >/dev/null; fi
   # Before anything starts: a failed build stops `up` here.
   if [ "$MONITORING" = 1 ]; then bash "$HACK_DIR/images.sh" monitoring build; fi
+  if [ "$CERT_MANAGER" = 1 ]; then bash "$HACK_DIR/images.sh" cert-manager build >/dev/null; fi
   check_tools
   mkdir -p "$STATE_DIR" "$RUN_DIR" "$LOG_DIR" "$PID_DIR"
   chmod 0755 "$STATE_DIR"
@@ -1379,6 +1638,7 @@ cmd_up() {
   is_running dnsmasq || fail_component dnsmasq "is not running"
   is_running provisioner || fail_component provisioner "is not running"
   converge_monitoring
+  converge_cert_manager
   if [ "$K8S_VERSION" = "$K8S_MODERN" ] && [ "$(stat -fc %T /sys/fs/cgroup)" != cgroup2fs ]; then
     log "note: this host has cgroup v1, deprecated by containerd 2.2 and kubelet 1.35 (kept working; see kubelet failCgroupV1)"
   fi
@@ -1607,6 +1867,13 @@ cmd_status() {
       printf '%-24s %s\n' "prometheus" "ready at $url (service $MONITORING_NS/$PROMETHEUS_SERVICE; MONITORING=1)"
     else
       printf '%-24s %s\n' "prometheus" "not ready (service $MONITORING_NS/$PROMETHEUS_SERVICE; MONITORING=1)"
+    fi
+  fi
+  if [ -f "$CERT_MANAGER_DIR/installed" ] && [ -f "$PKI_DIR/done" ] && apiserver_ready 2>/dev/null; then
+    if cert_manager_available && cert_manager_issuer_ready; then
+      printf '%-24s %s\n' "cert-manager" "available (deployment $CERT_MANAGER_NS/cert-manager, ClusterIssuer $CERT_MANAGER_ISSUER; CERT_MANAGER=1)"
+    else
+      printf '%-24s %s\n' "cert-manager" "not available (deployment $CERT_MANAGER_NS/cert-manager; CERT_MANAGER=1)"
     fi
   fi
   printf '%-24s %s\n' "kubernetes" "$K8S_VERSION (K8S_VERSION=1.37|1.20 picks the leg at \`up\`)"

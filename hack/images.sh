@@ -13,6 +13,9 @@
 #   images.sh monitoring [build]  the monitoring stack's images (MONITORING=1 cluster.sh up): Prometheus,
 #                                 the Prometheus Operator, its config reloader, under upstream's names,
 #                                 from hack/build-monitoring.sh's binaries; `build`: no import
+#   images.sh cert-manager [build]  cert-manager's certificate controllers (CERT_MANAGER=1 cluster.sh up),
+#                                 from hack/build-cert-manager.sh's binary; `build`: no import.
+#                                 Prints "IMAGE CONFIG_DIGEST" (the Deployment rolls on a new digest)
 #   images.sh list                the images in the cluster's containerd
 # Several nodes (NODES>1): every live node's containerd gets each image (imported in parallel),
 # and `load` also gives each node the images another node has (from their cached tarballs), so a
@@ -373,6 +376,41 @@ load_monitoring() {
   on_each_containerd import_refs "${refs[@]}"
 }
 
+# --- cert-manager (CERT_MANAGER=1 hack/cluster.sh up) ------------------------------------------
+
+# build_cert_manager_image IMAGE BIN: BIN (hack/build-cert-manager.sh) as the entrypoint, user
+# nonroot by its uid (65532, as upstream's distroless images; a runAsNonRoot pod needs a number),
+# nothing else: it reaches only the API server, with the ServiceAccount's CA (no root store). Rebuilt
+# only when BIN is another build than the one packed (as build_monitoring_image).
+build_cert_manager_image() {
+  local ref=$1 bin=$2 out stamp root config
+  out=$(tarball_for "$ref")
+  stamp="$(cat "$(dirname "$bin")/.recipe" 2>/dev/null) $bin $(stat -c '%s %Y' "$bin")"
+  [ -f "$out" ] && [ "$(cat "$out.from" 2>/dev/null)" = "$stamp" ] && return 0
+  log "building image $ref"
+  root=$(new_root)
+  add_binary "$root" "$bin" /usr/local/bin/cert-manager-controller
+  config=$(jq -cn --arg path "$ETCD_PATH_ENV" '{
+      Entrypoint: ["/usr/local/bin/cert-manager-controller"], Env: [$path], User: "65532:65532", WorkingDir: "/"
+    }')
+  pack_image "$ref" "$root" "$config" "$out"
+  echo "$stamp" >"$out.from"
+  rm -rf "$root"
+}
+
+# cert-manager [build]: the binary (cached) and its image (cached); without `build`, imported
+# into every live node's containerd that lacks it. Prints "IMAGE CONFIG_DIGEST".
+load_cert_manager() {
+  local bin ref out
+  [ "${1:-}" = build ] || on_each_containerd need_containerd
+  bin=$(bash "$HACK_DIR/build-cert-manager.sh") || die "building cert-manager failed (hack/build-cert-manager.sh)"
+  ref=$(bash "$HACK_DIR/build-cert-manager.sh" image)
+  build_cert_manager_image "$ref" "$bin"
+  out=$(tarball_for "$ref")
+  [ "${1:-}" = build ] || on_each_containerd import_image "$ref" "$out"
+  echo "$ref $(tarball_config_digest "$out")"
+}
+
 # --- importing ---------------------------------------------------------------------------------
 
 need_containerd() {
@@ -416,10 +454,16 @@ imported_config_digest() {
   ctr_k8s content get "$digest" 2>/dev/null | jq -r '.config.digest // empty'
 }
 
+# The config digest of the image in a docker-archive TARBALL (what imported_config_digest says
+# once it is imported).
+tarball_config_digest() {
+  echo "sha256:$(tar -xOf "$1" manifest.json | jq -r '.[0].Config' | sed 's/\.json$//')"
+}
+
 # Imports the tarball of REF unless containerd already has exactly that image.
 import_image() {
   local ref=$1 tarball=$2 want snapshotter
-  want="sha256:$(tar -xOf "$tarball" manifest.json | jq -r '.[0].Config' | sed 's/\.json$//')"
+  want=$(tarball_config_digest "$tarball")
   if [ "$(imported_config_digest "$ref")" = "$want" ]; then
     return 0
   fi
@@ -513,11 +557,15 @@ main() {
       [ $# -eq 1 ] || { [ $# -eq 2 ] && [ "$2" = build ]; } || die "usage: images.sh monitoring [build]"
       load_monitoring "${2:-}"
       ;;
+    cert-manager)
+      [ $# -eq 1 ] || { [ $# -eq 2 ] && [ "$2" = build ]; } || die "usage: images.sh cert-manager [build]"
+      load_cert_manager "${2:-}"
+      ;;
     list)
       # Several nodes: the first live node's (sync_nodes keeps them alike).
       if multi_node; then node_env "$(live_nodes | sed -n 1p)"; CONTAINERD_SOCK=$N_CONTAINERD_SOCK; fi
       need_containerd; ctr_k8s images ls -q | grep -v '^sha256:' ;;
-    *) die "usage: images.sh [load|build|etcd VERSION|operator BIN IMAGE|broken|monitoring [build]|list]" ;;
+    *) die "usage: images.sh [load|build|etcd VERSION|operator BIN IMAGE|broken|monitoring [build]|cert-manager [build]|list]" ;;
   esac
 }
 

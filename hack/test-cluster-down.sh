@@ -6,7 +6,8 @@
 # (NetworkPolicy enforcement) process, chain or ipset, no process of the monitoring stack
 # (MONITORING=1: Prometheus, the Prometheus Operator, its config reloader; pods whose images and
 # API objects lived in $STATE_DIR, its install files in $STATE_DIR/monitoring, its binaries and
-# images in $CACHE_DIR, which down keeps); for a cluster of several nodes (NODES>1)
+# images in $CACHE_DIR, which down keeps), nor of cert-manager (CERT_MANAGER=1: a pod, its marker
+# in $STATE_DIR/cert-manager); for a cluster of several nodes (NODES>1)
 # no node network namespace (by its mount or a process in it), host bridge, veth, route to a pod
 # CIDR or the Service CIDR, loop device of a node's volume filesystem.
 #
@@ -34,8 +35,9 @@ for p in /proc/[0-9]*; do
   # Zombies are dead already; init (the VM's agent here) reaps them a moment later.
   [ "$(cut -d' ' -f1 <<<"${stat##*) }")" = Z ] && continue
   args=$(tr '\0' ' ' <"$p/cmdline" 2>/dev/null) || continue
-  # (Container processes, such as Prometheus and its operator, are found by their root mount below;
-  # generic names like `prometheus` or `operator` would also match a developer's own processes.)
+  # (Container processes, such as Prometheus, its operator and cert-manager, are found by their
+  # root mount below; generic names like `prometheus` or `operator` would also match a
+  # developer's own processes.)
   case $comm in
     kube-apiserver | kube-controller | kube-scheduler | kubelet | kube-proxy | kube-router | containerd-shim* | dnsmasq | devkit | pause)
       leftover "process $pid ($comm): $args"; continue ;;

@@ -18,7 +18,8 @@
 #   NODES=N         the modern leg's local cluster with N nodes (hack/cluster.sh; default: 1, or
 #                   the count of the cluster running); the legacy leg always runs one node.
 # The modern leg's local cluster runs the monitoring stack (MONITORING=1 hack/cluster.sh up: the
-# Prometheus Operator and a Prometheus), the legacy leg's none.
+# Prometheus Operator and a Prometheus) and cert-manager (CERT_MANAGER=1: its certificate
+# controllers), the legacy leg's neither.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 cd "$REPO_DIR"
@@ -112,7 +113,7 @@ status=0
 
 phase "Rust workspace build"
 cargo build --workspace --all-targets --locked
-phase "Go tools (promtool, helm, the monitoring stack)"
+phase "Go tools (promtool, helm, the monitoring stack, cert-manager)"
 # promtool checks the PrometheusRule of `manifests --monitoring` (tests/monitoring.rs); built from
 # the Go module proxy once, then cached. If it cannot be built those tests fail, saying why.
 if PROMTOOL=$(bash hack/build-promtool.sh); then
@@ -147,6 +148,16 @@ if bash hack/images.sh monitoring build; then
 else
   log "the monitoring stack could not be built (hack/build-monitoring.sh): the Prometheus tests will fail"
   MONITORING_BUILT=0
+fi
+# cert-manager's certificate controllers on the local cluster (CERT_MANAGER=1 hack/cluster.sh up;
+# the operator's `certManager` TLS source): built from the Go module proxy (hack/build-cert-manager.sh)
+# and packed into an image once, then cached; the modern leg's `up` only imports and installs it.
+# Without it the legs run without cert-manager, and the tests that need it fail, saying so.
+if bash hack/images.sh cert-manager build >/dev/null; then
+  CERT_MANAGER_BUILT=1
+else
+  log "cert-manager could not be built (hack/build-cert-manager.sh): the tests of the certManager TLS source will fail"
+  CERT_MANAGER_BUILT=0
 fi
 
 phase "unit tests"
@@ -294,9 +305,13 @@ LEGACY_SMOKE_TESTS="process@lifecycle:create_resize_3_5_3_and_delete process@lif
 
 # The node count of the modern leg's local cluster (cluster.sh reads NODES).
 [ -z "${NODES:-}" ] || export NODES
-# The monitoring stack on the modern leg's local cluster: exported, so that every `cluster.sh up`
-# of the leg (the NetworkPolicy phase's) keeps it (MONITORING=0 would remove it).
-if [ "$K8S_VERSION" = "$K8S_MODERN" ]; then export MONITORING=$MONITORING_BUILT; else export MONITORING=0; fi
+# The monitoring stack and cert-manager on the modern leg's local cluster: exported, so that every
+# `cluster.sh up` of the leg (the NetworkPolicy phase's) keeps them (0 would remove them).
+if [ "$K8S_VERSION" = "$K8S_MODERN" ]; then
+  export MONITORING=$MONITORING_BUILT CERT_MANAGER=$CERT_MANAGER_BUILT
+else
+  export MONITORING=0 CERT_MANAGER=0
+fi
 run_leg "" "$K8S_VERSION"
 if [ "${LEGACY_SMOKE:-1}" = 0 ] || [ -n "${E2E_FILTER:-}" ] || [ -n "${KEEP_CLUSTER:-}" ]; then
   log "legacy leg skipped (LEGACY_SMOKE=0, E2E_FILTER or KEEP_CLUSTER set)"
@@ -304,7 +319,7 @@ elif [ "$LOCAL_CLUSTER" != 1 ] || [ "$LEFT_DOWN" != 1 ] || [ "$K8S_VERSION" = "$
   log "legacy leg skipped: it needs the local cluster, brought up by this run on the modern leg"
 else
   log "legacy leg: Kubernetes $K8S_LEGACY smoke subset"
-  export K8S_VERSION=$K8S_LEGACY NODES=1 MONITORING=0
+  export K8S_VERSION=$K8S_LEGACY NODES=1 MONITORING=0 CERT_MANAGER=0
   unset K8S_VERSION_CHECKED
   resolve_k8s_version
   unset KUBECONFIG
