@@ -21,8 +21,15 @@ use crate::tls::auto::secrets::for_decision;
 use crate::tls::auto::state::Names;
 use crate::tls::auto::state::Observation;
 
-/// At most this many writes per reconcile (a CA and the four certificates, with room).
-const MAX_WRITES: usize = 4;
+/// At most this many writes per reconcile (a CA and the four certificates, with room; with
+/// cert-manager its Certificates and the ownership of its Secrets before those).
+const MAX_WRITES: usize = 6;
+/// With cert-manager: how long one reconcile waits for cert-manager to issue the Certificates
+/// it just wrote (it takes about a second with a CA issuer), so that the material check does
+/// not meet the cluster's Secrets missing and refuse a new cluster's spec meanwhile. A slower
+/// issuer is waited for across reconciles, with `CertificatesReady` saying what it waits for.
+const ISSUE_WAIT: std::time::Duration = std::time::Duration::from_secs(6);
+const ISSUE_POLL: std::time::Duration = std::time::Duration::from_millis(300);
 
 /// Writes the certificates `plan` says; after each write the Secrets are read back into `o`
 /// and `plan` is decided again (`redecide`) for the next one. `true` when a Secret was written
@@ -36,9 +43,26 @@ pub(super) async fn keep_certificates(
     reference: &ObjectReference,
 ) -> bool {
     let mut wrote = false;
-    for _ in 0..MAX_WRITES {
+    let mut asked_cert_manager: Option<std::time::Instant> = None;
+    let mut writes = 0;
+    while writes < MAX_WRITES {
         let decision = &plan.certificates;
+        if !decision.writes()
+            && asked_cert_manager.is_some_and(|t| t.elapsed() < ISSUE_WAIT)
+            && matches!(decision, Decision::Wait { reason: "Issuing", .. })
+            && let Some(c) = o.certificates.as_ref()
+        {
+            // cert-manager has not issued what was just asked of it: look again shortly.
+            tokio::time::sleep(ISSUE_POLL).await;
+            refresh(ctx, cluster, o, c.clone()).await;
+            *plan = redecide(o);
+            continue;
+        }
         let Some(c) = o.certificates.as_ref().filter(|_| decision.writes()) else { break };
+        writes += 1;
+        if matches!(decision, Decision::ApplyCertificates(_)) {
+            asked_cert_manager = Some(std::time::Instant::now());
+        }
         match execute(ctx, cluster, c, decision).await {
             Ok((reason, note)) => {
                 wrote = true;
@@ -57,14 +81,19 @@ pub(super) async fn keep_certificates(
                 break;
             }
         }
-        let (in_use, domain, served) = (c.in_use(), c.cluster_domain.clone(), c.served.clone());
-        let cm = c.cert_manager.as_ref().map(|m| m.request.clone());
-        let mut fresh = crate::observe::tls_auto::read(&ctx.client, cluster, in_use, &domain, cm.as_ref()).await;
-        fresh.served = served;
-        o.certificates = Some(fresh);
+        refresh(ctx, cluster, o, c.clone()).await;
         *plan = redecide(o);
     }
     wrote
+}
+
+/// Reads the cluster's certificate Secrets (and cert-manager's side) again into `o`.
+async fn refresh(ctx: &Context, cluster: &EtcdCluster, o: &mut Observed, c: Observation) {
+    let (in_use, domain, served) = (c.in_use(), c.cluster_domain.clone(), c.served);
+    let cm = c.cert_manager.as_ref().map(|m| m.request.clone());
+    let mut fresh = crate::observe::tls_auto::read(&ctx.client, cluster, in_use, &domain, cm.as_ref()).await;
+    fresh.served = served;
+    o.certificates = Some(fresh);
 }
 
 enum Failure {
