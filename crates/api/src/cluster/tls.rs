@@ -37,8 +37,8 @@ pub struct TlsPolicy {
     /// CA was rotated) starts a CA rotation with `auto`'s steps: members restart to trust both
     /// CAs, the certificates of the new CA are copied (the operator asks cert-manager to renew
     /// the ones still from the old CA), members restart to drop the old CA. The issuer must
-    /// put its CA in the Secrets' `ca.crt` (cert-manager's CA, self-signed and Vault issuers
-    /// do).
+    /// sign the peer and server certificates with one CA and put it in the Secrets' `ca.crt`
+    /// (cert-manager's CA issuer does; a SelfSigned issuer does not).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cert_manager: Option<CertManagerTls>,
 }
@@ -49,8 +49,8 @@ pub struct TlsPolicy {
 pub struct CertManagerTls {
     /// The cert-manager issuer that signs the certificates. Additive.
     pub issuer_ref: IssuerRef,
-    /// Lifetime asked of each certificate (the Certificates' `duration`), a Go duration, 10m
-    /// to 87600h; default cert-manager's 2160h. Additive.
+    /// Lifetime asked of each certificate (the Certificates' `duration`), a Go duration, 1h
+    /// (cert-manager's minimum) to 87600h; default cert-manager's 2160h. Additive.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     #[schemars(length(max = 32))]
     pub duration: String,

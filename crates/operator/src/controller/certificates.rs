@@ -226,7 +226,7 @@ async fn own_issued_secrets(
     leaves: &[Leaf],
 ) -> Result<(&'static str, String), Failure> {
     use kube::api::{Patch, PatchParams};
-    let owner = crate::naming::owner_ref(cluster);
+    let owner = crate::tls::cert_manager::issued_secret_owner(cluster);
     let mut done = vec![];
     for &leaf in leaves {
         let n = crate::tls::cert_manager::name(&c.cluster, leaf);

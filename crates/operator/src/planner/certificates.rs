@@ -99,6 +99,16 @@ pub fn plan(o: &Observed) -> Decision {
         }
         Found::Missing | Found::NotOurs(_) => return lost_ca(o, c),
     };
+    if c.cert_manager.is_none()
+        && ca.phase != Phase::Steady
+        && [&ca.signing, &ca.next].into_iter().flatten().any(|a| a.key.is_none())
+    {
+        return Decision::Blocked(format!(
+            "Secret {} is in CA rotation phase {} with a CA whose key it does not hold (cert-manager's issuer's CA, or a deleted key): spec.TLS.auto cannot sign with it; set spec.TLS.certManager again to finish the rotation, or restore the key",
+            ca_secret(&c.cluster),
+            ca.phase.as_str()
+        ));
+    }
     let writes = leaf_writes(c, ca);
     if !writes.is_empty() {
         return Decision::WriteLeaves(writes);
@@ -112,7 +122,7 @@ pub fn plan(o: &Observed) -> Decision {
                 format!("CA rotation 1/3: members restart one at a time to trust the new CA beside the old one: {why}"),
             ),
         },
-        Phase::Reissuing => match serving_signing_ca(o, c, ca) {
+        Phase::Reissuing => match leaves_from_signing_ca(c, ca).and_then(|()| serving_signing_ca(o, c, ca)) {
             Ok(()) if o.paused => wait("CARotation", "CA rotation 2/3 waits: spec.paused is true"),
             Ok(()) => Decision::DropPreviousCa,
             Err(why) => wait(
@@ -188,7 +198,7 @@ fn lost_ca(o: &Observed, c: &Observation) -> Decision {
             "Issuing",
             format!(
                 "waiting for cert-manager to issue the peer and server certificates from one CA: {}",
-                cm.waiting_for()
+                cm.different_cas().unwrap_or_else(|| cm.waiting_for())
             ),
         ),
         _ => d,
@@ -361,6 +371,24 @@ pub fn rolled(o: &Observed, c: &Observation) -> Result<(), String> {
     ))
 }
 
+/// Every certificate Secret (members', the operator's, the applications') holds a certificate
+/// of the signing CA: only then may the old CA leave the bundles. (With cert-manager a
+/// certificate may still be of the old CA while its renewal is pending or failing.)
+fn leaves_from_signing_ca(c: &Observation, ca: &CaState) -> Result<(), String> {
+    let signing = ca.signing.as_ref().map(|a| &a.cert.id).ok_or("no CA signs")?;
+    let behind: Vec<String> = Leaf::ALL
+        .into_iter()
+        .filter(|l| c.leaf(*l).and_then(|s| s.issuer.as_ref()) != Some(signing))
+        .map(|l| l.secret(&c.cluster))
+        .collect();
+    if behind.is_empty() {
+        return Ok(());
+    }
+    let waiting =
+        c.cert_manager.as_ref().map(|cm| format!(" (cert-manager: {})", cm.waiting_for())).unwrap_or_default();
+    Err(format!("{} still hold(s) a certificate of the old CA{waiting}", behind.join(", ")))
+}
+
 /// Every member serves, on its client and on its peer port, a certificate of the signing CA.
 fn serving_signing_ca(o: &Observed, c: &Observation, ca: &CaState) -> Result<(), String> {
     let signing = ca.signing.as_ref().map(|a| &a.cert.id).ok_or("no CA signs")?;
@@ -508,10 +536,13 @@ fn copies(c: &Observation, cm: &crate::tls::cert_manager::Observed, ca: &CaState
             (Some(why), Some(_)) => out.push(LeafWrite::Issue { leaf, why }),
             // The certificate of the new CA is needed and cert-manager holds one of another CA:
             // ask it to issue again (once: not while it is issuing).
+            // (Only one of a CA being left: one of yet another CA means the issuer moved again,
+            // which a renewal would not mend. Never while cert-manager issues it, nor after a
+            // failed issue: cert-manager's own backoff decides when it tries again.)
             (Some(_), None)
                 if ca.phase == Phase::Reissuing
-                    && source.is_some()
-                    && !cm.certificates.get(&leaf).and_then(Option::as_ref).is_some_and(|s| s.issuing) =>
+                    && source.is_some_and(|i| i.issuer().is_some_and(|id| ca.previous.iter().any(|p| &p.id == id)))
+                    && !cm.certificates.get(&leaf).and_then(Option::as_ref).is_some_and(|s| s.issuing || s.failed) =>
             {
                 out.push(LeafWrite::Renew { leaf })
             }

@@ -64,6 +64,9 @@ pub(super) struct CertManager {
     pub(super) absent: bool,
     /// Renewals the operator asked for (by leaf), in order.
     pub(super) renewals: Vec<Leaf>,
+    /// Certificates whose renewal, once asked, does not come (cert-manager slow or failing):
+    /// they stay `Issuing`.
+    pub(super) stalled: BTreeSet<Leaf>,
 }
 
 pub(super) fn cm_spec() -> EtcdClusterSpec {
@@ -126,6 +129,7 @@ impl World {
             certificates: BTreeMap::new(),
             absent: false,
             renewals: vec![],
+            stalled: Default::default(),
         });
         w
     }
@@ -309,7 +313,7 @@ impl World {
         if let Decision::OwnIssuedSecrets(leaves) = d {
             for l in leaves {
                 let s = self.secrets.get_mut(&crate::tls::cert_manager::name("ex", *l)).unwrap();
-                s.metadata.owner_references = Some(vec![crate::naming::owner_ref(&self.cluster)]);
+                s.metadata.owner_references = Some(vec![crate::tls::cert_manager::issued_secret_owner(&self.cluster)]);
             }
             self.events.push("CertificateSecretsOwned");
             return;
@@ -317,8 +321,13 @@ impl World {
         if let Decision::WriteLeaves(ws) = d {
             for w in ws {
                 if let LeafWrite::Renew { leaf } = w {
-                    self.cm.as_mut().unwrap().renewals.push(*leaf);
-                    self.cm_issue(*leaf);
+                    let cm = self.cm.as_mut().unwrap();
+                    cm.renewals.push(*leaf);
+                    if cm.stalled.contains(leaf) {
+                        cm.certificates.get_mut(leaf).unwrap()["status"]["conditions"] = serde_json::json!([{"type": "Ready", "status": "True"}, {"type": "Issuing", "status": "True"}]);
+                    } else {
+                        self.cm_issue(*leaf);
+                    }
                 }
             }
             if ws.iter().all(|w| matches!(w, LeafWrite::Renew { .. })) {

@@ -212,6 +212,7 @@ fn moving_between_auto_and_cert_manager_rotates_the_ca() {
         certificates: Default::default(),
         absent: false,
         renewals: vec![],
+        stalled: Default::default(),
     });
     assert_eq!(w.plan(), Decision::ApplyCertificates(Leaf::ALL.to_vec()));
     w.converge_writes_until(|d| matches!(d, Decision::StartCaRotation { .. }));
@@ -221,4 +222,117 @@ fn moving_between_auto_and_cert_manager_rotates_the_ca() {
     let d = w2.plan();
     assert!(matches!(&d, Decision::StartCaRotation { why } if why.contains("has no key")), "{d:?}");
     assert_ne!(w2.signing_ca(), own);
+}
+
+/// Brings a running cluster with cert-manager to `reissuing` after the issuer's CA changed
+/// (the server certificate renewed from the new CA).
+fn reissuing_after_issuer_rotation(w: &mut World) -> crate::tls::auto::state::Authority {
+    let new = w.new_issuer_ca(T0 + 60);
+    w.cm.as_mut().unwrap().ca = new.clone();
+    w.cm_issue(Leaf::Server);
+    w.converge_writes();
+    while w.roll_one() {}
+    w.converge_writes_until(|d| matches!(d, Decision::PromoteNextCa));
+    let d = w.plan();
+    w.apply(&d);
+    assert_eq!(w.ca_phase(), Phase::Reissuing);
+    new
+}
+
+/// A renewal cert-manager does not deliver (slow, or failing) keeps the old CA in the bundles:
+/// the operator's and the applications' certificates are checked by members against them, not
+/// only what members serve.
+#[test]
+fn the_old_ca_stays_while_any_certificate_of_it_is_still_in_use() {
+    let mut w = World::running_with_cert_manager();
+    w.cm.as_mut().unwrap().stalled.insert(Leaf::Operator);
+    reissuing_after_issuer_rotation(&mut w);
+    for _ in 0..6 {
+        let d = w.plan();
+        assert_ne!(d, Decision::DropPreviousCa, "the operator's certificate is still of the old CA");
+        if d.writes() {
+            w.apply(&d);
+        }
+        w.kubelet_sync();
+    }
+    let d = w.plan();
+    assert!(waiting(&d, "CARotation", "ex-tls-operator still hold(s) a certificate of the old CA"), "{d:?}");
+    assert_eq!(w.cm.as_ref().unwrap().renewals.iter().filter(|l| **l == Leaf::Operator).count(), 1, "asked once");
+    // cert-manager delivers: the rotation goes on.
+    w.cm_issue(Leaf::Operator);
+    w.converge_writes_until(|d| matches!(d, Decision::DropPreviousCa));
+}
+
+/// A Certificate whose last issue failed is not asked again (cert-manager's backoff rules).
+#[test]
+fn a_failed_issue_is_not_asked_again() {
+    let mut w = World::running_with_cert_manager();
+    w.cm.as_mut().unwrap().stalled.extend([Leaf::Peer, Leaf::Operator, Leaf::Client]);
+    reissuing_after_issuer_rotation(&mut w);
+    let cm = w.cm.as_mut().unwrap();
+    cm.renewals.clear();
+    for l in [Leaf::Peer, Leaf::Operator, Leaf::Client] {
+        cm.certificates.get_mut(&l).unwrap()["status"] = serde_json::json!({"conditions": [{"type": "Ready", "status": "False", "message": "issuer down"},
+                {"type": "Issuing", "status": "False"}], "failedIssuanceAttempts": 2});
+    }
+    for _ in 0..4 {
+        let d = w.plan();
+        assert_ne!(d, Decision::DropPreviousCa);
+        if d.writes() {
+            w.apply(&d);
+        }
+        w.kubelet_sync();
+    }
+    assert!(w.cm.as_ref().unwrap().renewals.is_empty(), "{:?}", w.cm.as_ref().unwrap().renewals);
+    assert!(waiting(&w.plan(), "CARotation", "issuer down"), "cert-manager's reason is given: {:?}", w.plan());
+}
+
+/// The issuer's CA changes again while a rotation is under way: a renewal would only bring a
+/// certificate of yet another CA, so none is asked for.
+#[test]
+fn an_issuer_that_moves_again_mid_rotation_gets_no_renewal_loop() {
+    let mut w = World::running_with_cert_manager();
+    w.cm.as_mut().unwrap().stalled.extend([Leaf::Peer, Leaf::Operator, Leaf::Client]);
+    reissuing_after_issuer_rotation(&mut w);
+    let third = w.new_issuer_ca(T0 + 120);
+    w.cm.as_mut().unwrap().ca = third;
+    w.cm.as_mut().unwrap().stalled.clear();
+    for l in [Leaf::Peer, Leaf::Operator, Leaf::Client] {
+        w.cm.as_mut().unwrap().certificates.get_mut(&l).unwrap()["status"] =
+            serde_json::json!({"conditions": [{"type": "Ready", "status": "True"}]});
+        w.cm_issue(l);
+    }
+    w.cm.as_mut().unwrap().renewals.clear();
+    for _ in 0..3 {
+        let d = w.plan();
+        assert!(
+            !matches!(&d, Decision::WriteLeaves(ws) if ws.iter().any(|x| matches!(x, LeafWrite::Renew { .. }))),
+            "{d:?}"
+        );
+        assert_ne!(d, Decision::DropPreviousCa);
+        if d.writes() {
+            w.apply(&d);
+        }
+    }
+}
+
+/// Under `auto`, a CA rotation whose CA has no key (left from cert-manager) cannot go on: the
+/// operator says so instead of waiting forever.
+#[test]
+fn auto_mid_rotation_with_a_keyless_ca_is_blocked_with_the_reason() {
+    let mut w = World::running_with_cert_manager();
+    reissuing_after_issuer_rotation(&mut w);
+    w.cluster.spec = spec();
+    w.cm = None;
+    let d = w.plan();
+    assert!(matches!(&d, Decision::Blocked(m) if m.contains("a CA whose key it does not hold")), "{d:?}");
+}
+
+/// The owner reference on cert-manager's Secrets is not a controller reference (cert-manager
+/// may hold that one; the API server allows one).
+#[test]
+fn cert_managers_secrets_get_a_plain_owner_reference() {
+    let w = World::with_cert_manager();
+    let r = crate::tls::cert_manager::issued_secret_owner(&w.cluster);
+    assert_eq!((r.controller, r.uid.as_str(), r.kind.as_str()), (None, "uid-1", "EtcdCluster"));
 }

@@ -26,6 +26,8 @@ pub const KIND: &str = "Certificate";
 pub const PLURAL: &str = "certificates";
 /// Key names of the Secrets cert-manager issues into.
 pub const ISSUED_KEYS: Keys = Keys { cert: "tls.crt", key: "tls.key", ca: "ca.crt" };
+/// cert-manager's shortest certificate lifetime (its webhook refuses shorter).
+pub const MIN_DURATION_SECS: i64 = 3600;
 /// cert-manager's default certificate lifetime (the `duration` of a Certificate that sets none).
 pub const DEFAULT_DURATION_SECS: i64 = 90 * 24 * 3600;
 
@@ -53,10 +55,11 @@ impl Request {
         if r.name.trim().is_empty() {
             errs.push("spec.TLS.certManager.issuerRef.name is empty: name the cert-manager Issuer or ClusterIssuer that signs the certificates".into());
         }
+        // The CA is the issuer's: its lifetime is not this operator's to check.
         let auto = etcd_operator_api::cluster::AutoTls {
             validity: c.duration.clone(),
             renew_before: c.renew_before.clone(),
-            ca_validity: String::new(),
+            ca_validity: super::auto::show(super::auto::MAX_CA_VALIDITY_SECS),
         };
         let settings = match Settings::of(&auto) {
             Ok(s) => s,
@@ -70,13 +73,19 @@ impl Request {
                 Settings::default()
             }
         };
+        if errs.is_empty() && settings.validity < MIN_DURATION_SECS {
+            errs.push(format!(
+                "spec.TLS.certManager.duration {:?} is shorter than cert-manager's minimum of 1h",
+                c.duration
+            ));
+        }
         if !errs.is_empty() {
             return Err(errs);
         }
         let or = |v: &str, d: &str| if v.is_empty() { d.to_string() } else { v.to_string() };
         Ok(Request {
             issuer: Issuer { name: r.name.clone(), kind: or(&r.kind, "Issuer"), group: or(&r.group, GROUP) },
-            settings: Settings { ca_validity: settings.ca_validity.max(settings.validity), ..settings },
+            settings,
         })
     }
 }
@@ -127,6 +136,9 @@ pub struct CertificateState {
     pub issuing: bool,
     /// Condition `Ready`'s message when it is not `True` (what cert-manager says is wrong).
     pub not_ready: Option<String>,
+    /// cert-manager's last issue failed (`status.failedIssuanceAttempts`, `lastFailureTime`):
+    /// it retries on its own backoff; the operator does not ask again meanwhile.
+    pub failed: bool,
     pub resource_version: Option<String>,
 }
 
@@ -159,6 +171,8 @@ pub fn certificate_state(
         ours: owners.iter().any(|o| o.get("uid").and_then(|u| u.as_str()) == Some(owner_uid)),
         issuing: status_of("Issuing").as_deref() == Some("True"),
         not_ready,
+        failed: obj.pointer("/status/failedIssuanceAttempts").and_then(|v| v.as_i64()).is_some_and(|n| n > 0)
+            || obj.pointer("/status/lastFailureTime").is_some_and(|v| !v.is_null()),
         resource_version: obj.pointer("/metadata/resourceVersion").and_then(|v| v.as_str()).map(str::to_string),
     }
 }
@@ -220,6 +234,19 @@ pub fn parse_issued(leaf: Leaf, data: &Data, n: Names, now: i64) -> Option<Issue
     Some(Issued { cert_pem, cert, key, ca, problems })
 }
 
+/// The owner reference the operator adds to cert-manager's Secrets: not a controller
+/// reference, since cert-manager may hold that one (`--enable-certificate-owner-ref`) and the
+/// API server allows one controller only.
+pub fn issued_secret_owner(
+    cluster: &etcd_operator_api::EtcdCluster,
+) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+    k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+        controller: None,
+        block_owner_deletion: None,
+        ..crate::naming::owner_ref(cluster)
+    }
+}
+
 /// Everything about cert-manager's side of a cluster at one moment.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Observed {
@@ -270,10 +297,25 @@ impl Observed {
                     out.push(format!("{n}: {}", c.not_ready.as_deref().unwrap_or("no certificate in its Secret yet")))
                 }
                 (Some(_), Some(i)) if !i.problems.is_empty() => out.push(format!("{n}: {}", i.problems.join("; "))),
+                (Some(c), Some(_)) if c.not_ready.is_some() || c.failed => {
+                    out.push(format!("{n}: {}", c.not_ready.as_deref().unwrap_or("its last issue failed")))
+                }
                 _ => {}
             }
         }
         out.join("; ")
+    }
+
+    /// Why the peer and server certificates name no one CA, when both are issued.
+    pub fn different_cas(&self) -> Option<String> {
+        let ca = |l: Leaf| self.issued(l).filter(|i| i.usable()).and_then(|i| i.ca.clone());
+        let (p, s) = (ca(Leaf::Peer)?, ca(Leaf::Server)?);
+        (p.id != s.id).then(|| {
+            format!(
+                "the peer and server certificates are signed by different CAs ({} and {}; a SelfSigned issuer signs each with itself: use a CA issuer)",
+                p.subject, s.subject
+            )
+        })
     }
 }
 

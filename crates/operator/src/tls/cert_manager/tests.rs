@@ -40,6 +40,10 @@ fn bad_requests_are_refused_by_their_field_names() {
         "{e:?}"
     );
     assert!(!e.iter().any(|m| m.contains("auto")), "no word of auto: {e:?}");
+    let e = request("ca", "30m", "").unwrap_err();
+    assert!(e[0].contains("shorter than cert-manager's minimum of 1h"), "{e:?}");
+    let long = request("ca", "87600h", "").unwrap();
+    assert_eq!(long.settings.validity, 87600 * 3600, "no CA lifetime of the operator's stands in the way");
 }
 
 /// A certificate issued to the Certificate's spec passes the checks members' Secrets get: the
