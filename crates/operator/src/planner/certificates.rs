@@ -245,15 +245,7 @@ fn leaf_writes(c: &Observation, ca: &CaState) -> Vec<LeafWrite> {
     }
     let trust = ca.trust_ids();
     let signing: Option<&CertId> = ca.signing.as_ref().filter(|a| a.key.is_some()).map(|a| &a.cert.id);
-    // While a new CA is introduced members do not trust it yet: a certificate of any CA they
-    // trust already is fine. Otherwise only the signing CA's.
-    let acceptable: BTreeSet<CertId> = match ca.phase {
-        Phase::Introducing => {
-            let next = ca.next.as_ref().map(|n| n.cert.id.clone());
-            trust.iter().filter(|id| Some(*id) != next.as_ref()).cloned().collect()
-        }
-        _ => signing.into_iter().cloned().collect(),
-    };
+    let acceptable = acceptable_issuers(ca, signing);
     let (now, s) = (c.now, &c.settings);
     let mut out = vec![];
     for leaf in Leaf::ALL {
@@ -290,6 +282,18 @@ fn leaf_writes(c: &Observation, ca: &CaState) -> Vec<LeafWrite> {
         }
     }
     out
+}
+
+/// The CAs a certificate may come from now: while a new CA is introduced, any CA members trust
+/// already (not the new one: they do not trust it yet); otherwise only `signing`.
+fn acceptable_issuers(ca: &CaState, signing: Option<&CertId>) -> BTreeSet<CertId> {
+    match ca.phase {
+        Phase::Introducing => {
+            let next = ca.next.as_ref().map(|n| &n.cert.id);
+            ca.trust_ids().into_iter().filter(|id| Some(id) != next).collect()
+        }
+        _ => signing.into_iter().cloned().collect(),
+    }
 }
 
 /// Why a new CA is due, if it is.
@@ -499,15 +503,8 @@ fn cert_manager_first(cm: &crate::tls::cert_manager::Observed, cluster: &str) ->
 /// bundles to write.
 fn copies(c: &Observation, cm: &crate::tls::cert_manager::Observed, ca: &CaState) -> Vec<LeafWrite> {
     let trust = ca.trust_ids();
-    // The CAs a certificate may come from now: while a new CA is introduced only those members
-    // trust already, else the one cert-manager issues from (the signing CA of the CA Secret).
-    let acceptable: BTreeSet<CertId> = match ca.phase {
-        Phase::Introducing => {
-            let next = ca.next.as_ref().map(|n| n.cert.id.clone());
-            trust.iter().filter(|id| Some(*id) != next.as_ref()).cloned().collect()
-        }
-        _ => ca.signing.iter().map(|a| a.cert.id.clone()).collect(),
-    };
+    // cert-manager signs: the signing CA needs no key here.
+    let acceptable = acceptable_issuers(ca, ca.signing.as_ref().map(|a| &a.cert.id));
     let mut out = vec![];
     for leaf in Leaf::ALL {
         let secret = leaf.secret(&c.cluster);
