@@ -60,8 +60,8 @@ failure_list() {
         else
           echo "e2e   [$leg] $mode $file $t (${secs}s)"
         fi
-        # What the test said (its error with its causes, and the 6 lines before it; else the
-        # last 12 lines): a CI log is read from its tail, where the pool's own print of this
+        # What the test said (its error with its causes, and the 6 lines before it, and its root
+        # cause; else the last 12 lines): a CI log is read from its tail, where the pool's own print of this
         # log scrolled away long ago.
         [ -f "$l" ] && grep -vE '^(running [0-9]+ tests?|test result:)|^\s*$' "$l" |
           awk '/^(Stack|stack) backtrace:/ { bt = 1; next }
@@ -70,7 +70,10 @@ failure_list() {
                /^Caused by:/ && err && !cb { cb = n }
                END { if (!err) { from = n - 11; to = n } else { from = err - 6; to = err + 4 }
                      for (i = (from < 1 ? 1 : from); i <= to && i <= n; i++) print line[i]
-                     if (cb > to) { print "  [...]"; for (i = cb; i <= cb + 8 && i <= n; i++) print line[i] } }' |
+                     if (cb > to) { print "  [...]"; for (i = cb; i <= cb + 8 && i <= n; i++) print line[i] }
+                     # The root cause is the last numbered cause, often after a long dump.
+                     for (i = cb + 9; cb && i <= n; i++) if (line[i] ~ /^    [ ]?[ ]?[0-9]+: /) last = i
+                     if (last) { print "  [... root cause:]"; for (i = last; i <= last + 3 && i <= n; i++) print line[i] } }' |
           cut -c1-400 | sed 's/^/        | /' || true
       done <"$f"
     done

@@ -364,3 +364,32 @@ fn serve_both_on_the_way_off_says_so_only_once_the_peer_certificates_are_gone() 
     assert_eq!(wait_reason(&step), WaitReason::Stable, "{step:?}");
     assert_eq!(tls_transition::progress(&o, &step).unwrap().0, "ServingBoth");
 }
+
+#[test]
+fn serve_both_on_the_way_off_is_not_shown_while_a_leaving_pod_still_listens_on_https() {
+    // TLS off on emptyDir, held at both schemes: the last member with an https URL was replaced
+    // and removed, but its pod is still terminating and listens on https for peers, so pods are
+    // still made with the peer certificate. The certificate has not gone from the members yet:
+    // the hold is not reached (seen in CI: "ServingBoth" shown, then a second replacement
+    // began a second later when the old pod was gone).
+    let on = desired_tls(3, Some(BOTH)).tls;
+    let mut o = running(3, 3);
+    o.desired = Ok(desired_tls(3, None));
+    current_hash(&mut o);
+    for p in ["ex-m1", "ex-m2", "ex-m3"] {
+        set_tls(&mut o, p, certs_http());
+    }
+    let mut leaving = o.pods["ex-m3"].clone();
+    leaving.name = "ex-m0".into();
+    leaving.deleting = true;
+    leaving.tls = PodTls { peer_https: true, ..certs_http() };
+    o.pods.insert("ex-m0".into(), leaving);
+    let d = o.desired.as_ref().unwrap().clone();
+    let pods: Vec<&PodTls> = o.pods.values().map(|p| &p.tls).collect();
+    let held = stage(&d.tls, &Leaving::of_policy(&on), &pods, false, false, true).unwrap();
+    assert!(held.secrets.peer_secret.is_some(), "a pod still listens on https for peers");
+    o.desired.as_mut().unwrap().tls_stage = held;
+    let step = plan(&o);
+    let (reason, _) = tls_transition::progress(&o, &step).unwrap();
+    assert_eq!(reason, "RemovingCertificates", "members still hold the peer certificate ({step:?})");
+}
