@@ -269,6 +269,13 @@ fn monitoring_alerts_pass_promtool_unit_tests() {
                 // Only etcd's gauge.
                 s("etcd_debugging_server_alarms",
                     with(member("etcd-only", "etcd-only-a"), &[("server_id", "1"), ("alarm_type", "CORRUPT")]), "1x12"),
+                // Disarmed at minute 3: the operator's alarm list is empty again, but etcd's
+                // gauge stays at 1 (it counts activations: a member that raised the alarm twice
+                // is decremented once on the disarm). The operator's word wins: no alert.
+                s("etcd_operator_alarms", with(operator("disarmed"), &[("alarm", "NOSPACE")]), "1 1 1 0x9"),
+                s("etcd_operator_alarms", with(operator("disarmed"), &[("alarm", "CORRUPT")]), "0x12"),
+                s("etcd_debugging_server_alarms",
+                    with(member("disarmed", "disarmed-a"), &[("server_id", "2"), ("alarm_type", "NOSPACE")]), "1x12"),
                 // No alarm.
                 s("etcd_operator_alarms", with(operator("fine"), &[("alarm", "NOSPACE")]), "0x12"),
                 s("etcd_operator_alarms", with(operator("fine"), &[("alarm", "CORRUPT")]), "0x12"),

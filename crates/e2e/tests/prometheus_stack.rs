@@ -188,6 +188,7 @@ fn members_and_operator_are_scraped_alarms_and_backups_alert_and_every_panel_has
         wait_until(Duration::from_secs(180), "writes to succeed again", || {
             Ok(host_etcdctl(&ep, &["put", "after/0", "v"]).ok())
         })?;
+        eprintln!("writes succeed again {:.0}s after the quota was hit", full.elapsed().as_secs_f64());
         wait_alert_gone(prom, ns, "EtcdAlarmActive", PENDING).map_err(|e| {
             let series = |m: &str| {
                 prom.query(&format!(r#"{m}{{namespace="{}"}}"#, ns.name))
@@ -201,11 +202,14 @@ fn members_and_operator_are_scraped_alarms_and_backups_alert_and_every_panel_has
             ))
         })?;
 
+        eprintln!("EtcdAlarmActive resolved {:.0}s after the quota was hit", full.elapsed().as_secs_f64());
+
         // Every dashboard query has data for this cluster (the recovery defragmented, a backup
         // succeeded). Counters born by the recovery need two scrapes before `increase` has a value.
         wait_until(Duration::from_secs(120), "a successful backup", || {
             Ok((common::backups::get(ns, "etcdbackup", "every10s")?["status"]["succeeded"] == true).then_some(()))
         })?;
+        eprintln!("a backup succeeded {:.0}s after the quota was hit", full.elapsed().as_secs_f64());
         let queries = operator_dashboard_queries()?;
         wait_until(SCRAPED, "every dashboard query to return data", || {
             let mut empty = vec![];

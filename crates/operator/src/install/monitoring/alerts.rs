@@ -135,12 +135,16 @@ pub fn alerts() -> Vec<Alert> {
             name: "EtcdAlarmActive",
             severity: "critical",
             for_: "1m",
-            // The operator's gauge (from etcd's alarm list) or etcd's own per-member gauge, one
-            // alert per cluster and alarm either way.
+            // The operator's gauge (from etcd's alarm list), or etcd's own per-member gauge for a
+            // cluster no operator reports on; one alert per cluster and alarm either way. etcd's
+            // gauge counts activations, not alarms: a member that raised NOSPACE twice is
+            // decremented once by the disarm and stays at 1 until it restarts, so it is not
+            // believed over the operator's list.
             expr: format!(
                 "max by (namespace, name, alarm) (etcd_operator_alarms{{alarm=~\"NOSPACE|CORRUPT\"}}) > 0\nor\n\
-                 max by (namespace, name, alarm) (label_replace(etcd_debugging_server_alarms{{{m}, \
-                 alarm_type=~\"NOSPACE|CORRUPT\"}}, \"alarm\", \"$1\", \"alarm_type\", \"(.+)\")) > 0"
+                 (max by (namespace, name, alarm) (label_replace(etcd_debugging_server_alarms{{{m}, \
+                 alarm_type=~\"NOSPACE|CORRUPT\"}}, \"alarm\", \"$1\", \"alarm_type\", \"(.+)\")) > 0\n  \
+                 unless on (namespace, name, alarm) etcd_operator_alarms)"
             ),
             summary: "etcd cluster {{ $labels.namespace }}/{{ $labels.name }} has a {{ $labels.alarm }} alarm",
             description: "The etcd cluster {{ $labels.namespace }}/{{ $labels.name }} reports the alarm \

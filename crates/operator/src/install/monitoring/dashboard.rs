@@ -116,7 +116,8 @@ fn panels() -> Vec<Panel> {
                     format!("max by (namespace, name, alarm) (etcd_operator_alarms{{{o}}})"),
                     "{{namespace}}/{{name}} {{alarm}}",
                 ),
-                (format!("etcd_debugging_server_alarms{{{e}}}"), "{{pod}} reports {{alarm_type}}"),
+                // etcd's own gauge counts activations, and may stay above 0 after a disarm.
+                (format!("etcd_debugging_server_alarms{{{e}}}"), "{{pod}} counted {{alarm_type}} of {{server_id}}"),
                 (
                     format!("increase(etcd_operator_alarm_recoveries_total{{{o}}}[1h])"),
                     "{{namespace}}/{{name}} recoveries/h",
