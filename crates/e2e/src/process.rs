@@ -135,6 +135,14 @@ pub fn kill_group(pgid: u32, signal: libc::c_int) -> io::Result<()> {
     if r == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
 }
 
+/// kill(2) of the one process `pid` with `signal`.
+pub fn kill_process(pid: u32, signal: libc::c_int) -> io::Result<()> {
+    // SAFETY: as `kill_group`, for one process the caller started.
+    #[allow(unsafe_code)]
+    let r = unsafe { libc::kill(pid as libc::pid_t, signal) };
+    if r == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -241,3 +241,56 @@ spec:
     })?;
     Ok(())
 }
+
+/// Run by `a_test_process_stopped_by_a_signal_deletes_its_namespace` in a child process:
+/// creates a namespace, prints its name, and waits to be signalled.
+#[test]
+#[ignore = "helper: only meaningful when run by a_test_process_stopped_by_a_signal_deletes_its_namespace"]
+fn wait_for_a_signal_with_a_namespace() -> Result<()> {
+    if std::env::var_os("E2E_SIGNAL_HELPER").is_none() {
+        return Ok(());
+    }
+    let ns = TestNamespace::create("e2e-signal")?;
+    println!("NAMESPACE {}", ns.name);
+    std::thread::sleep(Duration::from_secs(120));
+    bail!("no signal came")
+}
+
+/// A test process stopped by SIGTERM, SIGINT or SIGHUP (a CI timeout, Ctrl-C, a closed
+/// terminal) deletes the namespaces it made before it exits; a dropped one was never reached.
+#[test]
+fn a_test_process_stopped_by_a_signal_deletes_its_namespace() -> Result<()> {
+    use std::io::{BufRead, BufReader};
+    let k = Kubectl::from_env()?;
+    for signal in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
+        let mut child = std::process::Command::new(std::env::current_exe()?)
+            .args(["--exact", "wait_for_a_signal_with_a_namespace", "--ignored", "--nocapture", "--test-threads=1"])
+            .env("E2E_SIGNAL_HELPER", "1")
+            .stdout(std::process::Stdio::piped())
+            .spawn()?;
+        let stdout = child.stdout.take().context("the helper's stdout")?;
+        let name = BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+            .find_map(|l| l.split_once("NAMESPACE ").map(|(_, n)| n.trim().to_string()))
+            .context("the helper printed no namespace")?;
+        e2e::process::kill_process(child.id(), signal).with_context(|| format!("kill -{signal}"))?;
+        let status = child.wait()?;
+        ensure!(!status.success(), "signal {signal}: the helper ended as if not stopped: {status:?}");
+        let gone = wait_until(Duration::from_secs(30), &format!("namespace {name} to be deleted"), || {
+            match k.run(&["get", "namespace", &name, "-o", "json"]) {
+                Err(e) if format!("{e:#}").contains("NotFound") => Ok(Some(())),
+                Err(e) => Err(e),
+                Ok(out) => {
+                    let v: serde_json::Value = serde_json::from_str(&out)?;
+                    Ok(v["metadata"]["deletionTimestamp"].is_string().then_some(()))
+                }
+            }
+        });
+        if gone.is_err() {
+            let _ = k.run(&["delete", "namespace", &name, "--wait=false"]);
+        }
+        gone.with_context(|| format!("signal {signal}"))?;
+    }
+    Ok(())
+}

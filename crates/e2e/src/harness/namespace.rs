@@ -24,16 +24,55 @@ fn live() -> std::sync::MutexGuard<'static, Vec<String>> {
 
 /// Requests deletion of every namespace this process created and has not deleted yet (for a
 /// signal handler, right before the process exits). Writes what it did to stderr, ignoring
-/// write errors (the reader of a pipe may have been interrupted too).
+/// write errors (the reader of a pipe may have been interrupted too). Holds the list while it
+/// deletes: a second caller (another handler of the same signal) waits, finds nothing left and
+/// does not exit the process half-way through the first one's deletions.
 pub fn delete_live_namespaces(kubectl: &Kubectl) {
-    let namespaces = std::mem::take(&mut *live());
-    for ns in namespaces {
+    let mut namespaces = live();
+    for ns in namespaces.drain(..) {
         let msg = match kubectl.run(&["delete", "namespace", &ns, "--wait=false"]) {
             Ok(_) => format!("deleted namespace {ns}\n"),
             Err(e) => format!("could not delete namespace {ns}: {e:#}\n"),
         };
         let _ = std::io::stderr().write_all(msg.as_bytes());
     }
+}
+
+/// From the first namespace on: SIGTERM, SIGINT or SIGHUP (a CI timeout, Ctrl-C, a closed
+/// terminal) deletes this process's live namespaces ([`delete_live_namespaces`]), then exits
+/// with 128 + the signal, as the signal itself would have. A SIGKILL still leaves them.
+fn delete_on_signal(kubectl: &Kubectl) {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let kubectl = kubectl.clone();
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let spawned = std::thread::Builder::new().name("namespace-cleanup".into()).spawn(move || {
+            use tokio::signal::unix::{SignalKind, signal};
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_io().build() else { return };
+            rt.block_on(async {
+                let (Ok(mut term), Ok(mut int), Ok(mut hup)) =
+                    (signal(SignalKind::terminate()), signal(SignalKind::interrupt()), signal(SignalKind::hangup()))
+                else {
+                    eprintln!("warning: no signal handlers: a stopped test leaves its namespaces");
+                    return;
+                };
+                let _ = ready_tx.send(());
+                let n = tokio::select! {
+                    _ = term.recv() => 15,
+                    _ = int.recv() => 2,
+                    _ = hup.recv() => 1,
+                };
+                let _ =
+                    std::io::stderr().write_all(format!("\nsignal {n}: deleting this test's namespaces\n").as_bytes());
+                delete_live_namespaces(&kubectl);
+                std::process::exit(128 + n);
+            });
+        });
+        // The handlers are in place before the first namespace exists.
+        if spawned.is_ok() {
+            let _ = ready_rx.recv_timeout(Duration::from_secs(5));
+        }
+    });
 }
 
 /// A namespace for one test, deleted (without waiting) when dropped.
@@ -52,6 +91,7 @@ impl TestNamespace {
 
     /// [`TestNamespace::create`] with this kubectl.
     pub fn create_with(kubectl: &Kubectl, prefix: &str) -> Result<Self> {
+        delete_on_signal(kubectl);
         let name = unique_name(prefix);
         kubectl.run(&["create", "namespace", &name]).with_context(|| format!("creating namespace {name}"))?;
         live().push(name.clone());
