@@ -294,6 +294,25 @@ fn monitoring_alerts_pass_promtool_unit_tests() {
             }],
         },
         {
+            "name": "a managed certificate not renewed in time",
+            "interval": "1m",
+            "input_series": [
+                // Overdue from minute 3 to 6 (the renewal came then); another never overdue.
+                s("etcd_operator_cluster_certificate_renewal_overdue", operator("late"), "0 0 0 1 1 1 0x6"),
+                s("etcd_operator_cluster_certificate_renewal_overdue", operator("renewed"), "0x12"),
+            ],
+            "alert_rule_test": [
+                { "eval_time": "3m", "alertname": "EtcdCertificateRenewalOverdue", "exp_alerts": [] },
+                {
+                    "eval_time": "5m",
+                    "alertname": "EtcdCertificateRenewalOverdue",
+                    "exp_alerts": [expect(&g, "EtcdCertificateRenewalOverdue", &[critical, ns, ("name", "late")],
+                        "etcd cluster ns/late: a TLS certificate was not renewed in time")],
+                },
+                { "eval_time": "8m", "alertname": "EtcdCertificateRenewalOverdue", "exp_alerts": [] },
+            ],
+        },
+        {
             "name": "a failed restore drill",
             "interval": "1m",
             "input_series": [

@@ -314,6 +314,63 @@ fn certificates_expiring_warn_at_30_and_7_days() {
     assert!(condition::find(&s.conditions, crate::status::tls_expiry::CERTIFICATES_EXPIRING).is_none(), "no TLS: none");
 }
 
+/// Certificates renewed for the cluster (`spec.TLS.auto`, `spec.TLS.certManager`): no 30/7-day
+/// warning (a default certificate is renewed with 30 days left), but `RenewalOverdue` once one
+/// is still in use a grace after its renewal was due, naming who should have renewed it.
+#[test]
+fn a_managed_certificate_not_renewed_in_time_is_a_warning_naming_who_renews_it() {
+    use crate::tls::auto::read::observation;
+    let now: i64 = 1_900_000_000;
+    for cert_manager in [false, true] {
+        let tls = if cert_manager {
+            r#"{"certManager":{"issuerRef":{"name":"ca"},"duration":"2h","renewBefore":"20m"}}"#
+        } else {
+            r#"{"auto":{"validity":"2h","renewBefore":"20m"}}"#
+        };
+        let spec = EtcdClusterSpec {
+            size: 3,
+            version: "3.5.1".into(),
+            tls: Some(serde_json::from_str(tls).unwrap()),
+            ..Default::default()
+        };
+        let mut o = obs(3, &[true, true, true]);
+        o.desired = validate("ex", &spec);
+        let d = o.desired.as_ref().unwrap();
+        let settings = d.tls_auto.unwrap();
+        let c = etcd_operator_api::EtcdCluster::new("ex", spec.clone());
+        let none: std::collections::BTreeMap<String, crate::tls::auto::read::Fetched> =
+            std::iter::once(crate::tls::auto::ca_secret("ex"))
+                .chain(crate::tls::auto::Leaf::ALL.iter().map(|l| l.secret("ex")))
+                .map(|n| (n, Ok(None)))
+                .collect();
+        o.certificates = Some(observation(&c, settings, "cluster.local", now, &none));
+        // The peer certificate expires in 10 minutes: due 10 minutes ago (renewBefore 20m), past
+        // the 5-minute grace.
+        o.tls_material.expiries = vec![crate::tls::material::Expiry {
+            secret: "ex-tls-peer".into(),
+            key: "peer.crt".into(),
+            subject: "CN=etcd-peer".into(),
+            not_after: now + 10 * 60,
+        }];
+        let at = |t: i64| {
+            let t = k8s_openapi::jiff::Timestamp::from_second(t).unwrap().to_string();
+            let s = compute(&o, &plan(&o), &Default::default(), None, &t);
+            condition::find(&s.conditions, crate::status::tls_expiry::CERTIFICATES_EXPIRING).cloned()
+        };
+        assert!(at(now - 30 * 60).is_none(), "in time: nothing (cert-manager: {cert_manager})");
+        let late = at(now).expect("overdue");
+        assert_eq!((late.status.as_str(), late.reason.as_str()), ("True", "RenewalOverdue"));
+        assert!(is_warning(&late));
+        assert!(late.message.contains("Secret ex-tls-peer key peer.crt"), "{}", late.message);
+        let who =
+            if cert_manager { "kubectl describe certificate ex-cm-peer" } else { "the operator has not renewed it" };
+        assert!(late.message.contains(who), "{}", late.message);
+        assert_eq!(crate::status::tls_expiry::renewal_overdue(&o, now), Some(true));
+        assert_eq!(crate::status::tls_expiry::renewal_overdue(&o, now - 30 * 60), Some(false));
+        assert_eq!(crate::status::tls_expiry::earliest(&o), None, "no 30/7-day metric for managed certificates");
+    }
+}
+
 /// The operator's own calls get no answer (its client timed out right after `auth enable`, a
 /// refused TLS handshake) while the member pods stay Ready: `Available` is Unknown, saying so,
 /// nothing is `Degraded`, and no condition change is a warning: a healthy cluster is never

@@ -65,9 +65,88 @@ fn applies(o: &Observed) -> bool {
     o.certificates.is_none() && o.desired.is_ok()
 }
 
+/// How long after its renewal was due a managed certificate may still be in use: the copy into
+/// the cluster's Secret, a reconcile or two. A quarter of `renewBefore`, from one to ten minutes.
+pub fn renewal_grace(renew_before: i64) -> i64 {
+    (renew_before / 4).clamp(60, 600)
+}
+
+/// A leaf certificate in use whose renewal is overdue, and when it was due.
+#[derive(Debug)]
+pub struct Overdue<'a> {
+    pub expiry: &'a Expiry,
+    pub due: i64,
+}
+
+/// The first leaf certificate (peer, server or the operator's client certificate; CAs are not
+/// looked at) still in use [`renewal_grace`] after its renewal was due, `renew_before` before it
+/// expires. For certificates something renews: the operator (`spec.TLS.auto`) or cert-manager.
+pub fn overdue(expiries: &[Expiry], renew_before: i64, now: i64) -> Option<Overdue<'_>> {
+    use crate::tls::{CLIENT_KEYS, PEER_KEYS, SERVER_KEYS};
+    let leaf = |e: &&Expiry| [PEER_KEYS.cert, SERVER_KEYS.cert, CLIENT_KEYS.cert].contains(&e.key.as_str());
+    let first = expiries.iter().filter(leaf).min_by_key(|e| (e.not_after, e.secret.clone(), e.key.clone()))?;
+    let due = first.not_after - renew_before;
+    (now > due + renewal_grace(renew_before)).then_some(Overdue { expiry: first, due })
+}
+
+/// The renewal settings of a cluster whose certificates are renewed for it, and whether
+/// cert-manager issues them.
+fn managed(o: &Observed) -> Option<(i64, bool)> {
+    let d = o.desired.as_ref().ok()?;
+    o.certificates.as_ref()?;
+    Some((d.tls_auto?.renew_before, d.tls_cert_manager.is_some()))
+}
+
+/// Whether a managed certificate's renewal is overdue now, for the metric; `None` for static
+/// TLS or none.
+pub fn renewal_overdue(o: &Observed, now: i64) -> Option<bool> {
+    let (renew_before, _) = managed(o)?;
+    Some(overdue(&o.tls_material.expiries, renew_before, now).is_some())
+}
+
+fn overdue_message(o: &Observed, late: &Overdue, cert_manager: bool, now: i64) -> String {
+    let e = late.expiry;
+    let expired = if e.not_after <= now { "expired" } else { "expires" };
+    use crate::tls::auto::Leaf;
+    let leaf = Leaf::ALL.into_iter().find(|l| l.secret(&o.name) == e.secret);
+    let who = match (cert_manager, leaf) {
+        (true, Some(l)) => format!(
+            "cert-manager has not issued its renewal: see `kubectl describe certificate {}` and its issuer",
+            crate::tls::cert_manager::name(&o.name, l)
+        ),
+        (true, None) => {
+            "cert-manager has not issued its renewal: see the cluster's Certificates and their issuer".into()
+        }
+        (false, _) => "the operator has not renewed it: see CertificatesReady and the operator's log".into(),
+    };
+    format!(
+        "not renewed in time: {} was due for renewal at {} and {expired} at {}; {who}",
+        what(e),
+        date(late.due),
+        date(e.not_after)
+    )
+}
+
 /// Sets or removes `CertificatesExpiring`; `now` is RFC 3339.
 pub fn update_condition(cs: &mut Vec<Condition>, o: &Observed, now: &str) {
     let at = now.parse::<k8s_openapi::jiff::Timestamp>().map(|t| t.as_second()).unwrap_or_default();
+    if let Some((renew_before, cert_manager)) = managed(o) {
+        match overdue(&o.tls_material.expiries, renew_before, at) {
+            Some(late) => condition::upsert(
+                cs,
+                Condition {
+                    type_: CERTIFICATES_EXPIRING.into(),
+                    status: "True".into(),
+                    reason: "RenewalOverdue".into(),
+                    message: overdue_message(o, &late, cert_manager, at),
+                    ..Default::default()
+                },
+                now,
+            ),
+            None => condition::remove(cs, CERTIFICATES_EXPIRING),
+        }
+        return;
+    }
     match warning(&o.tls_material.expiries, at).filter(|_| applies(o)) {
         Some((on, reason, message)) => condition::upsert(
             cs,
@@ -126,6 +205,43 @@ mod tests {
             }
         }
         assert!(warning(&[], NOW).is_none(), "no certificates: no condition");
+    }
+
+    /// Certificates the operator or cert-manager renews: one is overdue once it is still in use
+    /// a grace after its renewal was due (`renewBefore` before it expires); CAs are not leaves
+    /// and are not looked at. Rows: seconds from NOW, overdue, the leaf named.
+    #[test]
+    fn a_managed_certificate_is_overdue_a_grace_after_its_renewal_was_due() {
+        const H: i64 = 3600;
+        let leaf = |secret: &str, key: &str, secs: i64| Expiry {
+            secret: secret.into(),
+            key: key.into(),
+            subject: format!("CN={key}"),
+            not_after: NOW + secs,
+        };
+        // Renewed 20 minutes before expiry: due at NOW + 40m (server) and NOW + 100m (peer).
+        let renew_before = 20 * 60;
+        let certs = [
+            leaf("ex-tls-server", "server.crt", H),
+            leaf("ex-tls-peer", "peer.crt", 2 * H),
+            leaf("ex-tls-ca", "ca.crt", 30 * 60), // a CA: not a leaf
+            leaf("ex-tls-peer", "peer-ca.crt", 60),
+        ];
+        let grace = renewal_grace(renew_before);
+        assert_eq!(grace, 5 * 60, "a quarter of renewBefore");
+        let rows: [(i64, bool); 5] =
+            [(0, false), (40 * 60, false), (40 * 60 + grace, false), (40 * 60 + grace + 1, true), (2 * H, true)];
+        for (t, late) in rows {
+            let got = overdue(&certs, renew_before, NOW + t);
+            assert_eq!(got.is_some(), late, "at +{t}s: {got:?}");
+            if let Some(o) = got {
+                assert_eq!(o.expiry.key, "server.crt", "the first leaf due");
+                assert_eq!(o.due, NOW + 40 * 60);
+            }
+        }
+        assert_eq!(renewal_grace(2 * 60), 60, "at least a minute");
+        assert_eq!(renewal_grace(30 * 24 * H), 10 * 60, "at most ten minutes");
+        assert!(overdue(&[], renew_before, NOW + 10 * H).is_none());
     }
 
     #[test]

@@ -186,6 +186,17 @@ pub fn alerts() -> Vec<Alert> {
                           days; once it has, members refuse connections made with it. The EtcdCluster's \
                           CertificatesExpiring condition names it.",
         },
+        // Certificates renewed for the cluster: the operator judges against their own
+        // renewBefore (a default one is renewed with 30 days left, which the rules above would
+        // call expiring every time).
+        Alert {
+            name: "EtcdCertificateRenewalOverdue",
+            severity: "critical",
+            for_: "1m",
+            expr: format!("{} == 1", op("etcd_operator_cluster_certificate_renewal_overdue")),
+            summary: "etcd cluster {{ $labels.namespace }}/{{ $labels.name }}: a TLS certificate was not renewed in time",
+            description: "A certificate of the etcd cluster {{ $labels.namespace }}/{{ $labels.name }} that                           spec.TLS.auto or cert-manager renews is still in use past its renewal time                           (renewBefore before it expires) and a grace. Once it expires members refuse                           connections made with it. The EtcdCluster's CertificatesExpiring condition names it                           and who should have renewed it (cert-manager: its Certificate and issuer).",
+        },
         // Per cluster: its members are scraped (answering or not), and no operator says it
         // handles it (`cluster_managed`, set first thing in each reconcile, goes stale once its
         // operator's pod is gone or answers no scrape). Covers an operator scaled to 0 or

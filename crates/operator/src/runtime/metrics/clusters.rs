@@ -27,6 +27,15 @@ impl Metrics {
                 self.certificate_expiry.remove(&l);
             }
         }
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
+        match crate::status::tls_expiry::renewal_overdue(o, now) {
+            Some(late) => {
+                self.certificate_renewal_overdue.get_or_create(&l).set(late as i64);
+            }
+            None => {
+                self.certificate_renewal_overdue.remove(&l);
+            }
+        }
         let mut known = self.known.lock().unwrap_or_else(PoisonError::into_inner);
         known.clusters.insert(l.clone());
         let old = known.versions.get(&l).cloned();
@@ -128,6 +137,7 @@ impl Metrics {
             }
             self.defrag_reclaimed.remove(&l);
             self.certificate_expiry.remove(&l);
+            self.certificate_renewal_overdue.remove(&l);
             self.alarm_recoveries.remove(&l);
             let (namespace, name) = (l.namespace.clone(), l.name.clone());
             for alarm in ALARMS {

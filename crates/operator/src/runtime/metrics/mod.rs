@@ -88,6 +88,7 @@ pub struct Metrics {
     alarms: Family<AlarmLabels, Gauge>,
     alarm_recoveries: Family<ClusterLabels, Counter>,
     certificate_expiry: Family<ClusterLabels, Gauge>,
+    certificate_renewal_overdue: Family<ClusterLabels, Gauge>,
     backup_last_success: Family<ClusterLabels, Gauge>,
     backup_interval: Family<ClusterLabels, Gauge>,
     archive_durable: Family<ClusterLabels, Gauge>,
@@ -149,6 +150,7 @@ impl Default for Metrics {
             alarms: Family::default(),
             alarm_recoveries: Family::default(),
             certificate_expiry: Family::default(),
+            certificate_renewal_overdue: Family::default(),
             backup_last_success: Family::default(),
             backup_interval: Family::default(),
             archive_durable: Family::default(),
@@ -192,6 +194,11 @@ impl Default for Metrics {
             "cluster_certificate_expiry_timestamp_seconds",
             "Unix time at which the first certificate of the cluster's static TLS Secrets (or a CA that issued one) expires",
             m.certificate_expiry.clone(),
+        );
+        registry.register(
+            "cluster_certificate_renewal_overdue",
+            "1 while a certificate renewed for the cluster (spec.TLS.auto, spec.TLS.certManager) is still in use past its renewal time and a grace",
+            m.certificate_renewal_overdue.clone(),
         );
         registry.register(
             "backup_last_success_timestamp_seconds",
@@ -290,6 +297,9 @@ impl Metrics {
         m.mark_managed("ns", "ex");
         m.reconciled("etcdcluster", Duration::from_millis(1), true);
         m.observe_cluster(&o, &status);
+        m.certificate_renewal_overdue
+            .get_or_create(&ClusterLabels { namespace: "ns".into(), name: "ex".into() })
+            .set(0);
         let stable = crate::planner::Wait { reason: crate::planner::WaitReason::Stable, message: String::new() };
         m.observe_step(&o, &crate::planner::Step::Wait(stable));
         m.record_defrag("ns", "ex", "ex-abcde", 1);
