@@ -16,6 +16,7 @@
 //!
 //! The commonly used items are re-exported here (`e2e::TestNamespace`, `e2e::wait_until`, ...).
 
+pub mod api_get;
 pub mod harness;
 pub mod kubectl;
 pub mod manifests;

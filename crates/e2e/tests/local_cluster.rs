@@ -294,3 +294,61 @@ fn a_test_process_stopped_by_a_signal_deletes_its_namespace() -> Result<()> {
     }
     Ok(())
 }
+
+/// The harness answers the tests' `kubectl get ... -o json|name` from the API server directly
+/// (`e2e::api_get`): the answers are kubectl's own, objects, lists, names and errors.
+#[test]
+fn direct_gets_answer_as_kubectl_does() -> Result<()> {
+    let ns = TestNamespace::create("e2e-apiget")?;
+    start_etcd(&ns, "")?;
+    let k = Kubectl::from_env()?;
+    let kubectl = |args: &[&str]| e2e::run(k.command().args(args));
+    let n = ns.name.as_str();
+    let cases: [&[&str]; 7] = [
+        &["-n", n, "get", "pod", "etcd-0", "-o", "json"],
+        &["-n", n, "get", "pods", "-o", "json"],
+        &["-n", n, "get", "pods", "-l", "app=etcd", "-o", "json"],
+        &["-n", n, "get", "services,pods", "-o", "name"],
+        &["-n", n, "get", "serviceaccount", "default", "-o", "json"],
+        &["get", "namespace", n, "-o", "name"],
+        &["get", "crd", "etcdclusters.etcd.database.coreos.com", "-o", "json"],
+    ];
+    for args in cases {
+        ensure!(e2e::api_get::parse(args).is_some(), "{args:?} is not answered directly");
+        let direct = k.run(args)?;
+        let theirs = kubectl(args)?;
+        if args.contains(&"name") {
+            ensure!(direct == theirs, "{args:?}: {direct:?} != kubectl's {theirs:?}");
+        } else {
+            let (mut a, mut b): (serde_json::Value, serde_json::Value) =
+                (serde_json::from_str(&direct)?, serde_json::from_str(&theirs)?);
+            // A pod's status may move between the two reads.
+            for v in [&mut a, &mut b] {
+                strip_moving(v);
+            }
+            ensure!(a == b, "{args:?}: direct\n{a:#}\nkubectl\n{b:#}");
+        }
+    }
+    let missing = ["-n", n, "get", "pod", "nope", "-o", "json"];
+    let direct = format!("{:#}", k.run(&missing).expect_err("no such pod"));
+    let theirs = format!("{:#}", kubectl(&missing).expect_err("no such pod"));
+    for said in [r#"Error from server (NotFound): pods "nope" not found"#] {
+        ensure!(direct.contains(said) && theirs.contains(said), "direct: {direct}\nkubectl: {theirs}");
+    }
+    Ok(())
+}
+
+/// Drops what may change between two reads of the same objects.
+fn strip_moving(v: &mut serde_json::Value) {
+    if let Some(items) = v.get_mut("items").and_then(|i| i.as_array_mut()) {
+        items.iter_mut().for_each(strip_moving);
+        return;
+    }
+    if let Some(o) = v.as_object_mut() {
+        o.remove("status");
+        if let Some(m) = o.get_mut("metadata").and_then(|m| m.as_object_mut()) {
+            m.remove("resourceVersion");
+            m.remove("managedFields");
+        }
+    }
+}
