@@ -294,6 +294,28 @@ fn monitoring_alerts_pass_promtool_unit_tests() {
             }],
         },
         {
+            "name": "an alarm only etcd's gauge shows, once the operator stopped reporting the cluster",
+            "interval": "1m",
+            "input_series": [
+                // The operator read the alarm list until minute 1, then could not reach etcd
+                // (it drops the series); etcd's own gauge says CORRUPT all along.
+                s("etcd_operator_alarms", with(operator("unreached"), &[("alarm", "NOSPACE")]), "0 0 _x10"),
+                s("etcd_operator_alarms", with(operator("unreached"), &[("alarm", "CORRUPT")]), "0 0 _x10"),
+                s("etcd_debugging_server_alarms",
+                    with(member("unreached", "unreached-a"), &[("server_id", "3"), ("alarm_type", "CORRUPT")]), "1x12"),
+            ],
+            "alert_rule_test": [
+                // Its last answer is believed for 5 minutes (an operator restart), then etcd's.
+                { "eval_time": "5m", "alertname": "EtcdAlarmActive", "exp_alerts": [] },
+                {
+                    "eval_time": "10m",
+                    "alertname": "EtcdAlarmActive",
+                    "exp_alerts": [expect(&g, "EtcdAlarmActive", &[critical, ns, ("name", "unreached"), ("alarm", "CORRUPT")],
+                        "etcd cluster ns/unreached has a CORRUPT alarm")],
+                },
+            ],
+        },
+        {
             "name": "a managed certificate not renewed in time",
             "interval": "1m",
             "input_series": [

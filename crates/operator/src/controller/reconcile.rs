@@ -193,10 +193,13 @@ async fn reconcile_one(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
         publish(&ctx, &reference, None, type_, &c.reason, note, &c.type_).await;
     }
     ctx.metrics.observe_cluster(&observed, new);
-    if let Some(e) = &observed.etcd {
-        use crate::observed::AlarmKind;
-        let (ns, name) = (cluster.namespace().unwrap_or_default(), cluster.name_any());
-        ctx.metrics.set_alarms(&ns, &name, e.has_alarm(AlarmKind::NoSpace), e.has_alarm(AlarmKind::Corrupt));
+    let (ns, name) = (cluster.namespace().unwrap_or_default(), cluster.name_any());
+    match &observed.etcd {
+        Some(e) => {
+            use crate::observed::AlarmKind;
+            ctx.metrics.set_alarms(&ns, &name, e.has_alarm(AlarmKind::NoSpace), e.has_alarm(AlarmKind::Corrupt));
+        }
+        None => ctx.metrics.forget_alarms(&ns, &name),
     }
     ctx.metrics.observe_step(&observed, step);
     ctx.metrics.reconciled("etcdcluster", started.elapsed(), outcome.is_err());

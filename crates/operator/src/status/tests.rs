@@ -343,15 +343,28 @@ fn a_managed_certificate_not_renewed_in_time_is_a_warning_naming_who_renews_it()
                 .chain(crate::tls::auto::Leaf::ALL.iter().map(|l| l.secret("ex")))
                 .map(|n| (n, Ok(None)))
                 .collect();
-        o.certificates = Some(observation(&c, settings, "cluster.local", now, &none));
-        // The peer certificate expires in 10 minutes: due 10 minutes ago (renewBefore 20m), past
-        // the 5-minute grace.
-        o.tls_material.expiries = vec![crate::tls::material::Expiry {
-            secret: "ex-tls-peer".into(),
-            key: "peer.crt".into(),
+        let mut certs = observation(&c, settings, "cluster.local", now, &none);
+        // The peer certificate (2h) expires in 10 minutes: due 10 minutes ago (renewBefore 20m),
+        // past the 5-minute grace.
+        use crate::tls::auto::state::{CertId, CertInfo, Found, LeafState};
+        let cert = CertInfo {
+            id: CertId("peer".into()),
+            der: vec![],
+            serial: String::new(),
             subject: "CN=etcd-peer".into(),
+            not_before: now - 110 * 60,
             not_after: now + 10 * 60,
-        }];
+        };
+        let leaf = LeafState {
+            cert: Some(cert),
+            key: None,
+            trust: vec![],
+            issuer: None,
+            problems: vec![],
+            resource_version: None,
+        };
+        certs.leaves.insert(crate::tls::auto::Leaf::Peer, Found::Present(leaf));
+        o.certificates = Some(certs.clone());
         let at = |t: i64| {
             let t = k8s_openapi::jiff::Timestamp::from_second(t).unwrap().to_string();
             let s = compute(&o, &plan(&o), &Default::default(), None, &t);
@@ -361,13 +374,46 @@ fn a_managed_certificate_not_renewed_in_time_is_a_warning_naming_who_renews_it()
         let late = at(now).expect("overdue");
         assert_eq!((late.status.as_str(), late.reason.as_str()), ("True", "RenewalOverdue"));
         assert!(is_warning(&late));
-        assert!(late.message.contains("Secret ex-tls-peer key peer.crt"), "{}", late.message);
+        assert!(late.message.contains("Secret ex-tls-peer (CN=etcd-peer)"), "{}", late.message);
         let who =
             if cert_manager { "kubectl describe certificate ex-cm-peer" } else { "the operator has not renewed it" };
         assert!(late.message.contains(who), "{}", late.message);
         assert_eq!(crate::status::tls_expiry::renewal_overdue(&o, now), Some(true));
         assert_eq!(crate::status::tls_expiry::renewal_overdue(&o, now - 30 * 60), Some(false));
         assert_eq!(crate::status::tls_expiry::earliest(&o), None, "no 30/7-day metric for managed certificates");
+        // Being turned off (spec.TLS without auto/certManager, pods still on its Secrets): the
+        // operator still renews them, and still says so when it does not.
+        let mut leaving = o.clone();
+        leaving.desired = validate("ex", &EtcdClusterSpec { size: 3, version: "3.5.1".into(), ..Default::default() });
+        let mut left = certs.clone();
+        left.leaving = true;
+        leaving.certificates = Some(left);
+        assert_eq!(crate::status::tls_expiry::renewal_overdue(&leaving, now), Some(true), "while leaving");
+        // Mid CA rotation renewed certificates are held back on purpose: not overdue.
+        let mut rotating = o.clone();
+        let mut r = certs.clone();
+        if let Found::Present(ca) = &mut r.ca {
+            ca.phase = crate::tls::auto::state::Phase::Introducing;
+        } else {
+            let ca_cert = CertInfo {
+                id: CertId("ca".into()),
+                der: vec![],
+                serial: String::new(),
+                subject: "CN=ca".into(),
+                not_before: now - 3600,
+                not_after: now + 3600 * 24 * 365,
+            };
+            r.ca = Found::Present(crate::tls::auto::state::CaState {
+                signing: Some(crate::tls::auto::state::Authority { cert: ca_cert, key: None }),
+                next: None,
+                previous: vec![],
+                phase: crate::tls::auto::state::Phase::Introducing,
+                rotated_for: None,
+                resource_version: None,
+            });
+        }
+        rotating.certificates = Some(r);
+        assert_eq!(crate::status::tls_expiry::renewal_overdue(&rotating, now), Some(false), "mid rotation");
     }
 }
 

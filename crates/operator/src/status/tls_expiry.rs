@@ -71,74 +71,100 @@ pub fn renewal_grace(renew_before: i64) -> i64 {
     (renew_before / 4).clamp(60, 600)
 }
 
-/// A leaf certificate in use whose renewal is overdue, and when it was due.
-#[derive(Debug)]
-pub struct Overdue<'a> {
-    pub expiry: &'a Expiry,
-    pub due: i64,
+/// A certificate something renews for the cluster, as its Secret holds it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Held {
+    pub leaf: crate::tls::auto::Leaf,
+    pub subject: String,
+    pub not_before: i64,
+    pub not_after: i64,
 }
 
-/// The first leaf certificate (peer, server or the operator's client certificate; CAs are not
-/// looked at) still in use [`renewal_grace`] after its renewal was due, `renew_before` before it
-/// expires. For certificates something renews: the operator (`spec.TLS.auto`) or cert-manager.
-pub fn overdue(expiries: &[Expiry], renew_before: i64, now: i64) -> Option<Overdue<'_>> {
-    use crate::tls::{CLIENT_KEYS, PEER_KEYS, SERVER_KEYS};
-    let leaf = |e: &&Expiry| [PEER_KEYS.cert, SERVER_KEYS.cert, CLIENT_KEYS.cert].contains(&e.key.as_str());
-    let first = expiries.iter().filter(leaf).min_by_key(|e| (e.not_after, e.secret.clone(), e.key.clone()))?;
-    let due = first.not_after - renew_before;
-    (now > due + renewal_grace(renew_before)).then_some(Overdue { expiry: first, due })
+impl Held {
+    /// When it is due for renewal: `renew_before` before it expires, or (as cert-manager does when
+    /// `renewBefore` is not shorter than the certificate's lifetime, e.g. an issuer that caps
+    /// lifetimes) at two thirds of its lifetime.
+    pub fn due(&self, renew_before: i64) -> i64 {
+        let lifetime = self.not_after - self.not_before;
+        let before = if renew_before >= lifetime { lifetime / 3 } else { renew_before };
+        self.not_after - before
+    }
 }
 
-/// The renewal settings of a cluster whose certificates are renewed for it, and whether
-/// cert-manager issues them.
-fn managed(o: &Observed) -> Option<(i64, bool)> {
-    let d = o.desired.as_ref().ok()?;
-    o.certificates.as_ref()?;
-    Some((d.tls_auto?.renew_before, d.tls_cert_manager.is_some()))
+/// The certificate still in use longest past [`renewal_grace`] after its renewal was due, and
+/// when it was due.
+pub fn overdue(held: &[Held], renew_before: i64, now: i64) -> Option<(&Held, i64)> {
+    held.iter()
+        .map(|h| (h, h.due(renew_before)))
+        .filter(|(h, due)| now > due + renewal_grace(h.not_after - due))
+        .min_by_key(|(h, due)| (*due, h.leaf))
+}
+
+/// The certificates renewed for the cluster (`spec.TLS.auto`, `spec.TLS.certManager`, also while
+/// either is being turned off), their `renewBefore`, and whether cert-manager issues them. `None`:
+/// static TLS or none. Empty while a CA rotation is under way: renewed certificates are then
+/// held back on purpose (`CertificatesReady` says where the rotation is).
+fn managed(o: &Observed) -> Option<(Vec<Held>, i64, bool)> {
+    use crate::tls::auto::state::{Found, Phase};
+    let c = o.certificates.as_ref()?;
+    let cert_manager = c.cert_manager.is_some() || o.desired.as_ref().is_ok_and(|d| d.tls_cert_manager.is_some());
+    if matches!(&c.ca, Found::Present(ca) if ca.phase != Phase::Steady) {
+        return Some((vec![], c.settings.renew_before, cert_manager));
+    }
+    let held = c
+        .leaves
+        .iter()
+        .filter_map(|(leaf, f)| match f {
+            Found::Present(l) => l.cert.as_ref().map(|cert| Held {
+                leaf: *leaf,
+                subject: cert.subject.clone(),
+                not_before: cert.not_before,
+                not_after: cert.not_after,
+            }),
+            _ => None,
+        })
+        .collect();
+    Some((held, c.settings.renew_before, cert_manager))
 }
 
 /// Whether a managed certificate's renewal is overdue now, for the metric; `None` for static
 /// TLS or none.
 pub fn renewal_overdue(o: &Observed, now: i64) -> Option<bool> {
-    let (renew_before, _) = managed(o)?;
-    Some(overdue(&o.tls_material.expiries, renew_before, now).is_some())
+    let (held, renew_before, _) = managed(o)?;
+    Some(overdue(&held, renew_before, now).is_some())
 }
 
-fn overdue_message(o: &Observed, late: &Overdue, cert_manager: bool, now: i64) -> String {
-    let e = late.expiry;
-    let expired = if e.not_after <= now { "expired" } else { "expires" };
-    use crate::tls::auto::Leaf;
-    let leaf = Leaf::ALL.into_iter().find(|l| l.secret(&o.name) == e.secret);
-    let who = match (cert_manager, leaf) {
-        (true, Some(l)) => format!(
+fn overdue_message(o: &Observed, late: &Held, due: i64, cert_manager: bool, now: i64) -> String {
+    let expired = if late.not_after <= now { "expired" } else { "expires" };
+    let who = if cert_manager {
+        format!(
             "cert-manager has not issued its renewal: see `kubectl describe certificate {}` and its issuer",
-            crate::tls::cert_manager::name(&o.name, l)
-        ),
-        (true, None) => {
-            "cert-manager has not issued its renewal: see the cluster's Certificates and their issuer".into()
-        }
-        (false, _) => "the operator has not renewed it: see CertificatesReady and the operator's log".into(),
+            crate::tls::cert_manager::name(&o.name, late.leaf)
+        )
+    } else {
+        "the operator has not renewed it: see CertificatesReady and the operator's log".to_string()
     };
     format!(
-        "not renewed in time: {} was due for renewal at {} and {expired} at {}; {who}",
-        what(e),
-        date(late.due),
-        date(e.not_after)
+        "not renewed in time: the certificate of Secret {} ({}) was due for renewal at {} and {expired} at {}; {who}",
+        late.leaf.secret(&o.name),
+        late.subject,
+        date(due),
+        date(late.not_after)
     )
 }
 
 /// Sets or removes `CertificatesExpiring`; `now` is RFC 3339.
 pub fn update_condition(cs: &mut Vec<Condition>, o: &Observed, now: &str) {
     let at = now.parse::<k8s_openapi::jiff::Timestamp>().map(|t| t.as_second()).unwrap_or_default();
-    if let Some((renew_before, cert_manager)) = managed(o) {
-        match overdue(&o.tls_material.expiries, renew_before, at) {
-            Some(late) => condition::upsert(
+    if let Some((held, renew_before, cert_manager)) = managed(o) {
+        match overdue(&held, renew_before, at) {
+            Some((late, due)) => condition::upsert(
                 cs,
                 Condition {
                     type_: CERTIFICATES_EXPIRING.into(),
                     status: "True".into(),
                     reason: "RenewalOverdue".into(),
-                    message: overdue_message(o, &late, cert_manager, at),
+                    message: overdue_message(o, late, due, cert_manager, at),
                     ..Default::default()
                 },
                 now,
@@ -208,25 +234,21 @@ mod tests {
     }
 
     /// Certificates the operator or cert-manager renews: one is overdue once it is still in use
-    /// a grace after its renewal was due (`renewBefore` before it expires); CAs are not leaves
-    /// and are not looked at. Rows: seconds from NOW, overdue, the leaf named.
+    /// a grace after its renewal was due (`renewBefore` before it expires, or at two thirds of a
+    /// lifetime shorter than `renewBefore`). Rows: seconds from NOW, overdue.
     #[test]
     fn a_managed_certificate_is_overdue_a_grace_after_its_renewal_was_due() {
+        use crate::tls::auto::Leaf;
         const H: i64 = 3600;
-        let leaf = |secret: &str, key: &str, secs: i64| Expiry {
-            secret: secret.into(),
-            key: key.into(),
-            subject: format!("CN={key}"),
-            not_after: NOW + secs,
+        let held = |leaf: Leaf, lifetime: i64, left: i64| Held {
+            leaf,
+            subject: format!("CN={}", leaf.as_str()),
+            not_before: NOW + left - lifetime,
+            not_after: NOW + left,
         };
         // Renewed 20 minutes before expiry: due at NOW + 40m (server) and NOW + 100m (peer).
         let renew_before = 20 * 60;
-        let certs = [
-            leaf("ex-tls-server", "server.crt", H),
-            leaf("ex-tls-peer", "peer.crt", 2 * H),
-            leaf("ex-tls-ca", "ca.crt", 30 * 60), // a CA: not a leaf
-            leaf("ex-tls-peer", "peer-ca.crt", 60),
-        ];
+        let certs = [held(Leaf::Server, 2 * H, H), held(Leaf::Peer, 2 * H, 2 * H)];
         let grace = renewal_grace(renew_before);
         assert_eq!(grace, 5 * 60, "a quarter of renewBefore");
         let rows: [(i64, bool); 5] =
@@ -234,14 +256,20 @@ mod tests {
         for (t, late) in rows {
             let got = overdue(&certs, renew_before, NOW + t);
             assert_eq!(got.is_some(), late, "at +{t}s: {got:?}");
-            if let Some(o) = got {
-                assert_eq!(o.expiry.key, "server.crt", "the first leaf due");
-                assert_eq!(o.due, NOW + 40 * 60);
+            if let Some((h, due)) = got {
+                assert_eq!((h.leaf, due), (Leaf::Server, NOW + 40 * 60), "the first one due");
             }
         }
         assert_eq!(renewal_grace(2 * 60), 60, "at least a minute");
         assert_eq!(renewal_grace(30 * 24 * H), 10 * 60, "at most ten minutes");
         assert!(overdue(&[], renew_before, NOW + 10 * H).is_none());
+        // An issuer that capped the lifetime at 1h while renewBefore asks 2h: due at 2/3 of the
+        // hour (cert-manager's rule), not at once.
+        let capped = [held(Leaf::Operator, H, H)];
+        assert!(overdue(&capped, 2 * H, NOW).is_none(), "just issued: not overdue");
+        assert_eq!(capped[0].due(2 * H), NOW + 2 * H / 3);
+        assert!(overdue(&capped, 2 * H, NOW + 2 * H / 3 + renewal_grace(H / 3)).is_none());
+        assert!(overdue(&capped, 2 * H, NOW + 2 * H / 3 + renewal_grace(H / 3) + 1).is_some());
     }
 
     #[test]

@@ -136,15 +136,16 @@ pub fn alerts() -> Vec<Alert> {
             severity: "critical",
             for_: "1m",
             // The operator's gauge (from etcd's alarm list), or etcd's own per-member gauge for a
-            // cluster no operator reports on; one alert per cluster and alarm either way. etcd's
-            // gauge counts activations, not alarms: a member that raised NOSPACE twice is
-            // decremented once by the disarm and stays at 1 until it restarts, so it is not
-            // believed over the operator's list.
+            // cluster no operator has reported on for 5 minutes (the operator drops its series
+            // when it cannot read the list; 5 minutes ride over its restarts); one alert per
+            // cluster and alarm either way. etcd's gauge counts activations, not alarms: a
+            // member that raised NOSPACE twice is decremented once by the disarm and stays at 1
+            // until it restarts, so it is not believed over the operator's list.
             expr: format!(
                 "max by (namespace, name, alarm) (etcd_operator_alarms{{alarm=~\"NOSPACE|CORRUPT\"}}) > 0\nor\n\
                  (max by (namespace, name, alarm) (label_replace(etcd_debugging_server_alarms{{{m}, \
                  alarm_type=~\"NOSPACE|CORRUPT\"}}, \"alarm\", \"$1\", \"alarm_type\", \"(.+)\")) > 0\n  \
-                 unless on (namespace, name, alarm) etcd_operator_alarms)"
+                 unless on (namespace, name, alarm) max_over_time(etcd_operator_alarms[5m]))"
             ),
             summary: "etcd cluster {{ $labels.namespace }}/{{ $labels.name }} has a {{ $labels.alarm }} alarm",
             description: "The etcd cluster {{ $labels.namespace }}/{{ $labels.name }} reports the alarm \
@@ -195,7 +196,11 @@ pub fn alerts() -> Vec<Alert> {
             for_: "1m",
             expr: format!("{} == 1", op("etcd_operator_cluster_certificate_renewal_overdue")),
             summary: "etcd cluster {{ $labels.namespace }}/{{ $labels.name }}: a TLS certificate was not renewed in time",
-            description: "A certificate of the etcd cluster {{ $labels.namespace }}/{{ $labels.name }} that                           spec.TLS.auto or cert-manager renews is still in use past its renewal time                           (renewBefore before it expires) and a grace. Once it expires members refuse                           connections made with it. The EtcdCluster's CertificatesExpiring condition names it                           and who should have renewed it (cert-manager: its Certificate and issuer).",
+            description: "A certificate of the etcd cluster {{ $labels.namespace }}/{{ $labels.name }} that \
+                          spec.TLS.auto or cert-manager renews is still in use past its renewal time \
+                          (renewBefore before it expires) and a grace. Once it expires members refuse \
+                          connections made with it. The EtcdCluster's CertificatesExpiring condition names it \
+                          and who should have renewed it (cert-manager: its Certificate and issuer).",
         },
         // Per cluster: its members are scraped (answering or not), and no operator says it
         // handles it (`cluster_managed`, set first thing in each reconcile, goes stale once its

@@ -108,6 +108,14 @@ impl Metrics {
         self.known.lock().unwrap_or_else(PoisonError::into_inner).clusters.insert(l);
     }
 
+    /// The alarm list could not be read (etcd not reached): the cluster's alarm series go, so
+    /// that the alerts fall back on etcd's own gauge instead of a stale answer.
+    pub fn forget_alarms(&self, namespace: &str, name: &str) {
+        for alarm in ALARMS {
+            self.alarms.remove(&AlarmLabels { namespace: namespace.into(), name: name.into(), alarm: alarm.into() });
+        }
+    }
+
     /// The alarms etcd reports for the cluster now.
     pub fn set_alarms(&self, namespace: &str, name: &str, nospace: bool, corrupt: bool) {
         for (alarm, on) in ALARMS.into_iter().zip([nospace, corrupt]) {

@@ -97,6 +97,13 @@ fn defrag_and_alarm_series_appear_and_disappear_with_the_cluster() {
     }
     m.set_alarms("ns", "ex", false, false);
     assert!(m.encode().contains(r#"etcd_operator_alarms{namespace="ns",name="ex",alarm="NOSPACE"} 0"#));
+    // The alarm list could not be read: no answer rather than a stale one (the alert falls back
+    // on etcd's gauge); the other cluster keeps its series.
+    m.forget_alarms("ns", "ex");
+    let text = m.encode();
+    assert!(!text.contains(r#"etcd_operator_alarms{namespace="ns",name="ex""#), "{text}");
+    assert!(text.contains(r#"etcd_operator_alarms{namespace="ns",name="other",alarm="NOSPACE"} 0"#), "{text}");
+    m.set_alarms("ns", "ex", false, false);
     // Deleted: dropped at the next scrape; the other cluster keeps its series.
     live.lock().unwrap().remove(&cluster("ns", "ex"));
     let text = m.encode();
