@@ -5,7 +5,8 @@
 //! with four tests at a time on two cores, about a sixth of the machine. The same read as one
 //! HTTP GET over a kept connection costs a fraction of a millisecond. What is answered here is
 //! exactly what kubectl prints for those calls (a `List` of items that carry their kind and
-//! apiVersion; an error that reads `Error from server (NotFound): ...`); any other form of a
+//! apiVersion, without `managedFields` as kubectl from 1.21 prints them; an error that reads
+//! `Error from server (NotFound): ...`); any other form of a
 //! call (another output, a field selector, `kind/name`, a kind not in the table) still runs
 //! kubectl. `E2E_KUBECTL_ONLY=1` turns this off.
 
@@ -177,12 +178,16 @@ fn api(kubeconfig: &Path) -> Option<&'static Api> {
         }
         let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().ok()?;
         let path = kubeconfig.to_path_buf();
-        let client = rt.block_on(async {
+        // On a thread of its own: the first call may come from inside another runtime, where
+        // blocking on this one would panic.
+        let make = rt.spawn(async move {
             let kc = kube::config::Kubeconfig::read_from(&path).ok()?;
             let config =
                 kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default()).await.ok()?;
             kube::Client::try_from(config).ok()
-        })?;
+        });
+        let handle = rt.handle().clone();
+        let client = std::thread::spawn(move || handle.block_on(make)).join().ok()?.ok()??;
         Some((kubeconfig.to_path_buf(), Api { rt, client }))
     });
     // One kubeconfig per process in practice; another one goes through kubectl.
@@ -216,30 +221,45 @@ fn fetch(api: &Api, path: &str) -> Result<Value> {
     // Run on this module's runtime from any thread, also one inside another runtime.
     let (tx, rx) = std::sync::mpsc::channel();
     api.rt.spawn(async move {
-        let answer =
-            tokio::time::timeout(Duration::from_secs(20), client.send(req.map(kube::client::Body::from))).await;
-        let out = match answer {
-            Err(_) => Err(anyhow!("no answer within 20s")),
-            Ok(Err(e)) => Err(anyhow!(e)),
-            Ok(Ok(resp)) => {
-                let status = resp.status();
-                match http_body_util::BodyExt::collect(resp.into_body()).await {
-                    Ok(b) => Ok((status, b.to_bytes().to_vec())),
-                    Err(e) => Err(anyhow!(e)),
-                }
-            }
-        };
-        let _ = tx.send(out);
+        // As kubectl's --request-timeout=20s: the whole answer, body included.
+        let answer = tokio::time::timeout(Duration::from_secs(20), async {
+            let resp = client.send(req.map(kube::client::Body::from)).await?;
+            let status = resp.status();
+            let body = http_body_util::BodyExt::collect(resp.into_body()).await?.to_bytes().to_vec();
+            Ok::<_, anyhow::Error>((status, body))
+        })
+        .await;
+        let _ = tx.send(answer.unwrap_or_else(|_| Err(anyhow!("no answer within 20s"))));
     });
     let (status, body) = rx.recv().context("the API runtime stopped")?.with_context(|| format!("GET {path}"))?;
     let v: Value = serde_json::from_slice(&body).with_context(|| format!("GET {path}: not JSON ({status})"))?;
     if !status.is_success() {
+        // A kind the server does not serve (its CRD not installed) is not an object that is
+        // gone: kubectl says so differently, and callers look for "NotFound" meaning gone.
+        if status == http::StatusCode::NOT_FOUND && v["details"]["name"].is_null() {
+            bail!("GET {path} failed ({status}): error: the server doesn't have a resource type for {path}");
+        }
         // As kubectl says it: callers look for "NotFound", "not found", "Forbidden".
         let reason = v["reason"].as_str().unwrap_or("Unknown");
         let message = v["message"].as_str().unwrap_or_default();
         bail!("GET {path} failed ({status}): Error from server ({reason}): {message}");
     }
-    Ok(v)
+    Ok(without_managed_fields(v))
+}
+
+/// kubectl (from 1.21) leaves `metadata.managedFields` out of what it prints.
+fn without_managed_fields(mut v: Value) -> Value {
+    // `get_mut`, not indexing: `v["items"]` on an object would add `"items": null` to it.
+    fn strip(o: &mut Value) {
+        if let Some(m) = o.get_mut("metadata").and_then(Value::as_object_mut) {
+            m.remove("managedFields");
+        }
+    }
+    if let Some(items) = v.get_mut("items").and_then(Value::as_array_mut) {
+        items.iter_mut().for_each(strip);
+    }
+    strip(&mut v);
+    v
 }
 
 #[cfg(test)]
@@ -296,6 +316,14 @@ mod tests {
         ] {
             assert_eq!(parse(a), None, "{a:?}");
         }
+    }
+
+    #[test]
+    fn managed_fields_go_and_nothing_else_changes() {
+        let one = serde_json::json!({"kind": "Pod", "metadata": {"name": "a", "managedFields": [{}]}});
+        assert_eq!(without_managed_fields(one), serde_json::json!({"kind": "Pod", "metadata": {"name": "a"}}));
+        let list = serde_json::json!({"kind": "PodList", "items": [{"metadata": {"name": "a", "managedFields": []}}]});
+        assert_eq!(without_managed_fields(list)["items"][0]["metadata"], serde_json::json!({"name": "a"}));
     }
 
     #[test]

@@ -135,6 +135,32 @@ pub fn kill_group(pgid: u32, signal: libc::c_int) -> io::Result<()> {
     if r == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
 }
 
+/// Whether `signal` is ignored in this process (as `nohup` leaves SIGHUP): a handler installed
+/// over it would change what the caller asked for.
+pub fn signal_ignored(signal: libc::c_int) -> bool {
+    // SAFETY: sigaction(2) with a null new action only reads the current one into `old`, a
+    // zeroed struct of this process's stack.
+    #[allow(unsafe_code)]
+    unsafe {
+        let mut old: libc::sigaction = std::mem::zeroed();
+        libc::sigaction(signal, std::ptr::null(), &mut old) == 0 && old.sa_sigaction == libc::SIG_IGN
+    }
+}
+
+/// Ends this process by `signal` itself, with its default action (after a handler did its
+/// cleanup), so that a parent sees it killed by that signal (bash stops a loop on Ctrl-C only
+/// then).
+pub fn die_by(signal: libc::c_int) -> ! {
+    // SAFETY: signal(2) resets this process's disposition and raise(3) sends the signal to it;
+    // no memory is touched.
+    #[allow(unsafe_code)]
+    unsafe {
+        libc::signal(signal, libc::SIG_DFL);
+        libc::raise(signal);
+    }
+    std::process::exit(128 + signal)
+}
+
 /// kill(2) of the one process `pid` with `signal`.
 pub fn kill_process(pid: u32, signal: libc::c_int) -> io::Result<()> {
     // SAFETY: as `kill_group`, for one process the caller started.

@@ -39,8 +39,9 @@ pub fn delete_live_namespaces(kubectl: &Kubectl) {
 }
 
 /// From the first namespace on: SIGTERM, SIGINT or SIGHUP (a CI timeout, Ctrl-C, a closed
-/// terminal) deletes this process's live namespaces ([`delete_live_namespaces`]), then exits
-/// with 128 + the signal, as the signal itself would have. A SIGKILL still leaves them.
+/// terminal) deletes this process's live namespaces ([`delete_live_namespaces`]), then ends the
+/// process by that signal, as the signal itself would have. A signal the process ignores (SIGHUP
+/// under `nohup`) stays ignored. A SIGKILL still leaves them.
 fn delete_on_signal(kubectl: &Kubectl) {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
@@ -50,22 +51,26 @@ fn delete_on_signal(kubectl: &Kubectl) {
             use tokio::signal::unix::{SignalKind, signal};
             let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_io().build() else { return };
             rt.block_on(async {
-                let (Ok(mut term), Ok(mut int), Ok(mut hup)) =
-                    (signal(SignalKind::terminate()), signal(SignalKind::interrupt()), signal(SignalKind::hangup()))
-                else {
-                    eprintln!("warning: no signal handlers: a stopped test leaves its namespaces");
-                    return;
+                let handle = |kind: SignalKind| {
+                    if crate::process::signal_ignored(kind.as_raw_value()) {
+                        return None;
+                    }
+                    signal(kind).map_err(|e| eprintln!("warning: no handler for {kind:?}: {e}")).ok()
                 };
+                let mut term = handle(SignalKind::terminate());
+                let mut int = handle(SignalKind::interrupt());
+                let mut hup = handle(SignalKind::hangup());
                 let _ = ready_tx.send(());
                 let n = tokio::select! {
-                    _ = term.recv() => 15,
-                    _ = int.recv() => 2,
-                    _ = hup.recv() => 1,
+                    Some(_) = async { term.as_mut()?.recv().await } => libc::SIGTERM,
+                    Some(_) = async { int.as_mut()?.recv().await } => libc::SIGINT,
+                    Some(_) = async { hup.as_mut()?.recv().await } => libc::SIGHUP,
+                    else => return,
                 };
                 let _ =
                     std::io::stderr().write_all(format!("\nsignal {n}: deleting this test's namespaces\n").as_bytes());
                 delete_live_namespaces(&kubectl);
-                std::process::exit(128 + n);
+                crate::process::die_by(n);
             });
         });
         // The handlers are in place before the first namespace exists.

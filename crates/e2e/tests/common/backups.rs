@@ -138,6 +138,22 @@ pub fn owner_and_mode(path: &std::path::Path) -> Result<(u32, u32)> {
 
 /// `(reason, note)` of the Events about one object of `kind`.
 pub fn e2e_events(ns: &TestNamespace, kind: &str, name: &str) -> Result<Vec<(String, String)>> {
+    // The backup and restore controllers write a result into status first, then publish its
+    // Event: a read right after a status wait can fall between the two (a direct GET answers in
+    // a millisecond; kubectl's 100 ms hid it). Read until two reads half a second apart agree.
+    let mut last = events_now(ns, kind, name)?;
+    for _ in 0..20 {
+        std::thread::sleep(Duration::from_millis(500));
+        let now = events_now(ns, kind, name)?;
+        if now == last {
+            break;
+        }
+        last = now;
+    }
+    Ok(last)
+}
+
+fn events_now(ns: &TestNamespace, kind: &str, name: &str) -> Result<Vec<(String, String)>> {
     let list = ns.json(&["get", "events", "-o", "json"])?;
     Ok(list["items"]
         .as_array()
