@@ -72,7 +72,7 @@ failure_list() {
                      for (i = (from < 1 ? 1 : from); i <= to && i <= n; i++) print line[i]
                      if (cb > to) { print "  [...]"; for (i = cb; i <= cb + 8 && i <= n; i++) print line[i] }
                      # The root cause is the last numbered cause, often after a long dump.
-                     for (i = cb + 9; cb && i <= n; i++) if (line[i] ~ /^    [ ]?[ ]?[0-9]+: /) last = i
+                     for (i = (cb > to ? cb + 9 : to + 1); cb && i <= n; i++) if (line[i] ~ /^ +[0-9]+: /) last = i
                      if (last) { print "  [... root cause:]"; for (i = last; i <= last + 3 && i <= n; i++) print line[i] } }' |
           cut -c1-400 | sed 's/^/        | /' || true
       done <"$f"
@@ -93,7 +93,7 @@ keep_logs() {
   fi
   rm -rf "$out"
 }
-trap 'phase_table; failure_list; keep_logs; [ -z "${PREBUILD_PID:-}" ] || kill -- "-$PREBUILD_PID" 2>/dev/null || kill "$PREBUILD_PID" 2>/dev/null || true' EXIT
+trap '! declare -F stop_prebuild >/dev/null || stop_prebuild; phase_table; failure_list; keep_logs' EXIT
 
 # What the build needs first (protoc for the etcd-client crate, on a fresh machine too), then
 # the lint gate: formatting, then clippy with every warning an error (the workspace's lints: no
@@ -202,20 +202,24 @@ add_count() {
 # tests run: it takes the CPU time they leave idle (waits for pods, alerts, back-offs). The
 # phases that need it wait for it first (the wait counts in their time); if it failed they build
 # it themselves as before. Warm, both are cached and this is two quick checks.
-PREBUILD_PID=""
-prebuild_later() { # prebuild_later LEGACY(0|1)
+declare -A PREBUILD_PIDS=()
+prebuild() { # prebuild NAME COMMAND...: in the background, lowest CPU and I/O priority
+  local name=$1; shift
   # A process group of its own (setsid), so that a stopped run stops all of it (the EXIT trap).
-  LEGACY=$1 K8S_LEGACY=$K8S_LEGACY CACHE_DIR=$CACHE_DIR setsid bash -c '
-    nice -n 19 bash hack/build-kube-router.sh >/dev/null
-    if [ "$LEGACY" = 1 ]; then
-      K8S_VERSION=$K8S_LEGACY nice -n 19 flock -o "$CACHE_DIR/build-kubernetes.lock" bash hack/build-kubernetes.sh
-    fi' >"$out/prebuild.log" 2>&1 &
-  PREBUILD_PID=$!
+  setsid nice -n 19 ionice -c 3 "$@" >"$out/prebuild-$name.log" 2>&1 &
+  PREBUILD_PIDS[$name]=$!
 }
-wait_prebuild() {
-  [ -n "$PREBUILD_PID" ] || return 0
-  wait "$PREBUILD_PID" || log "a background build failed (the phase builds it again): $out/prebuild.log"
-  PREBUILD_PID=""
+wait_prebuild() { # wait_prebuild [NAME]: waits for that background build, or for every one
+  local n
+  for n in "${!PREBUILD_PIDS[@]}"; do
+    [ -z "${1:-}" ] || [ "$n" = "$1" ] || continue
+    wait "${PREBUILD_PIDS[$n]}" || log "the background build of $n failed (its phase builds it again): $out/prebuild-$n.log"
+    unset "PREBUILD_PIDS[$n]"
+  done
+}
+stop_prebuild() {
+  local p
+  for p in "${PREBUILD_PIDS[@]}"; do kill -- "-$p" 2>/dev/null || true; done
 }
 legacy_leg_runs() {
   [ "${LEGACY_SMOKE:-1}" != 0 ] && [ -z "${E2E_FILTER:-}" ] && [ -z "${KEEP_CLUSTER:-}" ] &&
@@ -265,8 +269,11 @@ run_leg() {
     specs+=(in-cluster@lifecycle in-cluster@coreos_adoption "in-cluster@backup_restore:~s3_backup"
       "in-cluster@tls_static:~certificates")
   fi
-  if [ -z "$smoke" ] && [ "$LOCAL_CLUSTER" = 1 ] && [ "$K8S_VERSION" = "$K8S_MODERN" ]; then
-    prebuild_later "$(legacy_leg_runs && echo 1 || echo 0)"
+  if [ -z "$smoke" ] && [ -z "${E2E_FILTER:-}" ] && [ "$LOCAL_CLUSTER" = 1 ] && [ "$K8S_VERSION" = "$K8S_MODERN" ]; then
+    prebuild kube-router bash hack/build-kube-router.sh
+  fi
+  if [ -z "$smoke" ] && legacy_leg_runs; then
+    prebuild kubernetes-legacy env K8S_VERSION="$K8S_LEGACY" flock -o "$CACHE_DIR/build-kubernetes.lock" bash hack/build-kubernetes.sh
   fi
   phase "[$tag] end-to-end tests (${E2E_JOBS:-4} at a time)"
   log "[$tag] end-to-end tests on Kubernetes $server with KUBECONFIG=$KUBECONFIG"
@@ -287,7 +294,7 @@ run_leg() {
   # operator as a pod, which the policy names (a process on the node gets through whatever).
   if [ -z "$smoke" ] && [ -z "${E2E_FILTER:-}" ] && [ "$LOCAL_CLUSTER" = 1 ] && [ "$K8S_VERSION" = "$K8S_MODERN" ]; then
     phase "[$tag] NetworkPolicy enforcement (kube-router)"
-    wait_prebuild
+    wait_prebuild kube-router
     if NETPOL=1 bash hack/cluster.sh up; then
       E2E_SKIP="" bash hack/e2e-pool.sh "$out/e2e-$tag-netpol" process@network_policy_enforced \
         in-cluster@network_policy_enforced:a_new_cluster_admits_its_namespace_and_refuses_other_namespaces || status=1
@@ -313,6 +320,7 @@ run_leg() {
 
   if [ "$LOCAL_CLUSTER" = 1 ] && [ "$was_up" = 0 ] && [ -z "${KEEP_CLUSTER:-}" ]; then
     phase "[$tag] local cluster down"
+    wait_prebuild # nothing of this run may be left running when the clean-down check looks
     log "[$tag] taking the local cluster down and checking that nothing is left"
     bash hack/cluster.sh down
     if bash hack/test-cluster-down.sh; then passed=$((passed + 1)); else
