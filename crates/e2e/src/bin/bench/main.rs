@@ -213,20 +213,9 @@ fn run(args: Args) -> Result<bool> {
     let log_dir = args.log_dir.clone().unwrap_or_else(|| workspace.join("target/bench-logs"));
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
 
-    // Ctrl-C / SIGTERM: delete the namespaces, exit; the operators and other processes the bench
-    // started die with it (e2e::process).
-    let k2 = kubectl.clone();
-    rt.spawn(async move {
-        let mut term =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = term.recv() => {}
-        }
-        let _ = std::io::Write::write_all(&mut std::io::stderr(), b"\nbench: interrupted; cleaning up\n");
-        e2e::harness::delete_live_namespaces(&k2);
-        std::process::exit(130);
-    });
+    // Ctrl-C / SIGTERM / SIGHUP: the harness deletes the namespaces and ends the process
+    // (`harness::namespace`); the operators and other processes the bench started die with it
+    // (e2e::process).
 
     let ctx = Ctx {
         kubectl: kubectl.clone(),

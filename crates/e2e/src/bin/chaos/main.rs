@@ -185,18 +185,8 @@ fn run(args: Args) -> Result<bool> {
         bail!("not every node is Ready: {nodes:?}");
     }
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
-    let k2 = kubectl.clone();
-    rt.spawn(async move {
-        let mut term =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = term.recv() => {}
-        }
-        let _ = std::io::Write::write_all(&mut std::io::stderr(), b"\nchaos: interrupted; deleting the namespace\n");
-        e2e::harness::delete_live_namespaces(&k2);
-        std::process::exit(130);
-    });
+    // Ctrl-C / SIGTERM / SIGHUP: the harness deletes the namespace and ends the process
+    // (`harness::namespace`).
 
     let t_start = Instant::now();
     let ns = TestNamespace::create_with(&kubectl, "e2e-chaos")?;
